@@ -1,0 +1,153 @@
+"""Where one logged epoch goes: W&B, any other Lightning logger, or image files on disk.
+
+All sinks are called on rank zero only. Each receives the same :class:`EpochReport`: uint8
+images are built once (in :mod:`gradskip_lightning.render`), scalars are plain floats.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from lightning.pytorch.loggers import Logger, WandbLogger
+
+from gradskip_lightning.render import annotate
+
+from .files import write_png
+
+__all__ = ["EpochReport", "ProbeSheet", "WandbSink", "ScalarSink", "ImageFileSink"]
+
+#: Columns of the per-epoch W&B table (one row per probe per logged epoch).
+TABLE_COLUMNS = [
+    "epoch",
+    "probe_id",
+    "overlay",
+    "label",
+    "prediction",
+    "probability",
+    "insertion",
+    "deletion",
+    "drift_prev_spearman",
+    "drift_first_spearman",
+]
+
+
+@dataclass
+class ProbeSheet:
+    """What stays fixed over the run: probe ids, labels and their display images (P, H, W, 3)."""
+
+    probe_ids: list[int]
+    labels: list[str]
+    images: np.ndarray
+
+
+@dataclass
+class EpochReport:
+    """Everything logged for one epoch, keys already carrying the callback's prefix.
+
+    Attributes:
+        epoch, step: the trainer's epoch and the step Lightning logs its epoch metrics at.
+        scalars: key -> float.
+        overlays: key -> (uint8 (H, W, 3) image, caption), one per probe.
+        images: key -> uint8 (H, W, 3) image (the grid, layer x head images, comparison grids).
+        histograms: key -> 1-D values to histogram.
+        rows: one dict per probe with the table's columns (``overlay`` as a uint8 image).
+    """
+
+    epoch: int
+    step: int
+    scalars: dict[str, float]
+    overlays: dict[str, tuple[np.ndarray, str]] = field(default_factory=dict)
+    images: dict[str, np.ndarray] = field(default_factory=dict)
+    histograms: dict[str, np.ndarray] = field(default_factory=dict)
+    rows: list[dict[str, Any]] = field(default_factory=list)
+
+
+class WandbSink:
+    """Logs a report as one W&B history row at Lightning's step (``trainer/global_step``).
+
+    The probe images are logged once, in a ``<prefix>probes`` table (probe_id, image, label) on the
+    first logged epoch. The per-epoch ``<prefix>table`` is an INCREMENTAL table keyed by
+    ``probe_id``: each epoch uploads only its new rows (the overlay and the scores), never the
+    probe images again. (W&B's evaluation callbacks reference a data table by downloading its
+    artifact, which offline runs cannot do; every other way of putting the image in each row
+    re-stages it per epoch.)
+    """
+
+    def __init__(self, logger: WandbLogger, prefix: str, maps_dir: Path) -> None:
+        self.logger = logger
+        self.prefix = prefix
+        self.maps_dir = maps_dir
+        self._table = None
+        self._probes_logged = False
+
+    def log(self, report: EpochReport, sheet: ProbeSheet) -> None:
+        import wandb
+
+        row: dict[str, Any] = dict(report.scalars)
+        if not self._probes_logged:
+            probes = wandb.Table(columns=["probe_id", "image", "label"])
+            for probe_id, image, label in zip(sheet.probe_ids, sheet.images, sheet.labels):
+                probes.add_data(probe_id, wandb.Image(image), label)
+            row[f"{self.prefix}probes"] = probes
+            self._probes_logged = True
+        for key, (image, text) in report.overlays.items():
+            row[key] = wandb.Image(image, caption=text)
+        for key, image in report.images.items():
+            row[key] = wandb.Image(image)
+        for key, values in report.histograms.items():
+            row[key] = wandb.Histogram(values, num_bins=min(64, max(1, values.size)))
+        if report.rows:
+            if self._table is None:
+                self._table = wandb.Table(columns=TABLE_COLUMNS, log_mode="INCREMENTAL")
+            for cells in report.rows:
+                self._table.add_data(*[wandb.Image(cells[c]) if c == "overlay" else cells[c] for c in TABLE_COLUMNS])
+            row[f"{self.prefix}table"] = self._table
+        self.logger.log_metrics(row, step=report.step)
+
+    def finish(self) -> None:
+        """Log every epoch's maps (the maps folder) as one artifact of type ``gradskip-maps``."""
+        import wandb
+
+        if not any(self.maps_dir.glob("epoch_*.npz")):
+            return
+        run = self.logger.experiment
+        artifact = wandb.Artifact(f"gradskip-maps-{run.id}", type="gradskip-maps")
+        artifact.add_dir(str(self.maps_dir))
+        run.log_artifact(artifact)
+
+
+class ScalarSink:
+    """Sends the report's scalars to a non-W&B Lightning logger (CSV, TensorBoard, ...)."""
+
+    def __init__(self, logger: Logger) -> None:
+        self.logger = logger
+
+    def log(self, report: EpochReport, sheet: ProbeSheet) -> None:
+        self.logger.log_metrics(report.scalars, step=report.step)
+        self.logger.save()
+
+    def finish(self) -> None:
+        pass
+
+
+class ImageFileSink:
+    """Writes the report's images as PNGs under ``folder/epoch_<epoch>/`` (runs without W&B)."""
+
+    def __init__(self, folder: Path, prefix: str) -> None:
+        self.folder = folder
+        self.prefix = prefix
+
+    def _path(self, epoch: int, key: str) -> Path:
+        name = key[len(self.prefix) :] if key.startswith(self.prefix) else key
+        return self.folder / f"epoch_{epoch:04d}" / f"{name.replace('/', '_')}.png"
+
+    def log(self, report: EpochReport, sheet: ProbeSheet) -> None:
+        for key, (image, text) in report.overlays.items():
+            write_png(self._path(report.epoch, key), annotate(image, text))
+        for key, image in report.images.items():
+            write_png(self._path(report.epoch, key), image)
+
+    def finish(self) -> None:
+        pass

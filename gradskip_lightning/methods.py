@@ -1,0 +1,246 @@
+"""GradSkip and the baselines as pure functions of captured tensors (no hooks, no model).
+
+Shapes: B images, L blocks, H heads, N tokens (prefix tokens first, then P patches), D channels.
+A relevance vector R is (B, N); propagation runs from the top block down. The algorithm and the
+meaning of every option are in ``docs/method.md`` (the project's copy of the method doc).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from gradskip_lightning.capture import Capture
+
+ATTENTION_WEIGHTINGS = ("abs_grad", "pos_grad", "none")
+GATES = ("token", "layer", "off")
+CLS_MODES = ("readout", "paper")
+
+
+@dataclass(frozen=True)
+class GradSkipOptions:
+    """Every [ours] choice of the method doc, named so an ablation can switch it.
+
+    Args:
+        alpha: weight of gradient flow against Gini sparsity in omega, in [0, 1].
+        grad_threshold: heads with g < tau * max_q g are zeroed, tau in [0, 1).
+        head_top_fraction: keep this fraction of heads per layer by omega, in (0, 1].
+        attention_weighting: gradient factor G in W~: "abs_grad", "pos_grad" or "none".
+        gate: skip gates per "token", per "layer", or "off" (beta_main = 1).
+        cls_mode: "readout" (start at the tokens the head reads) or "paper" (patches only).
+        completeness: scale each patch map so that it sums to the explained logit.
+        value_norm: multiply W~ by the value-vector norm ||v_j||.
+        eps: added to denominators of the gates.
+    """
+
+    alpha: float = 0.5
+    grad_threshold: float = 0.05
+    head_top_fraction: float = 1.0
+    attention_weighting: str = "abs_grad"
+    gate: str = "token"
+    cls_mode: str = "readout"
+    completeness: bool = False
+    value_norm: bool = True
+    eps: float = 1e-12
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.alpha <= 1.0:
+            raise ValueError(f"alpha must be in [0, 1], got {self.alpha}")
+        if not 0.0 <= self.grad_threshold < 1.0:
+            raise ValueError(f"grad_threshold must be in [0, 1), got {self.grad_threshold}")
+        if not 0.0 < self.head_top_fraction <= 1.0:
+            raise ValueError(f"head_top_fraction must be in (0, 1], got {self.head_top_fraction}")
+        for name, allowed in (("attention_weighting", ATTENTION_WEIGHTINGS), ("gate", GATES), ("cls_mode", CLS_MODES)):
+            if getattr(self, name) not in allowed:
+                raise ValueError(f"{name} must be one of {allowed}, got {getattr(self, name)!r}")
+
+
+@dataclass
+class MethodOutput:
+    """What a method returns: patch relevance (B, P) and, for GradSkip, its internals."""
+
+    patch_relevance: Tensor
+    head_weights: Tensor | None = None  # omega (B, L, H)
+    grad_flow: Tensor | None = None  # g~ (B, L, H)
+    sparsity: Tensor | None = None  # s~ (B, L, H)
+    gates: Tensor | None = None  # beta_main (B, L, N)
+
+
+def _normalise(x: Tensor, dim: int = -1) -> Tensor:
+    """x / sum(x) along ``dim``; 0 where the sum is 0."""
+    total = x.sum(dim=dim, keepdim=True)
+    return torch.where(total > 0, x / total.clamp_min(torch.finfo(x.dtype).tiny), torch.zeros_like(x))
+
+
+def gini(rows: Tensor) -> Tensor:
+    """Gini coefficient of non-negative rows, (..., n) -> (...): 0 uniform, 1 - 1/n one-hot."""
+    v, _ = rows.sort(dim=-1)
+    n = v.shape[-1]
+    coef = 2 * torch.arange(1, n + 1, device=v.device, dtype=v.dtype) - n - 1
+    total = v.sum(dim=-1)
+    num = (v * coef).sum(dim=-1)
+    return torch.where(total > 0, num / (n * total).clamp_min(torch.finfo(v.dtype).tiny), torch.zeros_like(total))
+
+
+def head_weights(attn: Tensor, attn_grad: Tensor, options: GradSkipOptions) -> tuple[Tensor, Tensor, Tensor]:
+    """Head importance of one block.
+
+    Args:
+        attn: A, (B, H, N, N); attn_grad: dy/dA, (B, H, N, N).
+
+    Returns:
+        (omega, g~, s~), each (B, H); omega sums to 1 over heads (0 where every head is 0).
+    """
+    g = (attn * attn_grad).abs().mean(dim=(-2, -1))
+    g = torch.where(g >= options.grad_threshold * g.amax(dim=-1, keepdim=True), g, torch.zeros_like(g))
+    g_tilde = _normalise(g)
+    s_tilde = _normalise(gini(attn).mean(dim=-1))
+    omega = options.alpha * g_tilde + (1.0 - options.alpha) * s_tilde
+    if options.head_top_fraction < 1.0:
+        keep = max(1, round(options.head_top_fraction * omega.shape[-1]))
+        top = omega.topk(keep, dim=-1).indices
+        mask = torch.zeros_like(omega).scatter_(-1, top, 1.0)
+        omega = _normalise(omega * mask)
+    return omega, g_tilde, s_tilde
+
+
+def weighted_attention(
+    attn: Tensor, attn_grad: Tensor, value_norm: Tensor, omega: Tensor, options: GradSkipOptions
+) -> Tensor:
+    """W~ of one block, row-normalised, all-zero rows replaced by identity rows.
+
+    Args:
+        attn, attn_grad: (B, H, N, N); value_norm: ||v_{q,j}||, (B, H, N); omega: (B, H).
+
+    Returns:
+        (B, N, N), every row summing to 1.
+    """
+    if options.attention_weighting == "abs_grad":
+        per_head = attn * attn_grad.abs()
+    elif options.attention_weighting == "pos_grad":
+        per_head = (attn * attn_grad).clamp_min(0)
+    else:
+        per_head = attn
+    if options.value_norm:
+        per_head = per_head * value_norm[:, :, None, :]
+    w = torch.einsum("bh,bhij->bij", omega, per_head)
+    n = w.shape[-1]
+    eye = torch.eye(n, device=w.device, dtype=w.dtype).expand_as(w)
+    empty = w.sum(dim=-1, keepdim=True) <= 0
+    return torch.where(empty, eye, _normalise(w))
+
+
+def skip_gates(block_input: Tensor, branch: Tensor, branch_grad: Tensor, gate: str, eps: float = 1e-12) -> Tensor:
+    """beta_main per token, (B, N), from x^{l-1}, a^l and dy/du^l, each (B, N, D).
+
+    c_main = |<g, a>|, c_skip = |<g, x>|, beta_main = c_main / (c_main + c_skip + eps); "layer"
+    uses the sums of c over tokens, "off" returns ones.
+    """
+    if gate == "off":
+        return torch.ones(branch.shape[:2], device=branch.device, dtype=branch.dtype)
+    c_main = (branch_grad * branch).sum(dim=-1).abs()
+    c_skip = (branch_grad * block_input).sum(dim=-1).abs()
+    if gate == "layer":
+        c_main = c_main.sum(dim=-1, keepdim=True).expand_as(c_skip)
+        c_skip = c_skip.sum(dim=-1, keepdim=True).expand_as(c_main)
+    return c_main / (c_main + c_skip + eps)
+
+
+def propagate_block(relevance: Tensor, matrix: Tensor, beta_main: Tensor | None = None) -> Tensor:
+    """One step down: R^{l-1} = M^T (beta * R^l) + (1 - beta) * R^l; without beta, M^T R^l.
+
+    Args:
+        relevance: R^l, (B, N); matrix: M, (B, N, N); beta_main: (B, N) or None.
+    """
+    if beta_main is None:
+        return torch.einsum("bij,bi->bj", matrix, relevance)
+    return torch.einsum("bij,bi->bj", matrix, beta_main * relevance) + (1.0 - beta_main) * relevance
+
+
+def _patch_tokens_only(capture: Capture) -> Capture:
+    """The capture restricted to patch tokens, attention rows re-normalised (``cls_mode="paper"``)."""
+    p = capture.num_prefix_tokens
+    cut = lambda ts: None if ts is None else [t[:, p:] for t in ts]  # noqa: E731 - token axis 1
+    return Capture(
+        attn=[_normalise(a[:, :, p:, p:]) for a in capture.attn],
+        attn_grad=None if capture.attn_grad is None else [g[:, :, p:, p:] for g in capture.attn_grad],
+        value_norm=[v[:, :, p:] for v in capture.value_norm],
+        block_input=cut(capture.block_input),
+        branch=cut(capture.branch),
+        branch_grad=cut(capture.branch_grad),
+        output=capture.output[:, p:],
+        output_grad=None if capture.output_grad is None else capture.output_grad[:, p:],
+        logits=capture.logits,
+        targets=capture.targets,
+        readout=capture.readout[:, p:],
+        num_prefix_tokens=0,
+        grid_size=capture.grid_size,
+    )
+
+
+def gradskip(capture: Capture, options: GradSkipOptions) -> MethodOutput:
+    """GradSkip relevance of the patches, with head weights and gates (see the method doc)."""
+    if capture.attn_grad is None:
+        raise ValueError("GradSkip needs a capture with gradients")
+    if options.cls_mode == "paper":
+        capture = _patch_tokens_only(capture)
+        start = (capture.output_grad * capture.output).sum(dim=-1).clamp_min(0)
+        uniform = torch.full_like(start, 1.0 / start.shape[-1])
+        relevance = torch.where(start.sum(dim=-1, keepdim=True) > 0, start, uniform)
+    else:
+        relevance = capture.readout
+    omegas, g_tildes, s_tildes, gates = [], [], [], []
+    for layer in reversed(range(capture.num_blocks)):
+        attn, attn_grad = capture.attn[layer], capture.attn_grad[layer]
+        omega, g_tilde, s_tilde = head_weights(attn, attn_grad, options)
+        w = weighted_attention(attn, attn_grad, capture.value_norm[layer], omega, options)
+        beta = skip_gates(
+            capture.block_input[layer], capture.branch[layer], capture.branch_grad[layer], options.gate, options.eps
+        )
+        relevance = propagate_block(relevance, w, beta)
+        omegas.append(omega), g_tildes.append(g_tilde), s_tildes.append(s_tilde), gates.append(beta)
+    patch = relevance[:, capture.num_prefix_tokens :]
+    if options.completeness:
+        explained = capture.logits.gather(1, capture.targets[:, None])
+        patch = patch * explained / patch.sum(dim=-1, keepdim=True)
+    stack = lambda ts: torch.stack(ts[::-1], dim=1)  # noqa: E731 - bottom block first: (B, L, ...)
+    return MethodOutput(patch, stack(omegas), stack(g_tildes), stack(s_tildes), stack(gates))
+
+
+def raw_attention(attn_last: Tensor, readout: Tensor) -> Tensor:
+    """Last-block attention of the read-out token(s), head mean: (B, H, N, N), (B, N) -> (B, N)."""
+    return torch.einsum("bij,bi->bj", attn_last.mean(dim=1), readout)
+
+
+def rollout(attn: list[Tensor], readout: Tensor) -> Tensor:
+    """Attention rollout (Abnar & Zuidema 2020): readout^T M_L ... M_1, M = rownorm(mean_h A + I).
+
+    Args:
+        attn: L tensors (B, H, N, N), bottom block first; readout: (B, N). Returns (B, N).
+    """
+    relevance = readout
+    for a in reversed(attn):
+        mean = a.mean(dim=1)
+        m = _normalise(mean + torch.eye(mean.shape[-1], device=mean.device, dtype=mean.dtype))
+        relevance = propagate_block(relevance, m)
+    return relevance
+
+
+def chefer(attn: list[Tensor], attn_grad: list[Tensor], readout: Tensor) -> Tensor:
+    """Chefer et al. 2021 generic attention explainability: readout^T prod_l (I + mean_h (dA * A)^+).
+
+    Args:
+        attn, attn_grad: L tensors (B, H, N, N), bottom block first; readout: (B, N). Returns (B, N).
+    """
+    relevance = readout
+    for a, g in zip(reversed(attn), reversed(attn_grad)):
+        mean = (g * a).clamp_min(0).mean(dim=1)
+        relevance = relevance + propagate_block(relevance, mean)
+    return relevance
+
+
+def random_relevance(batch: int, num_patches: int, seed: int, device: torch.device) -> Tensor:
+    """A uniform random patch map, (B, P): the floor every method must beat. Fixed by ``seed``."""
+    generator = torch.Generator().manual_seed(seed)
+    return torch.rand(batch, num_patches, generator=generator).to(device)

@@ -1,0 +1,38 @@
+"""Faithfulness, localisation and drift metrics for relevance maps, as torchmetrics and functions.
+
+Perturbation metrics take ``(model, images, targets, maps)``: model images (B, C, H, W) -> logits,
+targets (B,) classes, maps (B, H, W) at input resolution. Pass an eval-mode model; its mode is
+left as it is and it is run under ``torch.no_grad()``.
+"""
+from .drift import ExplanationDrift, average_ranks, drift, spearman, topk_iou
+from .insertion_deletion import InsertionDeletion, insertion_deletion, trapezoid_auc
+from .perturbation import CountingModel, gaussian_blur, make_baseline, perturbed_probabilities
+from .pointing import PointingGame, default_tolerance, pointing_game
+from .randomisation import RandomisationCurve, parameter_randomisation
+from .segmentation import SegmentationScores, segmentation_confusion, segmentation_scores
+from .violation import FaithfulnessViolation, faithfulness_violation
+
+__all__ = [
+    "CountingModel",
+    "ExplanationDrift",
+    "FaithfulnessViolation",
+    "InsertionDeletion",
+    "PointingGame",
+    "RandomisationCurve",
+    "SegmentationScores",
+    "average_ranks",
+    "default_tolerance",
+    "drift",
+    "faithfulness_violation",
+    "gaussian_blur",
+    "insertion_deletion",
+    "make_baseline",
+    "parameter_randomisation",
+    "perturbed_probabilities",
+    "pointing_game",
+    "segmentation_confusion",
+    "segmentation_scores",
+    "spearman",
+    "topk_iou",
+    "trapezoid_auc",
+]

@@ -1,0 +1,92 @@
+"""Drift between two relevance maps of the same images: Spearman rank correlation and top-k % IoU."""
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+from torch import Tensor
+from torchmetrics import Metric
+from torchmetrics.utilities import dim_zero_cat
+
+from ._checks import check_maps
+
+
+def _check_pair(maps_a: Tensor, maps_b: Tensor) -> None:
+    check_maps(maps_a, "maps_a")
+    check_maps(maps_b, "maps_b")
+    if maps_a.shape != maps_b.shape:
+        raise ValueError(f"maps_a {tuple(maps_a.shape)} and maps_b {tuple(maps_b.shape)} must have the same shape")
+
+
+def average_ranks(values: Tensor) -> Tensor:
+    """1-based ranks (B, N) float64 of each row of values (B, N), ties given their average rank."""
+    ordered = values.sort(dim=1).values
+    below = torch.searchsorted(ordered, values, side="left")
+    at_or_below = torch.searchsorted(ordered, values, side="right")
+    return (below + at_or_below + 1).double() / 2
+
+
+def spearman(maps_a: Tensor, maps_b: Tensor) -> Tensor:
+    """Spearman rank correlation (B,) float64 between maps (B, H, W) over pixels (as scipy.stats.spearmanr).
+
+    NaN where a map is constant (its ranks have no variance).
+    """
+    _check_pair(maps_a, maps_b)
+    ranks_a = average_ranks(maps_a.flatten(1))
+    ranks_b = average_ranks(maps_b.to(maps_a.device).flatten(1))
+    ranks_a = ranks_a - ranks_a.mean(dim=1, keepdim=True)
+    ranks_b = ranks_b - ranks_b.mean(dim=1, keepdim=True)
+    return (ranks_a * ranks_b).sum(1) / (ranks_a.square().sum(1) * ranks_b.square().sum(1)).sqrt()
+
+
+def top_pixels(maps: Tensor, fraction: float) -> Tensor:
+    """Masks (B, N) bool of the ceil(fraction * N) highest pixels of maps (B, H, W); ties: row-major order."""
+    if not 0 < fraction <= 1:
+        raise ValueError(f"top_k must be a fraction in (0, 1], got {fraction}")
+    flat = maps.flatten(1)
+    count = math.ceil(round(fraction * flat.shape[1], 6))
+    chosen = torch.argsort(flat, dim=1, descending=True, stable=True)[:, :count]
+    return torch.zeros_like(flat, dtype=torch.bool).scatter_(1, chosen, True)
+
+
+def topk_iou(maps_a: Tensor, maps_b: Tensor, *, top_k: float = 0.1) -> Tensor:
+    """IoU (B,) float64 of the top ``top_k`` fraction of pixels of two maps (B, H, W)."""
+    _check_pair(maps_a, maps_b)
+    top_a, top_b = top_pixels(maps_a, top_k), top_pixels(maps_b.to(maps_a.device), top_k)
+    return (top_a & top_b).sum(1).double() / (top_a | top_b).sum(1)
+
+
+def drift(maps_a: Tensor, maps_b: Tensor, *, top_k: float = 0.1) -> dict[str, Tensor]:
+    """``spearman`` and ``topk_iou`` (B,) between two maps (B, H, W) of the same images."""
+    return {"spearman": spearman(maps_a, maps_b), "topk_iou": topk_iou(maps_a, maps_b, top_k=top_k)}
+
+
+class ExplanationDrift(Metric):
+    """Mean Spearman correlation and top-k IoU between paired maps, DDP-synchronised.
+
+    Per-image values are kept ("cat" states) and averaged in ``compute()``; images whose Spearman
+    correlation is undefined (a constant map) are left out of its mean.
+    """
+
+    is_differentiable = False
+    higher_is_better = True
+    full_state_update = False
+
+    def __init__(self, *, top_k: float = 0.1, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        if not 0 < top_k <= 1:
+            raise ValueError(f"top_k must be a fraction in (0, 1], got {top_k}")
+        self.top_k = top_k
+        self.add_state("spearman", [], dist_reduce_fx="cat")
+        self.add_state("topk_iou", [], dist_reduce_fx="cat")
+
+    def update(self, maps_a: Tensor, maps_b: Tensor) -> None:
+        """Add a batch of map pairs (B, H, W)."""
+        scores = drift(maps_a, maps_b, top_k=self.top_k)
+        self.spearman.append(scores["spearman"])
+        self.topk_iou.append(scores["topk_iou"])
+
+    def compute(self) -> dict[str, Tensor]:
+        """``spearman`` (NaN-skipping mean) and ``topk_iou`` means."""
+        return {"spearman": dim_zero_cat(self.spearman).nanmean(), "topk_iou": dim_zero_cat(self.topk_iou).mean()}

@@ -1,0 +1,171 @@
+"""Patch ranking, perturbation baselines and the batched perturbed-forward runner.
+
+Shared by insertion/deletion and the faithfulness violation test. A perturbation is described at
+patch level: a bool mask (B, S, h, w) says, for each image and each of S perturbation steps, which
+patches are taken from ``fill`` instead of ``base``. The runner builds the B * S images chunk by
+chunk (``batch_size`` images per forward) so memory stays bounded and the model sees large batches.
+"""
+from __future__ import annotations
+
+import math
+from typing import Callable, Union
+
+import torch
+import torchvision.transforms.v2.functional as TF
+from timm.models.vision_transformer import VisionTransformer
+from torch import Tensor, nn
+
+Baseline = Union[str, Tensor]
+"""``"zeros"`` (zeros of the normalised input: the mean colour), ``"blur"`` or a tensor broadcastable to the images."""
+
+
+class CountingModel(nn.Module):
+    """Wraps a classifier and counts its forward calls and the images they carried.
+
+    Example:
+        >>> counted = CountingModel(model)
+        >>> scores = insertion_deletion(counted, images, targets, maps, patch_size=8)
+        >>> counted.calls, counted.images
+    """
+
+    def __init__(self, model: Callable[[Tensor], Tensor]) -> None:
+        super().__init__()
+        self.model = model
+        self.calls = 0
+        self.images = 0
+
+    def forward(self, images: Tensor) -> Tensor:
+        self.calls += 1
+        self.images += images.shape[0]
+        return self.model(images)
+
+
+def find_vit(model: object) -> VisionTransformer | None:
+    """The single timm VisionTransformer that ``model`` is or contains, else None."""
+    if not isinstance(model, nn.Module):
+        return None
+    vits = [m for m in model.modules() if isinstance(m, VisionTransformer)]
+    return vits[0] if len(vits) == 1 else None
+
+
+def resolve_patch_size(
+    model: object, patch_size: int | tuple[int, int] | None, image_size: tuple[int, int]
+) -> tuple[int, int]:
+    """Patch size (ph, pw) in pixels: the given one, or the one of the timm ViT in ``model``.
+
+    Raises ValueError when it cannot be found or does not divide the image size (H, W).
+    """
+    if patch_size is None:
+        vit = find_vit(model)
+        if vit is None:
+            raise ValueError(
+                "patch_size is required: the model is not (and does not contain exactly one) timm VisionTransformer"
+            )
+        patch_size = tuple(vit.patch_embed.patch_size)
+    ph, pw = (patch_size, patch_size) if isinstance(patch_size, int) else tuple(patch_size)
+    if ph < 1 or pw < 1:
+        raise ValueError(f"patch_size must be positive, got {(ph, pw)}")
+    height, width = image_size
+    if height % ph or width % pw:
+        raise ValueError(f"image size {(height, width)} is not a multiple of the patch size {(ph, pw)}")
+    return ph, pw
+
+
+def patch_relevance(maps: Tensor, patch_size: tuple[int, int]) -> Tensor:
+    """Sum of each (B, H, W) map over each patch: (B, P) float64, patches in row-major order."""
+    batch, height, width = maps.shape
+    ph, pw = patch_size
+    grid = maps.double().reshape(batch, height // ph, ph, width // pw, pw)
+    return grid.sum(dim=(2, 4)).reshape(batch, -1)
+
+
+def rank_patches(relevance: Tensor) -> Tensor:
+    """Patch indices (B, P), highest relevance first; ties keep row-major order (stable sort)."""
+    return torch.argsort(relevance, dim=1, descending=True, stable=True)
+
+
+def ranked_masks(order: Tensor, counts: Tensor) -> Tensor:
+    """Masks (B, S, P) bool: step s selects the first ``counts[s]`` patches of ``order`` (B, P)."""
+    position = torch.argsort(order, dim=1)  # rank of each patch
+    return position[:, None, :] < counts.to(order.device)[None, :, None]
+
+
+def gaussian_blur(images: Tensor, kernel_size: int | None = None, sigma: float | None = None) -> Tensor:
+    """Gaussian-blurred copy of images (B, C, H, W), reflect-padded.
+
+    Defaults follow Petsiuk et al.: kernel 11 and sigma 5 at 224 px, scaled with each side
+    (sigma = 5 * side / 224, kernel = 2 * round(sigma) + 1, at least 3).
+    """
+    sizes = images.shape[-2:]
+    sigmas = [sigma if sigma is not None else 5.0 * side / 224 for side in sizes]
+    kernels = [kernel_size if kernel_size is not None else max(3, 2 * round(s) + 1) for s in sigmas]
+    kernels = [min(k, 2 * ((side - 1) // 2) + 1) for k, side in zip(kernels, sizes)]  # reflect pad < side
+    # torchvision expects (x, y) order: width first.
+    return TF.gaussian_blur(images, kernel_size=kernels[::-1], sigma=sigmas[::-1])
+
+
+def make_baseline(images: Tensor, baseline: Baseline) -> Tensor:
+    """The replacement images (B, C, H, W) for ``baseline``: "zeros", "blur" or a broadcastable tensor."""
+    if isinstance(baseline, Tensor):
+        try:
+            return torch.broadcast_to(baseline.to(images), images.shape)
+        except RuntimeError as err:
+            raise ValueError(
+                f"baseline tensor {tuple(baseline.shape)} does not broadcast to images {tuple(images.shape)}"
+            ) from err
+    if baseline == "zeros":
+        return torch.zeros_like(images)
+    if baseline == "blur":
+        return gaussian_blur(images)
+    raise ValueError(f'baseline must be "zeros", "blur" or a tensor, got {baseline!r}')
+
+
+def step_counts(num_patches: int, steps: int) -> Tensor:
+    """Patches perturbed at each of the K + 1 steps (K + 1,): round(k * P / K), halves rounded up."""
+    if not 1 <= steps <= num_patches:
+        raise ValueError(f"steps must be in [1, {num_patches}] (one per patch at most), got {steps}")
+    return torch.tensor([math.floor(k * num_patches / steps + 0.5) for k in range(steps + 1)])
+
+
+def perturbed_probabilities(
+    model: Callable[[Tensor], Tensor],
+    base: Tensor,
+    fill: Tensor,
+    masks: Tensor,
+    targets: Tensor,
+    *,
+    batch_size: int,
+) -> Tensor:
+    """Softmax probability of each target class on every perturbed image.
+
+    Args:
+        model: images (n, C, H, W) -> logits (n, num_classes); called under ``torch.no_grad()``
+            in whatever mode it is in (pass an eval-mode model).
+        base: images (B, C, H, W) that unselected patches come from.
+        fill: images (B, C, H, W) that selected patches come from.
+        masks: patch selections (B, S, h, w) bool; patches are (H / h) x (W / w) pixels.
+        targets: classes (B,).
+        batch_size: images per forward call.
+
+    Returns:
+        Probabilities (B, S) in the dtype of the logits.
+    """
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    batch, steps, grid_h, grid_w = masks.shape
+    ph, pw = base.shape[-2] // grid_h, base.shape[-1] // grid_w
+    flat = masks.reshape(batch * steps, grid_h, grid_w)
+    targets = targets.to(base.device)
+    chunks = []
+    with torch.no_grad():
+        for start in range(0, batch * steps, batch_size):
+            index = torch.arange(start, min(start + batch_size, batch * steps), device=base.device)
+            sample = index // steps
+            pixel_mask = flat[index].repeat_interleave(ph, dim=1).repeat_interleave(pw, dim=2)
+            logits = model(torch.where(pixel_mask[:, None], fill[sample], base[sample]))
+            if not isinstance(logits, Tensor) or logits.ndim != 2 or logits.shape[0] != index.numel():
+                raise ValueError(f"model must return logits (n, num_classes) for n images, got {getattr(logits, 'shape', logits)}")
+            if (targets >= logits.shape[1]).any():
+                raise ValueError(f"targets must be < num_classes = {logits.shape[1]}")
+            chunks.append(logits.softmax(dim=1).gather(1, targets[sample, None])[:, 0])
+    return torch.cat(chunks).reshape(batch, steps)

@@ -1,0 +1,95 @@
+"""Model-parameter randomisation test (Adebayo et al. 2018), cascading from the head down."""
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+from typing import Callable, Union
+
+import torch
+from timm.models.vision_transformer import init_weights_vit_timm
+from torch import Tensor, nn
+
+from .drift import spearman, topk_iou
+from .perturbation import find_vit
+
+ExplainFn = Callable[[nn.Module, Tensor, Tensor], Tensor]
+Similarity = Union[str, Callable[[Tensor, Tensor], Tensor]]
+
+
+@dataclass(frozen=True)
+class RandomisationCurve:
+    """Similarity to the original maps after each cascading step.
+
+    Attributes:
+        layers: names of the layers re-initialised at each step, e.g. ("head", "blocks.1", "blocks.0");
+            step s has re-initialised ``layers[:s + 1]``.
+        similarity: (S, B) per step and image.
+    """
+
+    layers: tuple[str, ...]
+    similarity: Tensor
+
+    @property
+    def mean(self) -> Tensor:
+        """(S,) mean similarity per step (NaN-skipping)."""
+        return self.similarity.nanmean(dim=1)
+
+
+def _similarity_fn(similarity: Similarity) -> Callable[[Tensor, Tensor], Tensor]:
+    if callable(similarity):
+        return similarity
+    if similarity == "spearman":
+        return spearman
+    if similarity == "topk_iou":
+        return topk_iou
+    raise ValueError(f'similarity must be "spearman", "topk_iou" or a callable (maps_a, maps_b) -> (B,), got {similarity!r}')
+
+
+def _reinitialise(layer: nn.Module) -> None:
+    """Re-initialise every submodule of ``layer`` with timm's ViT init (trunc-normal Linear, reset_parameters)."""
+    for module in layer.modules():
+        init_weights_vit_timm(module)
+
+
+def parameter_randomisation(
+    model: nn.Module,
+    images: Tensor,
+    targets: Tensor,
+    explain_fn: ExplainFn,
+    *,
+    similarity: Similarity = "spearman",
+    seed: int = 0,
+) -> RandomisationCurve:
+    """Cascading randomisation: similarity of maps as more top layers get random weights.
+
+    ``model`` is deep-copied and never touched. On the copy: maps are computed, then the classifier
+    head is re-initialised, then blocks[L-1], ..., blocks[0], one more each step, recomputing maps
+    and comparing them with the copy's original maps. Re-initialisation uses timm's ViT init under a
+    fixed seed without disturbing the global RNG.
+
+    Args:
+        model: a timm VisionTransformer, or a module containing exactly one.
+        images: (B, C, H, W); targets: (B,) classes explained at every step.
+        explain_fn: (model, images, targets) -> maps (B, H, W); called with the copy.
+        similarity: "spearman", "topk_iou" (top 10 %) or a callable (maps_a, maps_b) -> (B,).
+        seed: seed of the re-initialisation.
+
+    Returns:
+        A :class:`RandomisationCurve` with L + 1 steps.
+    """
+    compare = _similarity_fn(similarity)
+    randomised = copy.deepcopy(model)
+    vit = find_vit(randomised)
+    if vit is None:
+        raise TypeError(f"model must be (or contain exactly one) timm VisionTransformer, got {type(model).__name__}")
+    original = explain_fn(randomised, images, targets)
+    layers = [("head", vit.head)] + [(f"blocks.{i}", vit.blocks[i]) for i in reversed(range(len(vit.blocks)))]
+    similarities = []
+    cuda_devices = sorted({p.device.index or 0 for p in randomised.parameters() if p.is_cuda})
+    with torch.random.fork_rng(devices=cuda_devices):
+        torch.manual_seed(seed)
+        for _, layer in layers:
+            with torch.no_grad():
+                _reinitialise(layer)
+            similarities.append(compare(original, explain_fn(randomised, images, targets)))
+    return RandomisationCurve(layers=tuple(name for name, _ in layers), similarity=torch.stack(similarities))

@@ -1,0 +1,167 @@
+"""Turn images, relevance maps and head statistics into uint8 RGB arrays for logging.
+
+Everything here returns ``numpy.uint8`` arrays shaped (..., H, W, 3), because W&B casts float
+images straight to uint8 (a [0, 1] heatmap would come out black). Colour maps are matplotlib
+lookup tables sampled once into a (256, 3) uint8 LUT, so no pyplot figure is made in the hot path.
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from functools import lru_cache
+
+import numpy as np
+import torch
+from PIL import Image, ImageDraw
+
+__all__ = [
+    "colormap_lut",
+    "apply_colormap",
+    "normalize_maps",
+    "to_display",
+    "overlay",
+    "upscale",
+    "image_grid",
+    "matrix_image",
+    "caption",
+    "annotate",
+]
+
+
+@lru_cache(maxsize=8)
+def colormap_lut(name: str = "inferno") -> np.ndarray:
+    """A (256, 3) uint8 lookup table of a matplotlib colour map."""
+    import matplotlib
+
+    try:
+        cmap = matplotlib.colormaps[name]
+    except KeyError as err:
+        raise ValueError(f"unknown matplotlib colour map {name!r}") from err
+    lut = cmap(np.linspace(0.0, 1.0, 256))[:, :3]
+    return np.round(lut * 255.0).astype(np.uint8)
+
+
+def _numpy(x: torch.Tensor | np.ndarray) -> np.ndarray:
+    if isinstance(x, torch.Tensor):
+        return x.detach().to("cpu", torch.float32).numpy()
+    return np.asarray(x)
+
+
+def normalize_maps(maps: torch.Tensor | np.ndarray) -> np.ndarray:
+    """Min-max normalise each map of (B, H, W) to [0, 1]; a constant map becomes zeros."""
+    maps = _numpy(maps).astype(np.float32)
+    if maps.ndim != 3:
+        raise ValueError(f"maps must be (B, H, W), got shape {maps.shape}")
+    maps = np.nan_to_num(maps, nan=0.0, posinf=0.0, neginf=0.0)
+    low = maps.min(axis=(1, 2), keepdims=True)
+    span = maps.max(axis=(1, 2), keepdims=True) - low
+    return np.where(span > 0, (maps - low) / np.where(span > 0, span, 1.0), 0.0).astype(np.float32)
+
+
+def apply_colormap(values: np.ndarray, cmap: str = "inferno") -> np.ndarray:
+    """Colour values in [0, 1] of any shape (...) into uint8 RGB (..., 3)."""
+    index = np.clip(np.round(np.asarray(values, dtype=np.float32) * 255.0), 0, 255).astype(np.intp)
+    return colormap_lut(cmap)[index]
+
+
+def to_display(
+    images: torch.Tensor | np.ndarray,
+    mean: Sequence[float] | None = None,
+    std: Sequence[float] | None = None,
+) -> np.ndarray:
+    """Normalised images (B, C, H, W) to uint8 RGB (B, H, W, 3).
+
+    With ``mean`` and ``std`` (per channel, as used to normalise) the images are de-normalised
+    and clipped to [0, 1]; without them each image is min-max scaled. One channel is repeated
+    to three; more than three channels keep the first three.
+    """
+    images = _numpy(images).astype(np.float32)
+    if images.ndim != 4:
+        raise ValueError(f"images must be (B, C, H, W), got shape {images.shape}")
+    channels = images.shape[1]
+    if (mean is None) != (std is None):
+        raise ValueError("give both mean and std, or neither")
+    if mean is not None:
+        mean_a = np.asarray(mean, dtype=np.float32).reshape(1, -1, 1, 1)
+        std_a = np.asarray(std, dtype=np.float32).reshape(1, -1, 1, 1)
+        if mean_a.shape[1] not in (1, channels) or std_a.shape[1] not in (1, channels):
+            raise ValueError(f"mean/std need 1 or {channels} values, got {len(mean)} and {len(std)}")
+        images = np.clip(images * std_a + mean_a, 0.0, 1.0)
+    else:
+        low = images.min(axis=(1, 2, 3), keepdims=True)
+        span = images.max(axis=(1, 2, 3), keepdims=True) - low
+        images = np.where(span > 0, (images - low) / np.where(span > 0, span, 1.0), 0.0)
+    if channels == 1:
+        images = np.repeat(images, 3, axis=1)
+    images = images[:, :3].transpose(0, 2, 3, 1)
+    return np.round(images * 255.0).astype(np.uint8)
+
+
+def overlay(
+    display: np.ndarray,
+    maps: torch.Tensor | np.ndarray,
+    alpha: float = 0.5,
+    cmap: str = "inferno",
+) -> np.ndarray:
+    """Blend colour-mapped relevance (B, H, W) over uint8 images (B, H, W, 3).
+
+    Each map is min-max normalised for display; ``alpha`` is the weight of the heat map.
+    """
+    if not 0.0 <= alpha <= 1.0:
+        raise ValueError(f"alpha must be in [0, 1], got {alpha}")
+    heat = apply_colormap(normalize_maps(maps), cmap).astype(np.float32)
+    if heat.shape != display.shape:
+        raise ValueError(f"maps {heat.shape[:3]} do not match images {display.shape[:3]}")
+    mixed = (1.0 - alpha) * display.astype(np.float32) + alpha * heat
+    return np.clip(np.round(mixed), 0, 255).astype(np.uint8)
+
+
+def upscale(images: np.ndarray, min_size: int = 128) -> np.ndarray:
+    """Nearest-neighbour upscale (..., H, W, 3) by the smallest integer factor reaching min_size."""
+    height, width = images.shape[-3:-1]
+    factor = max(1, -(-min_size // max(1, min(height, width))))
+    if factor == 1:
+        return images
+    return np.repeat(np.repeat(images, factor, axis=-3), factor, axis=-2)
+
+
+def image_grid(images: np.ndarray, ncols: int | None = None, pad: int = 2, fill: int = 255) -> np.ndarray:
+    """Tile (B, H, W, 3) uint8 images into one (rows*(H+pad)+pad, cols*(W+pad)+pad, 3) image."""
+    if images.ndim != 4:
+        raise ValueError(f"images must be (B, H, W, 3), got shape {images.shape}")
+    count, height, width, depth = images.shape
+    ncols = ncols or int(np.ceil(np.sqrt(count)))
+    nrows = int(np.ceil(count / ncols))
+    grid = np.full((nrows * (height + pad) + pad, ncols * (width + pad) + pad, depth), fill, np.uint8)
+    for i, image in enumerate(images):
+        top = pad + (i // ncols) * (height + pad)
+        left = pad + (i % ncols) * (width + pad)
+        grid[top : top + height, left : left + width] = image
+    return grid
+
+
+def matrix_image(values: torch.Tensor | np.ndarray, cell: int = 16, cmap: str = "viridis") -> np.ndarray:
+    """A (rows, cols) matrix, e.g. layer x head mean omega, as a uint8 image of cell-px squares.
+
+    Colours span [0, max] of the matrix (head weights are non-negative); rows are layers from
+    the top of the image down.
+    """
+    values = np.nan_to_num(_numpy(values).astype(np.float32))
+    if values.ndim != 2:
+        raise ValueError(f"values must be (rows, cols), got shape {values.shape}")
+    top = values.max()
+    scaled = values / top if top > 0 else np.zeros_like(values)
+    image = apply_colormap(np.clip(scaled, 0.0, 1.0), cmap)
+    return np.repeat(np.repeat(image, cell, axis=0), cell, axis=1)
+
+
+def caption(label: str, prediction: str, probability: float) -> str:
+    """The caption of one probe's overlay: ``label=X pred=Y p=0.93``."""
+    return f"label={label} pred={prediction} p={probability:.2f}"
+
+
+def annotate(image: np.ndarray, text: str, height: int = 12) -> np.ndarray:
+    """Add a white strip with ``text`` (PIL's default font) under a (H, W, 3) uint8 image."""
+    canvas = Image.new("RGB", (image.shape[1], image.shape[0] + height), (255, 255, 255))
+    canvas.paste(Image.fromarray(image), (0, 0))
+    ImageDraw.Draw(canvas).text((1, image.shape[0]), text, fill=(0, 0, 0))
+    return np.asarray(canvas)

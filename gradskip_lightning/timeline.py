@@ -1,0 +1,100 @@
+"""Render a probe x epoch timeline PNG from the maps GradSkipCallback wrote.
+
+Usage::
+
+    python -m gradskip_lightning.timeline lightning_logs/version_0 -o timeline.png
+    python -m gradskip_lightning.timeline wandb/offline-run-*/gradskip/maps -o timeline.png
+    python -m gradskip_lightning.timeline entity/project/gradskip-maps-<run id>:latest -o timeline.png
+
+Rows are probes, columns are logged epochs (the first column is the probe image); each cell is
+the overlay of that epoch's map with its insertion and deletion scores. The source is a maps
+folder (``probes.npz`` + ``epoch_*.npz``), any folder above exactly one, or a W&B artifact name
+(downloaded with ``wandb.Api``, which needs a connection).
+"""
+from __future__ import annotations
+
+import argparse
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+from gradskip_lightning import render
+from gradskip_lightning.callback.files import PROBES_FILE, MapsRecord, read_maps
+
+__all__ = ["find_maps_dir", "timeline_figure", "main"]
+
+
+def find_maps_dir(source: str | Path) -> Path:
+    """The maps folder for ``source``: itself, the one folder below it holding ``probes.npz``, or
+    a downloaded W&B artifact when ``source`` is not a local path."""
+    path = Path(source)
+    if not path.exists():
+        import wandb
+
+        return Path(wandb.Api().artifact(str(source), type="gradskip-maps").download())
+    if (path / PROBES_FILE).is_file():
+        return path
+    found = sorted({p.parent for p in path.rglob(PROBES_FILE)})
+    if len(found) != 1:
+        what = "no" if not found else f"{len(found)}"
+        raise FileNotFoundError(f"{what} GradSkip maps folders under {path}; pass one of them: {[str(f) for f in found]}")
+    return found[0]
+
+
+def _pick(count: int, most: int) -> list[int]:
+    """At most ``most`` indices spread evenly over range(count), first and last included."""
+    if count <= most:
+        return list(range(count))
+    return sorted({int(round(i)) for i in np.linspace(0, count - 1, most)})
+
+
+def timeline_figure(record: MapsRecord, *, max_epochs: int = 12, max_probes: int = 32, cmap: str = "inferno", alpha: float = 0.5):
+    """A matplotlib Figure (Agg) of the timeline; see the module docstring."""
+    from matplotlib.figure import Figure
+
+    epochs = [record.epochs[i] for i in _pick(len(record.epochs), max_epochs)]
+    probes = _pick(len(record.probe_ids), max_probes)
+    images = record.images
+    figure = Figure(figsize=(1.5 * (len(epochs) + 1), 1.6 * len(probes)), dpi=100)
+    axes = figure.subplots(len(probes), len(epochs) + 1, squeeze=False)
+    names = record.class_names
+    for row, p in enumerate(probes):
+        label = names[int(record.labels[p])] if names else str(int(record.labels[p]))
+        axes[row, 0].imshow(images[p])
+        axes[row, 0].set_title(f"#{int(record.probe_ids[p])} {label}", fontsize=7)
+        for col, arrays in enumerate(epochs, start=1):
+            maps = arrays["maps"][p : p + 1]
+            factor = images.shape[1] // maps.shape[1]
+            maps = np.repeat(np.repeat(maps, factor, axis=1), factor, axis=2)
+            axes[row, col].imshow(render.overlay(images[p : p + 1], maps, alpha=alpha, cmap=cmap)[0])
+            axes[row, col].set_title(
+                f"e{int(arrays['epoch'])} ins {float(arrays['insertion'][p]):.2f} del {float(arrays['deletion'][p]):.2f}",
+                fontsize=6,
+            )
+    for axis in axes.flat:
+        axis.set_axis_off()
+    figure.tight_layout()
+    return figure
+
+
+def main(argv: Sequence[str] | None = None) -> Path:
+    """Command-line entry point; returns the PNG path written."""
+    parser = argparse.ArgumentParser(prog="python -m gradskip_lightning.timeline", description=__doc__.split("\n\n")[0])
+    parser.add_argument("source", help="maps folder, a folder above it (log dir, W&B run dir), or a W&B artifact name")
+    parser.add_argument("-o", "--output", default="timeline.png", help="PNG to write (default: timeline.png)")
+    parser.add_argument("--max-epochs", type=int, default=12, help="columns: epochs spread evenly over the run")
+    parser.add_argument("--max-probes", type=int, default=32, help="rows: probes spread evenly over the set")
+    parser.add_argument("--cmap", default="inferno", help="matplotlib colour map")
+    args = parser.parse_args(argv)
+    record = read_maps(find_maps_dir(args.source))
+    figure = timeline_figure(record, max_epochs=args.max_epochs, max_probes=args.max_probes, cmap=args.cmap)
+    output = Path(args.output)
+    output.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(output)
+    print(f"wrote {output} ({len(record.probe_ids)} probes, {len(record.epochs)} epochs)")
+    return output
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,88 @@
+"""Read back what an offline W&B run wrote: history rows, artifacts and media files.
+
+The run file ``run-<id>.wandb`` is a 7-byte W&B header followed by LevelDB-log framed records
+(32 KiB blocks; each chunk: crc32 (4), length (2, little endian), type (1: full, 2: first,
+3: middle, 4: last)); each record is a ``wandb_internal_pb2.Record``.
+"""
+from __future__ import annotations
+
+import json
+import struct
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from wandb.proto import wandb_internal_pb2
+
+_HEADER = 7
+_BLOCK = 32768
+_CHUNK_HEADER = 7
+
+
+def read_records(path: Path) -> list[wandb_internal_pb2.Record]:
+    """All records of one ``.wandb`` file, in write order."""
+    data = Path(path).read_bytes()
+    if data[:4] != b":W&B":
+        raise ValueError(f"{path} is not a W&B run file")
+    records, pending, pos = [], b"", _HEADER
+    while pos + _CHUNK_HEADER <= len(data):
+        left_in_block = _BLOCK - pos % _BLOCK
+        if left_in_block < _CHUNK_HEADER:  # block trailer padding
+            pos += left_in_block
+            continue
+        length, kind = struct.unpack("<HB", data[pos + 4 : pos + 7])
+        chunk = data[pos + 7 : pos + 7 + length]
+        pos += _CHUNK_HEADER + length
+        if kind == 0 and length == 0:
+            continue
+        pending = chunk if kind in (1, 2) else pending + chunk
+        if kind in (1, 4):
+            record = wandb_internal_pb2.Record()
+            record.ParseFromString(pending)
+            records.append(record)
+            pending = b""
+    return records
+
+
+@dataclass
+class OfflineRun:
+    """One offline run folder: its history rows and artifact records.
+
+    A history row maps each logged key to its decoded JSON value; media (images, tables,
+    histograms) come back as dicts of their fields (``_type``, ``path``, ``caption``, ...).
+    """
+
+    root: Path
+    history: list[dict[str, Any]] = field(default_factory=list)
+    artifacts: list[wandb_internal_pb2.ArtifactRecord] = field(default_factory=list)
+
+    @classmethod
+    def load(cls, root: Path) -> "OfflineRun":
+        (run_file,) = Path(root).glob("run-*.wandb")
+        run = cls(Path(root))
+        for record in read_records(run_file):
+            kind = record.WhichOneof("record_type")
+            if kind == "history":
+                row: dict[str, Any] = {}
+                for item in record.history.item:
+                    path = list(item.nested_key) or [item.key]
+                    target = row
+                    for part in path[:-1]:  # media are split into one item per field
+                        target = target.setdefault(part, {})
+                    target[path[-1]] = json.loads(item.value_json)
+                run.history.append(row)
+            elif kind == "artifact":
+                run.artifacts.append(record.artifact)
+        return run
+
+    @property
+    def media(self) -> Path:
+        return self.root / "files" / "media"
+
+    def rows_with(self, key: str) -> list[dict[str, Any]]:
+        return [row for row in self.history if key in row]
+
+
+def find_runs(folder: Path) -> list[OfflineRun]:
+    """Every offline run under ``folder`` (searched recursively), oldest first."""
+    return [OfflineRun.load(p) for p in sorted(Path(folder).rglob("offline-run-*")) if p.is_dir()]

@@ -1,0 +1,49 @@
+"""Shared fixtures: tiny timm ViTs, offline W&B in a temporary folder, fixed seeds."""
+from __future__ import annotations
+
+import os
+
+import pytest
+import timm
+import torch
+
+
+@pytest.fixture(autouse=True)
+def _offline_wandb(tmp_path, monkeypatch):
+    """Every test runs W&B offline, writing only under its own temporary folder."""
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    for var in ("WANDB_DIR", "WANDB_DATA_DIR", "WANDB_CACHE_DIR", "WANDB_CONFIG_DIR", "WANDB_ARTIFACT_DIR"):
+        path = tmp_path / "wandb_env" / var.lower()
+        path.mkdir(parents=True, exist_ok=True)
+        monkeypatch.setenv(var, str(path))
+
+
+def make_tiny_vit(
+    num_classes: int = 4,
+    img_size: int = 32,
+    patch_size: int = 8,
+    depth: int = 2,
+    num_heads: int = 3,
+    embed_dim: int = 48,
+    seed: int = 0,
+    **kwargs,
+) -> torch.nn.Module:
+    """A randomly initialised timm ViT small enough for unit tests (16 patches of 8 px at 32 px)."""
+    torch.manual_seed(seed)
+    return timm.create_model(
+        "vit_tiny_patch16_224",
+        pretrained=False,
+        num_classes=num_classes,
+        img_size=img_size,
+        patch_size=patch_size,
+        depth=depth,
+        num_heads=num_heads,
+        embed_dim=embed_dim,
+        **kwargs,
+    ).eval()
+
+
+@pytest.fixture
+def tiny_vit() -> torch.nn.Module:
+    return make_tiny_vit()

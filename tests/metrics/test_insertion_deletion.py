@@ -1,0 +1,103 @@
+"""Insertion / deletion AUC against a numpy reference, a hand-built case and bad inputs."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from gradskip_lightning.metrics import InsertionDeletion, insertion_deletion
+from tests.conftest import make_tiny_vit
+
+from .helpers import np_default_blur, np_paste, np_patch_relevance, np_softmax_probs, np_trapezoid, one_patch_case
+
+
+def np_insertion_deletion(model, images, targets, maps, patch, steps, baseline):
+    """Plain-loop reference: perturbed images built one by one, scored in one forward per image."""
+    insertion, deletion = [], []
+    for b in range(len(images)):
+        image, target = images[b].numpy(), int(targets[b])
+        order = np.argsort(-np_patch_relevance(maps[b].numpy(), patch), kind="stable")
+        counts = [int(np.floor(k * len(order) / steps + 0.5)) for k in range(steps + 1)]
+        blurred = np_default_blur(image)
+        removed = {"zeros": np.zeros_like(image), "blur": blurred}[baseline]
+        deleted = [np_paste(image, removed, order[:n], patch) for n in counts]
+        inserted = [np_paste(blurred, image, order[:n], patch) for n in counts]
+        probs = np_softmax_probs(model, deleted + inserted, [target] * (2 * len(counts)))
+        deletion.append(np_trapezoid(list(probs[: len(counts)])))
+        insertion.append(np_trapezoid(list(probs[len(counts):])))
+    return np.array(insertion), np.array(deletion)
+
+
+@pytest.mark.parametrize(("steps", "baseline"), [(16, "zeros"), (5, "blur")])
+def test_matches_numpy_reference_on_random_inputs(steps, baseline):
+    model = make_tiny_vit(seed=1).double()
+    generator = torch.Generator().manual_seed(steps)
+    images = torch.randn(3, 3, 32, 32, generator=generator, dtype=torch.float64)
+    maps = torch.randn(3, 32, 32, generator=generator, dtype=torch.float64)
+    targets = torch.tensor([0, 2, 3])
+    scores = insertion_deletion(model, images, targets, maps, steps=steps, deletion_baseline=baseline, batch_size=64)
+    insertion, deletion = np_insertion_deletion(model, images, targets, maps, 8, steps, baseline)
+    np.testing.assert_allclose(scores["insertion"].numpy(), insertion, atol=1e-6, rtol=0)
+    np.testing.assert_allclose(scores["deletion"].numpy(), deletion, atol=1e-6, rtol=0)
+    np.testing.assert_allclose(scores["insertion_minus_deletion"].numpy(), insertion - deletion, atol=1e-6, rtol=0)
+    assert scores["insertion_curve"].shape == (3, steps + 1)
+
+
+def test_tensor_baseline_is_used_for_deletion():
+    model = make_tiny_vit(seed=1).double()
+    images = torch.randn(2, 3, 32, 32, dtype=torch.float64)
+    maps = torch.rand(2, 32, 32, dtype=torch.float64)
+    targets = torch.tensor([1, 2])
+    zeros = insertion_deletion(model, images, targets, maps, patch_size=8, deletion_baseline="zeros")
+    given = insertion_deletion(model, images, targets, maps, patch_size=8, deletion_baseline=torch.zeros(3, 1, 1))
+    shifted = insertion_deletion(model, images, targets, maps, patch_size=8, deletion_baseline=torch.full((3, 1, 1), 2.0))
+    torch.testing.assert_close(given["deletion"], zeros["deletion"])
+    assert not torch.allclose(shifted["deletion"], zeros["deletion"])
+    torch.testing.assert_close(shifted["insertion"], zeros["insertion"])
+
+
+def test_one_patch_model_right_map_floor_deletion_ceiling_insertion():
+    model, images, targets, maps = one_patch_case()
+    floor = 1 / (1 + np.exp(5))  # p(class 0) with the patch gone (m = 0)
+    ceiling = 1 / (1 + np.exp(-5))  # with the pattern present (m = 1)
+    right = insertion_deletion(model, images, targets, maps, patch_size=8, steps=16)
+    # deletion: ceiling at 0 %, floor from the first step on: (ceiling + floor) / 2 / 16 + 15 / 16 * floor
+    np.testing.assert_allclose(right["deletion"].numpy(), (ceiling + floor) / 32 + 15 / 16 * floor, atol=1e-6)
+    assert (right["deletion"] < 0.05).all()
+    assert (right["insertion"] > 0.95).all()  # blurred start (m ~ 0.02), revealed at the first step
+    reversed_ = insertion_deletion(model, images, targets, -maps, patch_size=8, steps=16)
+    assert (reversed_["deletion"] > 0.95).all()
+    assert (reversed_["insertion"] < 0.05).all()
+
+
+def test_metric_class_averages_over_updates():
+    model = make_tiny_vit().double()
+    images = torch.randn(6, 3, 32, 32, dtype=torch.float64)
+    maps = torch.rand(6, 32, 32, dtype=torch.float64)
+    targets = torch.tensor([0, 1, 2, 3, 0, 1])
+    metric = InsertionDeletion(steps=8)
+    metric.update(model, images[:4], targets[:4], maps[:4])
+    metric.update(model, images[4:], targets[4:], maps[4:])
+    whole = insertion_deletion(model, images, targets, maps, steps=8)
+    result = metric.compute()
+    assert set(result) == {"insertion", "deletion", "insertion_minus_deletion"}
+    for key in result:
+        torch.testing.assert_close(result[key], whole[key].mean(), atol=1e-12, rtol=0)
+
+
+def test_bad_inputs_raise_clear_errors(tiny_vit):
+    images, targets, maps = torch.randn(2, 3, 32, 32), torch.tensor([0, 1]), torch.rand(2, 32, 32)
+    with pytest.raises(ValueError, match=r"maps \(B, H, W\) must match images"):
+        insertion_deletion(tiny_vit, images, targets, maps[:, :16])
+    with pytest.raises(ValueError, match=r"maps \(B, H, W\) must match images"):
+        insertion_deletion(tiny_vit, images, targets, maps[:1])
+    with pytest.raises(ValueError, match="NaN"):
+        insertion_deletion(tiny_vit, images, targets, maps.masked_fill(maps > 0.9, float("nan")))
+    with pytest.raises(ValueError, match="steps must be in"):
+        insertion_deletion(tiny_vit, images, targets, maps, steps=17)
+    with pytest.raises(ValueError, match=r"targets must be a tensor \(2,\)"):
+        insertion_deletion(tiny_vit, images, targets[:1], maps)
+    with pytest.raises(ValueError, match="not a multiple of the patch size"):
+        insertion_deletion(tiny_vit, images, targets, maps, patch_size=6)
+    with pytest.raises(ValueError, match="patch_size is required"):
+        insertion_deletion(lambda x: tiny_vit(x), images, targets, maps)

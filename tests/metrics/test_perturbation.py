@@ -1,0 +1,117 @@
+"""Patch size, baselines, blur and the batched runner."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from gradskip_lightning.metrics import CountingModel, gaussian_blur, insertion_deletion, make_baseline, perturbed_probabilities
+from gradskip_lightning.metrics.perturbation import patch_relevance, rank_patches, resolve_patch_size, step_counts
+from tests.conftest import make_tiny_vit
+
+from .helpers import np_gaussian_blur, np_patch_relevance
+
+
+class Wrapper(nn.Module):
+    """A LightningModule-like wrapper: the ViT is a child."""
+
+    def __init__(self, vit: nn.Module) -> None:
+        super().__init__()
+        self.model = vit
+
+    def forward(self, images):
+        return self.model(images)
+
+
+def test_patch_size_is_read_from_a_vit_or_a_module_containing_one(tiny_vit):
+    assert resolve_patch_size(tiny_vit, None, (32, 32)) == (8, 8)
+    assert resolve_patch_size(CountingModel(Wrapper(tiny_vit)), None, (32, 32)) == (8, 8)
+    assert resolve_patch_size(lambda x: x, 4, (32, 32)) == (4, 4)
+    with pytest.raises(ValueError, match="patch_size is required"):
+        resolve_patch_size(nn.Linear(3, 2), None, (32, 32))
+    with pytest.raises(ValueError, match="not a multiple of the patch size"):
+        resolve_patch_size(tiny_vit, 5, (32, 32))
+
+
+def test_step_counts_round_k_p_over_k():
+    assert step_counts(16, 16).tolist() == list(range(17))
+    assert step_counts(16, 3).tolist() == [0, 5, 11, 16]  # 5.33 -> 5, 10.67 -> 11
+    assert step_counts(4, 4).tolist() == [0, 1, 2, 3, 4]
+    with pytest.raises(ValueError, match="steps must be in"):
+        step_counts(16, 17)
+
+
+def test_patch_relevance_and_stable_ranking_match_numpy():
+    maps = torch.rand(3, 32, 32, dtype=torch.float64)
+    maps[0] = 1.0  # all patches tie: row-major order
+    relevance = patch_relevance(maps, (8, 8))
+    for b in range(3):
+        reference = np_patch_relevance(maps[b].numpy(), 8)
+        np.testing.assert_allclose(relevance[b].numpy(), reference, atol=1e-12)
+        assert rank_patches(relevance)[b].tolist() == np.argsort(-reference, kind="stable").tolist()
+    assert rank_patches(relevance)[0].tolist() == list(range(16))
+
+
+@pytest.mark.parametrize("size", [32, 224])
+def test_default_blur_matches_numpy_with_scaled_kernel(size):
+    images = torch.rand(2, 3, size, size, dtype=torch.float64)
+    sigma = 5 * size / 224
+    kernel = max(3, 2 * round(sigma) + 1)
+    assert (size, kernel) in {(32, 3), (224, 11)}
+    blurred = gaussian_blur(images)
+    for b in range(2):
+        np.testing.assert_allclose(blurred[b].numpy(), np_gaussian_blur(images[b].numpy(), kernel, sigma), atol=1e-6)
+
+
+def test_baselines_and_their_errors():
+    images = torch.rand(2, 3, 8, 8)
+    assert torch.equal(make_baseline(images, "zeros"), torch.zeros_like(images))
+    colour = torch.tensor([1.0, 2.0, 3.0])[:, None, None]
+    assert torch.equal(make_baseline(images, colour)[1, :, 4, 4], torch.tensor([1.0, 2.0, 3.0]))
+    with pytest.raises(ValueError, match="does not broadcast"):
+        make_baseline(images, torch.zeros(4, 8, 8))
+    with pytest.raises(ValueError, match='"zeros", "blur" or a tensor'):
+        make_baseline(images, "noise")
+
+
+def test_runner_chunks_give_the_same_probabilities_and_count_forwards(tiny_vit):
+    torch.manual_seed(0)
+    base, fill = torch.randn(3, 3, 32, 32), torch.zeros(3, 3, 32, 32)
+    masks = torch.rand(3, 5, 4, 4) > 0.5
+    targets = torch.tensor([0, 3, 1])
+    counted = CountingModel(tiny_vit)
+    whole = perturbed_probabilities(counted, base, fill, masks, targets, batch_size=64)
+    assert counted.calls == 1 and counted.images == 15
+    chunked = perturbed_probabilities(counted, base, fill, masks, targets, batch_size=4)
+    assert counted.calls == 1 + math.ceil(15 / 4)
+    torch.testing.assert_close(chunked, whole, atol=1e-6, rtol=0)
+    # one image by hand: sample 2, step 3
+    pixel = masks[2, 3].repeat_interleave(8, 0).repeat_interleave(8, 1)
+    with torch.no_grad():
+        expected = tiny_vit(torch.where(pixel, fill[2], base[2])[None]).softmax(1)[0, 1]
+    torch.testing.assert_close(whole[2, 3], expected, atol=1e-6, rtol=0)
+
+
+def test_insertion_deletion_batches_forwards_and_leaves_the_model_alone():
+    vit = make_tiny_vit().train()  # the caller's mode is kept, not changed
+    images, targets, maps = torch.randn(5, 3, 32, 32), torch.zeros(5, dtype=torch.long), torch.rand(5, 32, 32)
+    counted = CountingModel(vit)
+    before = {k: v.clone() for k, v in vit.state_dict().items()}
+    insertion_deletion(counted, images, targets, maps, steps=16, batch_size=50)
+    assert counted.images == 2 * 5 * 17 and counted.calls == math.ceil(2 * 5 * 17 / 50)
+    assert vit.training and all(p.grad is None for p in vit.parameters())
+    assert all(torch.equal(before[k], v) for k, v in vit.state_dict().items())
+
+
+def test_runner_rejects_bad_model_output_and_targets(tiny_vit):
+    base = torch.randn(1, 3, 32, 32)
+    masks = torch.zeros(1, 1, 4, 4, dtype=torch.bool)
+    with pytest.raises(ValueError, match=r"logits \(n, num_classes\)"):
+        perturbed_probabilities(lambda x: x.sum(), base, base, masks, torch.tensor([0]), batch_size=8)
+    with pytest.raises(ValueError, match="num_classes = 4"):
+        perturbed_probabilities(tiny_vit, base, base, masks, torch.tensor([4]), batch_size=8)
+    with pytest.raises(ValueError, match="batch_size"):
+        perturbed_probabilities(tiny_vit, base, base, masks, torch.tensor([0]), batch_size=0)

@@ -1,0 +1,113 @@
+"""Known answers for the method functions on small hand-built tensors."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from gradskip_lightning import methods
+from gradskip_lightning.methods import GradSkipOptions
+
+# One CLS token and two patches; row i = query token i.
+A = torch.tensor([[0.5, 0.25, 0.25], [0.0, 1.0, 0.0], [0.0, 0.0, 1.0]])
+CLS = torch.tensor([[1.0, 0.0, 0.0]])
+
+
+def heads(*matrices: torch.Tensor) -> torch.Tensor:
+    """Stack (N, N) matrices into one block's attention, (B=1, H, N, N)."""
+    return torch.stack(matrices)[None]
+
+
+def test_gini_known_values():
+    rows = torch.tensor([[0.0, 0.0, 1.0], [1.0, 1.0, 1.0], [1.0, 2.0, 3.0], [3.0, 1.0, 2.0], [0.0, 0.0, 0.0]])
+    # (2k - n - 1) weights -2, 0, 2: [1, 2, 3] -> (-2 + 6) / (3 * 6) = 2/9; order does not matter.
+    expected = torch.tensor([2 / 3, 0.0, 2 / 9, 2 / 9, 0.0])
+    torch.testing.assert_close(methods.gini(rows), expected)
+
+
+def test_raw_attention_reads_the_cls_row_head_mean():
+    other = torch.tensor([[0.0, 1.0, 0.0], [0.0, 1.0, 0.0], [0.0, 0.0, 1.0]])
+    out = methods.raw_attention(heads(A, other), CLS)
+    torch.testing.assert_close(out, torch.tensor([[0.25, 0.625, 0.125]]))
+
+
+def test_rollout_two_blocks_known_answer():
+    # M = (A + I) / 2 = [[.75, .125, .125], [0, 1, 0], [0, 0, 1]]; e0^T M M by hand.
+    out = methods.rollout([heads(A), heads(A)], CLS)
+    torch.testing.assert_close(out, torch.tensor([[0.5625, 0.21875, 0.21875]]))
+
+
+def test_chefer_one_block_known_answer():
+    grad = torch.tensor([[1.0, -1.0, 2.0], [0.0, 0.0, 0.0], [0.0, 0.0, 0.0]])
+    # (grad * A)^+ row 0 = [0.5, 0, 0.5]; e0^T (I + that) = [1.5, 0, 0.5]
+    out = methods.chefer([heads(A)], [heads(grad)], CLS)
+    torch.testing.assert_close(out, torch.tensor([[1.5, 0.0, 0.5]]))
+
+
+def test_chefer_two_blocks_is_the_product_in_order():
+    g1 = torch.ones(3, 3)
+    g2 = torch.tensor([[0.0, 4.0, 0.0], [0.0, 0.0, 0.0], [0.0, 0.0, 0.0]])
+    # block 2 (top): M2 = I + [[0, 1, 0], 0, 0]; block 1: M1 = I + A. e0^T M2 M1:
+    # e0^T M2 = [1, 1, 0]; [1, 1, 0] (I + A) = [1, 1, 0] + [0.5, 1.25, 0.25] = [1.5, 2.25, 0.25]
+    out = methods.chefer([heads(A), heads(A)], [heads(g1), heads(g2)], CLS)
+    torch.testing.assert_close(out, torch.tensor([[1.5, 2.25, 0.25]]))
+
+
+def test_random_relevance_is_seeded():
+    a = methods.random_relevance(2, 16, seed=3, device=torch.device("cpu"))
+    b = methods.random_relevance(2, 16, seed=3, device=torch.device("cpu"))
+    assert torch.equal(a, b) and a.shape == (2, 16)
+    assert not torch.equal(a, methods.random_relevance(2, 16, seed=4, device=torch.device("cpu")))
+
+
+def test_head_weights_alpha_extremes_and_threshold():
+    torch.manual_seed(0)
+    attn = torch.rand(2, 4, 5, 5).softmax(-1)
+    grad = torch.randn(2, 4, 5, 5)
+    _, g_t, s_t = methods.head_weights(attn, grad, GradSkipOptions())
+    torch.testing.assert_close(methods.head_weights(attn, grad, GradSkipOptions(alpha=1.0))[0], g_t)
+    torch.testing.assert_close(methods.head_weights(attn, grad, GradSkipOptions(alpha=0.0))[0], s_t)
+    torch.testing.assert_close(g_t.sum(-1), torch.ones(2))
+    # A head far below tau * max gets exactly 0.
+    grad[:, 2] *= 1e-4
+    _, g_t, _ = methods.head_weights(attn, grad, GradSkipOptions(grad_threshold=0.05))
+    assert torch.all(g_t[:, 2] == 0)
+
+
+def test_head_top_fraction_keeps_the_best_heads_and_renormalises():
+    torch.manual_seed(1)
+    attn = torch.rand(1, 8, 5, 5).softmax(-1)
+    grad = torch.randn(1, 8, 5, 5)
+    full, _, _ = methods.head_weights(attn, grad, GradSkipOptions())
+    top, _, _ = methods.head_weights(attn, grad, GradSkipOptions(head_top_fraction=0.25))
+    kept = full.topk(2, dim=-1).indices
+    assert set(top.nonzero()[:, 1].tolist()) == set(kept[0].tolist())
+    torch.testing.assert_close(top.sum(-1), torch.ones(1))
+
+
+@pytest.mark.parametrize("weighting", ["abs_grad", "pos_grad", "none"])
+def test_weighted_attention_is_row_stochastic_with_identity_for_empty_rows(weighting):
+    torch.manual_seed(2)
+    attn = torch.rand(1, 2, 4, 4).softmax(-1)
+    grad = torch.randn(1, 2, 4, 4)
+    grad[:, :, 3] = 0.0  # row 3 gets no gradient: empty for the gradient weightings
+    omega = torch.tensor([[0.5, 0.5]])
+    w = methods.weighted_attention(attn, grad, torch.rand(1, 2, 4) + 0.1, omega, GradSkipOptions(attention_weighting=weighting))
+    torch.testing.assert_close(w.sum(-1), torch.ones(1, 4))
+    if weighting != "none":
+        torch.testing.assert_close(w[0, 3], torch.tensor([0.0, 0.0, 0.0, 1.0]))
+
+
+def test_skip_gates_first_order_split():
+    x = torch.tensor([[[1.0, 0.0], [1.0, 1.0]]])
+    a = torch.tensor([[[0.0, 0.0], [1.0, 0.0]]])
+    g = torch.tensor([[[1.0, 1.0], [3.0, 1.0]]])
+    # token 0: c_main 0, c_skip 1 -> 0; token 1: c_main 3, c_skip 4 -> 3/7
+    torch.testing.assert_close(methods.skip_gates(x, a, g, "token"), torch.tensor([[0.0, 3 / 7]]))
+    torch.testing.assert_close(methods.skip_gates(x, a, g, "layer"), torch.tensor([[3 / 8, 3 / 8]]))
+    assert torch.all(methods.skip_gates(x, a, g, "off") == 1)
+
+
+def test_options_are_validated():
+    for bad in ({"alpha": 1.5}, {"gate": "sometimes"}, {"head_top_fraction": 0.0}, {"cls_mode": "cls"}):
+        with pytest.raises(ValueError, match=next(iter(bad))):
+            GradSkipOptions(**bad)
