@@ -3,9 +3,15 @@ from __future__ import annotations
 
 import os
 
-import pytest
-import timm
-import torch
+# Tiny models gain nothing from intra-op threads, and oversubscribed threads (DDP workers, CLI
+# subprocesses, a busy machine) slow them by an order of magnitude: one thread per process.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+import pytest  # noqa: E402
+import timm  # noqa: E402
+import torch  # noqa: E402
+
+torch.set_num_threads(1)
 
 
 @pytest.fixture(autouse=True)
