@@ -62,6 +62,8 @@ def find_vit(model: nn.Module) -> VisionTransformer:
     """
     if isinstance(model, VisionTransformer):
         vit = model
+    elif not isinstance(model, nn.Module):
+        raise TypeError(f"Cannot explain a {type(model).__name__}: not a torch.nn.Module. Supported: {SUPPORTED}.")
     else:
         found = [m for m in model.modules() if isinstance(m, VisionTransformer)]
         if len(found) != 1:

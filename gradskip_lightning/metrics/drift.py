@@ -21,6 +21,7 @@ def _check_pair(maps_a: Tensor, maps_b: Tensor) -> None:
 
 def average_ranks(values: Tensor) -> Tensor:
     """1-based ranks (B, N) float64 of each row of values (B, N), ties given their average rank."""
+    values = values.contiguous()
     ordered = values.sort(dim=1).values
     below = torch.searchsorted(ordered, values, side="left")
     at_or_below = torch.searchsorted(ordered, values, side="right")

@@ -61,7 +61,8 @@ def insertion_deletion(
     order = rank_patches(patch_relevance(maps, patch))
     masks = ranked_masks(order, step_counts(order.shape[1], steps)).reshape(len(images), steps + 1, *grid)
     blurred = gaussian_blur(images)
-    deleted = blurred if isinstance(deletion_baseline, str) and deletion_baseline == "blur" else make_baseline(images, deletion_baseline)
+    reuse_blur = isinstance(deletion_baseline, str) and deletion_baseline == "blur"
+    deleted = blurred if reuse_blur else make_baseline(images, deletion_baseline)
     probs = perturbed_probabilities(
         model,
         base=torch.cat([images, blurred]),
@@ -113,7 +114,9 @@ class InsertionDeletion(Metric):
         super().__init__(**kwargs)
         if steps < 1:
             raise ValueError(f"steps must be >= 1, got {steps}")
-        self.options = dict(patch_size=patch_size, steps=steps, deletion_baseline=deletion_baseline, batch_size=batch_size)
+        self.options = dict(
+            patch_size=patch_size, steps=steps, deletion_baseline=deletion_baseline, batch_size=batch_size
+        )
         self.add_state("insertion_sum", torch.tensor(0.0, dtype=torch.float64), dist_reduce_fx="sum")
         self.add_state("deletion_sum", torch.tensor(0.0, dtype=torch.float64), dist_reduce_fx="sum")
         self.add_state("count", torch.tensor(0, dtype=torch.long), dist_reduce_fx="sum")

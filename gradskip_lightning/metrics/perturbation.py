@@ -12,8 +12,9 @@ from typing import Callable, Union
 
 import torch
 import torchvision.transforms.v2.functional as TF
-from timm.models.vision_transformer import VisionTransformer
 from torch import Tensor, nn
+
+from gradskip_lightning.capture import find_vit
 
 Baseline = Union[str, Tensor]
 """``"zeros"`` (zeros of the normalised input: the mean colour), ``"blur"`` or a tensor broadcastable to the images."""
@@ -40,14 +41,6 @@ class CountingModel(nn.Module):
         return self.model(images)
 
 
-def find_vit(model: object) -> VisionTransformer | None:
-    """The single timm VisionTransformer that ``model`` is or contains, else None."""
-    if not isinstance(model, nn.Module):
-        return None
-    vits = [m for m in model.modules() if isinstance(m, VisionTransformer)]
-    return vits[0] if len(vits) == 1 else None
-
-
 def resolve_patch_size(
     model: object, patch_size: int | tuple[int, int] | None, image_size: tuple[int, int]
 ) -> tuple[int, int]:
@@ -56,11 +49,10 @@ def resolve_patch_size(
     Raises ValueError when it cannot be found or does not divide the image size (H, W).
     """
     if patch_size is None:
-        vit = find_vit(model)
-        if vit is None:
-            raise ValueError(
-                "patch_size is required: the model is not (and does not contain exactly one) timm VisionTransformer"
-            )
+        try:
+            vit = find_vit(model)
+        except TypeError as error:
+            raise ValueError(f"patch_size is required: the model's patch size is unknown. {error}") from None
         patch_size = tuple(vit.patch_embed.patch_size)
     ph, pw = (patch_size, patch_size) if isinstance(patch_size, int) else tuple(patch_size)
     if ph < 1 or pw < 1:
@@ -154,7 +146,7 @@ def perturbed_probabilities(
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
     batch, steps, grid_h, grid_w = masks.shape
     ph, pw = base.shape[-2] // grid_h, base.shape[-1] // grid_w
-    flat = masks.reshape(batch * steps, grid_h, grid_w)
+    flat = masks.reshape(batch * steps, grid_h, grid_w).to(base.device)
     targets = targets.to(base.device)
     chunks = []
     with torch.no_grad():
@@ -164,7 +156,8 @@ def perturbed_probabilities(
             pixel_mask = flat[index].repeat_interleave(ph, dim=1).repeat_interleave(pw, dim=2)
             logits = model(torch.where(pixel_mask[:, None], fill[sample], base[sample]))
             if not isinstance(logits, Tensor) or logits.ndim != 2 or logits.shape[0] != index.numel():
-                raise ValueError(f"model must return logits (n, num_classes) for n images, got {getattr(logits, 'shape', logits)}")
+                got = tuple(logits.shape) if isinstance(logits, Tensor) else type(logits).__name__
+                raise ValueError(f"model must return logits (n, num_classes) for n = {index.numel()} images, got {got}")
             if (targets >= logits.shape[1]).any():
                 raise ValueError(f"targets must be < num_classes = {logits.shape[1]}")
             chunks.append(logits.softmax(dim=1).gather(1, targets[sample, None])[:, 0])

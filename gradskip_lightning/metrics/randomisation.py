@@ -10,7 +10,7 @@ from timm.models.vision_transformer import init_weights_vit_timm
 from torch import Tensor, nn
 
 from .drift import spearman, topk_iou
-from .perturbation import find_vit
+from gradskip_lightning.capture import find_vit
 
 ExplainFn = Callable[[nn.Module, Tensor, Tensor], Tensor]
 Similarity = Union[str, Callable[[Tensor, Tensor], Tensor]]
@@ -42,7 +42,9 @@ def _similarity_fn(similarity: Similarity) -> Callable[[Tensor, Tensor], Tensor]
         return spearman
     if similarity == "topk_iou":
         return topk_iou
-    raise ValueError(f'similarity must be "spearman", "topk_iou" or a callable (maps_a, maps_b) -> (B,), got {similarity!r}')
+    raise ValueError(
+        f'similarity must be "spearman", "topk_iou" or a callable (maps_a, maps_b) -> (B,), got {similarity!r}'
+    )
 
 
 def _reinitialise(layer: nn.Module) -> None:
@@ -79,9 +81,7 @@ def parameter_randomisation(
     """
     compare = _similarity_fn(similarity)
     randomised = copy.deepcopy(model)
-    vit = find_vit(randomised)
-    if vit is None:
-        raise TypeError(f"model must be (or contain exactly one) timm VisionTransformer, got {type(model).__name__}")
+    vit = find_vit(randomised)  # TypeError naming the model when it is not a supported ViT
     original = explain_fn(randomised, images, targets)
     layers = [("head", vit.head)] + [(f"blocks.{i}", vit.blocks[i]) for i in reversed(range(len(vit.blocks)))]
     similarities = []

@@ -88,7 +88,8 @@ class FaithfulnessViolation(Metric):
 
     def update(self, model: Callable[[Tensor], Tensor], images: Tensor, targets: Tensor, maps: Tensor) -> None:
         """Test a batch: images (B, C, H, W), targets (B,), maps (B, H, W)."""
-        self.violations += faithfulness_violation(model, images, targets, maps, **self.options).sum().to(self.violations)
+        violations = faithfulness_violation(model, images, targets, maps, **self.options)
+        self.violations += violations.sum().to(self.violations)
         self.count += len(images)
 
     def compute(self) -> Tensor:

@@ -34,7 +34,9 @@ class OnePatchModel(nn.Module):
         return torch.stack([10 * m - 5, torch.zeros_like(m)], dim=1)
 
 
-def one_patch_case(batch: int = 2, row: int = 1, col: int = 2, seed: int = 0) -> tuple[OnePatchModel, Tensor, Tensor, Tensor]:
+def one_patch_case(
+    batch: int = 2, row: int = 1, col: int = 2, seed: int = 0
+) -> tuple[OnePatchModel, Tensor, Tensor, Tensor]:
     """Model, images (B, 3, 32, 32) with the pattern planted in the watched patch, targets 0, and maps
     that rank the watched patch first (noise below 1 elsewhere, 10 on the patch)."""
     generator = torch.Generator().manual_seed(seed)
@@ -72,7 +74,8 @@ def np_paste(image: np.ndarray, source: np.ndarray, patches, patch: int) -> np.n
     w = image.shape[2] // patch
     for p in patches:
         i, j = divmod(int(p), w)
-        out[:, i * patch:(i + 1) * patch, j * patch:(j + 1) * patch] = source[:, i * patch:(i + 1) * patch, j * patch:(j + 1) * patch]
+        rows, cols = slice(i * patch, (i + 1) * patch), slice(j * patch, (j + 1) * patch)
+        out[:, rows, cols] = source[:, rows, cols]
     return out
 
 

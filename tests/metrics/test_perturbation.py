@@ -8,7 +8,13 @@ import pytest
 import torch
 from torch import nn
 
-from gradskip_lightning.metrics import CountingModel, gaussian_blur, insertion_deletion, make_baseline, perturbed_probabilities
+from gradskip_lightning.metrics import (
+    CountingModel,
+    gaussian_blur,
+    insertion_deletion,
+    make_baseline,
+    perturbed_probabilities,
+)
 from gradskip_lightning.metrics.perturbation import patch_relevance, rank_patches, resolve_patch_size, step_counts
 from tests.conftest import make_tiny_vit
 

@@ -17,7 +17,8 @@ def np_segmentation(maps: np.ndarray, masks: np.ndarray) -> dict[str, float]:
         fn += np.sum(~predicted & mask)
         tn += np.sum(~predicted & ~mask)
     fg, bg = tp / (tp + fp + fn), tn / (tn + fp + fn)
-    return {"pixel_accuracy": (tp + tn) / (tp + fp + fn + tn), "iou_foreground": fg, "iou_background": bg, "mean_iou": (fg + bg) / 2}
+    accuracy = (tp + tn) / (tp + fp + fn + tn)
+    return {"pixel_accuracy": accuracy, "iou_foreground": fg, "iou_background": bg, "mean_iou": (fg + bg) / 2}
 
 
 def test_matches_numpy_reference_accumulated_over_batches():
