@@ -16,6 +16,7 @@ from gradskip_lightning.capture import Capture
 ATTENTION_WEIGHTINGS = ("abs_grad", "pos_grad", "none")
 GATES = ("token", "layer", "off")
 CLS_MODES = ("readout", "paper")
+HEAD_SELECTIONS = ("top_omega", "top_sparsity", "bottom_sparsity")
 
 
 @dataclass(frozen=True)
@@ -25,7 +26,10 @@ class GradSkipOptions:
     Args:
         alpha: weight of gradient flow against Gini sparsity in omega, in [0, 1].
         grad_threshold: heads with g < tau * max_q g are zeroed, tau in [0, 1).
-        head_top_fraction: keep this fraction of heads per layer by omega, in (0, 1].
+        head_top_fraction: fraction of heads kept per layer, in (0, 1].
+        head_selection: which heads are kept when ``head_top_fraction < 1``: the highest omega
+            ("top_omega"), the sparsest ("top_sparsity", the paper's ablation) or the least
+            sparse ("bottom_sparsity", the paper's negative control).
         attention_weighting: gradient factor G in W~: "abs_grad", "pos_grad" or "none".
         gate: skip gates per "token", per "layer", or "off" (beta_main = 1).
         cls_mode: "readout" (start at the tokens the head reads) or "paper" (patches only).
@@ -37,6 +41,7 @@ class GradSkipOptions:
     alpha: float = 0.5
     grad_threshold: float = 0.05
     head_top_fraction: float = 1.0
+    head_selection: str = "top_omega"
     attention_weighting: str = "abs_grad"
     gate: str = "token"
     cls_mode: str = "readout"
@@ -51,7 +56,12 @@ class GradSkipOptions:
             raise ValueError(f"grad_threshold must be in [0, 1), got {self.grad_threshold}")
         if not 0.0 < self.head_top_fraction <= 1.0:
             raise ValueError(f"head_top_fraction must be in (0, 1], got {self.head_top_fraction}")
-        for name, allowed in (("attention_weighting", ATTENTION_WEIGHTINGS), ("gate", GATES), ("cls_mode", CLS_MODES)):
+        for name, allowed in (
+            ("attention_weighting", ATTENTION_WEIGHTINGS),
+            ("gate", GATES),
+            ("cls_mode", CLS_MODES),
+            ("head_selection", HEAD_SELECTIONS),
+        ):
             if getattr(self, name) not in allowed:
                 raise ValueError(f"{name} must be one of {allowed}, got {getattr(self, name)!r}")
 
@@ -99,7 +109,8 @@ def head_weights(attn: Tensor, attn_grad: Tensor, options: GradSkipOptions) -> t
     omega = options.alpha * g_tilde + (1.0 - options.alpha) * s_tilde
     if options.head_top_fraction < 1.0:
         keep = max(1, round(options.head_top_fraction * omega.shape[-1]))
-        top = omega.topk(keep, dim=-1).indices
+        score = {"top_omega": omega, "top_sparsity": s_tilde, "bottom_sparsity": -s_tilde}[options.head_selection]
+        top = score.topk(keep, dim=-1).indices
         mask = torch.zeros_like(omega).scatter_(-1, top, 1.0)
         omega = _normalise(omega * mask)
     return omega, g_tilde, s_tilde

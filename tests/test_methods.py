@@ -82,6 +82,10 @@ def test_head_top_fraction_keeps_the_best_heads_and_renormalises():
     kept = full.topk(2, dim=-1).indices
     assert set(top.nonzero()[:, 1].tolist()) == set(kept[0].tolist())
     torch.testing.assert_close(top.sum(-1), torch.ones(1))
+    _, _, s_t = methods.head_weights(attn, grad, GradSkipOptions())
+    for selection, expected in (("top_sparsity", s_t.topk(2).indices), ("bottom_sparsity", (-s_t).topk(2).indices)):
+        kept, _, _ = methods.head_weights(attn, grad, GradSkipOptions(head_top_fraction=0.25, head_selection=selection))
+        assert set(kept.nonzero()[:, 1].tolist()) == set(expected[0].tolist())
 
 
 @pytest.mark.parametrize("weighting", ["abs_grad", "pos_grad", "none"])
@@ -91,7 +95,8 @@ def test_weighted_attention_is_row_stochastic_with_identity_for_empty_rows(weigh
     grad = torch.randn(1, 2, 4, 4)
     grad[:, :, 3] = 0.0  # row 3 gets no gradient: empty for the gradient weightings
     omega = torch.tensor([[0.5, 0.5]])
-    w = methods.weighted_attention(attn, grad, torch.rand(1, 2, 4) + 0.1, omega, GradSkipOptions(attention_weighting=weighting))
+    options = GradSkipOptions(attention_weighting=weighting)
+    w = methods.weighted_attention(attn, grad, torch.rand(1, 2, 4) + 0.1, omega, options)
     torch.testing.assert_close(w.sum(-1), torch.ones(1, 4))
     if weighting != "none":
         torch.testing.assert_close(w[0, 3], torch.tensor([0.0, 0.0, 0.0, 1.0]))
@@ -108,6 +113,6 @@ def test_skip_gates_first_order_split():
 
 
 def test_options_are_validated():
-    for bad in ({"alpha": 1.5}, {"gate": "sometimes"}, {"head_top_fraction": 0.0}, {"cls_mode": "cls"}):
+    for bad in ({"alpha": 1.5}, {"gate": "sometimes"}, {"head_top_fraction": 0.0}, {"cls_mode": "cls"}, {"head_selection": "all"}):
         with pytest.raises(ValueError, match=next(iter(bad))):
             GradSkipOptions(**bad)
