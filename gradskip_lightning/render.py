@@ -4,6 +4,7 @@ Everything here returns ``numpy.uint8`` arrays shaped (..., H, W, 3), because W&
 images straight to uint8 (a [0, 1] heatmap would come out black). Colour maps are matplotlib
 lookup tables sampled once into a (256, 3) uint8 LUT, so no pyplot figure is made in the hot path.
 """
+
 from __future__ import annotations
 
 from collections.abc import Sequence

@@ -11,6 +11,7 @@ the overlay of that epoch's map with its insertion and deletion scores. The sour
 folder (``probes.npz`` + ``epoch_*.npz``), any folder above exactly one, or a W&B artifact name
 (downloaded with ``wandb.Api``, which needs a connection).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -38,7 +39,9 @@ def find_maps_dir(source: str | Path) -> Path:
     found = sorted({p.parent for p in path.rglob(PROBES_FILE)})
     if len(found) != 1:
         what = "no" if not found else f"{len(found)}"
-        raise FileNotFoundError(f"{what} GradSkip maps folders under {path}; pass one of them: {[str(f) for f in found]}")
+        raise FileNotFoundError(
+            f"{what} GradSkip maps folders under {path}; pass one of them: {[str(f) for f in found]}"
+        )
     return found[0]
 
 
@@ -49,7 +52,9 @@ def _pick(count: int, most: int) -> list[int]:
     return sorted({int(round(i)) for i in np.linspace(0, count - 1, most)})
 
 
-def timeline_figure(record: MapsRecord, *, max_epochs: int = 12, max_probes: int = 32, cmap: str = "inferno", alpha: float = 0.5):
+def timeline_figure(
+    record: MapsRecord, *, max_epochs: int = 12, max_probes: int = 32, cmap: str = "inferno", alpha: float = 0.5
+):
     """A matplotlib Figure (Agg) of the timeline; see the module docstring."""
     from matplotlib.figure import Figure
 

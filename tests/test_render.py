@@ -1,4 +1,5 @@
 """render: uint8 colour maps, de-normalisation, overlays, grids and layer x head images."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -40,7 +41,9 @@ def test_overlay_puts_the_hottest_colour_on_the_peak():
     np.testing.assert_array_equal(out[0, 1, 2], render.colormap_lut("inferno")[255])
     np.testing.assert_array_equal(out[0, 0, 0], render.colormap_lut("inferno")[0])
     half = render.overlay(np.full((1, 4, 4, 3), 200, np.uint8), maps, alpha=0.5)
-    np.testing.assert_array_equal(half[0, 0, 0], np.round(0.5 * 200 + 0.5 * render.colormap_lut("inferno")[0].astype(float)))
+    np.testing.assert_array_equal(
+        half[0, 0, 0], np.round(0.5 * 200 + 0.5 * render.colormap_lut("inferno")[0].astype(float))
+    )
     # A constant (or non-finite) map shows as the coldest colour instead of failing.
     flat = render.overlay(display, torch.full((1, 4, 4), float("nan")), alpha=1.0)
     assert (flat == render.colormap_lut("inferno")[0]).all()

@@ -5,6 +5,7 @@ Modules: :mod:`.core` (the callback: when, state, ranks), :mod:`.probes` (probe 
 :mod:`.drift` (drift state), :mod:`.report` (what is logged), :mod:`.sinks` (W&B, other loggers,
 files), :mod:`.files` (the maps npz format).
 """
+
 from .core import GradSkipCallback
 
 __all__ = ["GradSkipCallback"]

@@ -3,6 +3,7 @@
 Every value is per probe, in probe order, on the CPU, so shards from several processes can be
 concatenated and compared with a single-process run.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -85,7 +86,9 @@ def _explain_chunk(explainer: Explainer, probes: ProbeSet, settings: ScoreSettin
             batch_size=settings.metrics_batch_size,
         ).float()
     if probes.masks is not None:
-        out["pointing_hit"] = pointing_game(exp.maps, probes.masks.to(device), tolerance=settings.pointing_tolerance).float()
+        out["pointing_hit"] = pointing_game(
+            exp.maps, probes.masks.to(device), tolerance=settings.pointing_tolerance
+        ).float()
     if heads:
         for name in ("head_weights", "grad_flow", "sparsity"):
             value = getattr(exp, name)
@@ -93,7 +96,9 @@ def _explain_chunk(explainer: Explainer, probes: ProbeSet, settings: ScoreSettin
                 out[name] = value
         if exp.gates is not None:
             out["gates"] = exp.gates.mean(dim=2)  # (B, L): mean beta_main over tokens
-    return {key: value.detach().float().cpu() if value.is_floating_point() else value.cpu() for key, value in out.items()}
+    return {
+        key: value.detach().float().cpu() if value.is_floating_point() else value.cpu() for key, value in out.items()
+    }
 
 
 def explain_probes(

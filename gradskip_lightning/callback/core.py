@@ -1,4 +1,5 @@
 """GradSkipCallback: explain a fixed probe set at epoch ends and log maps, head importance and scores."""
+
 from __future__ import annotations
 
 import time
@@ -61,7 +62,8 @@ class GradSkipCallback(Callback):
     Scalars go to every logger of the Trainer; images go to W&B, or to PNG files under
     ``<log dir>/gradskip/images`` without W&B. Every epoch's maps are written to
     ``<log dir>/gradskip/maps/epoch_<e>.npz`` (W&B: ``<run dir>/gradskip``) and, with W&B, logged
-    as one artifact at the end of fit. Without a logger the log dir is ``default_root_dir``.
+    as one artifact at the end of fit. Without a logger the log dir is ``default_root_dir``; the
+    folder is named after ``log_prefix`` ("gradskip/" -> ``gradskip``).
 
     Training does not see the callback: RNG states (torch, CUDA, numpy, Python) and every
     module's train/eval mode are restored, no parameter ``.grad`` is written and no dataloader is
@@ -208,10 +210,10 @@ class GradSkipCallback(Callback):
         self._display: tuple[Sequence[float], Sequence[float]] | tuple[None, None] = (mean, std)
         self._sheet: ProbeSheet | None = None
         self._sinks: list = []
+        self._sinks_for: Trainer | None = None
         self._out_dir: Path | None = None
         self._last_explained: int | None = None
         self._last_trained: int | None = None
-        self._logged_epochs: list[int] = []
 
     @property
     @override
@@ -246,8 +248,11 @@ class GradSkipCallback(Callback):
                 self._probes = self._draw(self._dataset)
         if self._probes is not None:
             self._check_shape(self._probes, expected)
-        self._out_dir = Path(trainer.log_dir or trainer.default_root_dir) / "gradskip"  # all ranks: broadcasts
-        self._sinks = self._make_sinks(trainer) if trainer.is_global_zero else []
+        log_dir = trainer.log_dir  # on every rank: it broadcasts
+        if trainer.is_global_zero and self._sinks_for is not trainer:  # once per Trainer (fit, then validate)
+            folder = self.log_prefix.strip("/").replace("/", "_") or "gradskip"
+            self._out_dir = Path(log_dir or trainer.default_root_dir) / folder
+            self._sinks, self._sinks_for, self._sheet = self._make_sinks(trainer), trainer, None
 
     def _draw(self, dataset) -> ProbeSet:
         ids = self._restored_ids
@@ -267,7 +272,7 @@ class GradSkipCallback(Callback):
         sinks: list = []
         wandb_logger = next((lg for lg in trainer.loggers if isinstance(lg, WandbLogger)), None)
         if wandb_logger is not None:
-            self._out_dir = Path(wandb_logger.experiment.dir).parent / "gradskip"
+            self._out_dir = Path(wandb_logger.experiment.dir).parent / self._out_dir.name
             sinks.append(WandbSink(wandb_logger, self.log_prefix, self._out_dir / "maps"))
         else:
             sinks.append(ImageFileSink(self._out_dir / "images", self.log_prefix))
@@ -332,8 +337,16 @@ class GradSkipCallback(Callback):
                     progress = self.progress and trainer.is_global_zero
                     values = explain_probes(self._explainers[self.method], shard, self.scores, progress=progress)
                     for name in self.compare_methods:
-                        other = explain_probes(self._explainers[name], shard, self.scores, heads=False, progress=progress)
-                        values.update({f"compare/{name}/{key}": other[key] for key in ("maps", "insertion", "deletion", "fvt_violation") if key in other})
+                        other = explain_probes(
+                            self._explainers[name], shard, self.scores, heads=False, progress=progress
+                        )
+                        values.update(
+                            {
+                                f"compare/{name}/{key}": other[key]
+                                for key in ("maps", "insertion", "deletion", "fvt_violation")
+                                if key in other
+                            }
+                        )
             except (ExplainFailure, RuntimeError, ValueError) as err:  # torch.OutOfMemoryError is a RuntimeError
                 error = f"{type(err).__name__}: {err}"
                 values = {}
@@ -347,15 +360,25 @@ class GradSkipCallback(Callback):
             rank_zero_warn(f"GradSkipCallback: explanation of epoch {epoch} skipped, training goes on. {error}")
             return
         drift = self._drift.update(merged["token_maps"], epoch)
-        self._last_explained = epoch
-        self._logged_epochs.append(epoch)
+        if trainer.state.fn == TrainerFn.FITTING:
+            self._last_explained = epoch
         if trainer.is_global_zero:
             self._log(trainer, probes, merged, drift, epoch, start)
 
-    def _log(self, trainer: Trainer, probes: ProbeSet, merged: dict[str, Tensor], drift: dict[str, Tensor], epoch: int, start: float) -> None:
+    def _log(
+        self,
+        trainer: Trainer,
+        probes: ProbeSet,
+        merged: dict[str, Tensor],
+        drift: dict[str, Tensor],
+        epoch: int,
+        start: float,
+    ) -> None:
         names = self._class_names or [str(c) for c in range(self._explainers[self.method].num_classes)]
         if self._sheet is None:
-            display = render.upscale(render.to_display(probes.images, *self._display), self.render_settings.display_size)
+            display = render.upscale(
+                render.to_display(probes.images, *self._display), self.render_settings.display_size
+            )
             self._sheet = ProbeSheet(probes.ids.tolist(), [names[int(c)] for c in probes.labels], display)
             write_probes(self._out_dir / "maps", probes.ids.numpy(), probes.labels.numpy(), display, names)
         step = getattr(trainer.fit_loop.epoch_loop, "_batches_that_stepped", trainer.global_step)
@@ -373,7 +396,10 @@ class GradSkipCallback(Callback):
         arrays = {
             "probe_ids": probes.ids.numpy(),
             "labels": probes.labels.numpy(),
-            **{key: merged[key].numpy() for key in ("targets", "predictions", "probabilities", "insertion", "deletion", "maps", "token_maps")},
+            **{
+                key: merged[key].numpy()
+                for key in ("targets", "predictions", "probabilities", "insertion", "deletion", "maps", "token_maps")
+            },
         }
         write_epoch(self._out_dir / "maps", epoch, step, self.method, arrays)
         report.scalars[f"{self.log_prefix}time_s"] = time.perf_counter() - start
@@ -388,14 +414,12 @@ class GradSkipCallback(Callback):
             "probe_ids": None if self._probes is None else self._probes.ids.clone(),
             "drift": self._drift.state_dict(),
             "last_explained": self._last_explained,
-            "logged_epochs": list(self._logged_epochs),
         }
 
     @override
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         self._drift.load_state_dict(state_dict["drift"])
         self._last_explained = state_dict["last_explained"]
-        self._logged_epochs = list(state_dict["logged_epochs"])
         ids = state_dict["probe_ids"]
         if ids is None or self._given is not None:
             return

@@ -15,6 +15,7 @@ no rank waits for another forever):
 Values are put back in probe order by position, so the logged figures equal a single-process
 run on the same probes (up to float rounding of different batch compositions).
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -63,7 +64,9 @@ def _merge(parts: list[dict[str, Any]], num_probes: int) -> dict[str, Tensor]:
     return merged
 
 
-def gather_results(values: dict[str, Tensor], positions: Tensor, num_probes: int, error: str | None) -> tuple[dict[str, Tensor], str | None]:
+def gather_results(
+    values: dict[str, Tensor], positions: Tensor, num_probes: int, error: str | None
+) -> tuple[dict[str, Tensor], str | None]:
     """Collect every rank's per-probe ``values`` (n_r, ...) at ``positions`` into (P, ...) tensors.
 
     Every rank must call this, in the same order. Returns ``(merged, error)``: ``error`` is the

@@ -1,9 +1,9 @@
 """Drift of each probe's map across logged epochs, with a state that survives a checkpoint."""
+
 from __future__ import annotations
 
 from typing import Any
 
-import torch
 from torch import Tensor
 
 from gradskip_lightning.metrics import drift

@@ -11,6 +11,7 @@ Layout of a maps folder::
 The callback writes these (and the W&B artifact holds the same files); the timeline command reads
 them back.
 """
+
 from __future__ import annotations
 
 from collections.abc import Sequence
@@ -32,11 +33,15 @@ def write_png(path: Path, image: np.ndarray) -> Path:
     return path
 
 
-def write_probes(folder: Path, probe_ids: np.ndarray, labels: np.ndarray, images: np.ndarray, class_names: Sequence[str]) -> Path:
+def write_probes(
+    folder: Path, probe_ids: np.ndarray, labels: np.ndarray, images: np.ndarray, class_names: Sequence[str]
+) -> Path:
     """Write ``probes.npz`` (see the module docstring)."""
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / PROBES_FILE
-    np.savez_compressed(path, probe_ids=probe_ids, labels=labels, images=images, class_names=np.asarray(class_names, dtype=str))
+    np.savez_compressed(
+        path, probe_ids=probe_ids, labels=labels, images=images, class_names=np.asarray(class_names, dtype=str)
+    )
     return path
 
 

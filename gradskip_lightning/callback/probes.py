@@ -1,4 +1,5 @@
 """The fixed probe set: which images are explained every epoch, and how they are drawn."""
+
 from __future__ import annotations
 
 from collections.abc import Sequence

@@ -1,4 +1,5 @@
 """Turn one epoch's per-probe results into the logged report: scalars, images, histograms, rows."""
+
 from __future__ import annotations
 
 from collections.abc import Sequence

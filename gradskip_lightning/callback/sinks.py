@@ -3,6 +3,7 @@
 All sinks are called on rank zero only. Each receives the same :class:`EpochReport`: uint8
 images are built once (in :mod:`gradskip_lightning.render`), scalars are plain floats.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -88,7 +89,7 @@ class WandbSink:
         row: dict[str, Any] = dict(report.scalars)
         if not self._probes_logged:
             probes = wandb.Table(columns=["probe_id", "image", "label"])
-            for probe_id, image, label in zip(sheet.probe_ids, sheet.images, sheet.labels):
+            for probe_id, image, label in zip(sheet.probe_ids, sheet.images, sheet.labels, strict=True):
                 probes.add_data(probe_id, wandb.Image(image), label)
             row[f"{self.prefix}probes"] = probes
             self._probes_logged = True

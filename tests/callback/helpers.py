@@ -1,4 +1,5 @@
 """Small real parts for the callback tests: a 2-block ViT classifier and planted-shapes data at 32 px."""
+
 from __future__ import annotations
 
 from pathlib import Path

@@ -1,4 +1,5 @@
 """Probe selection: stratified, seeded, read by index, with masks when the dataset has them."""
+
 from __future__ import annotations
 
 import pytest

@@ -1,4 +1,5 @@
 """A real Trainer + WandbLogger (offline) run, read back from the files W&B wrote."""
+
 from __future__ import annotations
 
 import json
@@ -46,7 +47,8 @@ def _rows(run):
 
 def test_one_row_per_epoch_at_lightnings_epoch_steps(run):
     rows = _rows(run)
-    assert [row[f"{P}epoch"] for row in rows] == [0, 1]
+    summary = [(row.get("trainer/global_step"), sorted(row)[:3]) for row in run.history]
+    assert [row[f"{P}epoch"] for row in rows] == [0, 1], summary
     val_steps = [row["trainer/global_step"] for row in run.rows_with("val/loss")]
     train_steps = [row["trainer/global_step"] for row in run.rows_with("train/loss_epoch")]
     # Lightning logs epoch-end metrics at its count of stepped batches (4 per epoch, less the last).
@@ -58,7 +60,7 @@ def test_every_key_is_logged_with_sane_values(run):
     probe_ids = sorted(int(k.rsplit("_", 1)[1]) for k in first if k.startswith(f"{P}overlay/probe_"))
     assert len(probe_ids) == NUM_PROBES
     scalars = ["insertion", "deletion", "ins_minus_del", "fvt_violation", "pointing_game", "time_s"]
-    scalars += [f"gate/layer_{l}" for l in range(LAYERS)]
+    scalars += [f"gate/layer_{layer}" for layer in range(LAYERS)]
     scalars += [f"compare/rollout/{k}" for k in ("insertion", "deletion", "ins_minus_del", "fvt_violation")]
     drift = [f"drift/{ref}/{kind}" for ref in ("prev", "first") for kind in ("spearman", "topk_iou")]
     for row in (first, second):
@@ -67,7 +69,7 @@ def test_every_key_is_logged_with_sane_values(run):
         for key in ("insertion", "deletion", "fvt_violation", "pointing_game", "compare/rollout/insertion"):
             assert 0.0 <= row[P + key] <= 1.0, key
         assert row[f"{P}ins_minus_del"] == pytest.approx(row[f"{P}insertion"] - row[f"{P}deletion"], abs=1e-6)
-        assert all(0.0 <= row[f"{P}gate/layer_{l}"] <= 1.0 for l in range(LAYERS))
+        assert all(0.0 <= row[f"{P}gate/layer_{layer}"] <= 1.0 for layer in range(LAYERS))
         assert 0.0 < row[f"{P}time_s"] < 60.0
         for part in ("omega", "grad_flow", "sparsity"):
             assert row[f"{P}heads/{part}"]["_type"] == "image-file"
@@ -118,3 +120,10 @@ def test_table_rows_and_npz_match_the_logged_scores(run):
         assert saved["insertion"].mean() == pytest.approx(second[f"{P}insertion"], abs=1e-6)
         insertion_col = table["columns"].index("insertion")
         np.testing.assert_allclose([r[insertion_col] for r in table["data"]], saved["insertion"], atol=1e-6)
+
+
+def test_timeline_renders_from_the_wandb_run_folder(run, tmp_path):
+    from gradskip_lightning.timeline import main
+
+    out = main([str(run.root), "-o", str(tmp_path / "timeline.png")])
+    assert Image.open(out).size == (int(1.5 * 3 * 100), int(1.6 * NUM_PROBES * 100))  # image + 2 epochs

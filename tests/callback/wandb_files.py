@@ -4,10 +4,12 @@ The run file ``run-<id>.wandb`` is a 7-byte W&B header followed by LevelDB-log f
 (32 KiB blocks; each chunk: crc32 (4), length (2, little endian), type (1: full, 2: first,
 3: middle, 4: last)); each record is a ``wandb_internal_pb2.Record``.
 """
+
 from __future__ import annotations
 
 import json
 import struct
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -57,10 +59,20 @@ class OfflineRun:
     artifacts: list[wandb_internal_pb2.ArtifactRecord] = field(default_factory=list)
 
     @classmethod
-    def load(cls, root: Path) -> "OfflineRun":
+    def load(cls, root: Path, timeout: float = 30.0) -> "OfflineRun":
+        """Read a run, waiting (up to ``timeout`` s) until W&B has written its exit record.
+
+        ``wandb.finish()`` can return while the W&B service is still writing the last records
+        on a busy machine.
+        """
         (run_file,) = Path(root).glob("run-*.wandb")
+        deadline = time.monotonic() + timeout
+        records = read_records(run_file)
+        while not any(r.WhichOneof("record_type") == "exit" for r in records) and time.monotonic() < deadline:
+            time.sleep(0.5)
+            records = read_records(run_file)
         run = cls(Path(root))
-        for record in read_records(run_file):
+        for record in records:
             kind = record.WhichOneof("record_type")
             if kind == "history":
                 row: dict[str, Any] = {}

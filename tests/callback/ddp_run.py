@@ -1,0 +1,44 @@
+"""Run by test_ddp.py in a subprocess: validate, then fit one epoch, with the callback under DDP.
+
+Usage: python tests/callback/ddp_run.py OUT_DIR DEVICES
+(Lightning's ``ddp`` re-runs this same command for the second process.)
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from lightning.pytorch import seed_everything  # noqa: E402
+from lightning.pytorch.loggers import CSVLogger  # noqa: E402
+
+from gradskip_lightning import GradSkipCallback  # noqa: E402
+from tests.callback.helpers import tiny_data, tiny_module, tiny_trainer  # noqa: E402
+
+#: Odd probe count and a small explain batch: uneven shards and several chunks per rank.
+CALLBACK = dict(num_probes=9, explain_batch_size=2, insertion_steps=4, compare_methods=["rollout"], progress=False)
+
+
+def main(out: Path, devices: int) -> None:
+    seed_everything(0)
+    logger = CSVLogger(save_dir=str(out), name=f"devices_{devices}", version=0)
+    strategy = "ddp" if devices > 1 else "auto"
+    trainer = tiny_trainer(
+        out,
+        logger=logger,
+        callbacks=[GradSkipCallback(**CALLBACK)],
+        devices=devices,
+        strategy=strategy,
+        max_epochs=1,
+        deterministic=False,
+    )
+    data = tiny_data(train_size=32, val_size=16)
+    module = tiny_module()
+    trainer.validate(module, datamodule=data)  # untrained weights: comparable across process counts
+    trainer.fit(module, datamodule=data)
+
+
+if __name__ == "__main__":
+    main(Path(sys.argv[1]), int(sys.argv[2]))

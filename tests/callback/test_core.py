@@ -1,0 +1,261 @@
+"""GradSkipCallback with real Trainers: CSV and no logger, invisibility, resume, faults."""
+
+from __future__ import annotations
+
+import csv
+import random
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from lightning.pytorch import Callback, LightningModule, seed_everything
+from lightning.pytorch.loggers import CSVLogger
+
+from gradskip_lightning import GradSkipCallback
+from gradskip_lightning.metrics import drift
+
+from .helpers import tiny_data, tiny_module, tiny_trainer
+
+FAST = dict(num_probes=8, insertion_steps=4)
+
+
+def _csv_rows(log_dir: str | Path, key: str) -> list[dict[str, float]]:
+    with open(Path(log_dir) / "metrics.csv") as handle:
+        rows = [row for row in csv.DictReader(handle) if row.get(key)]
+    return [{k: float(v) for k, v in row.items() if v} for row in rows]
+
+
+# ------------------------------------------------------------------------------------- arguments
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        (dict(num_probes=0), "num_probes"),
+        (dict(every_n_epochs=1.5), "every_n_epochs"),
+        (dict(method="gradcam"), "method must be one of"),
+        (dict(compare_methods=["gradskip"]), "compare_methods"),
+        (dict(target="logit"), "target"),
+        (dict(deletion_baseline="noise"), "deletion_baseline"),
+        (dict(drift_top_k=0.0), "drift_top_k"),
+        (dict(mean=(0.5,)), "both mean and std"),
+        (dict(colormap="nope"), "colour map"),
+        (dict(probe_images=torch.zeros(2, 3, 32, 32)), "probe_labels"),
+        (dict(probe_labels=torch.zeros(2)), "need probe_images"),
+    ],
+)
+def test_arguments_are_validated_in_init(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        GradSkipCallback(**kwargs)
+
+
+def test_state_keys_of_two_instances_differ():
+    a, b = GradSkipCallback(), GradSkipCallback(method="rollout", log_prefix="rollout/")
+    assert a.state_key != b.state_key
+
+
+# ------------------------------------------------------------------------------------- loggers
+
+
+def test_csv_logger_gets_scalars_and_files_land_in_its_log_dir(tmp_path):
+    seed_everything(0)
+    logger = CSVLogger(save_dir=str(tmp_path), name="csv")
+    gradskip = GradSkipCallback(**FAST)
+    rollout = GradSkipCallback(method="rollout", log_prefix="rollout/", **FAST)  # a second instance
+    trainer = tiny_trainer(tmp_path, logger=logger, callbacks=[gradskip, rollout], max_epochs=2)
+    trainer.fit(tiny_module(), datamodule=tiny_data())
+    states = trainer._checkpoint_connector.dump_checkpoint()["callbacks"]
+    assert states[gradskip.state_key]["drift"]["previous"] is not None
+    assert states[rollout.state_key]["drift"]["previous"] is not None and gradskip.state_key != rollout.state_key
+    rows = _csv_rows(logger.log_dir, "gradskip/insertion")
+    assert [row["gradskip/epoch"] for row in rows] == [0.0, 1.0]
+    assert [row["step"] for row in rows] == [row["step"] for row in _csv_rows(logger.log_dir, "val/loss")]
+    assert 0 <= rows[0]["gradskip/pointing_game"] <= 1 and rows[0]["gradskip/time_s"] > 0
+    assert -1 <= rows[1]["gradskip/drift/prev/spearman"] <= 1
+    assert len(_csv_rows(logger.log_dir, "rollout/insertion")) == 2
+    assert "rollout/gate/layer_0" not in rows[0]  # rollout has no gates
+    for folder, count in (("gradskip", 8 + 1 + 3), ("rollout", 8 + 1)):  # overlays, grid, head images
+        root = Path(logger.log_dir) / folder
+        assert sorted(p.name for p in (root / "maps").iterdir()) == ["epoch_0000.npz", "epoch_0001.npz", "probes.npz"]
+        pngs = sorted((root / "images" / "epoch_0001").glob("*.png"))
+        assert len(pngs) == count, [p.name for p in pngs]
+
+
+class _Watch(Callback):
+    """Records RNG states and module modes around the callback that follows it (and the one after)."""
+
+    def __init__(self, records: list) -> None:
+        self.records = records
+
+    def on_validation_epoch_end(self, trainer, pl_module):
+        if trainer.sanity_checking:
+            return
+        pl_module.model.head.train()  # an unusual mixed mode that must come back as it was
+        self.records.append(
+            (
+                torch.get_rng_state(),
+                np.random.get_state()[1].copy(),
+                random.getstate(),
+                [m.training for m in pl_module.modules()],
+            )
+        )
+
+
+def _fit_weights(root: Path, callbacks: list) -> tuple[dict, dict]:
+    seed_everything(0)
+    module = tiny_module()
+    trainer = tiny_trainer(root, logger=False, callbacks=callbacks, max_epochs=2)
+    trainer.fit(module, datamodule=tiny_data())
+    grads = {name: p.grad.clone() for name, p in module.named_parameters() if p.grad is not None}
+    return {k: v.clone() for k, v in module.state_dict().items()}, grads
+
+
+def test_invisible_to_training_and_files_go_to_default_root_dir(tmp_path):
+    log: list = []
+    with_cb, grads_with = _fit_weights(tmp_path / "a", [_Watch(log), GradSkipCallback(**FAST), _Watch(log)])
+    without, grads_without = _fit_weights(tmp_path / "b", [])
+    assert with_cb.keys() == without.keys()
+    assert all(torch.equal(with_cb[k], without[k]) for k in with_cb), "weights differ with the callback"
+    assert grads_with.keys() == grads_without.keys()
+    assert all(torch.equal(grads_with[k], grads_without[k]) for k in grads_with)
+    assert len(log) == 4  # two epochs, before and after
+    for before, after in (log[0:2], log[2:4]):
+        assert torch.equal(before[0], after[0]) and np.array_equal(before[1], after[1]) and before[2] == after[2]
+        assert before[3] == after[3] and any(before[3]) and not all(before[3])
+    maps = tmp_path / "a" / "gradskip" / "maps"
+    assert sorted(p.name for p in maps.iterdir()) == ["epoch_0000.npz", "epoch_0001.npz", "probes.npz"]
+    assert len(list((tmp_path / "a" / "gradskip" / "images" / "epoch_0000").glob("overlay_probe_*.png"))) == 8
+
+
+def test_runs_without_validation_explain_at_train_epoch_end_and_at_fit_end(tmp_path):
+    seed_everything(0)
+    logger = CSVLogger(save_dir=str(tmp_path), name="noval")
+    trainer = tiny_trainer(
+        tmp_path,
+        logger=logger,
+        callbacks=[GradSkipCallback(every_n_epochs=2, **FAST)],
+        max_epochs=3,
+        limit_val_batches=0,
+    )
+    trainer.fit(tiny_module(), datamodule=tiny_data())
+    # every 2nd epoch (epoch 1), then once at the end of fit for the last epoch (2)
+    assert [row["gradskip/epoch"] for row in _csv_rows(logger.log_dir, "gradskip/insertion")] == [1.0, 2.0]
+
+
+# ------------------------------------------------------------------------------------- resume
+
+
+def test_resume_continues_drift_as_if_it_had_not_stopped(tmp_path):
+    seed_everything(0)
+    first = CSVLogger(save_dir=str(tmp_path), name="resume", version=0)
+    trainer = tiny_trainer(tmp_path, logger=first, callbacks=[GradSkipCallback(**FAST)], max_epochs=2)
+    trainer.fit(tiny_module(), datamodule=tiny_data())
+    checkpoint = tmp_path / "epoch1.ckpt"
+    trainer.save_checkpoint(checkpoint)
+    state = torch.load(checkpoint, weights_only=True)["callbacks"]  # plain tensors and values only
+    assert any("GradSkipCallback" in key for key in state)
+
+    second = CSVLogger(save_dir=str(tmp_path), name="resume", version=1)
+    callback = GradSkipCallback(probe_seed=123, **FAST)  # a different seed: the saved probes win
+    trainer = tiny_trainer(tmp_path, logger=second, callbacks=[callback], max_epochs=3)
+    trainer.fit(tiny_module(seed=1), datamodule=tiny_data(), ckpt_path=str(checkpoint))
+    (row,) = _csv_rows(second.log_dir, "gradskip/insertion")
+    assert row["gradskip/epoch"] == 2.0
+
+    def token_maps(version: int, epoch: int) -> torch.Tensor:
+        with np.load(tmp_path / "resume" / f"version_{version}" / "gradskip" / "maps" / f"epoch_{epoch:04d}.npz") as f:
+            return torch.from_numpy(f["token_maps"]), f["probe_ids"]
+
+    maps0, ids0 = token_maps(0, 0)
+    maps1, _ = token_maps(0, 1)
+    maps2, ids2 = token_maps(1, 2)
+    np.testing.assert_array_equal(ids0, ids2)
+    for reference, name in ((maps1, "prev"), (maps0, "first")):
+        expected = drift(maps2, reference, top_k=0.1)
+        assert row[f"gradskip/drift/{name}/spearman"] == pytest.approx(float(expected["spearman"].mean()), abs=1e-6)
+        assert row[f"gradskip/drift/{name}/topk_iou"] == pytest.approx(float(expected["topk_iou"].mean()), abs=1e-6)
+
+
+# ------------------------------------------------------------------------------------- faults
+
+
+class _ConvNet(LightningModule):
+    def __init__(self) -> None:
+        super().__init__()
+        self.net = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.Flatten(), torch.nn.LazyLinear(4))
+        self.steps = 0
+
+    def forward(self, x):
+        return self.net(x)
+
+    def training_step(self, batch, batch_idx):
+        self.steps += 1
+        return torch.nn.functional.cross_entropy(self(batch[0]), batch[1])
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.1)
+
+
+def test_unsupported_model_fails_at_setup(tmp_path):
+    module = _ConvNet()
+    trainer = tiny_trainer(tmp_path, logger=False, callbacks=[GradSkipCallback(**FAST)])
+    with pytest.raises(TypeError, match="GradSkipCallback cannot explain _ConvNet"):
+        trainer.fit(module, datamodule=tiny_data())
+    assert module.steps == 0
+
+
+def test_probe_images_of_the_wrong_shape_fail_at_setup(tmp_path):
+    callback = GradSkipCallback(probe_images=torch.zeros(4, 3, 28, 28), probe_labels=torch.zeros(4))
+    trainer = tiny_trainer(tmp_path, logger=False, callbacks=[callback])
+    with pytest.raises(ValueError, match=r"probe images must be \(P, 3, 32, 32\) for this model; got \(4, 3, 28, 28\)"):
+        trainer.fit(tiny_module(), datamodule=tiny_data())
+
+
+def test_a_failing_explanation_warns_skips_the_epoch_and_training_goes_on(tmp_path):
+    images = torch.full((4, 3, 32, 32), 1e30)
+    images[:, :, ::2] = -1e30  # finite input that overflows inside the ViT: NaN logits and relevance
+    callback = GradSkipCallback(probe_images=images, probe_labels=torch.arange(4), insertion_steps=4)
+    trainer = tiny_trainer(tmp_path, logger=False, callbacks=[callback], max_epochs=2)
+    with pytest.warns(UserWarning, match="explanation of epoch 0 skipped, training goes on. ExplainFailure"):
+        trainer.fit(tiny_module(), datamodule=tiny_data())
+    assert trainer.current_epoch == 2 and trainer.global_step == 8
+    assert not (tmp_path / "gradskip" / "maps").exists()
+
+
+def test_explicit_probes_and_validate_under_inference_mode(tmp_path):
+    data = tiny_data()
+    data.setup("validate")
+    images, labels, masks = zip(*(data.val_dataset[i] for i in range(6)))
+    callback = GradSkipCallback(
+        probe_images=torch.stack(images),
+        probe_labels=torch.stack(labels),
+        probe_masks=torch.stack(masks),
+        explain_batch_size=4,
+        target="prediction",
+        **{"insertion_steps": 4},
+    )
+    logger = CSVLogger(save_dir=str(tmp_path), name="validate")
+    tiny_trainer(tmp_path, logger=logger, callbacks=[callback]).validate(tiny_module(), datamodule=data)
+    (row,) = _csv_rows(logger.log_dir, "gradskip/insertion")
+    assert 0 <= row["gradskip/pointing_game"] <= 1
+    with np.load(Path(logger.log_dir) / "gradskip" / "maps" / "epoch_0000.npz") as saved:
+        assert saved["maps"].shape == (6, 32, 32) and saved["probe_ids"].tolist() == list(range(6))
+        np.testing.assert_array_equal(saved["targets"], saved["predictions"])
+
+
+def test_lightning_cli_yaml_configures_the_callback(tmp_path):
+    from lightning.pytorch.cli import LightningCLI
+
+    from gradskip_lightning.data import PlantedShapesDataModule
+    from gradskip_lightning.model import ViTClassifier
+
+    config = tmp_path / "config.yaml"
+    config.write_text(
+        "trainer:\n  logger: false\n  callbacks:\n    - class_path: gradskip_lightning.GradSkipCallback\n"
+        "      init_args: {num_probes: 16, compare_methods: [rollout], method_options: {alpha: 0.7}, target: prediction}\n"
+    )
+    cli = LightningCLI(ViTClassifier, PlantedShapesDataModule, run=False, args=["--config", str(config)])
+    (callback,) = [c for c in cli.trainer.callbacks if isinstance(c, GradSkipCallback)]
+    assert (callback.num_probes, callback.compare_methods, callback.method_options) == (16, ["rollout"], {"alpha": 0.7})
+    assert callback.scores.target == "prediction"

@@ -1,0 +1,47 @@
+"""The timeline command: probe x epoch PNG from the maps folder the callback writes."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from gradskip_lightning.callback.files import read_maps, write_epoch, write_probes
+from gradskip_lightning.timeline import find_maps_dir, main
+
+
+def _write_run(folder, probes=3, epochs=(0, 2, 4)):
+    rng = np.random.default_rng(0)
+    images = rng.integers(0, 255, (probes, 64, 64, 3), dtype=np.uint8)
+    write_probes(folder, np.arange(probes) * 7, np.arange(probes) % 2, images, ["cat", "dog"])
+    for epoch in epochs:
+        arrays = {
+            "probe_ids": np.arange(probes) * 7,
+            "labels": np.arange(probes) % 2,
+            "maps": rng.random((probes, 32, 32), dtype=np.float32),
+            "insertion": rng.random(probes, dtype=np.float32),
+            "deletion": rng.random(probes, dtype=np.float32),
+        }
+        write_epoch(folder, epoch, 10 * epoch, "gradskip", arrays)
+
+
+def test_timeline_png_has_a_row_per_probe_and_a_column_per_epoch(tmp_path):
+    maps = tmp_path / "run" / "gradskip" / "maps"
+    _write_run(maps)
+    record = read_maps(maps)
+    assert [int(e["epoch"]) for e in record.epochs] == [0, 2, 4] and record.class_names == ["cat", "dog"]
+    assert find_maps_dir(tmp_path / "run") == maps  # a log dir above the maps folder works too
+    out = main([str(tmp_path / "run"), "-o", str(tmp_path / "timeline.png")])
+    width, height = Image.open(out).size
+    assert (width, height) == (int(1.5 * 4 * 100), int(1.6 * 3 * 100))  # 1 image + 3 epochs, 3 probes
+    two = main([str(maps), "-o", str(tmp_path / "two.png"), "--max-epochs", "2"])
+    assert Image.open(two).size[0] == int(1.5 * 3 * 100)  # first and last epoch only
+
+
+def test_timeline_names_what_is_missing(tmp_path):
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(FileNotFoundError, match="no GradSkip maps folders"):
+        find_maps_dir(tmp_path / "empty")
+    write_probes(tmp_path / "noepochs", np.arange(1), np.zeros(1), np.zeros((1, 4, 4, 3), np.uint8), ["a"])
+    with pytest.raises(FileNotFoundError, match="no epoch_"):
+        read_maps(tmp_path / "noepochs")
