@@ -4,10 +4,10 @@ from __future__ import annotations
 import math
 
 import timm
-from timm.optim import create_optimizer_v2
 import torch
 import torch.nn.functional as F
 from lightning.pytorch import LightningModule
+from timm.optim import create_optimizer_v2
 from torch import Tensor
 from torchmetrics import MetricCollection
 from torchmetrics.classification import MulticlassAccuracy, MulticlassAUROC
@@ -77,7 +77,8 @@ class ViTClassifier(LightningModule):
         if lr <= 0:
             raise ValueError(f"lr must be > 0, got {lr}")
         self.save_hyperparameters()
-        overrides = {k: v for k, v in dict(embed_dim=embed_dim, depth=depth, num_heads=num_heads).items() if v is not None}
+        sizes = {"embed_dim": embed_dim, "depth": depth, "num_heads": num_heads}
+        overrides = {name: value for name, value in sizes.items() if value is not None}
         self.model = timm.create_model(
             model_name,
             pretrained=pretrained,

@@ -1,8 +1,8 @@
 """BloodMNIST (MedMNIST v2) through the real ``medmnist.BloodMNIST`` loader."""
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import medmnist
 import numpy as np
@@ -114,7 +114,8 @@ class BloodMNISTDataModule(ImageClassificationDataModule):
 
     def setup(self, stage: str) -> None:
         if not self.path.exists():
-            raise self._missing_file_error("call prepare_data() to download it" if self.download else "and download=False")
+            reason = "call prepare_data() to download it" if self.download else "and download=False"
+            raise self._missing_file_error(reason)
         if stage == "fit":
             self.train_dataset = self._split("train", self._transform(train=self.augment))
         if stage in ("fit", "validate"):

@@ -214,15 +214,15 @@ class PlantedShapesDataModule(ImageClassificationDataModule):
         self.save_hyperparameters()
         self.num_classes = num_classes
         self.img_size = img_size
-        self._options = dict(
-            num_classes=num_classes,
-            img_size=img_size,
-            object_size=object_size,
-            num_distractors=num_distractors,
-            noise=noise,
-            mean=self.mean,
-            std=self.std,
-        )
+        self._options = {
+            "num_classes": num_classes,
+            "img_size": img_size,
+            "object_size": object_size,
+            "num_distractors": num_distractors,
+            "noise": noise,
+            "mean": self.mean,
+            "std": self.std,
+        }
         self._sizes = {"train": train_size, "val": val_size, "test": test_size}
         self.shortcut_fraction = shortcut_fraction
         self.seed = seed

@@ -1,0 +1,63 @@
+"""train.py: W&B mode default, data-to-model links, and a one-epoch run through the CLI."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+import train
+from tests.callback.wandb_files import find_runs
+
+# pytest's own arguments are in sys.argv while the tests pass args= to LightningCLI.
+pytestmark = pytest.mark.filterwarnings("ignore:LightningCLI's args parameter")
+ROOT = Path(__file__).resolve().parents[1]
+PLANTED = ROOT / "configs" / "planted_shapes.yaml"
+
+
+@pytest.mark.parametrize("preset,expected", [(None, "offline"), ("online", "online"), ("disabled", "disabled")])
+def test_wandb_offline_unless_the_user_sets_wandb_mode(preset, expected, monkeypatch):
+    if preset is None:
+        monkeypatch.delenv("WANDB_MODE", raising=False)
+    else:
+        monkeypatch.setenv("WANDB_MODE", preset)
+    train.main(["--config", str(PLANTED)], run=False)
+    assert os.environ["WANDB_MODE"] == expected
+
+
+def test_model_takes_class_count_and_image_size_from_data():
+    cli = train.main(
+        ["--config", str(PLANTED), "--data.num_classes", "3", "--data.img_size", "48", "--model.patch_size", "8"],
+        run=False,
+    )
+    assert cli.model.hparams.num_classes == 3 and cli.model.hparams.img_size == 48
+    assert cli.model(torch.zeros(2, 3, 48, 48)).shape == (2, 3)
+
+
+@pytest.mark.slow
+def test_one_epoch_through_the_cli(tmp_path):
+    outputs = tmp_path / "outputs"
+    command = [
+        sys.executable, str(ROOT / "train.py"), "fit", "--config", str(PLANTED),
+        "--trainer.max_epochs=1", "--trainer.limit_train_batches=2", "--trainer.log_every_n_steps=1",
+        "--data.train_size=64", "--data.val_size=32", "--data.test_size=32", "--data.batch_size=32",
+        "--model.embed_dim=48", "--model.depth=2", "--model.patch_size=8",
+        f"--trainer.logger.init_args.save_dir={outputs}",
+    ]  # fmt: skip
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    done = subprocess.run(command, check=False, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-4000:]
+
+    (run,) = find_runs(outputs / "wandb")
+    val_rows = run.rows_with("val/acc")
+    assert len(val_rows) == 1 and 0.0 <= val_rows[0]["val/acc"] <= 1.0
+    assert any(key.startswith("gradskip/") for row in run.history for key in row), "the callback logged nothing"
+
+    (checkpoint,) = outputs.rglob("last.ckpt")
+    state = torch.load(checkpoint, map_location="cpu", weights_only=True)
+    assert state["epoch"] == 0 and state["global_step"] == 2
+    assert state["hyper_parameters"]["num_classes"] == 4 and state["hyper_parameters"]["img_size"] == 32
+    assert (outputs / "config.yaml").exists()  # LightningCLI saved the resolved config beside the run
