@@ -83,6 +83,7 @@ def _explain_chunk(explainer: Explainer, probes: ProbeSet, settings: ScoreSettin
             exp.maps,
             patch_size=patch,
             top_k=settings.fvt_top_k,
+            baseline=settings.deletion_baseline,
             batch_size=settings.metrics_batch_size,
         ).float()
     if probes.masks is not None:

@@ -85,7 +85,7 @@ class GradSkipCallback(Callback):
         target: explain the ``"label"`` or the ``"prediction"``.
         explain_batch_size: probes per explain call; bounds memory.
         insertion_steps: K, the steps of insertion/deletion.
-        deletion_baseline: ``"zeros"`` or ``"blur"``.
+        deletion_baseline: ``"zeros"`` or ``"blur"``, for deletion and the violation test.
         fvt_top_k: patches removed together by the faithfulness violation test (0: skip it).
         pointing_tolerance: Pointing Game tolerance in pixels (None: 15 px at 224 px, scaled).
         drift_top_k: fraction of patches compared by the drift top-k IoU.
