@@ -20,8 +20,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 import torch
-from torch import Tensor, nn
 from timm.models.vision_transformer import VisionTransformer
+from torch import Tensor, nn
 
 #: Pooling modes whose read-out is the mean (or max) over patch tokens.
 PATCH_POOLS = ("avg", "max", "avgmax")

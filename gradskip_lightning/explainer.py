@@ -112,9 +112,9 @@ class Explainer:
             got = f"{type(images).__name__} {getattr(images, 'dtype', '')} {tuple(getattr(images, 'shape', ()))}"
             raise ValueError(f"images must be a float tensor (B, C, H, W); got {got}")
         c, h, w = images.shape[1:]
-        expected = (self.in_chans, *self.img_size)
         if c != self.in_chans or (h, w) != self.img_size:
-            raise ValueError(f"images must be (B, {expected[0]}, {expected[1]}, {expected[2]}); got {tuple(images.shape)}")
+            expected = ", ".join(str(d) for d in (self.in_chans, *self.img_size))
+            raise ValueError(f"images must be (B, {expected}); got {tuple(images.shape)}")
         if not torch.isfinite(images).all():
             raise ValueError("images contain NaN or infinite values")
 

@@ -113,6 +113,8 @@ def test_skip_gates_first_order_split():
 
 
 def test_options_are_validated():
-    for bad in ({"alpha": 1.5}, {"gate": "sometimes"}, {"head_top_fraction": 0.0}, {"cls_mode": "cls"}, {"head_selection": "all"}):
+    bad_options = ({"alpha": 1.5}, {"gate": "sometimes"}, {"head_top_fraction": 0.0}, {"cls_mode": "cls"},
+                   {"head_selection": "all"})
+    for bad in bad_options:
         with pytest.raises(ValueError, match=next(iter(bad))):
             GradSkipOptions(**bad)

@@ -9,8 +9,9 @@ import torch
 from timm.models.vision_transformer import init_weights_vit_timm
 from torch import Tensor, nn
 
-from .drift import spearman, topk_iou
 from gradskip_lightning.capture import find_vit
+
+from .drift import spearman, topk_iou
 
 ExplainFn = Callable[[nn.Module, Tensor, Tensor], Tensor]
 Similarity = Union[str, Callable[[Tensor, Tensor], Tensor]]
