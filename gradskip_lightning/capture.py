@@ -107,7 +107,7 @@ def readout_weights(vit: VisionTransformer, batch: int, device: torch.device) ->
 
 
 @contextmanager
-def _explain_mode(vit: VisionTransformer) -> Iterator[None]:
+def explain_mode(vit: VisionTransformer) -> Iterator[None]:
     """Eval mode, non-fused attention, no gradient checkpointing; everything restored on exit."""
     modes = [(m, m.training) for m in vit.modules()]
     fused = [(b.attn, b.attn.fused_attn) for b in vit.blocks]
@@ -165,7 +165,7 @@ def capture(
         record["output"].append(out)
 
     handles = []
-    with _explain_mode(vit), torch.inference_mode(False), torch.enable_grad():
+    with explain_mode(vit), torch.inference_mode(False), torch.enable_grad():
         try:
             for block in blocks:
                 handles += [

@@ -14,7 +14,7 @@ import timm
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-from gradskip_lightning.capture import find_vit
+from gradskip_lightning.capture import explain_mode, find_vit
 from gradskip_lightning.explainer import METHODS, Explainer
 
 #: (label, timm name, create_model overrides); random weights: cost does not depend on them.
@@ -41,16 +41,8 @@ def count_flops(fn) -> int:
 
 def forward_flops(model: torch.nn.Module, images: torch.Tensor) -> int:
     """FLOPs of one plain forward with non-fused attention (as counted for the maps)."""
-    vit = find_vit(model)
-    fused = [b.attn.fused_attn for b in vit.blocks]
-    try:
-        for b in vit.blocks:
-            b.attn.fused_attn = False
-        with torch.no_grad():
-            return count_flops(lambda: model(images))
-    finally:
-        for b, flag in zip(vit.blocks, fused):
-            b.attn.fused_attn = flag
+    with explain_mode(find_vit(model)), torch.no_grad():
+        return count_flops(lambda: model(images))
 
 
 def ms_per_map(explainer: Explainer, images: torch.Tensor, repeats: int) -> float:

@@ -1,0 +1,121 @@
+"""Models and fixed test subsets for the faithfulness benchmark: planted shapes and BloodMNIST.
+
+Each dataset is trained from scratch with the settings of its ``configs/*.yaml`` (a tiny timm ViT
+in :class:`~gradskip_lightning.model.ViTClassifier`, Lightning Trainer on CPU, no logger, no
+validation; fewer BloodMNIST epochs) unless a checkpoint is given. The test subset is a seeded random draw from the test
+split, loaded once into tensors.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from lightning.pytorch import Trainer, seed_everything
+from torch import Tensor
+
+from gradskip_lightning.data import BloodMNISTDataModule, PlantedShapesDataModule
+from gradskip_lightning.data.base import ImageClassificationDataModule
+from gradskip_lightning.model import ViTClassifier
+
+#: ViTClassifier settings shared by configs/planted_shapes.yaml and configs/bloodmnist.yaml (patch size aside).
+MODEL = {
+    "model_name": "vit_tiny_patch16_224",
+    "pretrained": False,
+    "in_chans": 3,
+    "embed_dim": 96,
+    "depth": 4,
+    "num_heads": 3,
+    "drop_path_rate": 0.0,
+    "lr": 0.002,
+    "weight_decay": 0.05,
+    "warmup_fraction": 0.05,
+}
+#: Per dataset: the config's patch size, and training epochs (the config's 3 for planted shapes; 4 of
+#: BloodMNIST's 10, so the whole benchmark fits in 30 minutes on 2 CPU cores: ``--epochs 10`` for the config's).
+DATASETS = {"planted_shapes": {"patch_size": 4, "epochs": 3}, "bloodmnist": {"patch_size": 7, "epochs": 4}}
+
+
+@dataclass
+class Subset:
+    """A fixed test subset: images (n, C, H, W) normalised, labels (n,), masks (n, H, W) bool or None."""
+
+    images: Tensor
+    labels: Tensor
+    masks: Tensor | None
+    indices: Tensor  # (n,) positions in the test split
+
+    def head(self, count: int) -> Subset:
+        """The first ``count`` items (all of them when there are fewer)."""
+        cut = slice(0, count)
+        return Subset(
+            self.images[cut], self.labels[cut], None if self.masks is None else self.masks[cut], self.indices[cut]
+        )
+
+
+def make_datamodule(name: str, data_root: Path | None, batch_size: int = 128) -> ImageClassificationDataModule:
+    """The datamodule of ``name`` with its config's settings (BloodMNIST needs ``data_root``)."""
+    if name == "planted_shapes":
+        return PlantedShapesDataModule(batch_size=64)
+    if name == "bloodmnist":
+        if data_root is None:
+            raise ValueError("bloodmnist needs --data-root, the folder holding bloodmnist.npz")
+        return BloodMNISTDataModule(root=str(data_root), size=28, download=False, augment=True, batch_size=batch_size)
+    raise ValueError(f"unknown dataset {name!r}; choose one of {tuple(DATASETS)}")
+
+
+def fixed_subset(datamodule: ImageClassificationDataModule, size: int, seed: int) -> Subset:
+    """``size`` test items drawn without replacement under ``seed``, stacked into tensors."""
+    datamodule.setup("test")
+    dataset = datamodule.test_dataset
+    if not 1 <= size <= len(dataset):
+        raise ValueError(f"test subset size must be in [1, {len(dataset)}], got {size}")
+    indices = torch.randperm(len(dataset), generator=torch.Generator().manual_seed(seed))[:size].sort().values
+    items = [dataset[int(i)] for i in indices]
+    images = torch.stack([item[0] for item in items])
+    labels = torch.stack([torch.as_tensor(item[1]) for item in items]).long()
+    masks = torch.stack([item[2] for item in items]) if len(items[0]) > 2 else None
+    return Subset(images, labels, masks, indices)
+
+
+def train_or_load(
+    name: str,
+    datamodule: ImageClassificationDataModule,
+    *,
+    checkpoint: Path | None,
+    epochs: int | None,
+    seed: int,
+    max_train_batches: int | None = None,
+) -> tuple[ViTClassifier, dict]:
+    """A ViTClassifier in eval mode, loaded from ``checkpoint`` or trained; and facts about it.
+
+    ``epochs`` None uses the config's; ``max_train_batches`` caps the batches per epoch.
+
+    Returns the model and a dict with ``checkpoint`` (str or None), ``epochs``, ``train_seconds``.
+    """
+    if checkpoint is not None:
+        model = ViTClassifier.load_from_checkpoint(checkpoint, map_location="cpu")
+        return model.eval(), {"checkpoint": str(checkpoint), "epochs": None, "train_seconds": 0.0}
+    spec = DATASETS[name]
+    epochs = spec["epochs"] if epochs is None else epochs
+    seed_everything(seed, verbose=False)
+    model = ViTClassifier(
+        num_classes=datamodule.num_classes, img_size=datamodule.img_size, patch_size=spec["patch_size"], **MODEL
+    )
+    trainer = Trainer(
+        accelerator="cpu",
+        devices=1,
+        max_epochs=epochs,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        limit_val_batches=0,
+        num_sanity_val_steps=0,
+        limit_train_batches=max_train_batches,
+    )
+    start = time.perf_counter()
+    trainer.fit(model, datamodule=datamodule)
+    return model.eval(), {"checkpoint": None, "epochs": epochs, "train_seconds": time.perf_counter() - start}
