@@ -1,4 +1,4 @@
-"""The callback's epoch-end time against one training epoch (BloodMNIST, configs/bloodmnist.yaml model).
+"""The callback's epoch-end time against one training epoch (BloodMNIST, as configs/bloodmnist.yaml).
 
 Trains ``--epochs`` epochs of the tiny ViT with GradSkipCallback attached (CSV logger, no W&B, so
 no upload or media time is counted) and reports, per epoch, the training time (first training
@@ -18,20 +18,8 @@ from pathlib import Path
 from lightning.pytorch import Callback, Trainer, seed_everything
 from lightning.pytorch.loggers import CSVLogger
 
+from gradskip_lightning.benchmarks.configs import config_settings
 from gradskip_lightning.callback import GradSkipCallback
-
-#: The model of configs/bloodmnist.yaml.
-MODEL = dict(
-    model_name="vit_tiny_patch16_224",
-    num_classes=8,
-    img_size=28,
-    patch_size=4,
-    embed_dim=96,
-    depth=4,
-    num_heads=3,
-    lr=2e-3,
-)
-
 
 class _TrainTimer(Callback):
     """Seconds from each training epoch's first batch to its last (validation excluded)."""
@@ -78,7 +66,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--num-probes", type=int, default=32)
     parser.add_argument("--insertion-steps", type=int, default=16)
     parser.add_argument("--compare", nargs="*", default=[], help="comparison methods (default: none)")
-    parser.add_argument("--batch-size", type=int, default=128)
 
 
 def run(args: argparse.Namespace) -> list[dict]:
@@ -104,10 +91,10 @@ def run(args: argparse.Namespace) -> list[dict]:
             num_sanity_val_steps=0,
             default_root_dir=folder,
         )
-        data = BloodMNISTDataModule(
-            root=args.data_root, size=28, download=False, augment=True, batch_size=args.batch_size
-        )
-        trainer.fit(ViTClassifier(**MODEL), datamodule=data)
+        model_args, data_args, _ = config_settings("bloodmnist")
+        data = BloodMNISTDataModule(**{**data_args, "root": args.data_root, "download": False})
+        model = ViTClassifier(num_classes=data.num_classes, img_size=data.img_size, **model_args)
+        trainer.fit(model, datamodule=data)
         with open(Path(logger.log_dir) / "metrics.csv") as handle:
             callback_s = [float(r["gradskip/time_s"]) for r in csv.DictReader(handle) if r.get("gradskip/time_s")]
     records = []
