@@ -21,6 +21,7 @@ from lightning.pytorch.loggers import CSVLogger
 from gradskip_lightning.benchmarks.configs import config_settings
 from gradskip_lightning.callback import GradSkipCallback
 
+
 class _TrainTimer(Callback):
     """Seconds from each training epoch's first batch to its last (validation excluded)."""
 

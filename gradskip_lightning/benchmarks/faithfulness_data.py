@@ -16,9 +16,9 @@ import torch
 from lightning.pytorch import Trainer, seed_everything
 from torch import Tensor
 
+from gradskip_lightning.benchmarks.configs import config_settings
 from gradskip_lightning.data import BloodMNISTDataModule, PlantedShapesDataModule
 from gradskip_lightning.data.base import ImageClassificationDataModule
-from gradskip_lightning.benchmarks.configs import config_settings
 from gradskip_lightning.model import ViTClassifier
 
 #: Datasets and the config each one trains with.

@@ -123,3 +123,14 @@ def ddp_dataset(n: int = 8, num_classes: int = 4, seed: int = 0) -> dict[str, Te
 
 def ceil_count(fraction: float, n: int) -> int:
     return math.ceil(round(fraction * n, 6))
+
+
+class Wrapper(nn.Module):
+    """A LightningModule-like wrapper: the ViT is a child, not the module itself."""
+
+    def __init__(self, vit: nn.Module) -> None:
+        super().__init__()
+        self.model = vit
+
+    def forward(self, images):
+        return self.model(images)

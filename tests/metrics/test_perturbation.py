@@ -18,18 +18,7 @@ from gradskip_lightning.metrics import (
 from gradskip_lightning.metrics.perturbation import patch_relevance, rank_patches, resolve_patch_size, step_counts
 from tests.conftest import make_tiny_vit
 
-from .helpers import np_gaussian_blur, np_patch_relevance
-
-
-class Wrapper(nn.Module):
-    """A LightningModule-like wrapper: the ViT is a child."""
-
-    def __init__(self, vit: nn.Module) -> None:
-        super().__init__()
-        self.model = vit
-
-    def forward(self, images):
-        return self.model(images)
+from .helpers import Wrapper, np_gaussian_blur, np_patch_relevance
 
 
 def test_patch_size_is_read_from_a_vit_or_a_module_containing_one(tiny_vit):

@@ -8,6 +8,8 @@ from torch import nn
 from gradskip_lightning.metrics import parameter_randomisation
 from tests.conftest import make_tiny_vit
 
+from .helpers import Wrapper
+
 
 def saliency(model: nn.Module, images: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     """A real (simple) explanation: |d logit / d x| summed over channels, (B, H, W)."""
@@ -15,15 +17,6 @@ def saliency(model: nn.Module, images: torch.Tensor, targets: torch.Tensor) -> t
     with torch.enable_grad():
         (grad,) = torch.autograd.grad(model(images).gather(1, targets[:, None]).sum(), images)
     return grad.abs().sum(1)
-
-
-class Wrapper(nn.Module):
-    def __init__(self, vit: nn.Module) -> None:
-        super().__init__()
-        self.model = vit
-
-    def forward(self, images):
-        return self.model(images)
 
 
 def test_cascade_decorrelates_maps_and_never_touches_the_model():
