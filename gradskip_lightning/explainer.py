@@ -65,6 +65,7 @@ class Explainer:
     """
 
     def __init__(self, model: nn.Module, method: str = "gradskip", **options) -> None:
+        self.model = model  # images -> logits; what the metrics run
         self.vit = find_vit(model)
         if self.vit.num_classes <= 0:
             raise TypeError(f"{type(self.vit).__name__} has no classifier head (num_classes=0): nothing to explain")

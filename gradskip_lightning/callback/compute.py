@@ -47,7 +47,7 @@ class ScoreSettings:
 
 
 def _explain_chunk(explainer: Explainer, probes: ProbeSet, settings: ScoreSettings, heads: bool) -> dict[str, Tensor]:
-    device = next(explainer.vit.parameters()).device
+    device = next(explainer.model.parameters()).device
     images = probes.images.to(device)
     targets = probes.labels.to(device) if settings.target == "label" else None
     exp = explainer.explain(images, targets)
@@ -56,7 +56,7 @@ def _explain_chunk(explainer: Explainer, probes: ProbeSet, settings: ScoreSettin
         raise ExplainFailure(f"{exp.method}: non-finite relevance or logits for probes at positions {bad}")
     patch = explainer.patch_size
     scores = insertion_deletion(
-        explainer.vit,
+        explainer.model,
         images,
         exp.targets,
         exp.maps,
@@ -77,7 +77,7 @@ def _explain_chunk(explainer: Explainer, probes: ProbeSet, settings: ScoreSettin
     }
     if settings.fvt_top_k > 0:
         out["fvt_violation"] = faithfulness_violation(
-            explainer.vit,
+            explainer.model,
             images,
             exp.targets,
             exp.maps,
@@ -123,7 +123,7 @@ def explain_probes(
     Raises:
         ExplainFailure: a map or logit was not finite.
     """
-    explainer.vit.eval()
+    explainer.model.eval()
     starts = range(0, len(probes), settings.batch_size)
     if progress and len(starts) > 1:
         from tqdm.auto import tqdm
