@@ -1,4 +1,4 @@
-"""Faithfulness, localisation and drift metrics for relevance maps, as torchmetrics and functions.
+"""Faithfulness, localisation, class-sensitivity and drift metrics for relevance maps, as torchmetrics and functions.
 
 Perturbation metrics take ``(model, images, targets, maps)``: model images (B, C, H, W) -> logits,
 targets (B,) classes, maps (B, H, W) at input resolution. Pass an eval-mode model; its mode is
@@ -9,20 +9,27 @@ from .insertion_deletion import InsertionDeletion, insertion_deletion, trapezoid
 from .perturbation import CountingModel, gaussian_blur, make_baseline, perturbed_probabilities
 from .pointing import PointingGame, default_tolerance, pointing_game
 from .randomisation import RandomisationCurve, parameter_randomisation
+from .regions import RelevanceMassAccuracy, RelevanceRankAccuracy, relevance_mass_accuracy, relevance_rank_accuracy
 from .segmentation import SegmentationScores, segmentation_confusion, segmentation_scores
+from .sensitivity import ClassSensitivity, class_sensitivity, explain_class_sensitivity
 from .violation import FaithfulnessViolation, faithfulness_violation
 
 __all__ = [
+    "ClassSensitivity",
     "CountingModel",
     "ExplanationDrift",
     "FaithfulnessViolation",
     "InsertionDeletion",
     "PointingGame",
     "RandomisationCurve",
+    "RelevanceMassAccuracy",
+    "RelevanceRankAccuracy",
     "SegmentationScores",
     "average_ranks",
+    "class_sensitivity",
     "default_tolerance",
     "drift",
+    "explain_class_sensitivity",
     "faithfulness_violation",
     "gaussian_blur",
     "insertion_deletion",
@@ -30,6 +37,8 @@ __all__ = [
     "parameter_randomisation",
     "perturbed_probabilities",
     "pointing_game",
+    "relevance_mass_accuracy",
+    "relevance_rank_accuracy",
     "segmentation_confusion",
     "segmentation_scores",
     "spearman",

@@ -41,14 +41,25 @@ def spearman(maps_a: Tensor, maps_b: Tensor) -> Tensor:
     return (ranks_a * ranks_b).sum(1) / (ranks_a.square().sum(1) * ranks_b.square().sum(1)).sqrt()
 
 
+def top_count_pixels(maps: Tensor, counts: Tensor) -> Tensor:
+    """Masks (B, N) bool of the ``counts[b]`` highest pixels of each map (B, H, W); ties: row-major order.
+
+    Args:
+        maps: relevance (B, H, W).
+        counts: pixels to keep per map (B,) integer, each in [0, H * W].
+    """
+    flat = maps.flatten(1)
+    order = torch.argsort(flat, dim=1, descending=True, stable=True)
+    keep = torch.arange(flat.shape[1], device=flat.device)[None, :] < counts.to(flat.device)[:, None]
+    return torch.zeros_like(flat, dtype=torch.bool).scatter_(1, order, keep)
+
+
 def top_pixels(maps: Tensor, fraction: float) -> Tensor:
     """Masks (B, N) bool of the ceil(fraction * N) highest pixels of maps (B, H, W); ties: row-major order."""
     if not 0 < fraction <= 1:
         raise ValueError(f"top_k must be a fraction in (0, 1], got {fraction}")
-    flat = maps.flatten(1)
-    count = math.ceil(round(fraction * flat.shape[1], 6))
-    chosen = torch.argsort(flat, dim=1, descending=True, stable=True)[:, :count]
-    return torch.zeros_like(flat, dtype=torch.bool).scatter_(1, chosen, True)
+    count = math.ceil(round(fraction * maps[0].numel(), 6))
+    return top_count_pixels(maps, torch.full((maps.shape[0],), count, device=maps.device))
 
 
 def topk_iou(maps_a: Tensor, maps_b: Tensor, *, top_k: float = 0.1) -> Tensor:

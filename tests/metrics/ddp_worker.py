@@ -13,10 +13,13 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 from gradskip_lightning.metrics import (
+    ClassSensitivity,
     ExplanationDrift,
     FaithfulnessViolation,
     InsertionDeletion,
     PointingGame,
+    RelevanceMassAccuracy,
+    RelevanceRankAccuracy,
     SegmentationScores,
 )
 from tests.conftest import make_tiny_vit
@@ -33,6 +36,9 @@ def make_metrics() -> dict:
         "pointing": PointingGame(num_classes=NUM_CLASSES),
         "segmentation": SegmentationScores(),
         "drift": ExplanationDrift(top_k=0.2),
+        "mass_accuracy": RelevanceMassAccuracy(),
+        "rank_accuracy": RelevanceRankAccuracy(),
+        "class_sensitivity": ClassSensitivity(),
     }
 
 
@@ -42,6 +48,9 @@ def update_all(metrics: dict, model: torch.nn.Module, batch: dict) -> None:
     metrics["pointing"].update(batch["maps"], batch["masks"], batch["targets"])
     metrics["segmentation"].update(batch["maps"], batch["masks"])
     metrics["drift"].update(batch["maps"], batch["maps_b"])
+    metrics["mass_accuracy"].update(batch["maps"], batch["regions"])
+    metrics["rank_accuracy"].update(batch["maps"], batch["regions"])
+    metrics["class_sensitivity"].update(batch["maps"], batch["maps_b"])
 
 
 def results(metrics: dict) -> dict[str, float]:

@@ -105,19 +105,23 @@ def np_trapezoid(values: list[float]) -> float:
 
 
 def ddp_dataset(n: int = 8, num_classes: int = 4, seed: int = 0) -> dict[str, Tensor]:
-    """images (n, 3, 32, 32), targets (n,), maps and maps_b (n, 32, 32), masks (n, 32, 32) bool (a block each)."""
+    """images (n, 3, 32, 32), targets (n,), maps and maps_b (n, 32, 32), masks (n, 32, 32) bool (a block each),
+    regions (n, 32, 32) bool: the masks with image 3's emptied (a region metric leaves that image out)."""
     generator = torch.Generator().manual_seed(seed)
     masks = torch.zeros(n, IMG, IMG, dtype=torch.bool)
     for i in range(n):
         r, c = torch.randint(0, IMG - 10, (2,), generator=generator).tolist()
         masks[i, r:r + 10, c:c + 10] = True
     maps = torch.rand(n, IMG, IMG, generator=generator)
+    regions = masks.clone()
+    regions[3] = False
     return {
         "images": torch.randn(n, 3, IMG, IMG, generator=generator),
         "targets": torch.arange(n) % num_classes,
         "maps": maps,
         "maps_b": maps + 0.5 * torch.rand(n, IMG, IMG, generator=generator),
         "masks": masks,
+        "regions": regions,
     }
 
 
