@@ -11,6 +11,7 @@ SUBCOMMANDS = {
     "metrics": "insertion/deletion throughput and forward calls",
     "callback": "the callback's epoch-end time against one training epoch",
     "faithfulness": "every method scored on planted shapes and BloodMNIST, with ablations",
+    "gpu": "checks that need a CUDA device: batch = singles, mixed-precision fits, OOM skipped, ms per map",
 }
 
 

@@ -32,6 +32,11 @@ def spearman(maps_a: Tensor, maps_b: Tensor) -> Tensor:
     """Spearman rank correlation (B,) float64 between maps (B, H, W) over pixels (as scipy.stats.spearmanr).
 
     NaN where a map is constant (its ranks have no variance).
+
+    Example:
+        >>> maps = torch.arange(4.0).reshape(1, 2, 2)
+        >>> spearman(maps, maps.exp()), spearman(maps, -maps)
+        (tensor([1.], dtype=torch.float64), tensor([-1.], dtype=torch.float64))
     """
     _check_pair(maps_a, maps_b)
     ranks_a = average_ranks(maps_a.flatten(1))
@@ -63,7 +68,13 @@ def top_pixels(maps: Tensor, fraction: float) -> Tensor:
 
 
 def topk_iou(maps_a: Tensor, maps_b: Tensor, *, top_k: float = 0.1) -> Tensor:
-    """IoU (B,) float64 of the top ``top_k`` fraction of pixels of two maps (B, H, W)."""
+    """IoU (B,) float64 of the top ``top_k`` fraction of pixels of two maps (B, H, W).
+
+    Example:
+        >>> maps = torch.arange(16.0).reshape(1, 4, 4)
+        >>> topk_iou(maps, maps.flip(-1), top_k=0.25)  # top 4 = the last row in both
+        tensor([1.], dtype=torch.float64)
+    """
     _check_pair(maps_a, maps_b)
     top_a, top_b = top_pixels(maps_a, top_k), top_pixels(maps_b.to(maps_a.device), top_k)
     return (top_a & top_b).sum(1).double() / (top_a | top_b).sum(1)

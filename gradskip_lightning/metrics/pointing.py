@@ -25,6 +25,14 @@ def pointing_game(maps: Tensor, masks: Tensor, *, tolerance: float | None = None
         maps: relevance (B, H, W), finite.
         masks: object masks (B, H, W), bool or {0, 1}; each must hold at least one pixel.
         tolerance: pixels; None = :func:`default_tolerance` (15 px at 224 px).
+
+    Example:
+        >>> maps = torch.zeros(2, 8, 8)
+        >>> maps[0, 1, 1] = maps[1, 6, 6] = 1.0  # the peaks
+        >>> masks = torch.zeros(2, 8, 8, dtype=torch.bool)
+        >>> masks[:, :3, :3] = True  # the object: the top-left corner
+        >>> pointing_game(maps, masks, tolerance=1.0)
+        tensor([ True, False])
     """
     check_maps(maps)
     masks = as_bool_masks(masks, maps, allow_empty=False)

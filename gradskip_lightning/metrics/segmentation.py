@@ -46,7 +46,14 @@ def scores_from_confusion(confusion: Tensor) -> dict[str, Tensor]:
 
 
 def segmentation_scores(maps: Tensor, masks: Tensor) -> dict[str, Tensor]:
-    """Scores of a batch, pooled over all its pixels (see :func:`scores_from_confusion`)."""
+    """Scores of a batch, pooled over all its pixels (see :func:`scores_from_confusion`).
+
+    Example:
+        >>> maps = torch.tensor([[[1.0, 0.0], [0.0, 0.0]]])  # above its mean: the top-left pixel
+        >>> masks = torch.tensor([[[True, True], [False, False]]])
+        >>> {key: round(value.item(), 3) for key, value in segmentation_scores(maps, masks).items()}
+        {'pixel_accuracy': 0.75, 'iou_foreground': 0.5, 'iou_background': 0.667, 'mean_iou': 0.583}
+    """
     return scores_from_confusion(segmentation_confusion(maps, masks))
 
 
