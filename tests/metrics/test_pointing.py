@@ -33,7 +33,8 @@ def test_matches_numpy_reference_on_random_inputs(tolerance):
     masks = torch.rand(40, 32, 32, generator=generator) > 0.97
     masks[:, 0, 0] = True  # never empty
     hits = pointing_game(maps, masks, tolerance=tolerance)
-    reference = np_pointing(maps.numpy(), masks.numpy(), default_tolerance((32, 32)) if tolerance is None else tolerance)
+    pixels = default_tolerance((32, 32)) if tolerance is None else tolerance
+    reference = np_pointing(maps.numpy(), masks.numpy(), pixels)
     np.testing.assert_array_equal(hits.numpy(), reference)
     assert 0 < reference.sum() < 40
 
