@@ -93,3 +93,19 @@ def test_explicit_multi_hot_probe_labels_explain_a_positive_label():
     probes = callback._source.probes
     assert probes.labels.tolist() == [3, 0, 1]  # the rarest positive label among the probes
     assert torch.equal(probes.multi_hot, labels) and callback._activation == "sigmoid"
+
+
+def test_explicit_named_regions_feed_the_pointing_game_from_object(tmp_path):
+    from lightning.pytorch.loggers import CSVLogger
+
+    data = MultiHotShapes(4, seed=0)
+    images, labels, regions = zip(*(data[i] for i in range(4)))
+    masks = {name: torch.stack([r[name] for r in regions]) for name in ("object", "background")}
+    callback = GradSkipCallback(
+        probe_images=torch.stack(images), probe_labels=torch.stack(labels), probe_masks=masks, insertion_steps=4
+    )
+    assert sorted(callback._source.probes.regions) == ["background", "object"]
+    logger = CSVLogger(save_dir=str(tmp_path), name="regions")
+    tiny_trainer(tmp_path, logger=logger, callbacks=[callback]).validate(MultiLabelViT(), datamodule=MultiHotData())
+    text = (tmp_path / "regions" / "version_0" / "metrics.csv").read_text()
+    assert "gradskip/validate/pointing_game" in text.splitlines()[0]
