@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 import torch
 from lightning.pytorch import Callback, LightningModule, Trainer
@@ -33,8 +33,8 @@ from .sinks import ProbeSheet, Sink, make_sinks
 
 __all__ = ["GradSkipCallback"]
 
-_TARGETS: tuple[str, ...] = Target.__args__
-_BASELINES: tuple[str, ...] = DeletionBaseline.__args__
+_TARGETS: tuple[str, ...] = get_args(Target)
+_BASELINES: tuple[str, ...] = get_args(DeletionBaseline)
 
 
 def _positive(name: str, value: int) -> None:
@@ -415,7 +415,11 @@ class GradSkipCallback(Callback):
                 progress = self.progress and trainer.is_global_zero
                 for name, explainer in self._explainers.items():
                     records[name] = explain_probes(
-                        explainer, part, self.scores, heads=name == self.method, activation=self._activation,
+                        explainer,
+                        part,
+                        self.scores,
+                        heads=name == self.method,
+                        activation=self._activation,
                         progress=progress,
                     )
             except Exception as err:  # noqa: BLE001 - isolation: torch.OutOfMemoryError, non-finite maps, ...

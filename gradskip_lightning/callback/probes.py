@@ -129,7 +129,8 @@ def explained_labels(multi_hot: Tensor, frequency: Tensor) -> Tensor:
     Returns (N,) int64, -1 for rows without a positive label.
     """
     positive = multi_hot > 0
-    score = torch.where(positive, frequency.double()[None, :], torch.full_like(multi_hot, float("inf"), dtype=torch.double))
+    never = torch.full(multi_hot.shape, float("inf"), dtype=torch.double)
+    score = torch.where(positive, frequency.double()[None, :], never)
     chosen = score.argmin(dim=1)
     return torch.where(positive.any(dim=1), chosen, torch.full_like(chosen, -1))
 
@@ -205,7 +206,8 @@ def load_probes(dataset: Dataset, indices: Sequence[int] | Tensor, frequency: Te
         stacked = explained_labels(multi_hot, multi_hot.sum(dim=0) if frequency is None else frequency)
     merged = None
     if len(regions) == len(images) and regions:
-        merged = {name: torch.stack([r[name] for r in regions]) for name in regions[0] if all(name in r for r in regions)}
+        common = [name for name in regions[0] if all(name in r for r in regions)]
+        merged = {name: torch.stack([r[name] for r in regions]) for name in common}
     return ProbeSet(torch.stack(images), stacked.reshape(-1), ids, merged, multi_hot)
 
 

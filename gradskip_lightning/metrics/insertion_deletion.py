@@ -40,7 +40,8 @@ def insertion_deletion(
     Patches are ranked by the sum of the map over each patch (ties: row-major order). Step k of K
     perturbs the round(k * P / K) most relevant patches: deletion replaces them with the baseline,
     insertion reveals them on a Gaussian-blurred copy. The score is the probability of the target
-    class (softmax, or its sigmoid for multi-label models); the AUC is the trapezoid rule over the fraction k / K in [0, 1], step 0 included.
+    class (softmax, or its sigmoid for multi-label models); the AUC is the trapezoid rule over the
+    fraction k / K in [0, 1], step 0 included.
     All 2 * B * (K + 1) images go through ``model`` in chunks of ``batch_size`` under no_grad.
 
     Args:

@@ -16,9 +16,11 @@ def test_fields_declare_scope_scalars_table_and_files():
         "fvt_violation": "fvt_violation",
         "pointing_hit": "pointing_game",
     }
-    assert list(scalar_fields(compared_only=True).values()) == ["insertion", "deletion", "ins_minus_del", "fvt_violation"]
+    compared = ["insertion", "deletion", "ins_minus_del", "fvt_violation"]
+    assert list(scalar_fields(compared_only=True).values()) == compared
     assert TABLE_COLUMNS[5:8] == list(table_fields().values()) == ["probability", "insertion", "deletion"]
-    assert set(npz_fields()) == {"targets", "predictions", "probabilities", "insertion", "deletion", "maps", "token_maps"}
+    saved = {"targets", "predictions", "probabilities", "insertion", "deletion", "maps", "token_maps"}
+    assert set(npz_fields()) == saved
 
 
 def test_select_concat_and_scopes():
