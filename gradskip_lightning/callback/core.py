@@ -1,15 +1,19 @@
-"""GradSkipCallback: explain a fixed probe set at epoch ends and log maps, head importance and scores."""
+"""GradSkipCallback: explain a fixed probe set at epoch ends and log maps, head importance and scores.
+
+The callback itself holds the argument checks, the scheduling (which epoch, once), the failure
+isolation and its state; probes live in :class:`~.probes.ProbeSource`, the values in
+:class:`~.record.ProbeRecord`, the outputs in :mod:`.sinks`.
+"""
 
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 import torch
 from lightning.pytorch import Callback, LightningModule, Trainer
-from lightning.pytorch.loggers import WandbLogger
 from lightning.pytorch.trainer.states import TrainerFn
 from lightning.pytorch.utilities import rank_zero_warn
 from lightning.pytorch.utilities.seed import isolate_rng
@@ -19,23 +23,45 @@ from typing_extensions import override
 from gradskip_lightning import render
 from gradskip_lightning.explainer import METHODS, Explainer
 
-from .compute import ExplainFailure, ScoreSettings, explain_probes
-from .distributed import gather_results, shard_positions
+from .compute import DeletionBaseline, ScoreSettings, Target, explain_probes
+from .distributed import gather_records, shard_positions
 from .drift import DriftTracker
-from .files import write_epoch, write_probes
-from .probes import ProbeSet, dataset_labels, load_probes, stratified_indices
-from .report import RenderSettings, build_report
-from .sinks import ImageFileSink, ProbeSheet, ScalarSink, WandbSink
+from .probes import ProbeSet, ProbeSource, check_probes, explained_labels
+from .record import ProbeRecord
+from .report import RenderSettings, build_report, probe_sheet
+from .sinks import ProbeSheet, Sink, make_sinks
 
 __all__ = ["GradSkipCallback"]
 
-_TARGETS = ("label", "prediction")
-_BASELINES = ("zeros", "blur")
+_TARGETS: tuple[str, ...] = get_args(Target)
+_BASELINES: tuple[str, ...] = get_args(DeletionBaseline)
 
 
 def _positive(name: str, value: int) -> None:
     if not isinstance(value, int) or isinstance(value, bool) or value < 1:
         raise ValueError(f"{name} must be a positive integer, got {value!r}")
+
+
+def _folder(prefix: str) -> str:
+    """The output folder name of a log prefix: "gradskip/" -> "gradskip", "gs/a/" -> "gs_a"."""
+    return prefix.strip("/").replace("/", "_") or "gradskip"
+
+
+def _given_probes(images: Tensor, labels: Tensor | None, masks: Tensor | Mapping[str, Tensor] | None) -> ProbeSet:
+    if labels is None:
+        raise ValueError("probe_labels (P,) or (P, C) are required with probe_images")
+    images = torch.as_tensor(images)
+    if not images.is_floating_point():
+        raise TypeError(
+            f"probe_images must be float, normalised as the model expects; got {images.dtype}. Convert them as "
+            "the training data is, e.g. images.float() / 255 then (x - mean) / std"
+        )
+    labels = torch.as_tensor(labels)
+    multi_hot = None
+    if labels.ndim == 2 and labels.shape[1] > 1:
+        multi_hot = labels.float()
+        labels = explained_labels(multi_hot, multi_hot.sum(dim=0))
+    return ProbeSet(images, labels.reshape(-1), torch.arange(len(images)), masks, multi_hot)
 
 
 class GradSkipCallback(Callback):
@@ -59,6 +85,15 @@ class GradSkipCallback(Callback):
     - ``probes`` (table logged once) and ``table`` (one row per probe per epoch) on W&B;
     - ``epoch`` and ``time_s`` (the callback's wall time for that epoch, in seconds).
 
+    Each epoch is tried once: a failure (out of memory, non-finite maps, a logging error) warns
+    and skips that epoch; training goes on. Problems of the probes themselves (shape, dtype,
+    non-finite images, labels out of range, class names, mean/std) are refused at setup (at the
+    start of fit for probes drawn from plain dataloaders). Under ``trainer.validate()`` the
+    explanation is logged under ``<log_prefix>validate/`` instead, is not written to the maps
+    folder and does not move the drift references. A new fit on another Trainer (k-fold loops)
+    starts afresh: probes are drawn again and drift forgets the previous run (a checkpoint given
+    to that fit restores both).
+
     Scalars go to every logger of the Trainer; images go to W&B, or to PNG files under
     ``<log dir>/gradskip/images`` without W&B. Every epoch's maps are written to
     ``<log dir>/gradskip/maps/epoch_<e>.npz`` (W&B: ``<run dir>/gradskip``) and, with W&B, logged
@@ -68,14 +103,22 @@ class GradSkipCallback(Callback):
     Training does not see the callback: RNG states (torch, CUDA, numpy, Python) and every
     module's train/eval mode are restored, no parameter ``.grad`` is written and no dataloader is
     touched (drawn probes are read from the dataset by index). Under DDP each rank explains the
-    probes ``rank::world_size`` and rank zero logs (see :mod:`.distributed`).
+    probes ``rank::world_size``, padded so every rank runs the same number of forward passes,
+    and rank zero logs (see :mod:`.distributed`).
+
+    Multi-label models (datamodule ``task == "multilabel"`` or multi-hot labels (C,)) explain one
+    positive label per probe (the rarest, see :mod:`.probes`) and score it with its sigmoid
+    probability.
 
     Args:
         probe_images: explicit probes (P, C, H, W), normalised as the model expects; None draws
             ``num_probes`` from the datamodule's ``val_dataset`` (``train_dataset`` without one).
-        probe_labels: (P,) classes of the explicit probes (required with ``probe_images``).
-        probe_masks: (P, H, W) object masks of the explicit probes, for the Pointing Game. Drawn
-            probes use the dataset's masks when its items are ``(image, label, mask)``.
+        probe_labels: (P,) classes or (P, C) multi-hot labels of the explicit probes (required
+            with ``probe_images``).
+        probe_masks: (P, H, W) object masks of the explicit probes, for the Pointing Game, or a
+            dict of named regions {name: (P, H, W)} ("object" feeds the Pointing Game). Drawn
+            probes use the dataset's masks when its items are ``(image, label, mask)`` or
+            ``(image, label, regions)``.
         num_probes: probes drawn from the dataset, stratified by class.
         probe_seed: seed of the draw; the selection is kept in checkpoints.
         every_n_epochs: explain every n-th epoch (epochs n-1, 2n-1, ...).
@@ -90,7 +133,8 @@ class GradSkipCallback(Callback):
         pointing_tolerance: Pointing Game tolerance in pixels (None: 15 px at 224 px, scaled).
         drift_top_k: fraction of patches compared by the drift top-k IoU.
         metrics_batch_size: perturbed images per forward of the metrics.
-        log_prefix: prefix of every logged key; give two instances different prefixes.
+        log_prefix: prefix of every logged key; two instances on one Trainer need prefixes that
+            differ also as folder names ("gs/a/" and "gs_a/" do not).
         mean, std: normalisation to undo for display; None reads the datamodule's ``mean``/``std``
             (without them each image is min-max scaled).
         colormap: matplotlib colour map of the overlays.
@@ -114,17 +158,17 @@ class GradSkipCallback(Callback):
         self,
         probe_images: Tensor | None = None,
         probe_labels: Tensor | None = None,
-        probe_masks: Tensor | None = None,
+        probe_masks: Tensor | dict[str, Tensor] | None = None,
         num_probes: int = 32,
         probe_seed: int = 0,
         every_n_epochs: int = 1,
         method: str = "gradskip",
         method_options: dict[str, Any] | None = None,
         compare_methods: Sequence[str] = (),
-        target: str = "label",
+        target: Target = "label",
         explain_batch_size: int = 32,
         insertion_steps: int = 16,
-        deletion_baseline: str = "zeros",
+        deletion_baseline: DeletionBaseline = "zeros",
         fvt_top_k: int = 1,
         pointing_tolerance: float | None = None,
         drift_top_k: float = 0.1,
@@ -168,18 +212,9 @@ class GradSkipCallback(Callback):
         if not 0.0 <= overlay_alpha <= 1.0:
             raise ValueError(f"overlay_alpha must be in [0, 1], got {overlay_alpha}")
         render.colormap_lut(colormap)  # raises ValueError for an unknown colour map
-        self._given: ProbeSet | None = None
-        if probe_images is not None:
-            if probe_labels is None:
-                raise ValueError("probe_labels (P,) are required with probe_images")
-            self._given = ProbeSet(
-                torch.as_tensor(probe_images).float(),
-                torch.as_tensor(probe_labels),
-                torch.arange(len(probe_images)),
-                None if probe_masks is None else torch.as_tensor(probe_masks),
-            )
-        elif probe_labels is not None or probe_masks is not None:
+        if probe_images is None and (probe_labels is not None or probe_masks is not None):
             raise ValueError("probe_labels and probe_masks need probe_images")
+        given = None if probe_images is None else _given_probes(probe_images, probe_labels, probe_masks)
 
         self.num_probes = num_probes
         self.probe_seed = probe_seed
@@ -201,18 +236,18 @@ class GradSkipCallback(Callback):
         )
         self.render_settings = RenderSettings(colormap=colormap, alpha=overlay_alpha, display_size=display_size)
 
+        self._source = ProbeSource(given, num_probes, probe_seed)
         self._drift = DriftTracker(top_k=drift_top_k)
         self._explainers: dict[str, Explainer] = {}
-        self._probes: ProbeSet | None = None
-        self._dataset = None
-        self._restored_ids: Tensor | None = None
+        self._multilabel_task = False
         self._class_names: list[str] | None = None
         self._display: tuple[Sequence[float], Sequence[float]] | tuple[None, None] = (mean, std)
         self._sheet: ProbeSheet | None = None
-        self._sinks: list = []
+        self._sinks: list[Sink] = []
         self._sinks_for: Trainer | None = None
+        self._fit_trainer: Trainer | None = None
         self._out_dir: Path | None = None
-        self._last_explained: int | None = None
+        self._last_explained: int | None = None  # the last fit epoch tried, whether it worked or not
         self._last_trained: int | None = None
 
     @property
@@ -220,10 +255,17 @@ class GradSkipCallback(Callback):
     def state_key(self) -> str:
         return self._generate_state_key(method=self.method, log_prefix=self.log_prefix)
 
+    @property
+    def _activation(self) -> str:
+        probes = self._source.probes
+        multilabel = self._multilabel_task or (probes is not None and probes.multi_hot is not None)
+        return "sigmoid" if multilabel else "softmax"
+
     # ----------------------------------------------------------------------------- setup
 
     @override
     def setup(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
+        self._refuse_shared_prefix(trainer)
         self._explainers = {}
         for name in (self.method, *self.compare_methods):
             options = self.method_options if name == self.method else {}
@@ -234,66 +276,99 @@ class GradSkipCallback(Callback):
                     f"GradSkipCallback cannot explain {type(pl_module).__name__}: {err}. It needs a timm "
                     "VisionTransformer, or a LightningModule holding exactly one."
                 ) from err
-        explainer = self._explainers[self.method]
-        expected = (explainer.in_chans, *explainer.img_size)
+        if trainer.state.fn == TrainerFn.FITTING:
+            if self._fit_trainer is not None and self._fit_trainer is not trainer:
+                self._reset()
+            self._fit_trainer = trainer
         datamodule = getattr(trainer, "datamodule", None)
-        if self.mean is None and datamodule is not None and getattr(datamodule, "mean", None) is not None:
-            self._display = (datamodule.mean, datamodule.std)
-        self._class_names = list(getattr(datamodule, "class_names", None) or []) or None
-        if self._given is not None:
-            self._probes = self._given
-        elif self._probes is None and datamodule is not None:
-            self._dataset = getattr(datamodule, "val_dataset", None) or getattr(datamodule, "train_dataset", None)
-            if self._dataset is not None:
-                self._probes = self._draw(self._dataset)
-        if self._probes is not None:
-            self._check_shape(self._probes, expected)
+        self._multilabel_task = getattr(datamodule, "task", None) == "multilabel"
+        display = (self.mean, self.std)
+        if self.mean is None and getattr(datamodule, "mean", None) is not None:
+            display = (datamodule.mean, datamodule.std)
+        self._display = self._checked_display(*display)
+        self._class_names = self._checked_class_names(getattr(datamodule, "class_names", None))
+        if self._source.probes is None and datamodule is not None:
+            dataset = getattr(datamodule, "val_dataset", None) or getattr(datamodule, "train_dataset", None)
+            if dataset is not None:
+                self._source.draw(dataset)
+        if self._source.probes is not None:
+            self._prepare()
         log_dir = trainer.log_dir  # on every rank: it broadcasts
         if trainer.is_global_zero and self._sinks_for is not trainer:  # once per Trainer (fit, then validate)
-            folder = self.log_prefix.strip("/").replace("/", "_") or "gradskip"
-            self._out_dir = Path(log_dir or trainer.default_root_dir) / folder
-            self._sinks, self._sinks_for, self._sheet = self._make_sinks(trainer), trainer, None
-
-    def _draw(self, dataset) -> ProbeSet:
-        ids = self._restored_ids
-        if ids is None:
-            ids = stratified_indices(dataset_labels(dataset), self.num_probes, self.probe_seed)
-        return load_probes(dataset, ids)
-
-    @staticmethod
-    def _check_shape(probes: ProbeSet, expected: tuple[int, int, int]) -> None:
-        if tuple(probes.images.shape[1:]) != expected:
-            raise ValueError(
-                f"probe images must be (P, {expected[0]}, {expected[1]}, {expected[2]}) for this model; "
-                f"got {tuple(probes.images.shape)}"
+            self._sinks, self._out_dir = make_sinks(
+                trainer, self.log_prefix, Path(log_dir or trainer.default_root_dir) / _folder(self.log_prefix)
             )
+            self._sinks_for = trainer
 
-    def _make_sinks(self, trainer: Trainer) -> list:
-        sinks: list = []
-        wandb_logger = next((lg for lg in trainer.loggers if isinstance(lg, WandbLogger)), None)
-        if wandb_logger is not None:
-            self._out_dir = Path(wandb_logger.experiment.dir).parent / self._out_dir.name
-            sinks.append(WandbSink(wandb_logger, self.log_prefix, self._out_dir / "maps"))
-        else:
-            sinks.append(ImageFileSink(self._out_dir / "images", self.log_prefix))
-        sinks.extend(ScalarSink(lg) for lg in trainer.loggers if lg is not wandb_logger)
-        return sinks
+    def _refuse_shared_prefix(self, trainer: Trainer) -> None:
+        for other in trainer.callbacks:
+            if other is not self and isinstance(other, GradSkipCallback):
+                if _folder(other.log_prefix) == _folder(self.log_prefix):
+                    raise ValueError(
+                        f"two GradSkipCallbacks on this Trainer log under log_prefix {self.log_prefix!r} and "
+                        f"{other.log_prefix!r}, which share the output folder {_folder(self.log_prefix)!r}: their keys "
+                        "and files would overwrite each other. Give each a distinct log_prefix, e.g. 'rollout/'"
+                    )
 
-    def _ensure_probes(self, trainer: Trainer) -> ProbeSet:
-        """The probe set; drawn on first use when setup had no datamodule (from the val loader's dataset)."""
-        if self._probes is None:
-            loaders = trainer.val_dataloaders or trainer.train_dataloader
-            loader = loaders[0] if isinstance(loaders, (list, tuple)) else loaders
-            dataset = getattr(loader, "dataset", None)
-            if dataset is None:
-                raise RuntimeError("GradSkipCallback found no probe images: pass probe_images or use a datamodule")
-            self._dataset = dataset
-            self._probes = self._draw(dataset)
-            explainer = self._explainers[self.method]
-            self._check_shape(self._probes, (explainer.in_chans, *explainer.img_size))
-        return self._probes
+    def _checked_display(self, mean, std) -> tuple[Sequence[float], Sequence[float]] | tuple[None, None]:
+        channels = self._explainers[self.method].in_chans
+        for name, values in (("mean", mean), ("std", std)):
+            if values is not None and len(values) not in (1, channels):
+                raise ValueError(
+                    f"{name} has {len(values)} values but the model takes {channels} channels: give 1 or "
+                    f"{channels} values (the callback's {name}, or the datamodule's)"
+                )
+        return (mean, std)
 
-    # ----------------------------------------------------------------------------- hooks
+    def _checked_class_names(self, names: Sequence[str] | None) -> list[str] | None:
+        num_classes = self._explainers[self.method].num_classes
+        if not names:
+            return None
+        if len(names) < num_classes:
+            raise ValueError(
+                f"datamodule.class_names has {len(names)} names but the model has {num_classes} classes: give "
+                "one name per class (or none)"
+            )
+        return list(names)
+
+    def _reset(self) -> None:
+        """A new fit on another Trainer: draw probes again, forget drift and the schedule."""
+        self._source.reset()
+        self._drift.reset()
+        self._sheet = None
+        self._last_explained = self._last_trained = None
+
+    def _prepare(self) -> None:
+        """Check the probes against the model and build their display sheet: before any epoch."""
+        explainer = self._explainers[self.method]
+        probes = self._source.probes
+        check_probes(probes, explainer.in_chans, explainer.img_size, explainer.num_classes)
+        names = self._class_names or [str(c) for c in range(explainer.num_classes)]
+        self._sheet = probe_sheet(probes, names, *self._display, self.render_settings.display_size)
+
+    def _ensure_probes(self, trainer: Trainer) -> None:
+        """Draw the probes from the Trainer's dataloaders when setup had no datamodule dataset."""
+        if self._source.probes is not None:
+            return
+        if trainer.state.fn == TrainerFn.FITTING and trainer.val_dataloaders is None:
+            trainer.fit_loop.epoch_loop.val_loop.setup_data()  # Lightning loads it later otherwise
+        loaders = trainer.val_dataloaders or trainer.train_dataloader
+        loader = loaders[0] if isinstance(loaders, (list, tuple)) else loaders
+        dataset = getattr(loader, "dataset", None)
+        if dataset is None:
+            raise RuntimeError("GradSkipCallback found no probe images: pass probe_images or use a datamodule")
+        self._source.draw(dataset)
+        self._prepare()
+
+    @override
+    def on_train_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        self._ensure_probes(trainer)
+
+    @override
+    def on_validation_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        self._ensure_probes(trainer)
+
+    # ----------------------------------------------------------------------------- schedule
 
     def _due(self, epoch: int) -> bool:
         return (epoch + 1) % self.every_n_epochs == 0 and epoch != self._last_explained
@@ -320,89 +395,74 @@ class GradSkipCallback(Callback):
         for sink in self._sinks:
             sink.finish()
 
-    # ----------------------------------------------------------------------------- work
+    # ----------------------------------------------------------------------------- one epoch, isolated
 
     def _explain_epoch(self, trainer: Trainer, pl_module: LightningModule, epoch: int) -> None:
+        """Explain, gather and log one epoch; any failure warns and skips it (tried once per epoch)."""
         start = time.perf_counter()
-        probes = self._ensure_probes(trainer)
-        positions = shard_positions(len(probes))
-        values: dict[str, Tensor] = {}
+        trained = trainer.state.fn == TrainerFn.FITTING
+        if trained:
+            self._last_explained = epoch
+        probes = self._source.probes
+        shard = shard_positions(len(probes))
+        records: dict[str, ProbeRecord] = {}
         error = None
         with isolate_rng(include_cuda=True), torch.inference_mode(False):
             modes = [(module, module.training) for module in pl_module.modules()]
             try:
-                if len(positions):
-                    shard = probes.subset(positions)
-                    shard = ProbeSet(shard.images.clone(), shard.labels.clone(), shard.ids, shard.masks)
-                    progress = self.progress and trainer.is_global_zero
-                    values = explain_probes(self._explainers[self.method], shard, self.scores, progress=progress)
-                    for name in self.compare_methods:
-                        other = explain_probes(
-                            self._explainers[name], shard, self.scores, heads=False, progress=progress
-                        )
-                        values.update(
-                            {
-                                f"compare/{name}/{key}": other[key]
-                                for key in ("maps", "insertion", "deletion", "fvt_violation")
-                                if key in other
-                            }
-                        )
-            except (ExplainFailure, RuntimeError, ValueError) as err:  # torch.OutOfMemoryError is a RuntimeError
-                error = f"{type(err).__name__}: {err}"
-                values = {}
+                part = probes.subset(shard.positions)
+                part.images = part.images.clone()  # a normal tensor, even under inference mode
+                progress = self.progress and trainer.is_global_zero
+                for name, explainer in self._explainers.items():
+                    records[name] = explain_probes(
+                        explainer,
+                        part,
+                        self.scores,
+                        heads=name == self.method,
+                        activation=self._activation,
+                        progress=progress,
+                    )
+            except Exception as err:  # noqa: BLE001 - isolation: torch.OutOfMemoryError, non-finite maps, ...
+                error, records = f"{type(err).__name__}: {err}", {}
                 if torch.cuda.is_available():
                     torch.cuda.empty_cache()
             finally:
                 for module, mode in modes:
                     module.training = mode
-            merged, error = gather_results(values, positions, len(probes), error)
+            merged, error = gather_records(records, shard, len(probes), error)
+        if error is None:
+            drift = self._drift.update(merged[self.method].token_maps, store=trained)
+            if trainer.is_global_zero:
+                try:  # rank zero only, no collective inside: safe to skip alone
+                    self._log(trainer, merged, drift, epoch, start, trained)
+                except Exception as err:  # noqa: BLE001
+                    error = f"{type(err).__name__}: {err}"
         if error is not None:
             rank_zero_warn(f"GradSkipCallback: explanation of epoch {epoch} skipped, training goes on. {error}")
-            return
-        drift = self._drift.update(merged["token_maps"], epoch)
-        if trainer.state.fn == TrainerFn.FITTING:
-            self._last_explained = epoch
-        if trainer.is_global_zero:
-            self._log(trainer, probes, merged, drift, epoch, start)
 
     def _log(
         self,
         trainer: Trainer,
-        probes: ProbeSet,
-        merged: dict[str, Tensor],
+        records: dict[str, ProbeRecord],
         drift: dict[str, Tensor],
         epoch: int,
         start: float,
+        trained: bool,
     ) -> None:
-        names = self._class_names or [str(c) for c in range(self._explainers[self.method].num_classes)]
-        if self._sheet is None:
-            display = render.upscale(
-                render.to_display(probes.images, *self._display), self.render_settings.display_size
-            )
-            self._sheet = ProbeSheet(probes.ids.tolist(), [names[int(c)] for c in probes.labels], display)
-            write_probes(self._out_dir / "maps", probes.ids.numpy(), probes.labels.numpy(), display, names)
+        prefix = self.log_prefix if trained else f"{self.log_prefix}validate/"
         step = getattr(trainer.fit_loop.epoch_loop, "_batches_that_stepped", trainer.global_step)
         report = build_report(
-            merged,
+            records,
+            self.method,
             drift,
             self._sheet,
-            names,
             epoch=epoch,
             step=step,
-            prefix=self.log_prefix,
-            compare_methods=self.compare_methods,
+            prefix=prefix,
             settings=self.render_settings,
+            save=trained,
         )
-        arrays = {
-            "probe_ids": probes.ids.numpy(),
-            "labels": probes.labels.numpy(),
-            **{
-                key: merged[key].numpy()
-                for key in ("targets", "predictions", "probabilities", "insertion", "deletion", "maps", "token_maps")
-            },
-        }
-        write_epoch(self._out_dir / "maps", epoch, step, self.method, arrays)
-        report.scalars[f"{self.log_prefix}time_s"] = time.perf_counter() - start
+        report.scalars[f"{prefix}time_s"] = time.perf_counter() - start
         for sink in self._sinks:
             sink.log(report, self._sheet)
 
@@ -410,8 +470,9 @@ class GradSkipCallback(Callback):
 
     @override
     def state_dict(self) -> dict[str, Any]:
+        probes = self._source.probes
         return {
-            "probe_ids": None if self._probes is None else self._probes.ids.clone(),
+            "probe_ids": None if probes is None else probes.ids.clone(),
             "drift": self._drift.state_dict(),
             "last_explained": self._last_explained,
         }
@@ -420,9 +481,7 @@ class GradSkipCallback(Callback):
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         self._drift.load_state_dict(state_dict["drift"])
         self._last_explained = state_dict["last_explained"]
-        ids = state_dict["probe_ids"]
-        if ids is None or self._given is not None:
-            return
-        self._restored_ids = ids
-        if self._probes is not None and not torch.equal(self._probes.ids, ids) and self._dataset is not None:
-            self._probes = load_probes(self._dataset, ids)
+        before = self._source.probes
+        self._source.restore(state_dict["probe_ids"])
+        if self._source.probes is not before and self._explainers:
+            self._prepare()

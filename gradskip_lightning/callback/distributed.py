@@ -1,16 +1,19 @@
-"""Split the probes over processes and put the per-probe results back together.
+"""Split the probes over processes and put the per-probe records back together.
 
 Work split: rank r explains the probes at positions r, r + W, r + 2W, ... (W processes), in
-chunks of the explain batch size, so the callback's time per epoch falls as 1/W and a larger probe
-set on many GPUs costs each one only its share. The results come back in two collectives that
-every rank enters, whatever happened locally (a rank whose explanation failed sends its error, so
-no rank waits for another forever):
+chunks of the explain batch size, so the callback's time per epoch falls as 1/W. Every rank
+explains the same number of probes: a shorter shard is padded with a repeat of one of its
+probes (its result is dropped), so every rank runs the same number of forward passes. Sharded
+strategies (FSDP, DeepSpeed ZeRO-3) need this: there every forward is a collective. The results
+come back in two collectives that every rank enters, whatever happened locally (a rank whose
+explanation failed sends its error, so no rank waits for another forever):
 
-1. ``all_gather_object`` of the small per-probe values every rank needs: the error (if any) and the
-   patch-level maps (P, h, w) that drift compares and the checkpoint keeps, plus the scalars.
-2. ``gather_object`` to rank zero only of the large values only the logger needs: maps at input
-   resolution (P, H, W) and head statistics. Rank zero's memory grows with the probe set; the
-   others' does not.
+1. ``all_gather_object`` of the small per-probe values every rank needs (the record fields of
+   scope ``shared``: patch-level maps that drift compares and the checkpoint keeps, scores) and
+   the error, if any.
+2. ``gather_object`` to rank zero only of the large values only the logger needs (scope
+   ``rank_zero``: maps at input resolution, head statistics). Rank zero's memory grows with the
+   probe set; the others' does not.
 
 Values are put back in probe order by position, so the logged figures equal a single-process
 run on the same probes (up to float rounding of different batch compositions).
@@ -18,26 +21,16 @@ run on the same probes (up to float rounding of different batch compositions).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 import torch.distributed as dist
 from torch import Tensor
 
-__all__ = ["shard_positions", "gather_results", "SHARED_KEYS"]
+from .record import ProbeRecord
 
-#: Per-probe values every rank receives (small); the rest go to rank zero only.
-SHARED_KEYS = (
-    "token_maps",
-    "targets",
-    "predictions",
-    "probabilities",
-    "target_probabilities",
-    "insertion",
-    "deletion",
-    "fvt_violation",
-    "pointing_hit",
-)
+__all__ = ["Shard", "shard_positions", "gather_records"]
 
 
 def _world() -> tuple[int, int]:
@@ -46,36 +39,56 @@ def _world() -> tuple[int, int]:
     return 0, 1
 
 
-def shard_positions(num_probes: int) -> Tensor:
-    """Positions (n,) of the probes this process explains: rank::world_size."""
+@dataclass(frozen=True)
+class Shard:
+    """The probes one process explains.
+
+    Attributes:
+        positions: (n,) probe positions to explain, n = ceil(P / W) on every rank (padded).
+        count: how many of them are this rank's own (the rest are padding, dropped after).
+    """
+
+    positions: Tensor
+    count: int
+
+
+def shard_positions(num_probes: int) -> Shard:
+    """This process's probes: rank::world_size, padded to ceil(P / W) with a repeat of one probe."""
     rank, world = _world()
-    return torch.arange(rank, num_probes, world)
+    own = torch.arange(rank, num_probes, world)
+    size = -(-num_probes // world)
+    filler = own[-1:] if len(own) else torch.zeros(1, dtype=torch.long)
+    return Shard(torch.cat([own, filler.repeat(size - len(own))]), len(own))
 
 
-def _merge(parts: list[dict[str, Any]], num_probes: int) -> dict[str, Tensor]:
-    """Scatter each part's values (n_r, ...) back to probe positions (P, ...)."""
-    merged: dict[str, Tensor] = {}
+def _merge(parts: list[dict[str, Any]], num_probes: int) -> dict[str, dict[str, Tensor]]:
+    """Scatter each part's per-method values (n_r, ...) back to probe positions (P, ...)."""
+    merged: dict[str, dict[str, Tensor]] = {}
     for part in parts:
         positions = part["positions"]
-        for key, value in part["values"].items():
-            if key not in merged:
-                merged[key] = value.new_zeros((num_probes, *value.shape[1:]))
-            merged[key][positions] = value
+        for method, values in part["values"].items():
+            into = merged.setdefault(method, {})
+            for name, value in values.items():
+                if name not in into:
+                    into[name] = value.new_zeros((num_probes, *value.shape[1:]))
+                into[name][positions] = value
     return merged
 
 
-def gather_results(
-    values: dict[str, Tensor], positions: Tensor, num_probes: int, error: str | None
-) -> tuple[dict[str, Tensor], str | None]:
-    """Collect every rank's per-probe ``values`` (n_r, ...) at ``positions`` into (P, ...) tensors.
+def gather_records(
+    records: dict[str, ProbeRecord], shard: Shard, num_probes: int, error: str | None
+) -> tuple[dict[str, ProbeRecord], str | None]:
+    """Collect every rank's per-method records of its ``shard`` into records of all P probes.
 
-    Every rank must call this, in the same order. Returns ``(merged, error)``: ``error`` is the
-    first rank's error message if any rank failed (then ``merged`` is empty on every rank); on
-    ranks other than zero ``merged`` holds only :data:`SHARED_KEYS`.
+    Every rank must call this, in the same order. Returns ``(records, error)``: ``error`` is the
+    first rank's error message if any rank failed (then ``records`` is empty on every rank); on
+    ranks other than zero the records hold only the fields of scope ``shared``.
     """
     rank, world = _world()
-    shared = {"positions": positions, "error": error, "values": {k: v for k, v in values.items() if k in SHARED_KEYS}}
-    large = {"positions": positions, "values": {k: v for k, v in values.items() if k not in SHARED_KEYS}}
+    positions = shard.positions[: shard.count]
+    own = {method: record.select(slice(0, shard.count)) for method, record in records.items()}
+    shared = {"positions": positions, "error": error, "values": {m: r.values("shared") for m, r in own.items()}}
+    large = {"positions": positions, "values": {m: r.values("rank_zero") for m, r in own.items()}}
     if world == 1:
         shared_parts, large_parts = [shared], [large]
     else:
@@ -88,5 +101,6 @@ def gather_results(
         return {}, errors[0]
     merged = _merge(shared_parts, num_probes)
     if rank == 0:
-        merged.update(_merge(large_parts, num_probes))
-    return merged, None
+        for method, values in _merge(large_parts, num_probes).items():
+            merged[method].update(values)
+    return {method: ProbeRecord(**values) for method, values in merged.items()}, None

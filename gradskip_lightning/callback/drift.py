@@ -27,15 +27,17 @@ class DriftTracker:
         self.top_k = top_k
         self.first: Tensor | None = None
         self.previous: Tensor | None = None
-        self.first_epoch: int | None = None
-        self.previous_epoch: int | None = None
 
-    def update(self, token_maps: Tensor, epoch: int) -> dict[str, Tensor]:
+    def reset(self) -> None:
+        """Forget the stored maps (a new fit)."""
+        self.first = self.previous = None
+
+    def update(self, token_maps: Tensor, *, store: bool = True) -> dict[str, Tensor]:
         """Drift of ``token_maps`` (P, h, w) against the previous and the first stored maps.
 
         Returns per-probe float32 (P,) tensors ``prev/spearman``, ``prev/topk_iou``,
-        ``first/spearman``, ``first/topk_iou`` (empty on the first logged epoch), then stores
-        the maps as the new previous ones.
+        ``first/spearman``, ``first/topk_iou`` (empty before any maps were stored), then, with
+        ``store``, keeps the maps as the new previous ones (and as the first ones if none).
         """
         token_maps = token_maps.detach().float().cpu()
         out: dict[str, Tensor] = {}
@@ -47,21 +49,15 @@ class DriftTracker:
             scores = drift(token_maps, reference, top_k=self.top_k)
             out[f"{name}/spearman"] = scores["spearman"].float()
             out[f"{name}/topk_iou"] = scores["topk_iou"].float()
-        if self.first is None:
-            self.first, self.first_epoch = token_maps.clone(), epoch
-        self.previous, self.previous_epoch = token_maps.clone(), epoch
+        if store:
+            if self.first is None:
+                self.first = token_maps.clone()
+            self.previous = token_maps.clone()
         return out
 
     def state_dict(self) -> dict[str, Any]:
-        return {
-            "first": self.first,
-            "previous": self.previous,
-            "first_epoch": self.first_epoch,
-            "previous_epoch": self.previous_epoch,
-        }
+        return {"first": self.first, "previous": self.previous}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.first = state["first"]
         self.previous = state["previous"]
-        self.first_epoch = state["first_epoch"]
-        self.previous_epoch = state["previous_epoch"]

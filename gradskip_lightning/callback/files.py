@@ -2,14 +2,16 @@
 
 Layout of a maps folder::
 
-    probes.npz         probe_ids (P,) int64, labels (P,) int64, images (P, H, W, 3) uint8 for
-                       display, class_names (n,) str
+    probes.npz         probe_ids (P,) int64, labels (P,) int64 (the explained class; for
+                       multi-label probes the chosen positive label), images (P, H, W, 3) uint8
+                       for display, class_names (n,) str
     epoch_0003.npz     epoch, step (scalars), method (str), probe_ids, labels, targets,
                        predictions (P,) int64, probabilities, insertion, deletion (P,) float32,
                        maps (P, H, W) float32, token_maps (P, h, w) float32
 
-The callback writes these (and the W&B artifact holds the same files); the timeline command reads
-them back.
+The callback's :class:`~.sinks.MapsFileSink` writes these for trained epochs (the W&B artifact
+holds the same files; the epoch arrays are the :func:`~.record.npz_fields` of the record); the
+timeline command reads them back.
 """
 
 from __future__ import annotations

@@ -1,15 +1,41 @@
-"""The fixed probe set: which images are explained every epoch, and how they are drawn."""
+"""The fixed probe set: which images are explained every epoch, how they are drawn and checked.
+
+Multi-label probes (multi-hot labels (C,)) explain one positive label each: the positive label
+that is rarest among the labels drawn from (the dataset's, or the explicit probes'), ties to the
+lowest class index. It is fixed with the probe, so drift compares maps of the same class, and
+the draw is stratified by it, so rare labels get probes. Images without a positive label are not
+drawn.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import torch
 from torch import Tensor
-from torch.utils.data import Dataset
+from torch.utils.data import Dataset, Subset
 
-__all__ = ["ProbeSet", "stratified_indices", "dataset_labels", "load_probes"]
+__all__ = [
+    "ProbeSet",
+    "ProbeSource",
+    "stratified_indices",
+    "dataset_labels",
+    "explained_labels",
+    "load_probes",
+    "check_probes",
+]
+
+OBJECT = "object"
+"""The region the Pointing Game scores."""
+
+
+def _as_regions(regions: Tensor | Mapping[str, Tensor] | None) -> dict[str, Tensor] | None:
+    if regions is None:
+        return None
+    if isinstance(regions, Mapping):
+        return {str(name): torch.as_tensor(mask).bool() for name, mask in regions.items()}
+    return {OBJECT: torch.as_tensor(regions).bool()}
 
 
 @dataclass
@@ -17,21 +43,28 @@ class ProbeSet:
     """Probe images and what belongs to them, in a fixed order.
 
     Attributes:
-        images: (P, C, H, W) float32, normalised as the model expects.
-        labels: (P,) int64 classes.
+        images: (P, C, H, W) float, normalised as the model expects.
+        labels: (P,) int64 explained classes (multi-label: the chosen positive label).
         ids: (P,) int64 identifiers: dataset indices for drawn probes, 0..P-1 for given ones.
-        masks: (P, H, W) bool object masks, or None.
+        regions: name -> (P, H, W) bool masks (a bare tensor means ``{"object": masks}``), or None.
+        multi_hot: (P, C) float multi-hot labels of multi-label probes, or None.
     """
 
     images: Tensor
     labels: Tensor
     ids: Tensor
-    masks: Tensor | None = None
+    regions: dict[str, Tensor] | None = None
+    multi_hot: Tensor | None = None
 
     def __post_init__(self) -> None:
-        if not isinstance(self.images, Tensor) or self.images.ndim != 4 or not self.images.is_floating_point():
+        if not isinstance(self.images, Tensor) or self.images.ndim != 4:
             raise ValueError(
                 f"probe images must be a float tensor (P, C, H, W); got {tuple(getattr(self.images, 'shape', ()))}"
+            )
+        if not self.images.is_floating_point():
+            raise TypeError(
+                f"probe images must be float, normalised as the model expects; got {self.images.dtype}. Convert "
+                "them as the training data is (e.g. ToDtype(torch.float32, scale=True) then Normalize(mean, std))"
             )
         count = self.images.shape[0]
         if count == 0:
@@ -42,16 +75,23 @@ class ProbeSet:
             raise ValueError(
                 f"probe labels and ids must be ({count},); got {tuple(self.labels.shape)} and {tuple(self.ids.shape)}"
             )
-        if self.masks is not None:
-            self.masks = torch.as_tensor(self.masks).bool()
-            if self.masks.shape != (count, *self.images.shape[2:]):
+        self.regions = _as_regions(self.regions)
+        for name, masks in (self.regions or {}).items():
+            if masks.shape != (count, *self.images.shape[2:]):
                 raise ValueError(
-                    f"probe masks must be ({count}, {self.images.shape[2]}, {self.images.shape[3]}); "
-                    f"got {tuple(self.masks.shape)}"
+                    f"probe region {name!r} masks must be ({count}, {self.images.shape[2]}, {self.images.shape[3]}); "
+                    f"got {tuple(masks.shape)}"
                 )
+        if self.multi_hot is not None and (self.multi_hot.ndim != 2 or len(self.multi_hot) != count):
+            raise ValueError(f"multi-hot probe labels must be ({count}, C); got {tuple(self.multi_hot.shape)}")
 
     def __len__(self) -> int:
         return self.images.shape[0]
+
+    @property
+    def masks(self) -> Tensor | None:
+        """The ``"object"`` region (P, H, W) bool, scored by the Pointing Game, or None."""
+        return None if self.regions is None else self.regions.get(OBJECT)
 
     def subset(self, index: Tensor | slice) -> ProbeSet:
         """The probes at ``index`` (positions, not ids), in that order."""
@@ -59,16 +99,40 @@ class ProbeSet:
             self.images[index],
             self.labels[index],
             self.ids[index],
-            None if self.masks is None else self.masks[index],
+            None if self.regions is None else {name: masks[index] for name, masks in self.regions.items()},
+            None if self.multi_hot is None else self.multi_hot[index],
         )
 
 
 def dataset_labels(dataset: Dataset) -> Tensor:
-    """All labels (N,) int64 of a dataset: its ``labels`` attribute, else read item by item."""
+    """All labels of a dataset, (N,) int64 or (N, C) multi-hot, read without loading images.
+
+    Uses the dataset's ``labels`` or ``targets`` (torchvision) attribute, through ``Subset``
+    indices; only a dataset with neither is read item by item.
+    """
+    if isinstance(dataset, Subset):
+        return dataset_labels(dataset.dataset)[torch.as_tensor(dataset.indices, dtype=torch.long)]
     labels = getattr(dataset, "labels", None)
     if labels is None:
-        labels = [int(torch.as_tensor(dataset[i][1]).reshape(-1)[0]) for i in range(len(dataset))]
-    return torch.as_tensor(labels).long().reshape(-1)
+        labels = getattr(dataset, "targets", None)
+    if labels is None:
+        labels = torch.stack([torch.as_tensor(_item(dataset, i)[1]) for i in range(len(dataset))])
+    labels = torch.as_tensor(labels)
+    if labels.ndim == 2 and labels.shape[1] == 1:  # MedMNIST-style (N, 1) class labels
+        labels = labels[:, 0]
+    return labels if labels.ndim == 2 else labels.long().reshape(-1)
+
+
+def explained_labels(multi_hot: Tensor, frequency: Tensor) -> Tensor:
+    """The positive label each multi-hot row (N, C) explains: the rarest by ``frequency`` (C,).
+
+    Returns (N,) int64, -1 for rows without a positive label.
+    """
+    positive = multi_hot > 0
+    never = torch.full(multi_hot.shape, float("inf"), dtype=torch.double)
+    score = torch.where(positive, frequency.double()[None, :], never)
+    chosen = score.argmin(dim=1)
+    return torch.where(positive.any(dim=1), chosen, torch.full_like(chosen, -1))
 
 
 def stratified_indices(labels: Tensor, num_probes: int, seed: int) -> Tensor:
@@ -76,19 +140,24 @@ def stratified_indices(labels: Tensor, num_probes: int, seed: int) -> Tensor:
 
     Classes take turns (each gets ``num_probes // classes`` or one more, a class with too few
     images gives its turn to the others); within a class the images are a seeded random
-    permutation. The result is sorted by (label, index) so grids read class by class.
+    permutation. Multi-hot labels (N, C) are stratified by :func:`explained_labels`. Labels
+    below 0 (nothing to explain) are never picked. The result is sorted by (label, index) so
+    grids read class by class.
     """
     if num_probes < 1:
         raise ValueError(f"num_probes must be >= 1, got {num_probes}")
-    labels = torch.as_tensor(labels).long().reshape(-1)
+    labels = torch.as_tensor(labels)
+    if labels.ndim == 2:
+        labels = explained_labels(labels, labels.float().sum(dim=0))
+    labels = labels.long().reshape(-1)
     generator = torch.Generator().manual_seed(seed)
     pools = []
-    for cls in torch.unique(labels).tolist():
+    for cls in torch.unique(labels[labels >= 0]).tolist():
         members = torch.nonzero(labels == cls)[:, 0]
         pools.append(members[torch.randperm(len(members), generator=generator)].tolist())
     chosen: list[int] = []
     depth = 0
-    while len(chosen) < min(num_probes, len(labels)):
+    while len(chosen) < min(num_probes, int((labels >= 0).sum())):
         for pool in pools:
             if depth < len(pool) and len(chosen) < num_probes:
                 chosen.append(pool[depth])
@@ -98,25 +167,122 @@ def stratified_indices(labels: Tensor, num_probes: int, seed: int) -> Tensor:
     return chosen_t[order]
 
 
-def load_probes(dataset: Dataset, indices: Sequence[int] | Tensor) -> ProbeSet:
-    """Read the probes at ``indices`` from a dataset of ``(image, label[, mask])`` items.
+def _item(dataset: Dataset, index: int) -> tuple:
+    item = dataset[index]
+    if not isinstance(item, (tuple, list)) or len(item) < 2:
+        raise TypeError(
+            f"GradSkipCallback reads probes as dataset items (image, label), (image, label, mask) or "
+            f"(image, label, regions dict); got a {type(item).__name__}. Make the dataset return such tuples, "
+            "or pass probe_images and probe_labels to the callback"
+        )
+    return tuple(item)
 
-    Reads items by index only: no DataLoader and no iterator is touched.
+
+def load_probes(dataset: Dataset, indices: Sequence[int] | Tensor, frequency: Tensor | None = None) -> ProbeSet:
+    """Read the probes at ``indices`` from a dataset of ``(image, label[, mask | regions])`` items.
+
+    Reads items by index only: no DataLoader and no iterator is touched. Multi-hot labels (C,)
+    explain the label :func:`explained_labels` picks with ``frequency`` (C,) (default: the
+    labels of these probes).
     """
-    images, labels, masks = [], [], []
+    images, labels, regions = [], [], []
     for index in torch.as_tensor(indices).tolist():
-        item = dataset[index]
-        if not isinstance(item, (tuple, list)) or len(item) < 2:
+        item = _item(dataset, index)
+        image = torch.as_tensor(item[0])
+        if not image.is_floating_point():
             raise TypeError(
-                f"dataset items must be (image, label) or (image, label, mask) tuples; got {type(item).__name__}"
+                f"dataset item {index} has a {image.dtype} image: probes must be float images normalised as the "
+                "model expects. Convert in the dataset's transform (ToDtype(torch.float32, scale=True), Normalize)"
             )
-        images.append(torch.as_tensor(item[0]).float())
-        labels.append(int(torch.as_tensor(item[1]).reshape(-1)[0]))
+        images.append(image)
+        labels.append(torch.as_tensor(item[1]))
         if len(item) > 2:
-            masks.append(torch.as_tensor(item[2]).bool())
-    return ProbeSet(
-        torch.stack(images),
-        torch.tensor(labels),
-        torch.as_tensor(indices).long(),
-        torch.stack(masks) if len(masks) == len(images) else None,
-    )
+            regions.append(_as_regions(item[2]))
+    ids = torch.as_tensor(indices).long()
+    stacked = torch.stack(labels)
+    multi_hot = None
+    if stacked.ndim == 2 and stacked.shape[1] > 1:
+        multi_hot = stacked.float()
+        stacked = explained_labels(multi_hot, multi_hot.sum(dim=0) if frequency is None else frequency)
+    merged = None
+    if len(regions) == len(images) and regions:
+        common = [name for name in regions[0] if all(name in r for r in regions)]
+        merged = {name: torch.stack([r[name] for r in regions]) for name in common}
+    return ProbeSet(torch.stack(images), stacked.reshape(-1), ids, merged, multi_hot)
+
+
+def check_probes(probes: ProbeSet, in_chans: int, img_size: tuple[int, int], num_classes: int) -> None:
+    """Refuse probes the model cannot explain, before any epoch: shape, finiteness, labels.
+
+    Raises:
+        ValueError: naming the problem and the fix.
+    """
+    expected = (in_chans, *img_size)
+    if tuple(probes.images.shape[1:]) != expected:
+        raise ValueError(
+            f"probe images must be (P, {expected[0]}, {expected[1]}, {expected[2]}) for this model; "
+            f"got {tuple(probes.images.shape)}"
+        )
+    bad = (~torch.isfinite(probes.images).flatten(1).all(dim=1)).nonzero()[:, 0]
+    if len(bad):
+        raise ValueError(f"probe images {probes.ids[bad].tolist()} (ids) contain NaN or infinite values")
+    if probes.multi_hot is not None and probes.multi_hot.shape[1] != num_classes:
+        raise ValueError(f"multi-hot probe labels must have {num_classes} classes; got {probes.multi_hot.shape[1]}")
+    out = ((probes.labels < 0) | (probes.labels >= num_classes)).nonzero()[:, 0]
+    if len(out):
+        what = "have no positive label" if probes.multi_hot is not None else f"are not in [0, {num_classes})"
+        raise ValueError(
+            f"probe labels of ids {probes.ids[out].tolist()} {what} (labels {probes.labels[out].tolist()}): "
+            "fix the dataset's labels or the probe_labels given"
+        )
+
+
+class ProbeSource:
+    """The probe set over a callback's life: given, drawn once per fit, restored from a checkpoint.
+
+    Args:
+        given: explicit probes, or None to draw ``num_probes`` with ``seed`` from a dataset.
+        num_probes: probes drawn, stratified by (explained) class.
+        seed: seed of the draw.
+    """
+
+    def __init__(self, given: ProbeSet | None, num_probes: int, seed: int) -> None:
+        self.given = given
+        self.num_probes = num_probes
+        self.seed = seed
+        self.dataset: Dataset | None = None
+        self.restored_ids: Tensor | None = None
+        self._drawn: ProbeSet | None = None
+
+    @property
+    def probes(self) -> ProbeSet | None:
+        """The current probes (None until drawn)."""
+        return self.given if self.given is not None else self._drawn
+
+    def reset(self) -> None:
+        """Forget drawn probes and restored ids: a new fit draws from its own data."""
+        self.dataset, self.restored_ids, self._drawn = None, None, None
+
+    def draw(self, dataset: Dataset) -> ProbeSet:
+        """Draw (or re-read the restored ids) from ``dataset``, unless probes were given or drawn."""
+        if self.probes is not None:
+            return self.probes
+        self.dataset = dataset
+        labels = dataset_labels(dataset)
+        ids = self.restored_ids
+        if ids is None:
+            ids = stratified_indices(labels, self.num_probes, self.seed)
+            if len(ids) == 0:
+                raise ValueError("no image of the dataset has a positive label to explain: nothing to draw probes from")
+        frequency = labels.float().sum(dim=0) if labels.ndim == 2 else None
+        self._drawn = load_probes(dataset, ids, frequency)
+        return self._drawn
+
+    def restore(self, ids: Tensor | None) -> None:
+        """Use the checkpointed probe ``ids`` (re-read now when a dataset is known)."""
+        if ids is None or self.given is not None:
+            return
+        self.restored_ids = ids
+        if self._drawn is not None and not torch.equal(self._drawn.ids, ids) and self.dataset is not None:
+            self._drawn = None
+            self.draw(self.dataset)

@@ -1,4 +1,4 @@
-"""Turn one epoch's per-probe results into the logged report: scalars, images, histograms, rows."""
+"""Turn one epoch's per-probe records into the logged report: scalars, images, histograms, rows, arrays."""
 
 from __future__ import annotations
 
@@ -11,11 +11,13 @@ from torch import Tensor
 
 from gradskip_lightning import render
 
+from .probes import ProbeSet
+from .record import ProbeRecord, npz_fields, scalar_fields, table_fields
 from .sinks import EpochReport, ProbeSheet
 
-__all__ = ["RenderSettings", "build_report", "HEAD_PARTS"]
+__all__ = ["RenderSettings", "build_report", "probe_sheet", "HEAD_PARTS"]
 
-#: Explanation fields of head importance and the names they are logged under.
+#: Record fields of head importance and the names they are logged under.
 HEAD_PARTS = {"head_weights": "omega", "grad_flow": "grad_flow", "sparsity": "sparsity"}
 
 
@@ -35,17 +37,13 @@ def _mean(values: Tensor) -> float:
     return float(finite.mean()) if finite.numel() else float("nan")
 
 
-def _scores(prefix: str, values: dict[str, Tensor]) -> dict[str, float]:
-    scalars = {
-        f"{prefix}insertion": _mean(values["insertion"]),
-        f"{prefix}deletion": _mean(values["deletion"]),
-        f"{prefix}ins_minus_del": _mean(values["insertion"] - values["deletion"]),
+def _scores(prefix: str, record: ProbeRecord, compared_only: bool) -> dict[str, float]:
+    values = record.values()
+    return {
+        f"{prefix}{key}": _mean(values[name])
+        for name, key in scalar_fields(compared_only).items()
+        if name in values
     }
-    if "fvt_violation" in values:
-        scalars[f"{prefix}fvt_violation"] = _mean(values["fvt_violation"])
-    if "pointing_hit" in values:
-        scalars[f"{prefix}pointing_game"] = _mean(values["pointing_hit"])
-    return scalars
 
 
 def _overlays(sheet: ProbeSheet, maps: Tensor, settings: RenderSettings) -> np.ndarray:
@@ -55,74 +53,91 @@ def _overlays(sheet: ProbeSheet, maps: Tensor, settings: RenderSettings) -> np.n
     return render.overlay(sheet.images, maps, alpha=settings.alpha, cmap=settings.colormap)
 
 
+def probe_sheet(
+    probes: ProbeSet,
+    class_names: Sequence[str],
+    mean: Sequence[float] | None,
+    std: Sequence[float] | None,
+    display_size: int,
+) -> ProbeSheet:
+    """The fixed display part of the report: ids, label names and upscaled uint8 images."""
+    display = render.upscale(render.to_display(probes.images, mean, std), display_size)
+    names = list(class_names)
+    return ProbeSheet(
+        probes.ids.tolist(), [names[int(c)] for c in probes.labels], probes.labels.numpy(), names, display
+    )
+
+
 def build_report(
-    values: dict[str, Tensor],
+    records: dict[str, ProbeRecord],
+    method: str,
     drift: dict[str, Tensor],
     sheet: ProbeSheet,
-    class_names: Sequence[str],
     *,
     epoch: int,
     step: int,
     prefix: str,
-    compare_methods: Sequence[str],
     settings: RenderSettings,
-    with_images: bool = True,
+    save: bool = True,
 ) -> EpochReport:
-    """Build the report of one epoch from merged per-probe ``values`` and ``drift`` (P,) tensors.
+    """Build the report of one epoch from merged per-probe ``records`` (method -> record) and ``drift``.
 
-    ``values`` is what :func:`~gradskip_lightning.callback.compute.explain_probes` returns, plus
-    ``compare/<method>/<key>`` entries for each comparison method.
+    ``records[method]`` is the explained method's; every other entry is a comparison method,
+    logged under ``compare/<name>/``. With ``save`` the report carries the arrays of the maps
+    files (:func:`~.record.npz_fields` plus ``probe_ids`` and ``labels``).
     """
-    scalars = {f"{prefix}epoch": float(epoch), **_scores(prefix, values)}
+    main = records[method]
+    compared = [name for name in records if name != method]
+    scalars = {f"{prefix}epoch": float(epoch), **_scores(prefix, main, compared_only=False)}
     for key, per_probe in drift.items():
         scalars[f"{prefix}drift/{key}"] = _mean(per_probe)
-    if "gates" in values:
-        for layer, gate in enumerate(values["gates"].mean(dim=0).tolist()):
+    if main.gates is not None:
+        for layer, gate in enumerate(main.gates.mean(dim=0).tolist()):
             scalars[f"{prefix}gate/layer_{layer}"] = gate
-    for method in compare_methods:
-        part = {key.split("/", 2)[2]: v for key, v in values.items() if key.startswith(f"compare/{method}/")}
-        scalars.update(_scores(f"{prefix}compare/{method}/", part))
-    report = EpochReport(epoch=epoch, step=step, scalars=scalars)
-    if not with_images:
-        return report
+    for name in compared:
+        scalars.update(_scores(f"{prefix}compare/{name}/", records[name], compared_only=True))
+    arrays = None
+    if save:
+        arrays = {"probe_ids": np.asarray(sheet.probe_ids), "labels": sheet.label_ids}
+        arrays.update({name: value.numpy() for name, value in main.values().items() if name in npz_fields()})
+    report = EpochReport(epoch=epoch, step=step, scalars=scalars, method=method, arrays=arrays)
 
-    overlays = _overlays(sheet, values["maps"], settings)
-    names = list(class_names)
-    predictions = values["predictions"].tolist()
-    probabilities = values["probabilities"].tolist()
+    overlays = _overlays(sheet, main.maps, settings)
+    names = sheet.class_names
+    predictions = main.predictions.tolist()
+    probabilities = main.probabilities.tolist()
     for i, probe_id in enumerate(sheet.probe_ids):
         text = render.caption(sheet.labels[i], names[predictions[i]], probabilities[i])
         report.overlays[f"{prefix}overlay/probe_{probe_id}"] = (overlays[i], text)
     report.images[f"{prefix}overlays"] = render.image_grid(overlays)
-    for field, name in HEAD_PARTS.items():
-        if field not in values:
+    for field, part in HEAD_PARTS.items():
+        heads = getattr(main, field)  # (P, L, H)
+        if heads is None:
             continue
-        heads = values[field]  # (P, L, H)
-        report.images[f"{prefix}heads/{name}"] = render.matrix_image(heads.mean(dim=0), cmap="viridis")
+        report.images[f"{prefix}heads/{part}"] = render.matrix_image(heads.mean(dim=0), cmap="viridis")
         for layer in range(heads.shape[1]):
-            report.histograms[f"{prefix}heads/{name}/layer_{layer}"] = heads[:, layer].flatten().numpy()
-    for method in compare_methods:
-        report.images[f"{prefix}compare/{method}/overlays"] = render.image_grid(
-            _overlays(sheet, values[f"compare/{method}/maps"], settings)
+            report.histograms[f"{prefix}heads/{part}/layer_{layer}"] = heads[:, layer].flatten().numpy()
+    for name in compared:
+        report.images[f"{prefix}compare/{name}/overlays"] = render.image_grid(
+            _overlays(sheet, records[name].maps, settings)
         )
 
     def cell(key: str, i: int) -> float | None:
         value = float(drift[key][i]) if key in drift else float("nan")
         return value if np.isfinite(value) else None
 
+    columns = table_fields()
+    values = main.values()
     for i, probe_id in enumerate(sheet.probe_ids):
-        report.rows.append(
-            {
-                "epoch": epoch,
-                "probe_id": probe_id,
-                "overlay": overlays[i],
-                "label": sheet.labels[i],
-                "prediction": names[predictions[i]],
-                "probability": probabilities[i],
-                "insertion": float(values["insertion"][i]),
-                "deletion": float(values["deletion"][i]),
-                "drift_prev_spearman": cell("prev/spearman", i),
-                "drift_first_spearman": cell("first/spearman", i),
-            }
-        )
+        row = {
+            "epoch": epoch,
+            "probe_id": probe_id,
+            "overlay": overlays[i],
+            "label": sheet.labels[i],
+            "prediction": names[predictions[i]],
+        }
+        row.update({column: float(values[name][i]) for name, column in columns.items()})
+        row["drift_prev_spearman"] = cell("prev/spearman", i)
+        row["drift_first_spearman"] = cell("first/spearman", i)
+        report.rows.append(row)
     return report

@@ -1,4 +1,4 @@
-"""Where one logged epoch goes: W&B, any other Lightning logger, or image files on disk.
+"""Where one logged epoch goes: W&B, any other Lightning logger, image files, the maps files.
 
 All sinks are called on rank zero only. Each receives the same :class:`EpochReport`: uint8
 images are built once (in :mod:`gradskip_lightning.render`), scalars are plain floats.
@@ -8,27 +8,37 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 from lightning.pytorch.loggers import Logger, WandbLogger
 
 from gradskip_lightning.render import annotate
 
-from .files import write_png
+from .files import write_epoch, write_probes, write_png
+from .record import table_fields
 
-__all__ = ["EpochReport", "ProbeSheet", "WandbSink", "ScalarSink", "ImageFileSink"]
+__all__ = [
+    "EpochReport",
+    "ProbeSheet",
+    "Sink",
+    "WandbSink",
+    "ScalarSink",
+    "ImageFileSink",
+    "MapsFileSink",
+    "make_sinks",
+    "TABLE_COLUMNS",
+]
 
-#: Columns of the per-epoch W&B table (one row per probe per logged epoch).
+#: Columns of the per-epoch W&B table (one row per probe per logged epoch): the record's table fields
+#: between the probe's columns and its drift.
 TABLE_COLUMNS = [
     "epoch",
     "probe_id",
     "overlay",
     "label",
     "prediction",
-    "probability",
-    "insertion",
-    "deletion",
+    *table_fields().values(),
     "drift_prev_spearman",
     "drift_first_spearman",
 ]
@@ -36,10 +46,20 @@ TABLE_COLUMNS = [
 
 @dataclass
 class ProbeSheet:
-    """What stays fixed over the run: probe ids, labels and their display images (P, H, W, 3)."""
+    """What stays fixed over the run: probe ids, labels and their display images.
+
+    Attributes:
+        probe_ids: the probes' ids.
+        labels: the class name each probe explains.
+        label_ids: (P,) int64 the class each probe explains.
+        class_names: every class's name.
+        images: (P, H, W, 3) uint8 display images.
+    """
 
     probe_ids: list[int]
     labels: list[str]
+    label_ids: np.ndarray
+    class_names: list[str]
     images: np.ndarray
 
 
@@ -54,15 +74,27 @@ class EpochReport:
         images: key -> uint8 (H, W, 3) image (the grid, layer x head images, comparison grids).
         histograms: key -> 1-D values to histogram.
         rows: one dict per probe with the table's columns (``overlay`` as a uint8 image).
+        method: the explained method's name.
+        arrays: per-probe arrays saved to the maps files, or None when this epoch is not saved.
     """
 
     epoch: int
     step: int
     scalars: dict[str, float]
+    method: str = ""
+    arrays: dict[str, np.ndarray] | None = None
     overlays: dict[str, tuple[np.ndarray, str]] = field(default_factory=dict)
     images: dict[str, np.ndarray] = field(default_factory=dict)
     histograms: dict[str, np.ndarray] = field(default_factory=dict)
     rows: list[dict[str, Any]] = field(default_factory=list)
+
+
+class Sink(Protocol):
+    """Receives each logged epoch (rank zero) and is finished at the end of fit."""
+
+    def log(self, report: EpochReport, sheet: ProbeSheet) -> None: ...
+
+    def finish(self) -> None: ...
 
 
 class WandbSink:
@@ -152,3 +184,41 @@ class ImageFileSink:
 
     def finish(self) -> None:
         pass
+
+
+class MapsFileSink:
+    """Writes the maps files (see :mod:`.files`): ``probes.npz`` once, ``epoch_<e>.npz`` per saved epoch."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+        self._probes_written = False
+
+    def log(self, report: EpochReport, sheet: ProbeSheet) -> None:
+        if report.arrays is None:
+            return
+        if not self._probes_written:
+            write_probes(self.folder, np.asarray(sheet.probe_ids), sheet.label_ids, sheet.images, sheet.class_names)
+            self._probes_written = True
+        write_epoch(self.folder, report.epoch, report.step, report.method, report.arrays)
+
+    def finish(self) -> None:
+        pass
+
+
+def make_sinks(trainer: Any, prefix: str, out_dir: Path) -> tuple[list[Sink], Path]:
+    """The sinks of a Trainer's loggers, and the folder files go to.
+
+    With a :class:`WandbLogger` the folder moves beside the W&B run's files (``<run dir>/<name>``),
+    images go to W&B and the maps folder becomes an artifact at the end of fit; without, images
+    are PNGs under ``out_dir/images``. Every other logger gets the scalars.
+    """
+    wandb_logger = next((lg for lg in trainer.loggers if isinstance(lg, WandbLogger)), None)
+    sinks: list[Sink] = []
+    if wandb_logger is not None:
+        out_dir = Path(wandb_logger.experiment.dir).parent / out_dir.name
+        sinks.append(WandbSink(wandb_logger, prefix, out_dir / "maps"))
+    else:
+        sinks.append(ImageFileSink(out_dir / "images", prefix))
+    sinks.append(MapsFileSink(out_dir / "maps"))
+    sinks.extend(ScalarSink(lg) for lg in trainer.loggers if lg is not wandb_logger)
+    return sinks, out_dir

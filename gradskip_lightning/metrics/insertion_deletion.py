@@ -9,7 +9,9 @@ from torchmetrics import Metric
 
 from ._checks import check_images_targets_maps
 from .perturbation import (
+    Activation,
     Baseline,
+    check_activation,
     gaussian_blur,
     make_baseline,
     patch_relevance,
@@ -31,13 +33,15 @@ def insertion_deletion(
     steps: int = 16,
     deletion_baseline: Baseline = "zeros",
     batch_size: int = 256,
+    activation: Activation = "softmax",
 ) -> dict[str, Tensor]:
     """Per-image insertion and deletion AUC of relevance maps.
 
     Patches are ranked by the sum of the map over each patch (ties: row-major order). Step k of K
     perturbs the round(k * P / K) most relevant patches: deletion replaces them with the baseline,
-    insertion reveals them on a Gaussian-blurred copy. The score is the softmax probability of the
-    target class; the AUC is the trapezoid rule over the fraction k / K in [0, 1], step 0 included.
+    insertion reveals them on a Gaussian-blurred copy. The score is the probability of the target
+    class (softmax, or its sigmoid for multi-label models); the AUC is the trapezoid rule over the
+    fraction k / K in [0, 1], step 0 included.
     All 2 * B * (K + 1) images go through ``model`` in chunks of ``batch_size`` under no_grad.
 
     Args:
@@ -50,10 +54,22 @@ def insertion_deletion(
         deletion_baseline: "zeros" (the mean colour of the normalised input), "blur" or a tensor
             broadcastable to the images.
         batch_size: images per forward call.
+        activation: "softmax" (multi-class) or "sigmoid" (multi-label).
 
     Returns:
         ``insertion``, ``deletion``, ``insertion_minus_deletion`` (B,) and the curves
         ``insertion_curve``, ``deletion_curve`` (B, K + 1).
+
+    Example:
+        >>> from torch import nn
+        >>> _ = torch.manual_seed(0)
+        >>> model = nn.Sequential(nn.Flatten(), nn.Linear(3 * 16 * 16, 4)).eval()
+        >>> images, maps = torch.randn(2, 3, 16, 16), torch.rand(2, 16, 16)
+        >>> scores = insertion_deletion(model, images, torch.tensor([0, 3]), maps, patch_size=8, steps=4)
+        >>> scores["insertion"].shape, scores["deletion_curve"].shape
+        (torch.Size([2]), torch.Size([2, 5]))
+        >>> bool(((scores["insertion"] >= 0) & (scores["insertion"] <= 1)).all())
+        True
     """
     check_images_targets_maps(images, targets, maps)
     patch = resolve_patch_size(model, patch_size, tuple(images.shape[-2:]))
@@ -70,6 +86,7 @@ def insertion_deletion(
         masks=torch.cat([masks, masks]),
         targets=torch.cat([targets, targets]),
         batch_size=batch_size,
+        activation=activation,
     )
     deletion_curve, insertion_curve = probs.split(len(images))
     insertion, deletion = trapezoid_auc(insertion_curve), trapezoid_auc(deletion_curve)
@@ -94,9 +111,13 @@ class InsertionDeletion(Metric):
     moves, saves or syncs it); options are those of :func:`insertion_deletion`.
 
     Example:
-        >>> metric = InsertionDeletion(steps=16)
-        >>> metric.update(model.eval(), images, targets, explanation.maps)
-        >>> metric.compute()  # {"insertion": ..., "deletion": ..., "insertion_minus_deletion": ...}
+        >>> from torch import nn
+        >>> _ = torch.manual_seed(0)
+        >>> model = nn.Sequential(nn.Flatten(), nn.Linear(3 * 16 * 16, 4)).eval()
+        >>> metric = InsertionDeletion(patch_size=8, steps=4)
+        >>> metric.update(model, torch.randn(2, 3, 16, 16), torch.tensor([0, 3]), torch.rand(2, 16, 16))
+        >>> sorted(metric.compute())
+        ['deletion', 'insertion', 'insertion_minus_deletion']
     """
 
     is_differentiable = False
@@ -109,13 +130,19 @@ class InsertionDeletion(Metric):
         steps: int = 16,
         deletion_baseline: Baseline = "zeros",
         batch_size: int = 256,
+        activation: Activation = "softmax",
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
         if steps < 1:
             raise ValueError(f"steps must be >= 1, got {steps}")
+        check_activation(activation)
         self.options = dict(
-            patch_size=patch_size, steps=steps, deletion_baseline=deletion_baseline, batch_size=batch_size
+            patch_size=patch_size,
+            steps=steps,
+            deletion_baseline=deletion_baseline,
+            batch_size=batch_size,
+            activation=activation,
         )
         self.add_state("insertion_sum", torch.tensor(0.0, dtype=torch.float64), dist_reduce_fx="sum")
         self.add_state("deletion_sum", torch.tensor(0.0, dtype=torch.float64), dist_reduce_fx="sum")

@@ -8,7 +8,7 @@ chunk (``batch_size`` images per forward) so memory stays bounded and the model 
 from __future__ import annotations
 
 import math
-from typing import Callable, Union
+from typing import Callable, Literal, Union
 
 import torch
 import torchvision.transforms.v2.functional as TF
@@ -19,14 +19,46 @@ from gradskip_lightning.capture import find_vit
 Baseline = Union[str, Tensor]
 """``"zeros"`` (zeros of the normalised input: the mean colour), ``"blur"`` or a tensor broadcastable to the images."""
 
+Activation = Literal["softmax", "sigmoid"]
+"""How logits become the scored probability: ``"softmax"`` over classes (multi-class) or each
+class's own ``"sigmoid"`` (multi-label)."""
+
+ACTIVATIONS: tuple[str, ...] = ("softmax", "sigmoid")
+
+
+def check_activation(activation: str) -> None:
+    """Raise ValueError unless ``activation`` is one of :data:`ACTIVATIONS`."""
+    if activation not in ACTIVATIONS:
+        raise ValueError(f"activation must be one of {ACTIVATIONS}, got {activation!r}")
+
+
+def class_probabilities(logits: Tensor, targets: Tensor, activation: Activation = "softmax") -> Tensor:
+    """Probability (n,) of each row's target class from logits (n, num_classes).
+
+    Example:
+        >>> logits = torch.tensor([[2.0, 0.0], [2.0, 0.0]])
+        >>> class_probabilities(logits, torch.tensor([0, 1])).round(decimals=3)
+        tensor([0.8810, 0.1190])
+        >>> class_probabilities(logits, torch.tensor([0, 1]), "sigmoid").round(decimals=3)
+        tensor([0.8810, 0.5000])
+    """
+    check_activation(activation)
+    probabilities = logits.softmax(dim=1) if activation == "softmax" else logits.sigmoid()
+    return probabilities.gather(1, targets[:, None])[:, 0]
+
 
 class CountingModel(nn.Module):
     """Wraps a classifier and counts its forward calls and the images they carried.
 
     Example:
+        >>> from gradskip_lightning.metrics import insertion_deletion
+        >>> _ = torch.manual_seed(0)
+        >>> model = nn.Sequential(nn.Flatten(), nn.Linear(3 * 16 * 16, 4)).eval()
+        >>> images, maps = torch.randn(2, 3, 16, 16), torch.rand(2, 16, 16)
         >>> counted = CountingModel(model)
-        >>> scores = insertion_deletion(counted, images, targets, maps, patch_size=8)
-        >>> counted.calls, counted.images
+        >>> scores = insertion_deletion(counted, images, torch.tensor([0, 3]), maps, patch_size=8, steps=4)
+        >>> counted.calls, counted.images  # 2 curves x 2 images x (K + 1) steps in one forward
+        (1, 20)
     """
 
     def __init__(self, model: Callable[[Tensor], Tensor]) -> None:
@@ -127,8 +159,9 @@ def perturbed_probabilities(
     targets: Tensor,
     *,
     batch_size: int,
+    activation: Activation = "softmax",
 ) -> Tensor:
-    """Softmax probability of each target class on every perturbed image.
+    """Probability (softmax or sigmoid) of each target class on every perturbed image.
 
     Args:
         model: images (n, C, H, W) -> logits (n, num_classes); called under ``torch.no_grad()``
@@ -138,10 +171,12 @@ def perturbed_probabilities(
         masks: patch selections (B, S, h, w) bool; patches are (H / h) x (W / w) pixels.
         targets: classes (B,).
         batch_size: images per forward call.
+        activation: "softmax" (multi-class) or "sigmoid" (multi-label), see :data:`Activation`.
 
     Returns:
         Probabilities (B, S) in the dtype of the logits.
     """
+    check_activation(activation)
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
     batch, steps, grid_h, grid_w = masks.shape
@@ -160,5 +195,5 @@ def perturbed_probabilities(
                 raise ValueError(f"model must return logits (n, num_classes) for n = {index.numel()} images, got {got}")
             if (targets >= logits.shape[1]).any():
                 raise ValueError(f"targets must be < num_classes = {logits.shape[1]}")
-            chunks.append(logits.softmax(dim=1).gather(1, targets[sample, None])[:, 0])
+            chunks.append(class_probabilities(logits, targets[sample], activation))
     return torch.cat(chunks).reshape(batch, steps)

@@ -9,7 +9,9 @@ from torchmetrics import Metric
 
 from ._checks import check_images_targets_maps
 from .perturbation import (
+    Activation,
     Baseline,
+    check_activation,
     make_baseline,
     patch_relevance,
     perturbed_probabilities,
@@ -29,12 +31,14 @@ def faithfulness_violation(
     top_k: int = 1,
     baseline: Baseline = "zeros",
     batch_size: int = 256,
+    activation: Activation = "softmax",
 ) -> Tensor:
     """Per-image violations (B,) bool.
 
     The ``top_k`` patches with the largest |relevance| (sum of the map over the patch) are removed
     together (replaced by ``baseline``); relevance is their summed relevance and
-    delta = p(target | image) - p(target | perturbed), with p the softmax probability. A violation
+    delta = p(target | image) - p(target | perturbed), with p the softmax probability (or the
+    target's sigmoid probability with ``activation="sigmoid"``, for multi-label models). A violation
     is relevance * delta < 0: the sign of the attribution disagrees with the effect of removal.
     The 2 * B images go through ``model`` in chunks of ``batch_size`` under no_grad.
 
@@ -42,6 +46,7 @@ def faithfulness_violation(
         model, images, targets, maps, patch_size, batch_size: as in :func:`insertion_deletion`.
         top_k: patches removed together (1 = the original test).
         baseline: "zeros", "blur" or a tensor broadcastable to the images.
+        activation: "softmax" (multi-class) or "sigmoid" (multi-label).
     """
     check_images_targets_maps(images, targets, maps)
     patch = resolve_patch_size(model, patch_size, tuple(images.shape[-2:]))
@@ -53,7 +58,7 @@ def faithfulness_violation(
     removed_relevance = relevance.gather(1, order[:, :top_k]).sum(1)
     masks = ranked_masks(order, torch.tensor([0, top_k])).reshape(len(images), 2, *grid)
     probs = perturbed_probabilities(
-        model, images, make_baseline(images, baseline), masks, targets, batch_size=batch_size
+        model, images, make_baseline(images, baseline), masks, targets, batch_size=batch_size, activation=activation
     ).double()
     delta = probs[:, 0] - probs[:, 1]
     return removed_relevance.to(delta.device) * delta < 0
@@ -77,12 +82,16 @@ class FaithfulnessViolation(Metric):
         top_k: int = 1,
         baseline: Baseline = "zeros",
         batch_size: int = 256,
+        activation: Activation = "softmax",
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
         if top_k < 1:
             raise ValueError(f"top_k must be >= 1, got {top_k}")
-        self.options = dict(patch_size=patch_size, top_k=top_k, baseline=baseline, batch_size=batch_size)
+        check_activation(activation)
+        self.options = dict(
+            patch_size=patch_size, top_k=top_k, baseline=baseline, batch_size=batch_size, activation=activation
+        )
         self.add_state("violations", torch.tensor(0, dtype=torch.long), dist_reduce_fx="sum")
         self.add_state("count", torch.tensor(0, dtype=torch.long), dist_reduce_fx="sum")
 

@@ -1,5 +1,8 @@
 """Run by test_ddp.py in a subprocess: validate, then fit one epoch, with the callback under DDP.
 
+Each rank writes ``forwards_rank<r>.txt``: how many times its first ViT block ran (under FSDP or
+DeepSpeed ZeRO-3 each of those is a collective, so the counts must be equal).
+
 Usage: python tests/callback/ddp_run.py OUT_DIR DEVICES
 (Lightning's ``ddp`` re-runs this same command for the second process.)
 """
@@ -36,8 +39,11 @@ def main(out: Path, devices: int) -> None:
     )
     data = tiny_data(train_size=32, val_size=16)
     module = tiny_module()
+    forwards = []
+    module.model.blocks[0].register_forward_hook(lambda *args: forwards.append(1))
     trainer.validate(module, datamodule=data)  # untrained weights: comparable across process counts
     trainer.fit(module, datamodule=data)
+    (out / f"devices_{devices}" / f"forwards_rank{trainer.global_rank}.txt").write_text(str(len(forwards)))
 
 
 if __name__ == "__main__":

@@ -237,11 +237,11 @@ def test_explicit_probes_and_validate_under_inference_mode(tmp_path):
     )
     logger = CSVLogger(save_dir=str(tmp_path), name="validate")
     tiny_trainer(tmp_path, logger=logger, callbacks=[callback]).validate(tiny_module(), datamodule=data)
-    (row,) = _csv_rows(logger.log_dir, "gradskip/insertion")
-    assert 0 <= row["gradskip/pointing_game"] <= 1
-    with np.load(Path(logger.log_dir) / "gradskip" / "maps" / "epoch_0000.npz") as saved:
-        assert saved["maps"].shape == (6, 32, 32) and saved["probe_ids"].tolist() == list(range(6))
-        np.testing.assert_array_equal(saved["targets"], saved["predictions"])
+    (row,) = _csv_rows(logger.log_dir, "gradskip/validate/insertion")  # validate-only: its own keys
+    assert 0 <= row["gradskip/validate/pointing_game"] <= 1
+    assert not _csv_rows(logger.log_dir, "gradskip/insertion")
+    assert not (Path(logger.log_dir) / "gradskip" / "maps").exists()  # the maps folder holds trained epochs
+    assert len(list((Path(logger.log_dir) / "gradskip" / "images").rglob("validate_overlay_probe_*.png"))) == 6
 
 
 def test_lightning_cli_yaml_configures_the_callback(tmp_path):
@@ -259,3 +259,173 @@ def test_lightning_cli_yaml_configures_the_callback(tmp_path):
     (callback,) = [c for c in cli.trainer.callbacks if isinstance(c, GradSkipCallback)]
     assert (callback.num_probes, callback.compare_methods, callback.method_options) == (16, ["rollout"], {"alpha": 0.7})
     assert callback.scores.target == "prediction"
+
+
+# ------------------------------------------------------------------------------------- issue 10
+
+
+class _Counting(Callback):
+    """Counts training batches, to show a refusal came before any training."""
+
+    def __init__(self) -> None:
+        self.batches = 0
+
+    def on_train_batch_end(self, *args, **kwargs):
+        self.batches += 1
+
+
+def _short_class_names():
+    data = tiny_data()
+    data.class_names = data.class_names[:2]
+    return data
+
+
+def _mean_of_wrong_length():
+    data = tiny_data()
+    data.mean, data.std = (0.5, 0.5), (0.5, 0.5)
+    return data
+
+
+@pytest.mark.parametrize(
+    "make_data, callback_kwargs, error, match",
+    [
+        (_short_class_names, {}, ValueError, r"datamodule.class_names has 2 names but the model has 4 classes"),
+        (_mean_of_wrong_length, {}, ValueError, r"mean has 2 values but the model takes 3 channels"),
+    ],
+)
+def test_datamodule_problems_are_refused_at_setup(tmp_path, make_data, callback_kwargs, error, match):
+    counter = _Counting()
+    trainer = tiny_trainer(tmp_path, logger=False, callbacks=[counter, GradSkipCallback(**FAST, **callback_kwargs)])
+    with pytest.raises(error, match=match):
+        trainer.fit(tiny_module(), datamodule=make_data())
+    assert counter.batches == 0
+
+
+@pytest.mark.parametrize("target", ["label", "prediction"])
+def test_fixed_probe_problems_are_refused_at_setup_for_every_target(tmp_path, target):
+    images = torch.zeros(4, 3, 32, 32)
+    with pytest.raises(ValueError, match=r"probe labels of ids \[3\] are not in \[0, 4\)"):
+        callback = GradSkipCallback(probe_images=images, probe_labels=torch.tensor([0, 1, 2, 7]), target=target)
+        tiny_trainer(tmp_path, logger=False, callbacks=[callback]).fit(tiny_module(), datamodule=tiny_data())
+    images[2, 0, 5, 5] = float("nan")
+    with pytest.raises(ValueError, match=r"probe images \[2\] \(ids\) contain NaN"):
+        callback = GradSkipCallback(probe_images=images, probe_labels=torch.arange(4), target=target)
+        tiny_trainer(tmp_path, logger=False, callbacks=[callback]).fit(tiny_module(), datamodule=tiny_data())
+
+
+class _DictItems(torch.utils.data.Dataset):
+    def __init__(self, dataset) -> None:
+        self.dataset = dataset
+
+    def __len__(self) -> int:
+        return len(self.dataset)
+
+    def __getitem__(self, index):
+        image, label, _ = self.dataset[index]
+        return {"image": image, "label": label}
+
+
+def test_plain_dataloaders_of_dict_items_are_refused_before_training(tmp_path):
+    from torch.utils.data import DataLoader
+
+    data = tiny_data()
+    data.setup("fit")
+    loader = DataLoader(_DictItems(data.val_dataset), batch_size=8)
+    counter = _Counting()
+    trainer = tiny_trainer(tmp_path, logger=False, callbacks=[counter, GradSkipCallback(**FAST)])
+    with pytest.raises(TypeError, match=r"got a dict. Make the dataset return such tuples, or pass probe_images"):
+        trainer.fit(tiny_module(), train_dataloaders=loader, val_dataloaders=loader)
+    assert counter.batches == 0
+
+
+def test_plain_dataloaders_draw_probes_from_the_validation_set_before_training(tmp_path):
+    from torch.utils.data import DataLoader
+
+    data = tiny_data()
+    data.setup("fit")
+    callback = GradSkipCallback(**FAST)
+    trainer = tiny_trainer(tmp_path, logger=False, callbacks=[callback], max_epochs=1, num_sanity_val_steps=0)
+    trainer.fit(
+        tiny_module(),
+        train_dataloaders=DataLoader(data.train_dataset, batch_size=16),
+        val_dataloaders=DataLoader(data.val_dataset, batch_size=16),
+    )
+    assert callback._source.dataset is data.val_dataset
+    assert (tmp_path / "gradskip" / "maps" / "epoch_0000.npz").is_file()
+
+
+def test_a_failure_after_the_explanation_warns_and_training_goes_on(tmp_path, monkeypatch):
+    from gradskip_lightning.callback import core
+
+    def broken(*args, **kwargs):
+        raise IndexError("list index out of range")
+
+    monkeypatch.setattr(core, "build_report", broken)
+    trainer = tiny_trainer(tmp_path, logger=False, callbacks=[GradSkipCallback(**FAST)], max_epochs=2)
+    with pytest.warns(UserWarning, match="epoch 0 skipped, training goes on. IndexError"):
+        trainer.fit(tiny_module(), datamodule=tiny_data())
+    assert trainer.current_epoch == 2
+
+
+def test_a_new_fit_on_another_trainer_draws_probes_again_and_forgets_drift(tmp_path):
+    callback = GradSkipCallback(**FAST)
+    first = CSVLogger(save_dir=str(tmp_path), name="fold", version=0)
+    tiny_trainer(tmp_path, logger=first, callbacks=[callback], max_epochs=2).fit(tiny_module(), datamodule=tiny_data())
+    ids_first = callback._source.probes.ids.clone()
+    second = CSVLogger(save_dir=str(tmp_path), name="fold", version=1)
+    fold_two = tiny_data(seed=5, val_size=48)  # another fold: other validation images
+    tiny_trainer(tmp_path, logger=second, callbacks=[callback], max_epochs=1).fit(tiny_module(), datamodule=fold_two)
+    fold_two_labels = fold_two.val_dataset.labels
+    assert torch.equal(callback._source.probes.labels, fold_two_labels[callback._source.probes.ids])
+    assert not torch.equal(callback._source.probes.ids, ids_first)
+    (row,) = _csv_rows(second.log_dir, "gradskip/insertion")
+    assert row["gradskip/epoch"] == 0.0 and "gradskip/drift/prev/spearman" not in row  # no reference from fold one
+
+
+def test_uint8_probe_images_are_refused():
+    with pytest.raises(TypeError, match=r"probe_images must be float.*got torch.uint8"):
+        GradSkipCallback(probe_images=torch.zeros(2, 3, 32, 32, dtype=torch.uint8), probe_labels=torch.zeros(2))
+
+
+@pytest.mark.parametrize("prefixes", [("gs/", "gs/"), ("gs/a/", "gs_a/")])
+def test_two_callbacks_sharing_a_prefix_or_its_folder_are_refused(tmp_path, prefixes):
+    callbacks = [
+        GradSkipCallback(log_prefix=prefixes[0], **FAST),
+        GradSkipCallback(method="rollout", log_prefix=prefixes[1], **FAST),
+    ]
+    with pytest.raises(ValueError, match="share the output folder"):
+        tiny_trainer(tmp_path, logger=False, callbacks=callbacks).fit(tiny_module(), datamodule=tiny_data())
+
+
+def test_a_failing_epoch_is_tried_once(tmp_path, monkeypatch):
+    from gradskip_lightning.callback import core
+
+    calls = []
+    real = core.explain_probes
+
+    def failing(*args, **kwargs):
+        calls.append(1)
+        raise torch.OutOfMemoryError("CUDA out of memory")
+
+    monkeypatch.setattr(core, "explain_probes", failing)
+    trainer = tiny_trainer(tmp_path, logger=False, callbacks=[GradSkipCallback(**FAST)], max_epochs=3)
+    with pytest.warns(UserWarning, match="OutOfMemoryError") as caught:
+        trainer.fit(tiny_module(), datamodule=tiny_data())
+    assert len(calls) == 3 and len([w for w in caught if "skipped" in str(w.message)]) == 3
+    monkeypatch.setattr(core, "explain_probes", real)
+
+
+def test_validate_after_fit_neither_writes_maps_nor_moves_drift(tmp_path):
+    callback = GradSkipCallback(**FAST)
+    logger = CSVLogger(save_dir=str(tmp_path), name="after")
+    trainer = tiny_trainer(tmp_path, logger=logger, callbacks=[callback], max_epochs=2)
+    module = tiny_module()
+    trainer.fit(module, datamodule=tiny_data())
+    maps = Path(logger.log_dir) / "gradskip" / "maps"
+    files = sorted(p.name for p in maps.iterdir())
+    previous = callback._drift.previous.clone()
+    trainer.validate(module, datamodule=tiny_data())
+    assert sorted(p.name for p in maps.iterdir()) == files == ["epoch_0000.npz", "epoch_0001.npz", "probes.npz"]
+    assert torch.equal(callback._drift.previous, previous)
+    (row,) = _csv_rows(logger.log_dir, "gradskip/validate/insertion")
+    assert row["gradskip/validate/drift/prev/spearman"] == pytest.approx(1.0)  # same weights as the last epoch

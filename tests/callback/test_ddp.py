@@ -16,37 +16,45 @@ from . import ddp_run
 SCRIPT = Path(ddp_run.__file__)
 
 
-def _rows(log_dir: Path) -> list[dict[str, float]]:
+def _rows(log_dir: Path, key: str) -> list[dict[str, float]]:
     with open(log_dir / "metrics.csv") as handle:
-        return [
-            {k: float(v) for k, v in row.items() if v}
-            for row in csv.DictReader(handle)
-            if row.get("gradskip/insertion")
-        ]
+        return [{k: float(v) for k, v in row.items() if v} for row in csv.DictReader(handle) if row.get(key)]
 
 
-@pytest.mark.slow
-def test_ddp_two_processes_log_once_and_match_one_process(tmp_path):
+@pytest.fixture(scope="module")
+def ddp_out(tmp_path_factory) -> Path:
+    """The output folder of one real 2-process DDP run of ddp_run.py."""
+    out = tmp_path_factory.mktemp("ddp")
     done = subprocess.run(
-        [sys.executable, str(SCRIPT), str(tmp_path), "2"],
+        [sys.executable, str(SCRIPT), str(out), "2"],
         env=dict(os.environ),
         capture_output=True,
         text=True,
         timeout=240,
     )
     assert done.returncode == 0, done.stderr[-3000:]
+    return out
+
+
+@pytest.mark.slow
+def test_ddp_two_processes_log_once_and_match_one_process(ddp_out, tmp_path):
+    import shutil
+
+    shutil.copytree(ddp_out, tmp_path, dirs_exist_ok=True)
     ddp_run.main(tmp_path, devices=1)  # the single-process reference, in this process
     ddp_dir, single_dir = tmp_path / "devices_2" / "version_0", tmp_path / "devices_1" / "version_0"
-    ddp_rows, single_rows = _rows(ddp_dir), _rows(single_dir)
-    assert len(ddp_rows) == 2 and len(single_rows) == 2  # validate, then the fit epoch: once each, from rank 0
-    assert sorted(p.name for p in (tmp_path / "devices_2").iterdir()) == ["version_0"]
-    validate_ddp, validate_single = ddp_rows[0], single_rows[0]
-    keys = [k for k in validate_single if k.startswith("gradskip/") and k != "gradskip/time_s"]
+    for key in ("gradskip/validate/insertion", "gradskip/insertion"):  # validate, then the fit epoch: once each
+        assert len(_rows(ddp_dir, key)) == len(_rows(single_dir, key)) == 1, key
+    assert sorted(p.name for p in (tmp_path / "devices_2").iterdir() if p.is_dir()) == ["version_0"]
+    (validate_ddp,), (validate_single,) = _rows(ddp_dir, "gradskip/validate/insertion"), _rows(
+        single_dir, "gradskip/validate/insertion"
+    )
+    keys = [k for k in validate_single if k.startswith("gradskip/") and k != "gradskip/validate/time_s"]
     assert {
-        "gradskip/insertion",
-        "gradskip/compare/rollout/deletion",
-        "gradskip/gate/layer_1",
-        "gradskip/pointing_game",
+        "gradskip/validate/insertion",
+        "gradskip/validate/compare/rollout/deletion",
+        "gradskip/validate/gate/layer_1",
+        "gradskip/validate/pointing_game",
     } <= set(keys)
     assert set(keys) <= set(validate_ddp)
     for key in keys:
@@ -56,3 +64,10 @@ def test_ddp_two_processes_log_once_and_match_one_process(tmp_path):
         np.load(single_dir / "gradskip" / "maps" / "probes.npz") as one,
     ):
         np.testing.assert_array_equal(ddp["probe_ids"], one["probe_ids"])
+
+
+@pytest.mark.slow
+def test_ddp_ranks_run_the_same_number_of_forwards_with_an_uneven_probe_count(ddp_out):
+    """9 probes on 2 ranks: shards are padded to 5 each, so sharded strategies (FSDP) cannot hang."""
+    counts = [int((ddp_out / "devices_2" / f"forwards_rank{r}.txt").read_text()) for r in (0, 1)]
+    assert counts[0] == counts[1] > 0, counts

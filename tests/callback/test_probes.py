@@ -42,3 +42,82 @@ def test_probe_set_checks_shapes():
         ProbeSet(torch.zeros(3, 3, 8, 8), torch.zeros(2), torch.arange(3))
     with pytest.raises(ValueError, match=r"masks must be \(3, 8, 8\)"):
         ProbeSet(torch.zeros(3, 3, 8, 8), torch.zeros(3), torch.arange(3), torch.zeros(3, 4, 4))
+
+
+class _CountingReads(torch.utils.data.Dataset):
+    """A torchvision-style dataset: ``targets`` list, no ``labels``; counts item reads."""
+
+    def __init__(self, size: int = 200) -> None:
+        self.inner = PlantedShapesDataset(size, seed=0, num_classes=4, img_size=32)
+        self.targets = self.inner.labels.tolist()
+        self.reads = 0
+
+    def __len__(self) -> int:
+        return len(self.inner)
+
+    def __getitem__(self, index):
+        self.reads += 1
+        return self.inner[index][:2]
+
+
+def test_drawing_reads_targets_and_subset_indices_not_the_images():
+    from gradskip_lightning.callback.probes import ProbeSource
+
+    dataset = _CountingReads()
+    subset = torch.utils.data.Subset(dataset, list(range(50, 150)))
+    assert torch.equal(dataset_labels(subset), dataset.inner.labels[50:150])
+    probes = ProbeSource(None, 4, seed=0).draw(subset)
+    assert dataset.reads == 4  # only the probes themselves
+    assert torch.equal(probes.labels, dataset.inner.labels[50:150][probes.ids])
+
+
+def test_items_must_be_tuples_of_float_images():
+    dataset = PlantedShapesDataset(4, seed=0, num_classes=4, img_size=32)
+
+    class Uint8(torch.utils.data.Dataset):
+        def __len__(self):
+            return 4
+
+        def __getitem__(self, index):
+            return (dataset[index][0] * 50 + 100).to(torch.uint8), dataset[index][1]
+
+    with pytest.raises(TypeError, match=r"dataset item 0 has a torch.uint8 image: probes must be float"):
+        load_probes(Uint8(), [0])
+    with pytest.raises(TypeError, match="got a dict"):
+        load_probes([{"image": dataset[0][0]}], [0])
+
+
+def test_named_regions_are_carried_and_object_feeds_the_pointing_game():
+    dataset = PlantedShapesDataset(6, seed=0, num_classes=4, img_size=32)
+    items = [(image, label, {"object": mask, "tag": ~mask}) for image, label, mask in (dataset[i] for i in range(6))]
+    probes = load_probes(items, [4, 1, 2])
+    assert sorted(probes.regions) == ["object", "tag"]
+    assert torch.equal(probes.masks, torch.stack([items[i][2]["object"] for i in (4, 1, 2)]))
+    sub = probes.subset(torch.tensor([2]))
+    assert torch.equal(sub.regions["tag"][0], items[2][2]["tag"]) and sub.ids.tolist() == [2]
+    bare = load_probes(dataset, [0])  # a mask alone is the object region
+    assert list(bare.regions) == ["object"]
+
+
+def test_multi_hot_labels_explain_their_rarest_positive_label_and_stratify_by_it():
+    from gradskip_lightning.callback.probes import ProbeSource, explained_labels
+
+    multi_hot = torch.tensor([[1, 1, 0], [1, 0, 0], [1, 0, 1], [0, 0, 0], [1, 1, 0], [1, 0, 0]], dtype=torch.float)
+    frequency = multi_hot.sum(dim=0)  # [5, 2, 1]
+    assert explained_labels(multi_hot, frequency).tolist() == [1, 0, 2, -1, 1, 0]
+    picked = stratified_indices(multi_hot, 3, seed=0)
+    assert sorted(explained_labels(multi_hot, frequency)[picked].tolist()) == [0, 1, 2]  # one per class
+    assert 3 not in picked.tolist()  # nothing to explain
+
+    class MultiLabel(torch.utils.data.Dataset):
+        labels = multi_hot
+
+        def __len__(self):
+            return len(multi_hot)
+
+        def __getitem__(self, index):
+            return torch.zeros(3, 8, 8), multi_hot[index]
+
+    probes = ProbeSource(None, 3, seed=0).draw(MultiLabel())
+    assert probes.multi_hot.shape == (3, 3) and sorted(probes.labels.tolist()) == [0, 1, 2]
+    assert torch.equal(probes.multi_hot, multi_hot[probes.ids])

@@ -101,3 +101,33 @@ def test_bad_inputs_raise_clear_errors(tiny_vit):
         insertion_deletion(tiny_vit, images, targets, maps, patch_size=6)
     with pytest.raises(ValueError, match="patch_size is required"):
         insertion_deletion(lambda x: tiny_vit(x), images, targets, maps)
+
+
+class TwoWay(torch.nn.Module):
+    """Logits [x_c, 0] of one class c of a model: their softmax at 0 is the sigmoid of x_c."""
+
+    def __init__(self, model: torch.nn.Module, cls: int) -> None:
+        super().__init__()
+        self.model, self.cls = model, cls
+
+    def forward(self, images):
+        logit = self.model(images)[:, self.cls]
+        return torch.stack([logit, torch.zeros_like(logit)], dim=1)
+
+
+def test_sigmoid_activation_scores_each_label_alone():
+    model = make_tiny_vit(seed=1).double()
+    generator = torch.Generator().manual_seed(0)
+    images = torch.randn(3, 3, 32, 32, generator=generator, dtype=torch.float64)
+    maps = torch.randn(3, 32, 32, generator=generator, dtype=torch.float64)
+    scores = insertion_deletion(model, images, torch.full((3,), 2), maps, steps=4, activation="sigmoid")
+    insertion, deletion = np_insertion_deletion(TwoWay(model, 2), images, torch.zeros(3), maps, 8, 4, "zeros")
+    np.testing.assert_allclose(scores["insertion"].numpy(), insertion, atol=1e-6, rtol=0)
+    np.testing.assert_allclose(scores["deletion"].numpy(), deletion, atol=1e-6, rtol=0)
+    softmax = insertion_deletion(model, images, torch.full((3,), 2), maps, steps=4)
+    assert not torch.allclose(softmax["insertion"], scores["insertion"])
+    metric = InsertionDeletion(steps=4, activation="sigmoid")
+    metric.update(model, images, torch.full((3,), 2), maps)
+    assert float(metric.compute()["insertion"]) == pytest.approx(insertion.mean(), abs=1e-6)
+    with pytest.raises(ValueError, match="activation must be one of"):
+        InsertionDeletion(activation="relu")

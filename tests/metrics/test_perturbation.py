@@ -110,3 +110,19 @@ def test_runner_rejects_bad_model_output_and_targets(tiny_vit):
         perturbed_probabilities(tiny_vit, base, base, masks, torch.tensor([4]), batch_size=8)
     with pytest.raises(ValueError, match="batch_size"):
         perturbed_probabilities(tiny_vit, base, base, masks, torch.tensor([0]), batch_size=0)
+
+
+def test_runner_scores_sigmoid_or_softmax_probabilities(tiny_vit):
+    from gradskip_lightning.metrics.perturbation import class_probabilities
+
+    images = torch.randn(2, 3, 32, 32, generator=torch.Generator().manual_seed(0))
+    masks = torch.zeros(2, 1, 4, 4, dtype=torch.bool)  # one step, nothing perturbed: the plain images
+    targets = torch.tensor([1, 3])
+    with torch.no_grad():
+        logits = tiny_vit(images)
+    for activation, expected in (("softmax", logits.softmax(1)), ("sigmoid", logits.sigmoid())):
+        probs = perturbed_probabilities(tiny_vit, images, images, masks, targets, batch_size=4, activation=activation)
+        torch.testing.assert_close(probs[:, 0], expected[[0, 1], targets])
+        torch.testing.assert_close(class_probabilities(logits, targets, activation), expected[[0, 1], targets])
+    with pytest.raises(ValueError, match="activation must be one of"):
+        perturbed_probabilities(tiny_vit, images, images, masks, targets, batch_size=4, activation="relu")

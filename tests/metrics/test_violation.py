@@ -9,6 +9,7 @@ from gradskip_lightning.metrics import FaithfulnessViolation, faithfulness_viola
 from tests.conftest import make_tiny_vit
 
 from .helpers import np_default_blur, np_paste, np_patch_relevance, np_softmax_probs, one_patch_case
+from .test_insertion_deletion import TwoWay
 
 
 def np_violation(model, images, targets, maps, patch, top_k, baseline):
@@ -70,3 +71,19 @@ def test_bad_inputs_raise_clear_errors(tiny_vit):
         faithfulness_violation(tiny_vit, images, targets, maps, top_k=17)
     with pytest.raises(ValueError, match="top_k must be >= 1"):
         FaithfulnessViolation(top_k=0)
+
+
+def test_sigmoid_activation_tests_each_label_alone():
+    model = make_tiny_vit(seed=2).double()
+    generator = torch.Generator().manual_seed(3)
+    images = torch.randn(12, 3, 32, 32, generator=generator, dtype=torch.float64)
+    maps = torch.randn(12, 32, 32, generator=generator, dtype=torch.float64)
+    targets = torch.full((12,), 1)
+    violations = faithfulness_violation(model, images, targets, maps, activation="sigmoid")
+    reference = np_violation(TwoWay(model, 1), images, torch.zeros(12), maps, 8, 1, "zeros")
+    np.testing.assert_array_equal(violations.numpy(), reference)
+    metric = FaithfulnessViolation(activation="sigmoid")
+    metric.update(model, images, targets, maps)
+    assert float(metric.compute()) == pytest.approx(reference.mean())
+    with pytest.raises(ValueError, match="activation must be one of"):
+        faithfulness_violation(model, images, targets, maps, activation="tanh")

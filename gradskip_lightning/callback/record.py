@@ -1,0 +1,110 @@
+"""One method's per-probe values: a typed record whose fields each say once where they go.
+
+Adding a logged value is adding one field here: its :func:`value` metadata tells the gather
+(``scope``), the report (``scalar``: logged as the mean over probes; ``compared``: logged for the
+comparison methods too), the W&B table (``table``: its column) and the maps files (``npz``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field, fields
+from typing import Any, Literal
+
+import torch
+from torch import Tensor
+
+__all__ = ["ProbeRecord", "Scope", "value", "table_fields", "scalar_fields", "npz_fields"]
+
+Scope = Literal["shared", "rank_zero"]
+"""``shared``: small values every rank receives (drift and the checkpoint need them);
+``rank_zero``: large values only the logger needs."""
+
+
+def value(
+    *, scope: Scope, scalar: str | None = None, compared: bool = False, table: str | None = None, npz: bool = False
+) -> Any:
+    """A record field (default None) with where it goes.
+
+    Args:
+        scope: who receives it after the gather.
+        scalar: logged as the mean over probes (finite entries) under this key.
+        compared: the scalar is logged for each comparison method too.
+        table: column of the per-probe W&B table.
+        npz: saved in the epoch's maps file under the field's name.
+    """
+    return field(default=None, metadata=dict(scope=scope, scalar=scalar, compared=compared, table=table, npz=npz))
+
+
+@dataclass
+class ProbeRecord:
+    """Per-probe values of one method, each (P, ...) on the CPU in probe order, or None when absent.
+
+    Attributes:
+        token_maps: (P, h, w) float32 relevance per patch (drift compares them).
+        targets: (P,) int64 explained classes.
+        predictions: (P,) int64 predicted classes.
+        probabilities: (P,) float32 probability of the predicted class (softmax or sigmoid).
+        insertion, deletion: (P,) float32 AUCs; ins_minus_del their difference.
+        fvt_violation: (P,) float32 0/1 faithfulness violations (None when ``fvt_top_k`` is 0).
+        pointing_hit: (P,) float32 0/1 Pointing Game hits (probes with an "object" region only).
+        maps: (P, H, W) float32 relevance at input resolution.
+        head_weights, grad_flow, sparsity: (P, L, H) head importance and its parts.
+        gates: (P, L) mean beta_main over tokens.
+    """
+
+    token_maps: Tensor | None = value(scope="shared", npz=True)
+    targets: Tensor | None = value(scope="shared", npz=True)
+    predictions: Tensor | None = value(scope="shared", npz=True)
+    probabilities: Tensor | None = value(scope="shared", table="probability", npz=True)
+    insertion: Tensor | None = value(scope="shared", scalar="insertion", compared=True, table="insertion", npz=True)
+    deletion: Tensor | None = value(scope="shared", scalar="deletion", compared=True, table="deletion", npz=True)
+    ins_minus_del: Tensor | None = value(scope="shared", scalar="ins_minus_del", compared=True)
+    fvt_violation: Tensor | None = value(scope="shared", scalar="fvt_violation", compared=True)
+    pointing_hit: Tensor | None = value(scope="shared", scalar="pointing_game")
+    maps: Tensor | None = value(scope="rank_zero", npz=True)
+    head_weights: Tensor | None = value(scope="rank_zero")
+    grad_flow: Tensor | None = value(scope="rank_zero")
+    sparsity: Tensor | None = value(scope="rank_zero")
+    gates: Tensor | None = value(scope="rank_zero")
+
+    def values(self, scope: Scope | None = None) -> dict[str, Tensor]:
+        """The present fields (of ``scope``, or all) by name."""
+        return {
+            f.name: getattr(self, f.name)
+            for f in fields(self)
+            if getattr(self, f.name) is not None and (scope is None or f.metadata["scope"] == scope)
+        }
+
+    def select(self, index: Tensor | slice) -> ProbeRecord:
+        """The record of the probes at ``index`` (positions)."""
+        return ProbeRecord(**{name: tensor[index] for name, tensor in self.values().items()})
+
+    @staticmethod
+    def concat(records: Sequence[ProbeRecord]) -> ProbeRecord:
+        """Records of consecutive probe chunks joined along the probe axis."""
+        names = records[0].values()
+        return ProbeRecord(**{name: torch.cat([r.values()[name] for r in records]) for name in names})
+
+
+def _with(key: str) -> list[str]:
+    return [f.name for f in fields(ProbeRecord) if f.metadata[key]]
+
+
+def scalar_fields(compared_only: bool = False) -> dict[str, str]:
+    """Field name -> logged scalar name, for the fields logged as means (comparison methods: ``compared``)."""
+    return {
+        f.name: f.metadata["scalar"]
+        for f in fields(ProbeRecord)
+        if f.metadata["scalar"] and (f.metadata["compared"] or not compared_only)
+    }
+
+
+def table_fields() -> dict[str, str]:
+    """Field name -> W&B table column, in field order."""
+    return {f.name: f.metadata["table"] for f in fields(ProbeRecord) if f.metadata["table"]}
+
+
+def npz_fields() -> list[str]:
+    """Names of the fields saved to the maps files."""
+    return _with("npz")
