@@ -14,13 +14,16 @@ from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 
 from gradskip_lightning.model import ViTClassifier
 
+#: Datamodule attributes the model takes (data.<name> -> model.<name>), set at instantiation.
+LINKED_FROM_DATA = ("num_classes", "img_size", "in_chans", "task")
+
 
 class GradSkipCLI(LightningCLI):
-    """LightningCLI whose model takes its class count and image size from the datamodule."""
+    """LightningCLI whose model takes its class count, image size, channels and task from the datamodule."""
 
     def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
-        parser.link_arguments("data.num_classes", "model.num_classes", apply_on="instantiate")
-        parser.link_arguments("data.img_size", "model.img_size", apply_on="instantiate")
+        for name in LINKED_FROM_DATA:
+            parser.link_arguments(f"data.{name}", f"model.{name}", apply_on="instantiate")
 
 
 def main(args: list[str] | None = None, run: bool = True) -> GradSkipCLI:

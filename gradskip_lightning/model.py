@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import timm
 import torch
@@ -10,7 +11,9 @@ from lightning.pytorch import LightningModule
 from timm.optim import create_optimizer_v2
 from torch import Tensor
 from torchmetrics import MetricCollection
-from torchmetrics.classification import MulticlassAccuracy, MulticlassAUROC
+from torchmetrics.classification import MulticlassAccuracy, MulticlassAUROC, MultilabelAccuracy, MultilabelAUROC
+
+from gradskip_lightning.data.base import Task
 
 
 def warmup_cosine(step: int, total_steps: int, warmup_steps: int) -> float:
@@ -21,17 +24,67 @@ def warmup_cosine(step: int, total_steps: int, warmup_steps: int) -> float:
     return 0.5 * (1.0 + math.cos(math.pi * progress))
 
 
-class ViTClassifier(LightningModule):
-    """Image classifier: a timm Vision Transformer trained with cross-entropy and AdamW.
+def multiclass_loss(logits: Tensor, labels: Tensor, label_smoothing: float) -> Tensor:
+    """Cross-entropy of logits (B, K) against class indices (B,) int64."""
+    return F.cross_entropy(logits, labels, label_smoothing=label_smoothing)
 
-    Logs ``{train,val,test}/loss``, ``/acc`` (top-1 accuracy) and ``/auroc`` (macro one-vs-rest
-    AUROC), the two figures MedMNIST reports. The learning rate warms up linearly over the first
+
+def multilabel_loss(logits: Tensor, labels: Tensor, label_smoothing: float) -> Tensor:
+    """Binary cross-entropy with logits (B, C) against multi-hot labels (B, C), smoothed to
+    ``label_smoothing / 2`` and ``1 - label_smoothing / 2``."""
+    targets = labels.float() * (1.0 - label_smoothing) + 0.5 * label_smoothing
+    return F.binary_cross_entropy_with_logits(logits, targets)
+
+
+def multiclass_metrics(num_classes: int) -> MetricCollection:
+    """Top-1 accuracy and macro one-vs-rest AUROC, fed softmax probabilities."""
+    return MetricCollection(
+        {"acc": MulticlassAccuracy(num_classes, average="micro"), "auroc": MulticlassAUROC(num_classes, average="macro")}
+    )
+
+
+def multilabel_metrics(num_labels: int) -> MetricCollection:
+    """Accuracy over all (image, label) decisions at 0.5 and macro AUROC, fed sigmoid probabilities."""
+    return MetricCollection(
+        {"acc": MultilabelAccuracy(num_labels, average="micro"), "auroc": MultilabelAUROC(num_labels, average="macro")}
+    )
+
+
+def softmax(logits: Tensor) -> Tensor:
+    """Logits (B, K) -> class probabilities (B, K), rows summing to 1."""
+    return logits.softmax(dim=-1)
+
+
+#: What changes with the task: loss, metrics, and logits -> probabilities for the metrics.
+LOSSES: dict[Task, Callable[[Tensor, Tensor, float], Tensor]] = {
+    "multiclass": multiclass_loss,
+    "multilabel": multilabel_loss,
+}
+METRICS: dict[Task, Callable[[int], MetricCollection]] = {
+    "multiclass": multiclass_metrics,
+    "multilabel": multilabel_metrics,
+}
+PROBABILITIES: dict[Task, Callable[[Tensor], Tensor]] = {
+    "multiclass": softmax,
+    "multilabel": torch.sigmoid,
+}
+
+
+class ViTClassifier(LightningModule):
+    """Image classifier: a timm Vision Transformer trained with AdamW.
+
+    ``task="multiclass"``: cross-entropy; logs ``{train,val,test}/loss``, ``/acc`` (top-1 accuracy)
+    and ``/auroc`` (macro one-vs-rest AUROC), the two figures MedMNIST reports.
+    ``task="multilabel"`` (e.g. ChestMNIST): binary cross-entropy with logits on (B, C) multi-hot
+    labels; ``/acc`` is the accuracy of all label decisions at sigmoid 0.5, ``/auroc`` the macro
+    AUROC over labels. The learning rate warms up linearly over the first
     ``warmup_fraction`` of the optimiser steps, then follows a cosine decay to zero (per step).
 
     Args:
         model_name: a ``timm.create_model`` name, e.g. ``vit_tiny_patch16_224``.
         pretrained: load timm's pretrained weights (needs a download).
-        num_classes: output classes.
+        num_classes: output classes (labels, for multi-label).
+        task: ``"multiclass"`` (one class per image) or ``"multilabel"`` (any subset of labels).
         img_size: input image side in pixels.
         patch_size: patch side in pixels.
         in_chans: input channels.
@@ -42,7 +95,8 @@ class ViTClassifier(LightningModule):
         lr: peak AdamW learning rate.
         weight_decay: AdamW weight decay (not applied to biases, norms and position embeddings).
         warmup_fraction: fraction of all optimiser steps spent warming up, in [0, 1).
-        label_smoothing: cross-entropy label smoothing.
+        label_smoothing: label smoothing of the loss (multi-label: targets in
+            [label_smoothing / 2, 1 - label_smoothing / 2]).
 
     Example::
 
@@ -55,6 +109,7 @@ class ViTClassifier(LightningModule):
         model_name: str = "vit_tiny_patch16_224",
         pretrained: bool = False,
         num_classes: int = 8,
+        task: Task = "multiclass",
         img_size: int = 28,
         patch_size: int = 4,
         in_chans: int = 3,
@@ -68,8 +123,12 @@ class ViTClassifier(LightningModule):
         label_smoothing: float = 0.0,
     ) -> None:
         super().__init__()
-        if num_classes < 2:
-            raise ValueError(f"num_classes must be >= 2, got {num_classes}")
+        if task not in LOSSES:
+            raise ValueError(f"task must be one of {tuple(LOSSES)}, got {task!r}")
+        if num_classes < (2 if task == "multiclass" else 1):
+            raise ValueError(f"num_classes must be >= 2 (>= 1 for multilabel), got {num_classes} for {task}")
+        if not 0.0 <= label_smoothing < 1.0:
+            raise ValueError(f"label_smoothing must be in [0, 1), got {label_smoothing}")
         if img_size % patch_size:
             raise ValueError(f"img_size ({img_size}) must be a multiple of patch_size ({patch_size})")
         if not 0.0 <= warmup_fraction < 1.0:
@@ -89,12 +148,9 @@ class ViTClassifier(LightningModule):
             drop_path_rate=drop_path_rate,
             **overrides,
         )
-        metrics = MetricCollection(
-            {
-                "acc": MulticlassAccuracy(num_classes, average="micro"),
-                "auroc": MulticlassAUROC(num_classes, average="macro"),
-            }
-        )
+        self.loss = LOSSES[task]
+        self.probabilities = PROBABILITIES[task]
+        metrics = METRICS[task](num_classes)
         self.train_metrics = metrics.clone(prefix="train/")
         self.val_metrics = metrics.clone(prefix="val/")
         self.test_metrics = metrics.clone(prefix="test/")
@@ -104,11 +160,11 @@ class ViTClassifier(LightningModule):
         return self.model(x)
 
     def _step(self, batch: tuple[Tensor, ...], stage: str) -> Tensor:
-        images, labels = batch[0], batch[1]  # planted shapes add a mask: (image, label, mask)
+        images, labels = batch[0], batch[1]  # items may add regions: (image, label, mask or {name: mask})
         logits = self(images)
-        loss = F.cross_entropy(logits, labels, label_smoothing=self.hparams.label_smoothing)
+        loss = self.loss(logits, labels, self.hparams.label_smoothing)
         metrics = getattr(self, f"{stage}_metrics")
-        metrics.update(logits.detach().softmax(dim=-1), labels)
+        metrics.update(self.probabilities(logits.detach()), labels.long())
         self.log(f"{stage}/loss", loss, on_step=stage == "train", on_epoch=True, prog_bar=True, sync_dist=True)
         self.log_dict(metrics, on_step=False, on_epoch=True, prog_bar=stage != "train")
         return loss

@@ -5,18 +5,29 @@ import os
 from pathlib import Path
 
 import pytest
+import yaml
 from lightning.pytorch.loggers import WandbLogger
 from lightning.pytorch.strategies import DDPStrategy
 
 import train
 from gradskip_lightning import GradSkipCallback
-from gradskip_lightning.data import BloodMNISTDataModule, PlantedShapesDataModule
+from gradskip_lightning.data import BloodMNISTDataModule, MedMNISTDataModule, PlantedShapesDataModule, SpuriousTag
 from gradskip_lightning.model import ViTClassifier
+from tests.data.conftest import write_medmnist_file
 
 # pytest's own arguments are in sys.argv while the tests pass args= to LightningCLI.
 pytestmark = pytest.mark.filterwarnings("ignore:LightningCLI's args parameter")
-CONFIGS = sorted((Path(__file__).resolve().parents[1] / "configs").glob("*.yaml"))
-EXPECTED = {"bloodmnist.yaml", "planted_shapes.yaml", "planted_shapes_ddp.yaml", "shortcut.yaml"}
+CONFIGS_DIR = Path(__file__).resolve().parents[1] / "configs"
+CONFIGS = sorted(CONFIGS_DIR.glob("*.yaml"))
+EXPECTED = {
+    "bloodmnist.yaml",
+    "bloodmnist_shortcut.yaml",
+    "chestmnist.yaml",
+    "planted_shapes.yaml",
+    "planted_shapes_ddp.yaml",
+    "shortcut.yaml",
+}
+MEDMNIST_CONFIGS = {"bloodmnist.yaml", "bloodmnist_shortcut.yaml", "chestmnist.yaml"}
 
 
 def build(config: Path, *overrides: str) -> train.GradSkipCLI:
@@ -36,10 +47,12 @@ def test_config_builds(config, tmp_path, monkeypatch):
     cli = build(config)
     model, data, trainer = cli.model, cli.datamodule, cli.trainer
     assert isinstance(model, ViTClassifier)
-    assert isinstance(data, BloodMNISTDataModule if config.name == "bloodmnist.yaml" else PlantedShapesDataModule)
-    # class count and image size come from the datamodule
+    assert isinstance(data, MedMNISTDataModule if config.name in MEDMNIST_CONFIGS else PlantedShapesDataModule)
+    # class count, image size, channels and task come from the datamodule
     assert model.hparams.num_classes == data.num_classes == model.model.num_classes
     assert model.hparams.img_size == data.img_size
+    assert model.hparams.in_chans == data.in_chans == model.model.patch_embed.proj.in_channels
+    assert model.hparams.task == data.task
     assert tuple(model.model.patch_embed.img_size) == (data.img_size, data.img_size)
     assert sum(isinstance(cb, GradSkipCallback) for cb in trainer.callbacks) == 1
     assert isinstance(trainer.logger, WandbLogger)
@@ -53,12 +66,49 @@ def test_bloodmnist_root_override_and_download_default():
     assert cli.datamodule.download and cli.datamodule.img_size == 28
 
 
-def test_shortcut_config_plants_the_marker_in_training_only():
+def test_shortcut_configs_plant_the_tag_in_training_and_validation_alike():
     cli = build(Path("configs/shortcut.yaml").resolve())
-    assert cli.datamodule.shortcut_fraction == 1.0
+    tag = cli.datamodule.tag
+    assert isinstance(tag, SpuriousTag) and tag.target_class == 0 and tag.p_in > 0.5 > tag.p_out
     cli.datamodule.setup("fit")
-    assert cli.datamodule.train_dataset.shortcut_fraction == 1.0
-    assert cli.datamodule.val_dataset.shortcut_fraction == 0.0
+    for dataset in (cli.datamodule.train_dataset, cli.datamodule.val_dataset):
+        in_class = dataset.labels == tag.target_class
+        assert dataset.carriers[in_class].float().mean() > 0.8 and dataset.carriers[~in_class].float().mean() < 0.1
+    real = build(Path("configs/bloodmnist_shortcut.yaml").resolve())
+    assert isinstance(real.datamodule, BloodMNISTDataModule) and real.datamodule.tag == tag
+    assert real.trainer.max_epochs <= build(Path("configs/bloodmnist.yaml").resolve()).trainer.max_epochs
+    control = build(Path("configs/shortcut.yaml").resolve(), "--data.init_args.tag.p_out", str(tag.p_in))
+    assert control.datamodule.tag.is_control
+
+
+def test_chestmnist_config_is_grayscale_multilabel():
+    cli = build(Path("configs/chestmnist.yaml").resolve(), "--data.root", "/somewhere")
+    assert cli.datamodule.path == Path("/somewhere/chestmnist.npz")
+    assert (cli.model.hparams.task, cli.model.hparams.in_chans, cli.model.hparams.num_classes) == ("multilabel", 1, 14)
+
+
+@pytest.mark.slow
+def test_chestmnist_config_runs_when_its_file_is_present(tmp_path, monkeypatch):
+    write_medmnist_file(tmp_path, "chestmnist")
+    monkeypatch.chdir(tmp_path)
+    # The model and data of the config, trained; without GradSkipCallback, whose multi-label probes
+    # (labels (N, C)) are its own subject (tests/callback).
+    config = yaml.safe_load((CONFIGS_DIR / "chestmnist.yaml").read_text())
+    callbacks = config["trainer"]["callbacks"]
+    config["trainer"]["callbacks"] = [cb for cb in callbacks if not cb["class_path"].endswith("GradSkipCallback")]
+    assert len(config["trainer"]["callbacks"]) == len(callbacks) - 1
+    (tmp_path / "chestmnist.yaml").write_text(yaml.safe_dump(config))
+    cli = train.main(
+        [
+            "fit", "--config", str(tmp_path / "chestmnist.yaml"),
+            "--data.root", str(tmp_path), "--data.batch_size", "32", "--trainer.max_epochs", "1",
+            "--trainer.limit_train_batches", "3", "--trainer.limit_val_batches", "2", "--trainer.accelerator", "cpu",
+            "--model.embed_dim", "48", "--model.depth", "2", f"--trainer.logger.init_args.save_dir={tmp_path / 'outputs'}",
+        ]
+    )  # fmt: skip
+    assert cli.trainer.global_step == 3
+    logged = cli.trainer.callback_metrics
+    assert 0.0 <= float(logged["val/auroc"]) <= 1.0 and float(logged["val/loss"]) > 0
 
 
 def test_ddp_config_uses_two_cpu_processes():

@@ -8,11 +8,12 @@ import pytest
 import torch
 from lightning.pytorch import Trainer
 from lightning.pytorch.loggers import CSVLogger
+from torch.utils.data import DataLoader, TensorDataset
 from timm.layers import DropPath
 from timm.models.vision_transformer import VisionTransformer
 
 from gradskip_lightning.data import PlantedShapesDataModule
-from gradskip_lightning.model import ViTClassifier, warmup_cosine
+from gradskip_lightning.model import ViTClassifier, multilabel_loss, warmup_cosine
 
 TINY = {"num_classes": 4, "img_size": 32, "patch_size": 8, "embed_dim": 48, "depth": 2, "num_heads": 3}
 
@@ -44,7 +45,15 @@ def test_warmup_cosine_factors():
 
 
 @pytest.mark.parametrize(
-    "kwargs", [{"img_size": 30}, {"num_classes": 1}, {"warmup_fraction": 1.0}, {"lr": 0.0}]
+    "kwargs",
+    [
+        {"img_size": 30},
+        {"num_classes": 1},
+        {"warmup_fraction": 1.0},
+        {"lr": 0.0},
+        {"task": "multi-label"},
+        {"label_smoothing": 1.0},
+    ],
 )
 def test_invalid_options_raise_value_error(kwargs):
     with pytest.raises(ValueError):
@@ -93,3 +102,50 @@ def test_trains_and_logs_loss_accuracy_auroc_for_every_stage(tmp_path):
     scheduler = trainer.lr_scheduler_configs[0]
     assert scheduler.interval == "step"
     assert scheduler.scheduler.get_last_lr()[0] < 0.05 * 3e-3
+
+
+def _multilabel_images(count: int, seed: int) -> TensorDataset:
+    """(count, 1, 16, 16) noisy grayscale images and (count, 4) float multi-hot labels: label c
+    brightens rows 2c and 2c + 1 of every 8 px patch, so each patch token can read every label."""
+    gen = torch.Generator().manual_seed(seed)
+    labels = (torch.rand(count, 4, generator=gen) < 0.5).float()
+    row_label = (torch.arange(16) % 8) // 2  # (16,) which label each image row shows
+    images = labels[:, row_label].view(count, 1, 16, 1).expand(-1, -1, -1, 16)
+    return TensorDataset(images + 0.3 * torch.randn(count, 1, 16, 16, generator=gen), labels)
+
+
+def test_multilabel_model_trains_with_bce_and_multilabel_metrics(tmp_path):
+    torch.manual_seed(0)
+    model = ViTClassifier(
+        num_classes=4, task="multilabel", img_size=16, patch_size=8, in_chans=1, embed_dim=32, depth=1, num_heads=2,
+        lr=3e-3, warmup_fraction=0.0,
+    )  # fmt: skip
+    assert model.val_metrics["acc"].__class__.__name__ == "MultilabelAccuracy"
+    train = DataLoader(_multilabel_images(512, seed=0), batch_size=32, shuffle=True)
+    val = DataLoader(_multilabel_images(128, seed=1), batch_size=64)
+    trainer = Trainer(
+        max_epochs=4, accelerator="cpu", logger=CSVLogger(tmp_path), enable_checkpointing=False,
+        enable_progress_bar=False, enable_model_summary=False, log_every_n_steps=1,
+    )  # fmt: skip
+    trainer.fit(model, train_dataloaders=train, val_dataloaders=val)
+    logged = _read_epoch_metrics(tmp_path / "lightning_logs" / "version_0" / "metrics.csv")
+    losses = logged["train/loss_epoch"]
+    assert len(losses) == 4 and losses[-1] < 0.5 * losses[0]  # it learns
+    assert losses[0] < 0.8  # binary cross-entropy per label starts near log 2, not log 4 (cross-entropy)
+    assert logged["val/acc"][-1] > 0.9 and logged["val/auroc"][-1] > 0.95  # per-label decisions
+    # the logged validation loss is the mean binary cross-entropy with logits
+    model.eval()
+    images, labels = val.dataset.tensors
+    with torch.no_grad():
+        expected = torch.nn.functional.binary_cross_entropy_with_logits(model(images), labels)
+    assert logged["val/loss"][-1] == pytest.approx(float(expected), rel=1e-4)
+
+
+def test_multilabel_label_smoothing_pulls_targets_to_one_half():
+    logits = torch.zeros(1, 2)
+    labels = torch.tensor([[1.0, 0.0]])
+    smoothed = multilabel_loss(logits + torch.tensor([[5.0, -5.0]]), labels, 0.2)
+    expected = torch.nn.functional.binary_cross_entropy_with_logits(
+        torch.tensor([[5.0, -5.0]]), torch.tensor([[0.9, 0.1]])
+    )
+    torch.testing.assert_close(smoothed, expected)

@@ -1,4 +1,4 @@
-"""train.py: W&B mode default, data-to-model links, and a one-epoch run through the CLI."""
+"""train.py: W&B mode default, data-to-model links (classes, size, channels, task), and a one-epoch run through the CLI."""
 from __future__ import annotations
 
 import os
@@ -35,6 +35,14 @@ def test_model_takes_class_count_and_image_size_from_data():
     )
     assert cli.model.hparams.num_classes == 3 and cli.model.hparams.img_size == 48
     assert cli.model(torch.zeros(2, 3, 48, 48)).shape == (2, 3)
+
+
+def test_model_takes_channels_and_task_from_data():
+    cli = train.main(["--config", str(ROOT / "configs" / "chestmnist.yaml")], run=False)
+    assert (cli.datamodule.in_chans, cli.datamodule.task) == (1, "multilabel")
+    assert cli.model.hparams.in_chans == 1 and cli.model.hparams.task == "multilabel"
+    assert cli.model.loss.__name__ == "multilabel_loss"
+    assert cli.model(torch.zeros(2, 1, 28, 28)).shape == (2, 14)
 
 
 @pytest.mark.slow

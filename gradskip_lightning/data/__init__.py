@@ -1,9 +1,22 @@
-"""LightningDataModules: BloodMNIST (MedMNIST v2) and synthetic planted shapes with object masks."""
-from gradskip_lightning.data.base import ImageClassificationDataModule
-from gradskip_lightning.data.bloodmnist import BloodMNISTDataModule
+"""LightningDataModules: any MedMNIST v2 2D dataset (BloodMNIST by default) and synthetic planted
+shapes with object masks; both can carry a spurious tag (:mod:`gradskip_lightning.data.tags`)."""
+from gradskip_lightning.data.base import ImageClassificationDataModule, LabelledSubset, Task
+from gradskip_lightning.data.medmnist2d import BloodMNISTDataModule, MedMNISTDataModule
 from gradskip_lightning.data.planted_shapes import (
     PlantedShapesDataModule,
     PlantedShapesDataset,
 )
+from gradskip_lightning.data.tags import SPURIOUS_THRESHOLD, SpuriousTag, spurious_score
 
-__all__ = ["BloodMNISTDataModule", "ImageClassificationDataModule", "PlantedShapesDataModule", "PlantedShapesDataset"]
+__all__ = [
+    "BloodMNISTDataModule",
+    "ImageClassificationDataModule",
+    "LabelledSubset",
+    "MedMNISTDataModule",
+    "PlantedShapesDataModule",
+    "PlantedShapesDataset",
+    "SPURIOUS_THRESHOLD",
+    "SpuriousTag",
+    "Task",
+    "spurious_score",
+]

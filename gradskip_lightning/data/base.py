@@ -1,17 +1,51 @@
-"""What every image-classification datamodule of the project shares: loaders and the data interface."""
+"""What every image-classification datamodule of the project shares: loaders, splits and the data interface."""
 from __future__ import annotations
 
+from typing import Literal
+
 from lightning.pytorch import LightningDataModule
+from torch import Tensor
 from torch.utils.data import DataLoader, Dataset
+
+from gradskip_lightning.data.tags import SpuriousTag, TagMode
+
+Task = Literal["multiclass", "multilabel"]
+SPLITS = ("train", "val", "test")
+
+
+class LabelledSubset(Dataset):
+    """The items of ``dataset`` at ``indices``, with their ``labels`` ((n,) or (n, C)).
+
+    Args:
+        dataset: a dataset with a ``labels`` tensor.
+        indices: (n,) int64 positions in ``dataset``.
+    """
+
+    def __init__(self, dataset: Dataset, indices: Tensor) -> None:
+        self.dataset = dataset
+        self.indices = indices
+        self.labels = dataset.labels[indices]
+
+    def __len__(self) -> int:
+        return len(self.indices)
+
+    def __getitem__(self, index: int) -> tuple:
+        return self.dataset[int(self.indices[index])]
 
 
 class ImageClassificationDataModule(LightningDataModule):
     """Base for the project's datamodules.
 
-    Subclasses set ``num_classes``, ``class_names``, ``img_size``, ``mean``, ``std`` in ``__init__``
-    and ``train_dataset`` / ``val_dataset`` / ``test_dataset`` in ``setup``. Each dataset yields
-    ``(image (C, H, W) float32 normalised, label int64 scalar, ...)`` and has ``labels``, an int64
-    tensor (N,) of all its labels.
+    Subclasses set ``num_classes``, ``class_names``, ``img_size``, ``mean``, ``std`` (and ``task``,
+    ``in_chans``, ``tag`` when not the defaults) in ``__init__`` and implement :meth:`make_split`.
+    Each dataset yields ``(image (C, H, W) float32 normalised, label, ...)`` and has ``labels``: an
+    int64 tensor (N,) of class indices (``task="multiclass"``; item labels int64 scalars) or (N, C)
+    multi-hot (``task="multilabel"``; item labels (C,) float32 multi-hot).
+
+    With a :class:`~gradskip_lightning.data.tags.SpuriousTag`, the train, validation and test splits
+    carry it alike, and ``setup("test")`` also builds ``clean_test_dataset`` (the test split, no tag
+    at all) and ``transplanted_test_dataset`` (the test images of the other classes, every one with
+    the tag pasted on): the spurious score is read on the latter.
 
     Args:
         batch_size: images per batch, for every split.
@@ -23,6 +57,9 @@ class ImageClassificationDataModule(LightningDataModule):
     img_size: int
     mean: tuple[float, ...]
     std: tuple[float, ...]
+    in_chans: int = 3
+    task: Task = "multiclass"
+    tag: SpuriousTag | None = None
 
     def __init__(self, batch_size: int = 128, num_workers: int = 0) -> None:
         super().__init__()
@@ -35,10 +72,30 @@ class ImageClassificationDataModule(LightningDataModule):
         self.train_dataset: Dataset | None = None
         self.val_dataset: Dataset | None = None
         self.test_dataset: Dataset | None = None
+        self.clean_test_dataset: Dataset | None = None
+        self.transplanted_test_dataset: Dataset | None = None
+
+    def make_split(self, split: str, tag_mode: TagMode) -> Dataset:
+        """The dataset of ``split`` ("train", "val" or "test") with the tag put on as ``tag_mode`` says."""
+        raise NotImplementedError
+
+    def setup(self, stage: str) -> None:
+        if stage == "fit":
+            self.train_dataset = self.make_split("train", "sampled")
+        if stage in ("fit", "validate"):
+            self.val_dataset = self.make_split("val", "sampled")
+        if stage == "test":
+            self.test_dataset = self.make_split("test", "sampled")
+            if self.tag is not None:
+                self.clean_test_dataset = self.make_split("test", "none")
+                transplanted = self.make_split("test", "always")
+                others = (~self.tag.in_class(transplanted.labels)).nonzero()[:, 0]
+                self.transplanted_test_dataset = LabelledSubset(transplanted, others)
 
     def _loader(self, dataset: Dataset | None, name: str, shuffle: bool) -> DataLoader:
         if dataset is None:
-            raise RuntimeError(f"{type(self).__name__}.{name} is not set: call setup() first")
+            hint = "set a tag and call setup('test')" if "_test_" in name else "call setup() first"
+            raise RuntimeError(f"{type(self).__name__}.{name} is not set: {hint}")
         return DataLoader(
             dataset,
             batch_size=self.batch_size,
@@ -55,3 +112,11 @@ class ImageClassificationDataModule(LightningDataModule):
 
     def test_dataloader(self) -> DataLoader:
         return self._loader(self.test_dataset, "test_dataset", shuffle=False)
+
+    def clean_test_dataloader(self) -> DataLoader:
+        """The test split without any tag (needs a tag and ``setup("test")``)."""
+        return self._loader(self.clean_test_dataset, "clean_test_dataset", shuffle=False)
+
+    def transplanted_test_dataloader(self) -> DataLoader:
+        """Test images of the other classes, all tagged (needs a tag and ``setup("test")``)."""
+        return self._loader(self.transplanted_test_dataset, "transplanted_test_dataset", shuffle=False)

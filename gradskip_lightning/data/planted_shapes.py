@@ -3,20 +3,24 @@
 Each image (RGB, 32 px by default) has a textured, noisy grey background, one filled square whose
 colour decides the class, and distractor hollow squares ("rings") of the same size drawn from the
 same colour palette independently of the label. The object mask is exactly the filled square's
-pixels. An optional spurious shortcut, a small corner marker in the label's colour, can be planted
-in a fraction of the training images (never at validation or test).
+pixels. An optional :class:`~gradskip_lightning.data.tags.SpuriousTag` (a small fixed pattern,
+mostly on images of one class) is planted in the training, validation and test images alike, a
+shortcut a model can learn instead of the square; objects never cover the tag's place.
 
 Everything is generated on the fly and deterministic: item ``i`` of a dataset with seed ``s``
 depends only on ``(s, i)`` and the dataset's options.
 """
 from __future__ import annotations
 
+from dataclasses import asdict
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 from torch.utils.data import Dataset
 
-from gradskip_lightning.data.base import ImageClassificationDataModule
+from gradskip_lightning.data.base import SPLITS, ImageClassificationDataModule
+from gradskip_lightning.data.tags import SpuriousTag, TagMode
 
 #: (name, RGB in [0, 1]) of the class colours; class k is a filled square of colour k.
 PALETTE: tuple[tuple[str, tuple[float, float, float]], ...] = (
@@ -32,12 +36,16 @@ PALETTE: tuple[tuple[str, tuple[float, float, float]], ...] = (
 
 _INDEX_STRIDE = 1_000_003  # per-item generator seed = seed * _INDEX_STRIDE + index
 _MAX_PLACEMENT_TRIES = 1000
+#: Objects keep clear of this tag's place even without a tag, so that a tag changes nothing else.
+_DEFAULT_TAG = SpuriousTag()
 
 
 class PlantedShapesDataset(Dataset):
     """Images with one class-deciding filled square among same-palette distractor rings.
 
-    Items are ``(image (3, H, W) float32 normalised, label int64 scalar, mask (H, W) bool)``.
+    Items are ``(image (3, H, W) float32 normalised, label int64 scalar, mask (H, W) bool)``, the
+    mask being the filled square; with a tag, ``(image, label, {"object": mask, "tag": mask})``,
+    the tag mask all False on items without the tag.
 
     Args:
         size: number of items.
@@ -49,8 +57,10 @@ class PlantedShapesDataset(Dataset):
         ring_width: border width of the rings, in pixels.
         noise: standard deviation of the Gaussian pixel noise added to the whole image
             (pixel values in [0, 1] before normalisation).
-        shortcut_fraction: fraction of items with a corner marker in the label's colour.
-        marker_size: side of the corner marker in pixels; objects never cover that corner.
+        tag: a spurious tag, pasted after the noise; objects never cover its place (nor, without
+            a tag, the default tag's place, the top-left 3 x 3 pixels).
+        tag_mode: which items carry the tag (see :data:`~gradskip_lightning.data.tags.TagMode`).
+        tag_stream: the split's number for the tag's draws (0 train, 1 val, 2 test).
         mean: per-channel normalisation mean.
         std: per-channel normalisation standard deviation.
     """
@@ -66,8 +76,9 @@ class PlantedShapesDataset(Dataset):
         num_distractors: int = 2,
         ring_width: int = 2,
         noise: float = 0.05,
-        shortcut_fraction: float = 0.0,
-        marker_size: int = 3,
+        tag: SpuriousTag | None = None,
+        tag_mode: TagMode = "sampled",
+        tag_stream: int = 0,
         mean: tuple[float, ...] = (0.5, 0.5, 0.5),
         std: tuple[float, ...] = (0.5, 0.5, 0.5),
     ) -> None:
@@ -80,17 +91,17 @@ class PlantedShapesDataset(Dataset):
                 f"need object_size >= 2 and 1 <= ring_width < object_size / 2, got object_size={object_size}, "
                 f"ring_width={ring_width}"
             )
-        if marker_size < 1 or img_size < object_size + marker_size + 1:
+        keep_clear = _DEFAULT_TAG if tag is None else tag
+        keep_clear.check_fits(img_size, img_size)
+        if img_size < object_size + max(keep_clear.box[2:]) + 1:
             raise ValueError(
-                f"img_size ({img_size}) must leave room for an object ({object_size} px) beside the corner marker "
-                f"({marker_size} px)"
+                f"img_size ({img_size}) must leave room for an object ({object_size} px) beside the tag's place "
+                f"{keep_clear.box} (top, left, bottom, right)"
             )
         if num_distractors < 0:
             raise ValueError(f"num_distractors must be >= 0, got {num_distractors}")
         if noise < 0:
             raise ValueError(f"noise must be >= 0, got {noise}")
-        if not 0.0 <= shortcut_fraction <= 1.0:
-            raise ValueError(f"shortcut_fraction must be in [0, 1], got {shortcut_fraction}")
         if len(mean) != 3 or len(std) != 3 or min(std) <= 0:
             raise ValueError(f"mean and std need 3 values (RGB) with std > 0, got mean={mean}, std={std}")
         self.size = size
@@ -101,8 +112,8 @@ class PlantedShapesDataset(Dataset):
         self.num_distractors = num_distractors
         self.ring_width = ring_width
         self.noise = noise
-        self.shortcut_fraction = shortcut_fraction
-        self.marker_size = marker_size
+        self.tag = tag
+        self._keep_clear = keep_clear.box
         self.palette = torch.tensor([rgb for _, rgb in PALETTE[:num_classes]])  # (K, 3)
         self.class_names = [f"{name} square" for name, _ in PALETTE[:num_classes]]
         self._mean = torch.tensor(mean).view(3, 1, 1)
@@ -110,19 +121,29 @@ class PlantedShapesDataset(Dataset):
         # Balanced labels in a seeded random order: (N,) int64.
         order = torch.randperm(size, generator=torch.Generator().manual_seed(seed))
         self.labels = order % num_classes
+        if tag is not None:
+            if tag.target_class >= num_classes:
+                raise ValueError(f"tag.target_class must be < num_classes ({num_classes}), got {tag.target_class}")
+            self.carriers = tag.carriers(self.labels, tag_mode, tag_stream)  # (N,) bool
+            self._tag_mask = tag.mask(img_size, img_size)  # (H, W) bool
 
     def __len__(self) -> int:
         return self.size
 
-    def __getitem__(self, index: int) -> tuple[Tensor, Tensor, Tensor]:
+    def __getitem__(self, index: int) -> tuple[Tensor, Tensor, Tensor | dict[str, Tensor]]:
         if not -self.size <= index < self.size:
             raise IndexError(f"index {index} out of range for {self.size} items")
         index %= self.size
         image, mask = self.render(index)
-        return (image - self._mean) / self._std, self.labels[index], mask
+        image = (image - self._mean) / self._std
+        if self.tag is None:
+            return image, self.labels[index], mask
+        tag_mask = self._tag_mask if self.carriers[index] else torch.zeros_like(self._tag_mask)
+        return image, self.labels[index], {"object": mask, "tag": tag_mask}
 
     def render(self, index: int) -> tuple[Tensor, Tensor]:
-        """Item ``index`` before normalisation: image (3, H, W) in [0, 1] and object mask (H, W) bool."""
+        """Item ``index`` before normalisation: image (3, H, W) in [0, 1] (with the tag if it carries
+        one) and object mask (H, W) bool."""
         gen = torch.Generator().manual_seed(self.seed * _INDEX_STRIDE + index)
         label = int(self.labels[index])
         image = self._background(gen)
@@ -138,11 +159,12 @@ class PlantedShapesDataset(Dataset):
             ring[y : y + s, x : x + s] = True
             ring[y + w : y + s - w, x + w : x + s - w] = False
             image[:, ring] = self.palette[colour].view(3, 1)
-        if torch.rand((), generator=gen) < self.shortcut_fraction:
-            image[:, : self.marker_size, : self.marker_size] = self.palette[label].view(3, 1, 1)
         if self.noise > 0:
             image += self.noise * torch.randn(image.shape, generator=gen)
-        return image.clamp_(0.0, 1.0), mask
+        image.clamp_(0.0, 1.0)
+        if self.tag is not None and self.carriers[index]:
+            self.tag.apply(image)
+        return image, mask
 
     def _background(self, gen: torch.Generator) -> Tensor:
         """Smooth grey texture in [0.3, 0.7] with a slight colour tint: (3, H, W)."""
@@ -152,14 +174,15 @@ class PlantedShapesDataset(Dataset):
         return (0.3 + 0.4 * field + tint).expand(3, -1, -1).clone()
 
     def _place_objects(self, gen: torch.Generator, count: int) -> list[tuple[int, int]]:
-        """Top-left corners (y, x) of ``count`` squares, 1 px apart, clear of the marker corner."""
+        """Top-left corners (y, x) of ``count`` squares, 1 px apart and from the tag's place."""
         s, limit = self.object_size, self.img_size - self.object_size + 1
+        top, left, bottom, right = self._keep_clear
         corners: list[tuple[int, int]] = []
         for _ in range(_MAX_PLACEMENT_TRIES):
             y, x = torch.randint(limit, (2,), generator=gen).tolist()
-            in_marker = y <= self.marker_size and x <= self.marker_size
+            on_tag = top - s <= y <= bottom and left - s <= x <= right
             overlaps = any(abs(y - cy) <= s and abs(x - cx) <= s for cy, cx in corners)
-            if not (in_marker or overlaps):
+            if not (on_tag or overlaps):
                 corners.append((y, x))
                 if len(corners) == count:
                     return corners
@@ -172,10 +195,12 @@ class PlantedShapesDataset(Dataset):
 class PlantedShapesDataModule(ImageClassificationDataModule):
     """Train/val/test splits of :class:`PlantedShapesDataset`, generated on the fly (no download).
 
-    The class is the colour of the one filled square; distractor rings use the same palette. With
-    ``shortcut_fraction > 0`` that fraction of *training* images carries a corner marker in the
-    label's colour, absent at validation and test: a model that learns the marker instead of the
-    square loses accuracy at validation, and its explanations point at the corner.
+    The class is the colour of the one filled square; distractor rings use the same palette. With a
+    ``tag``, the training, validation and test images carry it alike (mostly on one class): a model
+    that learns it instead of the square keeps a high validation accuracy, but predicts the tag's
+    class on ``transplanted_test_dataset`` (test images of the other classes with the tag pasted
+    on; built by ``setup("test")`` beside ``clean_test_dataset``), and its explanations point at
+    the tag.
 
     Args:
         num_classes: number of classes (2 to 8).
@@ -183,7 +208,7 @@ class PlantedShapesDataModule(ImageClassificationDataModule):
         object_size: side of the squares and rings in pixels.
         num_distractors: rings per image.
         noise: Gaussian pixel-noise standard deviation (pixel values in [0, 1]).
-        shortcut_fraction: fraction of training images with the label-coloured corner marker.
+        tag: a spurious tag planted in every split, or None.
         train_size: training images.
         val_size: validation images.
         test_size: test images.
@@ -202,7 +227,7 @@ class PlantedShapesDataModule(ImageClassificationDataModule):
         object_size: int = 8,
         num_distractors: int = 2,
         noise: float = 0.05,
-        shortcut_fraction: float = 0.0,
+        tag: SpuriousTag | None = None,
         train_size: int = 2000,
         val_size: int = 500,
         test_size: int = 500,
@@ -211,35 +236,29 @@ class PlantedShapesDataModule(ImageClassificationDataModule):
         num_workers: int = 0,
     ) -> None:
         super().__init__(batch_size=batch_size, num_workers=num_workers)
-        self.save_hyperparameters()
+        self.save_hyperparameters(ignore="tag")
+        self.hparams["tag"] = None if tag is None else asdict(tag)  # plain values: checkpoints load weights_only
         self.num_classes = num_classes
         self.img_size = img_size
+        self.tag = tag
         self._options = {
             "num_classes": num_classes,
             "img_size": img_size,
             "object_size": object_size,
             "num_distractors": num_distractors,
             "noise": noise,
+            "tag": tag,
             "mean": self.mean,
             "std": self.std,
         }
         self._sizes = {"train": train_size, "val": val_size, "test": test_size}
-        self.shortcut_fraction = shortcut_fraction
         self.seed = seed
         # Built eagerly (cheap: labels only) so bad options fail at construction.
-        self.class_names = self._make("val").class_names
+        self.class_names = self.make_split("val", "sampled").class_names
 
-    def _make(self, split: str) -> PlantedShapesDataset:
-        offset = ("train", "val", "test").index(split)
-        shortcut = self.shortcut_fraction if split == "train" else 0.0
+    def make_split(self, split: str, tag_mode: TagMode) -> PlantedShapesDataset:
+        """The ``split`` dataset ("train", "val" or "test"), the tag put on as ``tag_mode`` says."""
+        offset = SPLITS.index(split)
         return PlantedShapesDataset(
-            self._sizes[split], seed=3 * self.seed + offset, shortcut_fraction=shortcut, **self._options
+            self._sizes[split], seed=3 * self.seed + offset, tag_mode=tag_mode, tag_stream=offset, **self._options
         )
-
-    def setup(self, stage: str) -> None:
-        if stage == "fit":
-            self.train_dataset = self._make("train")
-        if stage in ("fit", "validate"):
-            self.val_dataset = self._make("val")
-        if stage == "test":
-            self.test_dataset = self._make("test")

@@ -1,10 +1,10 @@
-"""PlantedShapesDataset / PlantedShapesDataModule: exact masks, determinism, the shortcut marker."""
+"""PlantedShapesDataset / PlantedShapesDataModule: exact masks, determinism, the spurious tag."""
 from __future__ import annotations
 
 import pytest
 import torch
 
-from gradskip_lightning.data import PlantedShapesDataModule, PlantedShapesDataset
+from gradskip_lightning.data import PlantedShapesDataModule, PlantedShapesDataset, SpuriousTag
 
 
 def _is_colour(image: torch.Tensor, colour: torch.Tensor) -> torch.Tensor:
@@ -83,25 +83,55 @@ def test_datamodule_splits_are_distinct_and_reproducible():
     assert dm.num_classes == 4 and dm.img_size == 32 and dm.mean == dm.std == (0.5, 0.5, 0.5)
 
 
-def test_shortcut_marker_only_in_training_split():
-    dm = PlantedShapesDataModule(shortcut_fraction=1.0, noise=0.0, train_size=30, val_size=30, test_size=30)
+def test_tag_in_every_split_alike_with_named_regions():
+    tag = SpuriousTag(target_class=1, p_in=0.9, p_out=0.05, seed=2)
+    dm = PlantedShapesDataModule(tag=tag, noise=0.0, train_size=400, val_size=400, test_size=400, batch_size=8)
     dm.setup("fit")
     dm.setup("test")
-    for dataset, expect_marker in ((dm.train_dataset, True), (dm.val_dataset, False), (dm.test_dataset, False)):
-        for index in range(len(dataset)):
-            image, mask = dataset.render(index)
-            corner = image[:, :3, :3]
-            has_marker = _is_colour(corner, dataset.palette[dataset.labels[index]]).all()
-            assert bool(has_marker) == expect_marker
-            assert not mask[:4, :4].any()  # objects never cover the marker corner
+    checker = torch.tensor(tag.pattern)
+    for dataset in (dm.train_dataset, dm.val_dataset, dm.test_dataset):
+        in_class = dataset.labels == 1
+        assert dataset.carriers[in_class].float().mean() > 0.8  # p_in 0.9 over 100 images
+        assert dataset.carriers[~in_class].float().mean() < 0.1  # p_out 0.05 over 300 images
+        for index in range(40):
+            image, label, regions = dataset[index]
+            assert set(regions) == {"object", "tag"}
+            raw, object_mask = dataset.render(index)
+            assert torch.equal(regions["object"], object_mask)
+            assert not (regions["object"] & tag.mask(32, 32)).any()  # objects never cover the tag
+            if dataset.carriers[index]:
+                assert regions["tag"].sum() == 9 and torch.equal(raw[:, :3, :3], checker.expand(3, 3, 3))
+            else:
+                assert not regions["tag"].any() and not torch.equal(raw[:, :3, :3], checker.expand(3, 3, 3))
+    images, labels, regions = next(iter(dm.val_dataloader()))
+    assert regions["object"].shape == regions["tag"].shape == (8, 32, 32)
 
 
-def test_shortcut_fraction_is_respected():
-    ds = PlantedShapesDataset(400, seed=0, noise=0.0, shortcut_fraction=0.25)
-    marked = sum(
-        bool(_is_colour(ds.render(i)[0][:, :3, :3], ds.palette[ds.labels[i]]).all()) for i in range(len(ds))
-    )
-    assert 70 <= marked <= 130  # binomial(400, 0.25): mean 100, sd 8.7
+def test_untagged_items_keep_the_mask_alone_and_tagging_changes_only_the_tag():
+    plain = PlantedShapesDataset(30, seed=4)
+    tagged = PlantedShapesDataset(30, seed=4, tag=SpuriousTag(), tag_mode="always")
+    assert len(plain[0]) == 3 and isinstance(plain[0][2], torch.Tensor)
+    for index in range(len(plain)):
+        image, tagged_image = plain.render(index)[0], tagged.render(index)[0]
+        assert torch.equal(image[:, 3:], tagged_image[:, 3:]) and torch.equal(image[:, :, 3:], tagged_image[:, :, 3:])
+
+
+def test_transplanted_and_clean_test_sets():
+    dm = PlantedShapesDataModule(tag=SpuriousTag(target_class=0), train_size=8, val_size=8, test_size=100)
+    dm.setup("test")
+    transplanted = dm.transplanted_test_dataset
+    assert len(transplanted) == 75 and (transplanted.labels != 0).all()  # 3 of 4 balanced classes
+    assert all(transplanted[i][2]["tag"].sum() == 9 for i in range(len(transplanted)))
+    assert not dm.clean_test_dataset.carriers.any()
+    index = int(transplanted.indices[0])
+    assert torch.equal(transplanted[0][0][:, 3:], dm.clean_test_dataset[index][0][:, 3:])
+
+
+def test_negative_control_tags_classes_alike():
+    tag = SpuriousTag(target_class=0, p_in=0.5, p_out=0.5)
+    ds = PlantedShapesDataset(4000, seed=0, tag=tag)
+    rates = [float(ds.carriers[ds.labels == k].float().mean()) for k in range(4)]
+    assert max(rates) - min(rates) < 0.08
 
 
 @pytest.mark.parametrize(
@@ -109,7 +139,8 @@ def test_shortcut_fraction_is_respected():
     [
         {"num_classes": 9},
         {"num_classes": 1},
-        {"shortcut_fraction": 1.5},
+        {"tag": SpuriousTag(target_class=4)},
+        {"tag": SpuriousTag(position=(30, 30))},
         {"object_size": 30},
         {"ring_width": 4, "object_size": 8},
         {"noise": -0.1},
