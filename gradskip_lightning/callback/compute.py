@@ -13,11 +13,18 @@ import torch
 from torch import Tensor
 
 from gradskip_lightning.explainer import Explainer
-from gradskip_lightning.metrics import faithfulness_violation, insertion_deletion, pointing_game
+from gradskip_lightning.metrics import (
+    faithfulness_violation,
+    insertion_deletion,
+    pointing_game,
+    relevance_mass_accuracy,
+    relevance_rank_accuracy,
+)
 from gradskip_lightning.metrics.perturbation import Activation, class_probabilities
 
 from .probes import ProbeSet
 from .record import ProbeRecord
+from .transplant import Transplant
 
 __all__ = ["ScoreSettings", "explain_probes", "ExplainFailure", "Target", "DeletionBaseline"]
 
@@ -41,6 +48,7 @@ class ScoreSettings:
         fvt_top_k: patches removed together by the faithfulness violation test; 0 skips it.
         metrics_batch_size: perturbed images per forward call.
         pointing_tolerance: pixels; None = 15 px at 224 px, scaled.
+        transplant: the live transplant test (see :mod:`.transplant`), or None to skip it.
     """
 
     target: Target = "label"
@@ -50,6 +58,7 @@ class ScoreSettings:
     fvt_top_k: int = 1
     metrics_batch_size: int = 256
     pointing_tolerance: float | None = None
+    transplant: Transplant | None = None
 
 
 def _cpu(value: Tensor) -> Tensor:
@@ -100,11 +109,38 @@ def _explain_chunk(
         record.pointing_hit = pointing_game(
             exp.maps, probes.masks.to(device), tolerance=settings.pointing_tolerance
         ).float()
+    if probes.regions:
+        regions = [masks.to(device) for masks in probes.regions.values()]
+        record.region_mass = torch.stack([relevance_mass_accuracy(exp.maps, masks) for masks in regions], dim=1)
+        record.region_rank = torch.stack([relevance_rank_accuracy(exp.maps, masks) for masks in regions], dim=1)
+    if settings.transplant is not None:
+        record.transplant_flip, record.transplant_mass = _transplant(
+            explainer, images, probes, settings.transplant, activation == "sigmoid"
+        )
     if heads:
         record.head_weights, record.grad_flow, record.sparsity = exp.head_weights, exp.grad_flow, exp.sparsity
         if exp.gates is not None:
             record.gates = exp.gates.mean(dim=2)  # (B, L): mean beta_main over tokens
     return ProbeRecord(**{name: _cpu(tensor) for name, tensor in record.values().items()})
+
+
+def _transplant(
+    explainer: Explainer, images: Tensor, probes: ProbeSet, transplant: Transplant, multilabel: bool
+) -> tuple[Tensor, Tensor]:
+    """Per-probe (B,) flips to the tag's class and relevance mass on the tag; NaN for probes of its class."""
+    flips = torch.full((len(images),), float("nan"), device=images.device)
+    mass = flips.clone()
+    chosen = transplant.eligible(probes.labels, probes.multi_hot).to(images.device)
+    if chosen.any():
+        pasted = transplant.paste(images[chosen])
+        targets = torch.full((len(pasted),), transplant.tag.target_class, dtype=torch.long, device=images.device)
+        exp = explainer.explain(pasted, targets)
+        if not bool(exp.valid.all()):
+            raise ExplainFailure(f"{exp.method}: non-finite relevance on probes with the tag transplanted")
+        flips[chosen] = transplant.flipped(exp.logits, multilabel).float()
+        masks = transplant.mask(*images.shape[-2:]).to(images.device).expand(len(pasted), -1, -1)
+        mass[chosen] = relevance_mass_accuracy(exp.maps, masks).float()
+    return flips, mass
 
 
 def explain_probes(

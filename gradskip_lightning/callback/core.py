@@ -7,6 +7,8 @@ isolation and its state; probes live in :class:`~.probes.ProbeSource`, the value
 
 from __future__ import annotations
 
+import dataclasses
+import math
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -21,15 +23,18 @@ from torch import Tensor
 from typing_extensions import override
 
 from gradskip_lightning import render
+from gradskip_lightning.data.tags import SpuriousTag
 from gradskip_lightning.explainer import METHODS, Explainer
 
 from .compute import DeletionBaseline, ScoreSettings, Target, explain_probes
 from .distributed import gather_records, shard_positions
 from .drift import DriftTracker
+from .keys import key
 from .probes import ProbeSet, ProbeSource, check_probes, explained_labels
 from .record import ProbeRecord
-from .report import RenderSettings, build_report, probe_sheet
+from .report import RenderSettings, build_report, epoch_scalars, probe_sheet
 from .sinks import ProbeSheet, Sink, make_sinks
+from .transplant import Transplant
 
 __all__ = ["GradSkipCallback"]
 
@@ -70,20 +75,26 @@ class GradSkipCallback(Callback):
     Every ``every_n_epochs`` epochs, at the end of validation (never during the sanity check;
     at the end of the training epoch when no validation ran that epoch), and once more at the end
     of fit if the last epoch was not explained, the callback explains the probes with GradSkip
-    (or a baseline), scores the maps and logs, under ``log_prefix``, one row per logged epoch at
-    the step of Lightning's own epoch metrics:
+    (or a baseline), scores the maps and logs one row per logged epoch at the step of Lightning's
+    own epoch metrics. Keys are ``<section>/<log_prefix><name>`` (see :mod:`.keys`; P below
+    stands for ``log_prefix``), a comparison method's scores ending in ``/<method>``:
 
-    - ``overlay/probe_<id>`` (captioned overlays), ``overlays`` (grid of all probes);
-    - ``heads/{omega,grad_flow,sparsity}`` (layer x head images of the mean over probes) and
-      ``heads/<part>/layer_<l>`` (histograms over heads and probes), ``gate/layer_<l>`` (mean
-      beta_main);
-    - ``insertion``, ``deletion``, ``ins_minus_del``, ``fvt_violation``, ``pointing_game`` (probes
-      with masks only);
-    - ``drift/{prev,first}/{spearman,topk_iou}`` from the second logged epoch on;
-    - ``compare/<method>/{insertion,deletion,ins_minus_del,fvt_violation,overlays}`` per
-      comparison method;
-    - ``probes`` (table logged once) and ``table`` (one row per probe per epoch) on W&B;
-    - ``epoch`` and ``time_s`` (the callback's wall time for that epoch, in seconds).
+    - ``faithfulness/P{insertion,deletion,ins_minus_del,fvt_violation}``;
+    - ``regions/P{pointing_game,mass/<region>,rank/<region>}`` for probes with named regions
+      (relevance mass and rank accuracy, Arras et al. 2022; the Pointing Game on "object");
+    - ``transplant/P{flip_rate,tag_mass}`` with ``transplant`` (see :mod:`.transplant`);
+    - ``drift/P{prev,first}/{spearman,topk_iou}`` from the second logged epoch on;
+    - ``gates/Player_<l>`` (mean beta_main), ``heads/P{omega,grad_flow,sparsity}`` (layer x head
+      images of the mean over probes) and ``heads/P<part>/layer_<l>`` (histograms);
+    - ``probes/Poverlays[/<method>]`` (grid of all probes), ``probes/Poverlay/probe_<id>`` (each
+      probe alone, with ``probe_overlays``), ``probes/Pprobes`` (table logged once) and
+      ``probes/Ptable`` (one row per probe per epoch) on W&B;
+    - ``Pepoch`` and ``Ptime_s`` (the callback's wall time for that epoch, in seconds).
+
+    Every scalar but ``time_s`` is also put in ``trainer.callback_metrics`` on every rank before
+    ``EarlyStopping``/``ModelCheckpoint`` read it, so they can ``monitor`` it (a NaN score, e.g.
+    a region no probe has, is left out). Without validation, list the callback before
+    ``EarlyStopping``: both then run at the end of the training epoch, in list order.
 
     Each epoch is tried once: a failure (out of memory, non-finite maps, a logging error) warns
     and skips that epoch; training goes on. Problems of the probes themselves (shape, dtype,
@@ -95,7 +106,8 @@ class GradSkipCallback(Callback):
     to that fit restores both).
 
     Scalars go to every logger of the Trainer; images go to W&B, or to PNG files under
-    ``<log dir>/gradskip/images`` without W&B. Every epoch's maps are written to
+    ``<log dir>/gradskip/images`` without W&B; with a ``TensorBoardLogger`` images and histograms
+    go to TensorBoard too. Every epoch's maps are written to
     ``<log dir>/gradskip/maps/epoch_<e>.npz`` (W&B: ``<run dir>/gradskip``) and, with W&B, logged
     as one artifact at the end of fit. Without a logger the log dir is ``default_root_dir``; the
     folder is named after ``log_prefix`` ("gradskip/" -> ``gradskip``).
@@ -115,8 +127,9 @@ class GradSkipCallback(Callback):
             ``num_probes`` from the datamodule's ``val_dataset`` (``train_dataset`` without one).
         probe_labels: (P,) classes or (P, C) multi-hot labels of the explicit probes (required
             with ``probe_images``).
-        probe_masks: (P, H, W) object masks of the explicit probes, for the Pointing Game, or a
-            dict of named regions {name: (P, H, W)} ("object" feeds the Pointing Game). Drawn
+        probe_masks: (P, H, W) object masks of the explicit probes, or a dict of named regions
+            {name: (P, H, W)}: each is scored by relevance mass and rank accuracy, "object" also
+            by the Pointing Game. Drawn
             probes use the dataset's masks when its items are ``(image, label, mask)`` or
             ``(image, label, regions)``.
         num_probes: probes drawn from the dataset, stratified by class.
@@ -133,14 +146,20 @@ class GradSkipCallback(Callback):
         pointing_tolerance: Pointing Game tolerance in pixels (None: 15 px at 224 px, scaled).
         drift_top_k: fraction of patches compared by the drift top-k IoU.
         metrics_batch_size: perturbed images per forward of the metrics.
-        log_prefix: prefix of every logged key; two instances on one Trainer need prefixes that
-            differ also as folder names ("gs/a/" and "gs_a/" do not).
+        log_prefix: the callback's name in every logged key (``<section>/<log_prefix><name>``);
+            two instances on one Trainer need prefixes that differ also as folder names ("gs/a/"
+            and "gs_a/" do not).
         mean, std: normalisation to undo for display; None reads the datamodule's ``mean``/``std``
             (without them each image is min-max scaled).
         colormap: matplotlib colour map of the overlays.
         overlay_alpha: weight of the heat map in the overlays, in [0, 1].
         display_size: images are upscaled (nearest) to at least this many pixels for display.
         progress: show a progress bar on rank zero while explaining takes several chunks.
+        probe_overlays: also log each probe's overlay alone (``probes/Poverlay/probe_<id>``); the
+            grid and the table show every probe already.
+        transplant: the live transplant test (:mod:`.transplant`): a
+            :class:`~gradskip_lightning.data.tags.SpuriousTag`, True to use the datamodule's
+            ``tag``, or False (off). Needs the normalisation (``mean``/``std`` or the datamodule's).
 
     Example::
 
@@ -180,6 +199,8 @@ class GradSkipCallback(Callback):
         overlay_alpha: float = 0.5,
         display_size: int = 128,
         progress: bool = True,
+        probe_overlays: bool = False,
+        transplant: SpuriousTag | bool = False,
     ) -> None:
         super().__init__()
         for name, value in (
@@ -212,6 +233,10 @@ class GradSkipCallback(Callback):
         if not 0.0 <= overlay_alpha <= 1.0:
             raise ValueError(f"overlay_alpha must be in [0, 1], got {overlay_alpha}")
         render.colormap_lut(colormap)  # raises ValueError for an unknown colour map
+        if not isinstance(transplant, (SpuriousTag, bool)):
+            raise TypeError(
+                f"transplant must be a SpuriousTag, True (the datamodule's tag) or False; got {type(transplant).__name__}"
+            )
         if probe_images is None and (probe_labels is not None or probe_masks is not None):
             raise ValueError("probe_labels and probe_masks need probe_images")
         given = None if probe_images is None else _given_probes(probe_images, probe_labels, probe_masks)
@@ -225,6 +250,7 @@ class GradSkipCallback(Callback):
         self.log_prefix = log_prefix
         self.mean, self.std = mean, std
         self.progress = progress
+        self.transplant = transplant
         self.scores = ScoreSettings(
             target=target,
             batch_size=explain_batch_size,
@@ -234,7 +260,9 @@ class GradSkipCallback(Callback):
             metrics_batch_size=metrics_batch_size,
             pointing_tolerance=pointing_tolerance,
         )
-        self.render_settings = RenderSettings(colormap=colormap, alpha=overlay_alpha, display_size=display_size)
+        self.render_settings = RenderSettings(
+            colormap=colormap, alpha=overlay_alpha, display_size=display_size, probe_overlays=probe_overlays
+        )
 
         self._source = ProbeSource(given, num_probes, probe_seed)
         self._drift = DriftTracker(top_k=drift_top_k)
@@ -287,6 +315,7 @@ class GradSkipCallback(Callback):
             display = (datamodule.mean, datamodule.std)
         self._display = self._checked_display(*display)
         self._class_names = self._checked_class_names(getattr(datamodule, "class_names", None))
+        self.scores = dataclasses.replace(self.scores, transplant=self._checked_transplant(getattr(datamodule, "tag", None)))
         if self._source.probes is None and datamodule is not None:
             dataset = getattr(datamodule, "val_dataset", None) or getattr(datamodule, "train_dataset", None)
             if dataset is not None:
@@ -330,6 +359,27 @@ class GradSkipCallback(Callback):
                 "one name per class (or none)"
             )
         return list(names)
+
+    def _checked_transplant(self, datamodule_tag: SpuriousTag | None) -> Transplant | None:
+        if self.transplant is False:
+            return None
+        tag = self.transplant if isinstance(self.transplant, SpuriousTag) else datamodule_tag
+        if tag is None:
+            raise ValueError(
+                "transplant=True uses the datamodule's tag, but the datamodule has none: give the tag "
+                "(transplant: {target_class: ..., position: ...}) or use a datamodule with a tag"
+            )
+        explainer = self._explainers[self.method]
+        if not 0 <= tag.target_class < explainer.num_classes:
+            raise ValueError(f"transplant tag's target_class {tag.target_class} is not in [0, {explainer.num_classes})")
+        tag.check_fits(*explainer.img_size)
+        mean, std = self._display
+        if mean is None:
+            raise ValueError(
+                "transplant pastes the tag in pixel values and needs the images' normalisation: give mean and std, "
+                "or use a datamodule with mean/std attributes"
+            )
+        return Transplant(tag, tuple(mean), tuple(std))
 
     def _reset(self) -> None:
         """A new fit on another Trainer: draw probes again, forget drift and the schedule."""
@@ -432,37 +482,53 @@ class GradSkipCallback(Callback):
             merged, error = gather_records(records, shard, len(probes), error)
         if error is None:
             drift = self._drift.update(merged[self.method].token_maps, store=trained)
+            prefix = self.log_prefix if trained else f"{self.log_prefix}validate/"
+            regions = list(probes.regions or {})
+            scalars = epoch_scalars(merged, self.method, drift, regions, epoch=epoch, prefix=prefix)
+            self._monitor(trainer, scalars)
             if trainer.is_global_zero:
                 try:  # rank zero only, no collective inside: safe to skip alone
-                    self._log(trainer, merged, drift, epoch, start, trained)
+                    self._log(trainer, merged, drift, scalars, epoch, start, prefix, trained)
                 except Exception as err:  # noqa: BLE001
                     error = f"{type(err).__name__}: {err}"
         if error is not None:
             rank_zero_warn(f"GradSkipCallback: explanation of epoch {epoch} skipped, training goes on. {error}")
+
+    @staticmethod
+    def _monitor(trainer: Trainer, scalars: dict[str, float]) -> None:
+        """Put the finite scalars in ``trainer.callback_metrics`` (NaN ones out) for EarlyStopping and co."""
+        metrics = trainer.callback_metrics
+        for name, value in scalars.items():
+            if math.isfinite(value):
+                metrics[name] = torch.tensor(value, dtype=torch.float32)
+            else:
+                metrics.pop(name, None)
 
     def _log(
         self,
         trainer: Trainer,
         records: dict[str, ProbeRecord],
         drift: dict[str, Tensor],
+        scalars: dict[str, float],
         epoch: int,
         start: float,
+        prefix: str,
         trained: bool,
     ) -> None:
-        prefix = self.log_prefix if trained else f"{self.log_prefix}validate/"
         step = getattr(trainer.fit_loop.epoch_loop, "_batches_that_stepped", trainer.global_step)
         report = build_report(
             records,
             self.method,
             drift,
             self._sheet,
+            scalars,
             epoch=epoch,
             step=step,
             prefix=prefix,
             settings=self.render_settings,
             save=trained,
         )
-        report.scalars[f"{prefix}time_s"] = time.perf_counter() - start
+        report.scalars[key(None, prefix, "time_s")] = time.perf_counter() - start
         for sink in self._sinks:
             sink.log(report, self._sheet)
 

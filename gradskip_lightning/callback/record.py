@@ -1,8 +1,12 @@
 """One method's per-probe values: a typed record whose fields each say once where they go.
 
 Adding a logged value is adding one field here: its :func:`value` metadata tells the gather
-(``scope``), the report (``scalar``: logged as the mean over probes; ``compared``: logged for the
-comparison methods too), the W&B table (``table``: its column) and the maps files (``npz``).
+(``scope``), the report (``section`` and ``scalar``: logged as the mean over probes under
+``<section>/<prefix><scalar>``; ``compared``: logged for the comparison methods too), the W&B
+table (``table``: its column) and the maps files (``npz``). A field with ``regions`` holds one
+column per named region of the probes ((P, R), the names in :attr:`ProbeSet.regions` order): its
+scalars and table columns get ``/<region>`` appended; the maps files keep the (P, R) array and
+the names once (``region_names``).
 """
 
 from __future__ import annotations
@@ -14,7 +18,9 @@ from typing import Any, Literal
 import torch
 from torch import Tensor
 
-__all__ = ["ProbeRecord", "Scope", "value", "table_fields", "scalar_fields", "npz_fields"]
+from .keys import Section
+
+__all__ = ["ProbeRecord", "Scope", "Scalar", "value", "table_fields", "scalar_fields", "npz_fields"]
 
 Scope = Literal["shared", "rank_zero"]
 """``shared``: small values every rank receives (drift and the checkpoint need them);
@@ -22,18 +28,43 @@ Scope = Literal["shared", "rank_zero"]
 
 
 def value(
-    *, scope: Scope, scalar: str | None = None, compared: bool = False, table: str | None = None, npz: bool = False
+    *,
+    scope: Scope,
+    section: Section | None = None,
+    scalar: str | None = None,
+    compared: bool = False,
+    table: str | None = None,
+    npz: bool = False,
+    regions: bool = False,
 ) -> Any:
     """A record field (default None) with where it goes.
 
     Args:
         scope: who receives it after the gather.
-        scalar: logged as the mean over probes (finite entries) under this key.
+        section: the logged scalar's section (see :mod:`.keys`).
+        scalar: logged as the mean over probes (finite entries) under this name.
         compared: the scalar is logged for each comparison method too.
         table: column of the per-probe W&B table.
         npz: saved in the epoch's maps file under the field's name.
+        regions: the field is (P, R), one column per named region; names get ``/<region>``.
     """
-    return field(default=None, metadata=dict(scope=scope, scalar=scalar, compared=compared, table=table, npz=npz))
+    metadata = dict(scope=scope, section=section, scalar=scalar, compared=compared, table=table, npz=npz)
+    return field(default=None, metadata={**metadata, "regions": regions})
+
+
+@dataclass(frozen=True)
+class Scalar:
+    """Where a record field's mean over probes is logged: ``<section>/<prefix><name>``.
+
+    Attributes:
+        section: the key's section.
+        name: the value's name.
+        regions: one scalar per region (``<name>/<region>``) from a (P, R) field.
+    """
+
+    section: Section
+    name: str
+    regions: bool = False
 
 
 @dataclass
@@ -48,25 +79,49 @@ class ProbeRecord:
         insertion, deletion: (P,) float32 AUCs; ins_minus_del their difference.
         fvt_violation: (P,) float32 0/1 faithfulness violations (None when ``fvt_top_k`` is 0).
         pointing_hit: (P,) float32 0/1 Pointing Game hits (probes with an "object" region only).
+        region_mass: (P, R) float32 relevance mass accuracy on each named region (NaN: empty region).
+        region_rank: (P, R) float32 relevance rank accuracy on each named region (NaN: empty region).
+        transplant_flip: (P,) float32 1 when the probe with the tag pasted in is predicted as the
+            tag's class, 0 when not, NaN for probes of that class (see :mod:`.transplant`).
+        transplant_mass: (P,) float32 relevance mass accuracy on the pasted tag of the map explaining
+            the tag's class, NaN for probes of that class.
+        gates: (P, L) mean beta_main over tokens.
         maps: (P, H, W) float32 relevance at input resolution.
         head_weights, grad_flow, sparsity: (P, L, H) head importance and its parts.
-        gates: (P, L) mean beta_main over tokens.
     """
 
     token_maps: Tensor | None = value(scope="shared", npz=True)
     targets: Tensor | None = value(scope="shared", npz=True)
     predictions: Tensor | None = value(scope="shared", npz=True)
     probabilities: Tensor | None = value(scope="shared", table="probability", npz=True)
-    insertion: Tensor | None = value(scope="shared", scalar="insertion", compared=True, table="insertion", npz=True)
-    deletion: Tensor | None = value(scope="shared", scalar="deletion", compared=True, table="deletion", npz=True)
-    ins_minus_del: Tensor | None = value(scope="shared", scalar="ins_minus_del", compared=True)
-    fvt_violation: Tensor | None = value(scope="shared", scalar="fvt_violation", compared=True)
-    pointing_hit: Tensor | None = value(scope="shared", scalar="pointing_game")
+    insertion: Tensor | None = value(
+        scope="shared", section="faithfulness", scalar="insertion", compared=True, table="insertion", npz=True
+    )
+    deletion: Tensor | None = value(
+        scope="shared", section="faithfulness", scalar="deletion", compared=True, table="deletion", npz=True
+    )
+    ins_minus_del: Tensor | None = value(scope="shared", section="faithfulness", scalar="ins_minus_del", compared=True)
+    fvt_violation: Tensor | None = value(scope="shared", section="faithfulness", scalar="fvt_violation", compared=True)
+    pointing_hit: Tensor | None = value(
+        scope="shared", section="regions", scalar="pointing_game", compared=True, table="pointing_hit", npz=True
+    )
+    region_mass: Tensor | None = value(
+        scope="shared", section="regions", scalar="mass", compared=True, table="mass", npz=True, regions=True
+    )
+    region_rank: Tensor | None = value(
+        scope="shared", section="regions", scalar="rank", compared=True, table="rank", npz=True, regions=True
+    )
+    transplant_flip: Tensor | None = value(
+        scope="shared", section="transplant", scalar="flip_rate", table="transplant_flip", npz=True
+    )
+    transplant_mass: Tensor | None = value(
+        scope="shared", section="transplant", scalar="tag_mass", compared=True, table="transplant_tag_mass", npz=True
+    )
+    gates: Tensor | None = value(scope="shared")
     maps: Tensor | None = value(scope="rank_zero", npz=True)
     head_weights: Tensor | None = value(scope="rank_zero")
     grad_flow: Tensor | None = value(scope="rank_zero")
     sparsity: Tensor | None = value(scope="rank_zero")
-    gates: Tensor | None = value(scope="rank_zero")
 
     def values(self, scope: Scope | None = None) -> dict[str, Tensor]:
         """The present fields (of ``scope``, or all) by name."""
@@ -91,18 +146,18 @@ def _with(key: str) -> list[str]:
     return [f.name for f in fields(ProbeRecord) if f.metadata[key]]
 
 
-def scalar_fields(compared_only: bool = False) -> dict[str, str]:
-    """Field name -> logged scalar name, for the fields logged as means (comparison methods: ``compared``)."""
+def scalar_fields(compared_only: bool = False) -> dict[str, Scalar]:
+    """Field name -> where its mean is logged, for the fields logged as means (comparison methods: ``compared``)."""
     return {
-        f.name: f.metadata["scalar"]
+        f.name: Scalar(f.metadata["section"], f.metadata["scalar"], f.metadata["regions"])
         for f in fields(ProbeRecord)
         if f.metadata["scalar"] and (f.metadata["compared"] or not compared_only)
     }
 
 
-def table_fields() -> dict[str, str]:
-    """Field name -> W&B table column, in field order."""
-    return {f.name: f.metadata["table"] for f in fields(ProbeRecord) if f.metadata["table"]}
+def table_fields() -> dict[str, tuple[str, bool]]:
+    """Field name -> (W&B table column, one column per region), in field order."""
+    return {f.name: (f.metadata["table"], f.metadata["regions"]) for f in fields(ProbeRecord) if f.metadata["table"]}
 
 
 def npz_fields() -> list[str]:

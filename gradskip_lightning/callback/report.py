@@ -12,10 +12,11 @@ from torch import Tensor
 from gradskip_lightning import render
 
 from .probes import ProbeSet
+from .keys import key
 from .record import ProbeRecord, npz_fields, scalar_fields, table_fields
 from .sinks import EpochReport, ProbeSheet
 
-__all__ = ["RenderSettings", "build_report", "probe_sheet", "HEAD_PARTS"]
+__all__ = ["RenderSettings", "build_report", "epoch_scalars", "probe_sheet", "table_cells", "HEAD_PARTS"]
 
 #: Record fields of head importance and the names they are logged under.
 HEAD_PARTS = {"head_weights": "omega", "grad_flow": "grad_flow", "sparsity": "sparsity"}
@@ -23,11 +24,13 @@ HEAD_PARTS = {"head_weights": "omega", "grad_flow": "grad_flow", "sparsity": "sp
 
 @dataclass(frozen=True)
 class RenderSettings:
-    """Display options: colour map, heat-map weight and the smallest displayed side in pixels."""
+    """Display options: colour map, heat-map weight, the smallest displayed side in pixels, and
+    whether each probe's overlay is logged alone (besides the grid and the table)."""
 
     colormap: str = "inferno"
     alpha: float = 0.5
     display_size: int = 128
+    probe_overlays: bool = False
 
 
 def _mean(values: Tensor) -> float:
@@ -37,13 +40,46 @@ def _mean(values: Tensor) -> float:
     return float(finite.mean()) if finite.numel() else float("nan")
 
 
-def _scores(prefix: str, record: ProbeRecord, compared_only: bool) -> dict[str, float]:
+def _scores(prefix: str, record: ProbeRecord, regions: Sequence[str], method: str | None) -> dict[str, float]:
+    """The means of ``record``'s scalar fields; ``method`` names a comparison method (None: the explained one)."""
     values = record.values()
-    return {
-        f"{prefix}{key}": _mean(values[name])
-        for name, key in scalar_fields(compared_only).items()
-        if name in values
-    }
+    scores = {}
+    for name, scalar in scalar_fields(compared_only=method is not None).items():
+        if name not in values:
+            continue
+        if not scalar.regions:
+            scores[key(scalar.section, prefix, scalar.name, method=method)] = _mean(values[name])
+            continue
+        for column, region in enumerate(regions):
+            scores[key(scalar.section, prefix, f"{scalar.name}/{region}", method=method)] = _mean(values[name][:, column])
+    return scores
+
+
+def epoch_scalars(
+    records: dict[str, ProbeRecord],
+    method: str,
+    drift: dict[str, Tensor],
+    regions: Sequence[str],
+    *,
+    epoch: int,
+    prefix: str,
+) -> dict[str, float]:
+    """Every scalar of one epoch, from the values every rank holds after the gather (scope ``shared``).
+
+    ``records[method]`` is the explained method's; every other entry is a comparison method, whose
+    keys end in ``/<name>``. ``regions`` names the columns of the per-region fields.
+    """
+    main = records[method]
+    scalars = {key(None, prefix, "epoch"): float(epoch), **_scores(prefix, main, regions, None)}
+    for name, per_probe in drift.items():
+        scalars[key("drift", prefix, name)] = _mean(per_probe)
+    if main.gates is not None:
+        for layer, gate in enumerate(main.gates.mean(dim=0).tolist()):
+            scalars[key("gates", prefix, f"layer_{layer}")] = gate
+    for name in records:
+        if name != method:
+            scalars.update(_scores(prefix, records[name], regions, name))
+    return scalars
 
 
 def _overlays(sheet: ProbeSheet, maps: Tensor, settings: RenderSettings) -> np.ndarray:
@@ -64,8 +100,26 @@ def probe_sheet(
     display = render.upscale(render.to_display(probes.images, mean, std), display_size)
     names = list(class_names)
     return ProbeSheet(
-        probes.ids.tolist(), [names[int(c)] for c in probes.labels], probes.labels.numpy(), names, display
+        probes.ids.tolist(),
+        [names[int(c)] for c in probes.labels],
+        probes.labels.numpy(),
+        names,
+        display,
+        list(probes.regions or {}),
     )
+
+
+def table_cells(values: dict[str, Tensor], index: int, regions: Sequence[str]) -> dict[str, float | None]:
+    """One probe's table cells of the record's table fields (NaN -> None: an empty cell)."""
+    cells: dict[str, float | None] = {}
+    for name, (column, per_region) in table_fields().items():
+        if name not in values:
+            continue
+        row = values[name][index]
+        pairs = [(f"{column}/{r}", row[c]) for c, r in enumerate(regions)] if per_region else [(column, row)]
+        for title, cell in pairs:
+            cells[title] = float(cell) if bool(torch.isfinite(cell)) else None
+    return cells
 
 
 def build_report(
@@ -73,6 +127,7 @@ def build_report(
     method: str,
     drift: dict[str, Tensor],
     sheet: ProbeSheet,
+    scalars: dict[str, float],
     *,
     epoch: int,
     step: int,
@@ -80,53 +135,48 @@ def build_report(
     settings: RenderSettings,
     save: bool = True,
 ) -> EpochReport:
-    """Build the report of one epoch from merged per-probe ``records`` (method -> record) and ``drift``.
+    """Build the report of one epoch (rank zero) from merged per-probe ``records`` (method -> record),
+    ``drift`` and the epoch's ``scalars`` (:func:`epoch_scalars`).
 
-    ``records[method]`` is the explained method's; every other entry is a comparison method,
-    logged under ``compare/<name>/``. With ``save`` the report carries the arrays of the maps
-    files (:func:`~.record.npz_fields` plus ``probe_ids`` and ``labels``).
+    ``records[method]`` is the explained method's; every other entry is a comparison method. With
+    ``save`` the report carries the arrays of the maps files (:func:`~.record.npz_fields` plus
+    ``probe_ids``, ``labels`` and, with regions, ``region_names``).
     """
     main = records[method]
     compared = [name for name in records if name != method]
-    scalars = {f"{prefix}epoch": float(epoch), **_scores(prefix, main, compared_only=False)}
-    for key, per_probe in drift.items():
-        scalars[f"{prefix}drift/{key}"] = _mean(per_probe)
-    if main.gates is not None:
-        for layer, gate in enumerate(main.gates.mean(dim=0).tolist()):
-            scalars[f"{prefix}gate/layer_{layer}"] = gate
-    for name in compared:
-        scalars.update(_scores(f"{prefix}compare/{name}/", records[name], compared_only=True))
     arrays = None
     if save:
         arrays = {"probe_ids": np.asarray(sheet.probe_ids), "labels": sheet.label_ids}
         arrays.update({name: value.numpy() for name, value in main.values().items() if name in npz_fields()})
-    report = EpochReport(epoch=epoch, step=step, scalars=scalars, method=method, arrays=arrays)
+        if sheet.regions:
+            arrays["region_names"] = np.asarray(sheet.regions, dtype=str)
+    report = EpochReport(epoch=epoch, step=step, scalars=dict(scalars), method=method, arrays=arrays)
 
     overlays = _overlays(sheet, main.maps, settings)
     names = sheet.class_names
     predictions = main.predictions.tolist()
     probabilities = main.probabilities.tolist()
-    for i, probe_id in enumerate(sheet.probe_ids):
-        text = render.caption(sheet.labels[i], names[predictions[i]], probabilities[i])
-        report.overlays[f"{prefix}overlay/probe_{probe_id}"] = (overlays[i], text)
-    report.images[f"{prefix}overlays"] = render.image_grid(overlays)
+    if settings.probe_overlays:
+        for i, probe_id in enumerate(sheet.probe_ids):
+            text = render.caption(sheet.labels[i], names[predictions[i]], probabilities[i])
+            report.overlays[key("probes", prefix, f"overlay/probe_{probe_id}")] = (overlays[i], text)
+    report.images[key("probes", prefix, "overlays")] = render.image_grid(overlays)
     for field, part in HEAD_PARTS.items():
         heads = getattr(main, field)  # (P, L, H)
         if heads is None:
             continue
-        report.images[f"{prefix}heads/{part}"] = render.matrix_image(heads.mean(dim=0), cmap="viridis")
+        report.images[key("heads", prefix, part)] = render.matrix_image(heads.mean(dim=0), cmap="viridis")
         for layer in range(heads.shape[1]):
-            report.histograms[f"{prefix}heads/{part}/layer_{layer}"] = heads[:, layer].flatten().numpy()
+            report.histograms[key("heads", prefix, f"{part}/layer_{layer}")] = heads[:, layer].flatten().numpy()
     for name in compared:
-        report.images[f"{prefix}compare/{name}/overlays"] = render.image_grid(
+        report.images[key("probes", prefix, "overlays", method=name)] = render.image_grid(
             _overlays(sheet, records[name].maps, settings)
         )
 
-    def cell(key: str, i: int) -> float | None:
-        value = float(drift[key][i]) if key in drift else float("nan")
+    def cell(name: str, i: int) -> float | None:
+        value = float(drift[name][i]) if name in drift else float("nan")
         return value if np.isfinite(value) else None
 
-    columns = table_fields()
     values = main.values()
     for i, probe_id in enumerate(sheet.probe_ids):
         row = {
@@ -136,7 +186,7 @@ def build_report(
             "label": sheet.labels[i],
             "prediction": names[predictions[i]],
         }
-        row.update({column: float(values[name][i]) for name, column in columns.items()})
+        row.update(table_cells(values, i, sheet.regions))
         row["drift_prev_spearman"] = cell("prev/spearman", i)
         row["drift_first_spearman"] = cell("first/spearman", i)
         report.rows.append(row)

@@ -1,4 +1,4 @@
-"""Where one logged epoch goes: W&B, any other Lightning logger, image files, the maps files.
+"""Where one logged epoch goes: W&B, TensorBoard, any other Lightning logger, image files, the maps files.
 
 All sinks are called on rank zero only. Each receives the same :class:`EpochReport`: uint8
 images are built once (in :mod:`gradskip_lightning.render`), scalars are plain floats.
@@ -11,12 +11,12 @@ from pathlib import Path
 from typing import Any, Protocol
 
 import numpy as np
-from lightning.pytorch.loggers import Logger, WandbLogger
+from lightning.pytorch.loggers import Logger, TensorBoardLogger, WandbLogger
 
 from gradskip_lightning.render import annotate
 
 from .files import write_epoch, write_probes, write_png
-from .record import table_fields
+from .keys import key
 
 __all__ = [
     "EpochReport",
@@ -25,22 +25,9 @@ __all__ = [
     "WandbSink",
     "ScalarSink",
     "ImageFileSink",
+    "TensorBoardSink",
     "MapsFileSink",
     "make_sinks",
-    "TABLE_COLUMNS",
-]
-
-#: Columns of the per-epoch W&B table (one row per probe per logged epoch): the record's table fields
-#: between the probe's columns and its drift.
-TABLE_COLUMNS = [
-    "epoch",
-    "probe_id",
-    "overlay",
-    "label",
-    "prediction",
-    *table_fields().values(),
-    "drift_prev_spearman",
-    "drift_first_spearman",
 ]
 
 
@@ -54,6 +41,7 @@ class ProbeSheet:
         label_ids: (P,) int64 the class each probe explains.
         class_names: every class's name.
         images: (P, H, W, 3) uint8 display images.
+        regions: names of the probes' regions, in the order of the per-region record fields.
     """
 
     probe_ids: list[int]
@@ -61,6 +49,7 @@ class ProbeSheet:
     label_ids: np.ndarray
     class_names: list[str]
     images: np.ndarray
+    regions: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -70,10 +59,10 @@ class EpochReport:
     Attributes:
         epoch, step: the trainer's epoch and the step Lightning logs its epoch metrics at.
         scalars: key -> float.
-        overlays: key -> (uint8 (H, W, 3) image, caption), one per probe.
+        overlays: key -> (uint8 (H, W, 3) image, caption), one per probe (with ``probe_overlays``).
         images: key -> uint8 (H, W, 3) image (the grid, layer x head images, comparison grids).
         histograms: key -> 1-D values to histogram.
-        rows: one dict per probe with the table's columns (``overlay`` as a uint8 image).
+        rows: one dict per probe, column -> cell (``overlay`` as a uint8 image; None: empty).
         method: the explained method's name.
         arrays: per-probe arrays saved to the maps files, or None when this epoch is not saved.
     """
@@ -100,8 +89,8 @@ class Sink(Protocol):
 class WandbSink:
     """Logs a report as one W&B history row at Lightning's step (``trainer/global_step``).
 
-    The probe images are logged once, in a ``<prefix>probes`` table (probe_id, image, label) on the
-    first logged epoch. The per-epoch ``<prefix>table`` is an INCREMENTAL table keyed by
+    The probe images are logged once, in a ``probes/<prefix>probes`` table (probe_id, image, label)
+    on the first logged epoch. The per-epoch ``probes/<prefix>table`` is an INCREMENTAL table keyed by
     ``probe_id``: each epoch uploads only its new rows (the overlay and the scores), never the
     probe images again. (W&B's evaluation callbacks reference a data table by downloading its
     artifact, which offline runs cannot do; every other way of putting the image in each row
@@ -123,7 +112,7 @@ class WandbSink:
             probes = wandb.Table(columns=["probe_id", "image", "label"])
             for probe_id, image, label in zip(sheet.probe_ids, sheet.images, sheet.labels, strict=True):
                 probes.add_data(probe_id, wandb.Image(image), label)
-            row[f"{self.prefix}probes"] = probes
+            row[key("probes", self.prefix, "probes")] = probes
             self._probes_logged = True
         for key, (image, text) in report.overlays.items():
             row[key] = wandb.Image(image, caption=text)
@@ -133,10 +122,12 @@ class WandbSink:
             row[key] = wandb.Histogram(values, num_bins=min(64, max(1, values.size)))
         if report.rows:
             if self._table is None:
-                self._table = wandb.Table(columns=TABLE_COLUMNS, log_mode="INCREMENTAL")
+                self._table = wandb.Table(columns=list(report.rows[0]), log_mode="INCREMENTAL")
             for cells in report.rows:
-                self._table.add_data(*[wandb.Image(cells[c]) if c == "overlay" else cells[c] for c in TABLE_COLUMNS])
-            row[f"{self.prefix}table"] = self._table
+                self._table.add_data(
+                    *[wandb.Image(cells[c]) if c == "overlay" else cells.get(c) for c in self._table.columns]
+                )
+            row[key("probes", self.prefix, "table")] = self._table
         self.logger.log_metrics(row, step=report.step)
 
     def finish(self) -> None:
@@ -165,22 +156,44 @@ class ScalarSink:
         pass
 
 
+class TensorBoardSink:
+    """Sends the report's images (overlays captioned in a strip below) and histograms to TensorBoard.
+
+    The scalars go through the logger's ``log_metrics`` (a :class:`ScalarSink`); TensorBoard
+    groups every tag by its text before the first "/", as W&B does.
+    """
+
+    def __init__(self, logger: TensorBoardLogger) -> None:
+        self.logger = logger
+
+    def log(self, report: EpochReport, sheet: ProbeSheet) -> None:
+        writer = self.logger.experiment
+        for tag, (image, text) in report.overlays.items():
+            writer.add_image(tag, annotate(image, text), report.step, dataformats="HWC")
+        for tag, image in report.images.items():
+            writer.add_image(tag, image, report.step, dataformats="HWC")
+        for tag, values in report.histograms.items():
+            writer.add_histogram(tag, values, report.step)
+        writer.flush()
+
+    def finish(self) -> None:
+        pass
+
+
 class ImageFileSink:
-    """Writes the report's images as PNGs under ``folder/epoch_<epoch>/`` (runs without W&B)."""
+    """Writes the report's images as PNGs ``folder/epoch_<epoch>/<key, "/" -> "_">.png`` (runs without W&B)."""
 
-    def __init__(self, folder: Path, prefix: str) -> None:
+    def __init__(self, folder: Path) -> None:
         self.folder = folder
-        self.prefix = prefix
 
-    def _path(self, epoch: int, key: str) -> Path:
-        name = key[len(self.prefix) :] if key.startswith(self.prefix) else key
+    def _path(self, epoch: int, name: str) -> Path:
         return self.folder / f"epoch_{epoch:04d}" / f"{name.replace('/', '_')}.png"
 
     def log(self, report: EpochReport, sheet: ProbeSheet) -> None:
-        for key, (image, text) in report.overlays.items():
-            write_png(self._path(report.epoch, key), annotate(image, text))
-        for key, image in report.images.items():
-            write_png(self._path(report.epoch, key), image)
+        for name, (image, text) in report.overlays.items():
+            write_png(self._path(report.epoch, name), annotate(image, text))
+        for name, image in report.images.items():
+            write_png(self._path(report.epoch, name), image)
 
     def finish(self) -> None:
         pass
@@ -210,7 +223,8 @@ def make_sinks(trainer: Any, prefix: str, out_dir: Path) -> tuple[list[Sink], Pa
 
     With a :class:`WandbLogger` the folder moves beside the W&B run's files (``<run dir>/<name>``),
     images go to W&B and the maps folder becomes an artifact at the end of fit; without, images
-    are PNGs under ``out_dir/images``. Every other logger gets the scalars.
+    are PNGs under ``out_dir/images``. Every other logger gets the scalars; a
+    :class:`TensorBoardLogger` the images and histograms too.
     """
     wandb_logger = next((lg for lg in trainer.loggers if isinstance(lg, WandbLogger)), None)
     sinks: list[Sink] = []
@@ -218,7 +232,8 @@ def make_sinks(trainer: Any, prefix: str, out_dir: Path) -> tuple[list[Sink], Pa
         out_dir = Path(wandb_logger.experiment.dir).parent / out_dir.name
         sinks.append(WandbSink(wandb_logger, prefix, out_dir / "maps"))
     else:
-        sinks.append(ImageFileSink(out_dir / "images", prefix))
+        sinks.append(ImageFileSink(out_dir / "images"))
     sinks.append(MapsFileSink(out_dir / "maps"))
     sinks.extend(ScalarSink(lg) for lg in trainer.loggers if lg is not wandb_logger)
+    sinks.extend(TensorBoardSink(lg) for lg in trainer.loggers if isinstance(lg, TensorBoardLogger))
     return sinks, out_dir
