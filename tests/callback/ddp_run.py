@@ -1,7 +1,8 @@
 """Run by test_ddp.py in a subprocess: validate, then fit one epoch, with the callback under DDP.
 
 Each rank writes ``forwards_rank<r>.txt``: how many times its first ViT block ran (under FSDP or
-DeepSpeed ZeRO-3 each of those is a collective, so the counts must be equal).
+DeepSpeed ZeRO-3 each of those is a collective, so the counts must be equal), and
+``callback_metrics_rank<r>.json``: the callback's scalars in its ``trainer.callback_metrics``.
 
 Usage: python tests/callback/ddp_run.py OUT_DIR DEVICES
 (Lightning's ``ddp`` re-runs this same command for the second process.)
@@ -9,6 +10,7 @@ Usage: python tests/callback/ddp_run.py OUT_DIR DEVICES
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
@@ -43,7 +45,10 @@ def main(out: Path, devices: int) -> None:
     module.model.blocks[0].register_forward_hook(lambda *args: forwards.append(1))
     trainer.validate(module, datamodule=data)  # untrained weights: comparable across process counts
     trainer.fit(module, datamodule=data)
-    (out / f"devices_{devices}" / f"forwards_rank{trainer.global_rank}.txt").write_text(str(len(forwards)))
+    folder = out / f"devices_{devices}"
+    (folder / f"forwards_rank{trainer.global_rank}.txt").write_text(str(len(forwards)))
+    ours = {k: float(v) for k, v in trainer.callback_metrics.items() if "gradskip/" in k}
+    (folder / f"callback_metrics_rank{trainer.global_rank}.json").write_text(json.dumps(ours, sort_keys=True))
 
 
 if __name__ == "__main__":

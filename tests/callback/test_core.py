@@ -68,14 +68,15 @@ def test_csv_logger_gets_scalars_and_files_land_in_its_log_dir(tmp_path):
     states = trainer._checkpoint_connector.dump_checkpoint()["callbacks"]
     assert states[gradskip.state_key]["drift"]["previous"] is not None
     assert states[rollout.state_key]["drift"]["previous"] is not None and gradskip.state_key != rollout.state_key
-    rows = _csv_rows(logger.log_dir, "gradskip/insertion")
+    rows = _csv_rows(logger.log_dir, "faithfulness/gradskip/insertion")
     assert [row["gradskip/epoch"] for row in rows] == [0.0, 1.0]
     assert [row["step"] for row in rows] == [row["step"] for row in _csv_rows(logger.log_dir, "val/loss")]
-    assert 0 <= rows[0]["gradskip/pointing_game"] <= 1 and rows[0]["gradskip/time_s"] > 0
-    assert -1 <= rows[1]["gradskip/drift/prev/spearman"] <= 1
-    assert len(_csv_rows(logger.log_dir, "rollout/insertion")) == 2
-    assert "rollout/gate/layer_0" not in rows[0]  # rollout has no gates
-    for folder, count in (("gradskip", 8 + 1 + 3), ("rollout", 8 + 1)):  # overlays, grid, head images
+    assert 0 <= rows[0]["regions/gradskip/pointing_game"] <= 1 and rows[0]["gradskip/time_s"] > 0
+    assert 0 <= rows[0]["regions/gradskip/mass/object"] <= 1 and 0 <= rows[0]["regions/gradskip/rank/object"] <= 1
+    assert -1 <= rows[1]["drift/gradskip/prev/spearman"] <= 1
+    assert len(_csv_rows(logger.log_dir, "faithfulness/rollout/insertion")) == 2
+    assert "gates/rollout/layer_0" not in rows[0]  # rollout has no gates
+    for folder, count in (("gradskip", 1 + 3), ("rollout", 1)):  # grid, head images (no per-probe overlays)
         root = Path(logger.log_dir) / folder
         assert sorted(p.name for p in (root / "maps").iterdir()) == ["epoch_0000.npz", "epoch_0001.npz", "probes.npz"]
         pngs = sorted((root / "images" / "epoch_0001").glob("*.png"))
@@ -125,7 +126,7 @@ def test_invisible_to_training_and_files_go_to_default_root_dir(tmp_path):
         assert before[3] == after[3] and any(before[3]) and not all(before[3])
     maps = tmp_path / "a" / "gradskip" / "maps"
     assert sorted(p.name for p in maps.iterdir()) == ["epoch_0000.npz", "epoch_0001.npz", "probes.npz"]
-    assert len(list((tmp_path / "a" / "gradskip" / "images" / "epoch_0000").glob("overlay_probe_*.png"))) == 8
+    assert len(list((tmp_path / "a" / "gradskip" / "images" / "epoch_0000").glob("probes_gradskip_overlays.png"))) == 1
 
 
 def test_runs_without_validation_explain_at_train_epoch_end_and_at_fit_end(tmp_path):
@@ -140,7 +141,7 @@ def test_runs_without_validation_explain_at_train_epoch_end_and_at_fit_end(tmp_p
     )
     trainer.fit(tiny_module(), datamodule=tiny_data())
     # every 2nd epoch (epoch 1), then once at the end of fit for the last epoch (2)
-    assert [row["gradskip/epoch"] for row in _csv_rows(logger.log_dir, "gradskip/insertion")] == [1.0, 2.0]
+    assert [row["gradskip/epoch"] for row in _csv_rows(logger.log_dir, "faithfulness/gradskip/insertion")] == [1.0, 2.0]
 
 
 # ------------------------------------------------------------------------------------- resume
@@ -160,7 +161,7 @@ def test_resume_continues_drift_as_if_it_had_not_stopped(tmp_path):
     callback = GradSkipCallback(probe_seed=123, **FAST)  # a different seed: the saved probes win
     trainer = tiny_trainer(tmp_path, logger=second, callbacks=[callback], max_epochs=3)
     trainer.fit(tiny_module(seed=1), datamodule=tiny_data(), ckpt_path=str(checkpoint))
-    (row,) = _csv_rows(second.log_dir, "gradskip/insertion")
+    (row,) = _csv_rows(second.log_dir, "faithfulness/gradskip/insertion")
     assert row["gradskip/epoch"] == 2.0
 
     def token_maps(version: int, epoch: int) -> torch.Tensor:
@@ -173,8 +174,8 @@ def test_resume_continues_drift_as_if_it_had_not_stopped(tmp_path):
     np.testing.assert_array_equal(ids0, ids2)
     for reference, name in ((maps1, "prev"), (maps0, "first")):
         expected = drift(maps2, reference, top_k=0.1)
-        assert row[f"gradskip/drift/{name}/spearman"] == pytest.approx(float(expected["spearman"].mean()), abs=1e-6)
-        assert row[f"gradskip/drift/{name}/topk_iou"] == pytest.approx(float(expected["topk_iou"].mean()), abs=1e-6)
+        assert row[f"drift/gradskip/{name}/spearman"] == pytest.approx(float(expected["spearman"].mean()), abs=1e-6)
+        assert row[f"drift/gradskip/{name}/topk_iou"] == pytest.approx(float(expected["topk_iou"].mean()), abs=1e-6)
 
 
 # ------------------------------------------------------------------------------------- faults
@@ -233,15 +234,17 @@ def test_explicit_probes_and_validate_under_inference_mode(tmp_path):
         probe_masks=torch.stack(masks),
         explain_batch_size=4,
         target="prediction",
+        probe_overlays=True,
         **{"insertion_steps": 4},
     )
     logger = CSVLogger(save_dir=str(tmp_path), name="validate")
     tiny_trainer(tmp_path, logger=logger, callbacks=[callback]).validate(tiny_module(), datamodule=data)
-    (row,) = _csv_rows(logger.log_dir, "gradskip/validate/insertion")  # validate-only: its own keys
-    assert 0 <= row["gradskip/validate/pointing_game"] <= 1
-    assert not _csv_rows(logger.log_dir, "gradskip/insertion")
+    (row,) = _csv_rows(logger.log_dir, "faithfulness/gradskip/validate/insertion")  # validate-only: its own keys
+    assert 0 <= row["regions/gradskip/validate/pointing_game"] <= 1
+    assert not _csv_rows(logger.log_dir, "faithfulness/gradskip/insertion")
     assert not (Path(logger.log_dir) / "gradskip" / "maps").exists()  # the maps folder holds trained epochs
-    assert len(list((Path(logger.log_dir) / "gradskip" / "images").rglob("validate_overlay_probe_*.png"))) == 6
+    overlays = (Path(logger.log_dir) / "gradskip" / "images").rglob("probes_gradskip_validate_overlay_probe_*.png")
+    assert len(list(overlays)) == 6
 
 
 def test_lightning_cli_yaml_configures_the_callback(tmp_path):
@@ -378,8 +381,8 @@ def test_a_new_fit_on_another_trainer_draws_probes_again_and_forgets_drift(tmp_p
     fold_two_labels = fold_two.val_dataset.labels
     assert torch.equal(callback._source.probes.labels, fold_two_labels[callback._source.probes.ids])
     assert not torch.equal(callback._source.probes.ids, ids_first)
-    (row,) = _csv_rows(second.log_dir, "gradskip/insertion")
-    assert row["gradskip/epoch"] == 0.0 and "gradskip/drift/prev/spearman" not in row  # no reference from fold one
+    (row,) = _csv_rows(second.log_dir, "faithfulness/gradskip/insertion")
+    assert row["gradskip/epoch"] == 0.0 and "drift/gradskip/prev/spearman" not in row  # no reference from fold one
 
 
 def test_uint8_probe_images_are_refused():
@@ -427,5 +430,5 @@ def test_validate_after_fit_neither_writes_maps_nor_moves_drift(tmp_path):
     trainer.validate(module, datamodule=tiny_data())
     assert sorted(p.name for p in maps.iterdir()) == files == ["epoch_0000.npz", "epoch_0001.npz", "probes.npz"]
     assert torch.equal(callback._drift.previous, previous)
-    (row,) = _csv_rows(logger.log_dir, "gradskip/validate/insertion")
-    assert row["gradskip/validate/drift/prev/spearman"] == pytest.approx(1.0)  # same weights as the last epoch
+    (row,) = _csv_rows(logger.log_dir, "faithfulness/gradskip/validate/insertion")
+    assert row["drift/gradskip/validate/prev/spearman"] == pytest.approx(1.0)  # same weights as the last epoch

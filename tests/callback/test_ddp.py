@@ -43,18 +43,20 @@ def test_ddp_two_processes_log_once_and_match_one_process(ddp_out, tmp_path):
     shutil.copytree(ddp_out, tmp_path, dirs_exist_ok=True)
     ddp_run.main(tmp_path, devices=1)  # the single-process reference, in this process
     ddp_dir, single_dir = tmp_path / "devices_2" / "version_0", tmp_path / "devices_1" / "version_0"
-    for key in ("gradskip/validate/insertion", "gradskip/insertion"):  # validate, then the fit epoch: once each
+    for key in ("faithfulness/gradskip/validate/insertion", "faithfulness/gradskip/insertion"):  # validate, then fit
         assert len(_rows(ddp_dir, key)) == len(_rows(single_dir, key)) == 1, key
     assert sorted(p.name for p in (tmp_path / "devices_2").iterdir() if p.is_dir()) == ["version_0"]
-    (validate_ddp,), (validate_single,) = _rows(ddp_dir, "gradskip/validate/insertion"), _rows(
-        single_dir, "gradskip/validate/insertion"
+    (validate_ddp,), (validate_single,) = _rows(ddp_dir, "faithfulness/gradskip/validate/insertion"), _rows(
+        single_dir, "faithfulness/gradskip/validate/insertion"
     )
-    keys = [k for k in validate_single if k.startswith("gradskip/") and k != "gradskip/validate/time_s"]
+    keys = [k for k in validate_single if "gradskip/validate/" in k and k != "gradskip/validate/time_s"]
     assert {
-        "gradskip/validate/insertion",
-        "gradskip/validate/compare/rollout/deletion",
-        "gradskip/validate/gate/layer_1",
-        "gradskip/validate/pointing_game",
+        "faithfulness/gradskip/validate/insertion",
+        "faithfulness/gradskip/validate/deletion/rollout",
+        "gates/gradskip/validate/layer_1",
+        "regions/gradskip/validate/pointing_game",
+        "regions/gradskip/validate/mass/object",
+        "regions/gradskip/validate/rank/object/rollout",
     } <= set(keys)
     assert set(keys) <= set(validate_ddp)
     for key in keys:
@@ -71,3 +73,13 @@ def test_ddp_ranks_run_the_same_number_of_forwards_with_an_uneven_probe_count(dd
     """9 probes on 2 ranks: shards are padded to 5 each, so sharded strategies (FSDP) cannot hang."""
     counts = [int((ddp_out / "devices_2" / f"forwards_rank{r}.txt").read_text()) for r in (0, 1)]
     assert counts[0] == counts[1] > 0, counts
+
+
+@pytest.mark.slow
+def test_ddp_every_rank_holds_the_same_monitorable_scalars(ddp_out):
+    """EarlyStopping/ModelCheckpoint read ``callback_metrics`` on every rank: the values must agree."""
+    import json
+
+    ranks = [json.loads((ddp_out / "devices_2" / f"callback_metrics_rank{r}.json").read_text()) for r in (0, 1)]
+    assert "regions/gradskip/mass/object" in ranks[0] and "faithfulness/gradskip/insertion/rollout" in ranks[0]
+    assert ranks[0] == ranks[1]

@@ -95,7 +95,9 @@ def test_explicit_multi_hot_probe_labels_explain_a_positive_label():
     assert torch.equal(probes.multi_hot, labels) and callback._activation == "sigmoid"
 
 
-def test_explicit_named_regions_feed_the_pointing_game_from_object(tmp_path):
+def test_explicit_named_regions_feed_the_pointing_game_from_object_and_each_get_mass_and_rank(tmp_path):
+    import csv
+
     from lightning.pytorch.loggers import CSVLogger
 
     data = MultiHotShapes(4, seed=0)
@@ -107,5 +109,10 @@ def test_explicit_named_regions_feed_the_pointing_game_from_object(tmp_path):
     assert sorted(callback._source.probes.regions) == ["background", "object"]
     logger = CSVLogger(save_dir=str(tmp_path), name="regions")
     tiny_trainer(tmp_path, logger=logger, callbacks=[callback]).validate(MultiLabelViT(), datamodule=MultiHotData())
-    text = (tmp_path / "regions" / "version_0" / "metrics.csv").read_text()
-    assert "gradskip/validate/pointing_game" in text.splitlines()[0]
+    with open(tmp_path / "regions" / "version_0" / "metrics.csv") as handle:
+        rows = [{k: float(v) for k, v in r.items() if v} for r in csv.DictReader(handle)]
+    (row,) = [r for r in rows if "regions/gradskip/validate/pointing_game" in r]
+    assert 0 <= row["regions/gradskip/validate/pointing_game"] <= 1
+    mass = {name: row[f"regions/gradskip/validate/mass/{name}"] for name in ("object", "background")}
+    assert mass["object"] + mass["background"] == pytest.approx(1.0, abs=1e-6)  # complementary regions
+    assert 0 < mass["background"] < 1 and 0 <= row["regions/gradskip/validate/rank/object"] <= 1

@@ -2,25 +2,57 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 
-from gradskip_lightning.callback.record import ProbeRecord, npz_fields, scalar_fields, table_fields
-from gradskip_lightning.callback.sinks import TABLE_COLUMNS
+from gradskip_lightning.callback.record import ProbeRecord, Scalar, npz_fields, scalar_fields, table_fields
+from gradskip_lightning.callback.report import epoch_scalars, table_cells
 
 
 def test_fields_declare_scope_scalars_table_and_files():
     assert scalar_fields() == {
-        "insertion": "insertion",
-        "deletion": "deletion",
-        "ins_minus_del": "ins_minus_del",
-        "fvt_violation": "fvt_violation",
-        "pointing_hit": "pointing_game",
+        "insertion": Scalar("faithfulness", "insertion"),
+        "deletion": Scalar("faithfulness", "deletion"),
+        "ins_minus_del": Scalar("faithfulness", "ins_minus_del"),
+        "fvt_violation": Scalar("faithfulness", "fvt_violation"),
+        "pointing_hit": Scalar("regions", "pointing_game"),
+        "region_mass": Scalar("regions", "mass", regions=True),
+        "region_rank": Scalar("regions", "rank", regions=True),
+        "transplant_flip": Scalar("transplant", "flip_rate"),
+        "transplant_mass": Scalar("transplant", "tag_mass"),
     }
-    compared = ["insertion", "deletion", "ins_minus_del", "fvt_violation"]
-    assert list(scalar_fields(compared_only=True).values()) == compared
-    assert TABLE_COLUMNS[5:8] == list(table_fields().values()) == ["probability", "insertion", "deletion"]
+    assert "transplant_flip" not in scalar_fields(compared_only=True)  # the model's, not a method's
+    assert list(table_fields())[:3] == ["probabilities", "insertion", "deletion"]
+    assert table_fields()["region_mass"] == ("mass", True)
     saved = {"targets", "predictions", "probabilities", "insertion", "deletion", "maps", "token_maps"}
+    saved |= {"pointing_hit", "region_mass", "region_rank", "transplant_flip", "transplant_mass"}
     assert set(npz_fields()) == saved
+
+
+def test_per_region_fields_give_one_scalar_and_one_column_per_region_and_nan_is_left_out():
+    nan = float("nan")
+    main = ProbeRecord(
+        insertion=torch.tensor([0.2, 0.4]),
+        region_mass=torch.tensor([[0.5, nan], [0.7, 0.1]]),
+        gates=torch.tensor([[0.2, 0.6], [0.4, 0.8]]),
+    )
+    other = ProbeRecord(insertion=torch.tensor([0.1, 0.1]), region_mass=torch.tensor([[nan, nan], [0.3, 0.9]]))
+    records = {"gradskip": main, "rollout": other}
+    scalars = epoch_scalars(records, "gradskip", {}, ["object", "tag"], epoch=3, prefix="gs/")
+    expected = {
+        "gs/epoch": 3.0,
+        "faithfulness/gs/insertion": 0.3,
+        "regions/gs/mass/object": 0.6,
+        "regions/gs/mass/tag": 0.1,  # the NaN (empty region) is left out of the mean
+        "gates/gs/layer_0": 0.3,
+        "gates/gs/layer_1": 0.7,
+        "faithfulness/gs/insertion/rollout": 0.1,
+        "regions/gs/mass/object/rollout": 0.3,
+        "regions/gs/mass/tag/rollout": 0.9,
+    }
+    assert scalars == pytest.approx(expected, abs=1e-6)
+    cells = table_cells(main.values(), 0, ["object", "tag"])
+    assert cells == {"insertion": pytest.approx(0.2), "mass/object": 0.5, "mass/tag": None}
 
 
 def test_select_concat_and_scopes():

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import re
 
 import numpy as np
 import pytest
@@ -42,7 +41,7 @@ def run(tmp_path_factory):
 
 
 def _rows(run):
-    return run.rows_with(f"{P}insertion")
+    return run.rows_with(f"faithfulness/{P}insertion")
 
 
 def test_one_row_per_epoch_at_lightnings_epoch_steps(run):
@@ -57,42 +56,42 @@ def test_one_row_per_epoch_at_lightnings_epoch_steps(run):
 
 def test_every_key_is_logged_with_sane_values(run):
     first, second = _rows(run)
-    probe_ids = sorted(int(k.rsplit("_", 1)[1]) for k in first if k.startswith(f"{P}overlay/probe_"))
-    assert len(probe_ids) == NUM_PROBES
-    scalars = ["insertion", "deletion", "ins_minus_del", "fvt_violation", "pointing_game", "time_s"]
-    scalars += [f"gate/layer_{layer}" for layer in range(LAYERS)]
-    scalars += [f"compare/rollout/{k}" for k in ("insertion", "deletion", "ins_minus_del", "fvt_violation")]
-    drift = [f"drift/{ref}/{kind}" for ref in ("prev", "first") for kind in ("spearman", "topk_iou")]
+    assert not any("/overlay/probe_" in k for k in first)  # per-probe overlays are off by default
+    scores = ["insertion", "deletion", "ins_minus_del", "fvt_violation"]
+    scalars = [f"faithfulness/{P}{k}{m}" for k in scores for m in ("", "/rollout")]
+    scalars += [f"regions/{P}{k}{m}" for k in ("pointing_game", "mass/object", "rank/object") for m in ("", "/rollout")]
+    scalars += [f"gates/{P}layer_{layer}" for layer in range(LAYERS)] + [f"{P}time_s", f"{P}epoch"]
+    drift = [f"drift/{P}{ref}/{kind}" for ref in ("prev", "first") for kind in ("spearman", "topk_iou")]
     for row in (first, second):
+        ours = {k for k in row if P in k}
+        sections = {k.split("/")[0] for k in ours}
+        assert sections <= {"faithfulness", "regions", "drift", "gates", "heads", "probes", "gradskip"}, sections
         for key in scalars:
-            assert isinstance(row[P + key], float), key
-        for key in ("insertion", "deletion", "fvt_violation", "pointing_game", "compare/rollout/insertion"):
-            assert 0.0 <= row[P + key] <= 1.0, key
-        assert row[f"{P}ins_minus_del"] == pytest.approx(row[f"{P}insertion"] - row[f"{P}deletion"], abs=1e-6)
-        assert all(0.0 <= row[f"{P}gate/layer_{layer}"] <= 1.0 for layer in range(LAYERS))
+            assert isinstance(row[key], (int, float)), key
+            assert key == f"{P}time_s" or 0.0 <= row[key] <= 1.0 + (key == f"{P}epoch"), key
+        assert row[f"faithfulness/{P}ins_minus_del"] == pytest.approx(
+            row[f"faithfulness/{P}insertion"] - row[f"faithfulness/{P}deletion"], abs=1e-6
+        )
         assert 0.0 < row[f"{P}time_s"] < 60.0
         for part in ("omega", "grad_flow", "sparsity"):
-            assert row[f"{P}heads/{part}"]["_type"] == "image-file"
+            assert row[f"heads/{P}{part}"]["_type"] == "image-file"
             for layer in range(LAYERS):
-                hist = row[f"{P}heads/{part}/layer_{layer}"]
+                hist = row[f"heads/{P}{part}/layer_{layer}"]
                 assert hist["_type"] == "histogram" and sum(hist["values"]) == NUM_PROBES * 3  # probes x heads
-        assert row[f"{P}overlays"]["_type"] == row[f"{P}compare/rollout/overlays"]["_type"] == "image-file"
-        assert row[f"{P}table"]["_type"] == "incremental-table-file"
-    assert not any(key in first for key in (P + k for k in drift))  # nothing to compare with yet
+        assert row[f"probes/{P}overlays"]["_type"] == row[f"probes/{P}overlays/rollout"]["_type"] == "image-file"
+        assert row[f"probes/{P}table"]["_type"] == "incremental-table-file"
+    assert not any(key in first for key in drift)  # nothing to compare with yet
     for key in drift:
-        assert -1.0 <= second[P + key] <= 1.0, key
-    assert f"{P}probes" in first and f"{P}probes" not in second
+        assert -1.0 <= second[key] <= 1.0, key
+    assert f"probes/{P}probes" in first and f"probes/{P}probes" not in second
 
 
-def test_overlays_are_captioned_uint8_images(run):
+def test_grid_is_a_uint8_colour_image(run):
     first, _ = _rows(run)
-    for key, media in first.items():
-        if not key.startswith(f"{P}overlay/probe_"):
-            continue
-        assert re.fullmatch(r"label=\w+ square pred=\w+ square p=[01]\.\d\d", media["caption"]), media["caption"]
-        pixels = np.asarray(Image.open(run.root / "files" / media["path"]))
-        assert pixels.shape == (128, 128, 3) and pixels.dtype == np.uint8
-        assert pixels.std() > 10  # a real colour map over the image, not a black square
+    media = first[f"probes/{P}overlays"]
+    pixels = np.asarray(Image.open(run.root / "files" / media["path"]))
+    assert pixels.dtype == np.uint8 and pixels.shape[2] == 3 and pixels.shape[0] >= 2 * 128
+    assert pixels.std() > 10  # a real colour map over the images, not a black square
 
 
 def test_probe_images_are_uploaded_once_and_maps_artifact_is_logged(run):
@@ -111,15 +110,19 @@ def test_probe_images_are_uploaded_once_and_maps_artifact_is_logged(run):
 
 def test_table_rows_and_npz_match_the_logged_scores(run):
     _, second = _rows(run)
-    table = json.loads((run.root / "files" / second[f"{P}table"]["path"]).read_text())
+    table = json.loads((run.root / "files" / second[f"probes/{P}table"]["path"]).read_text())
     assert table["columns"][:4] == ["epoch", "probe_id", "overlay", "label"]
+    assert {"mass/object", "rank/object", "pointing_hit"} <= set(table["columns"])
     assert len(table["data"]) == NUM_PROBES and {r[0] for r in table["data"]} == {1}
     (epoch_file,) = run.root.glob("gradskip/maps/epoch_0001.npz")
     with np.load(epoch_file) as saved:
         assert saved["maps"].shape == (NUM_PROBES, 32, 32)
-        assert saved["insertion"].mean() == pytest.approx(second[f"{P}insertion"], abs=1e-6)
-        insertion_col = table["columns"].index("insertion")
-        np.testing.assert_allclose([r[insertion_col] for r in table["data"]], saved["insertion"], atol=1e-6)
+        assert saved["insertion"].mean() == pytest.approx(second[f"faithfulness/{P}insertion"], abs=1e-6)
+        assert list(saved["region_names"]) == ["object"] and saved["region_mass"].shape == (NUM_PROBES, 1)
+        assert saved["region_mass"].mean() == pytest.approx(second[f"regions/{P}mass/object"], abs=1e-6)
+        for column, values in (("insertion", saved["insertion"]), ("mass/object", saved["region_mass"][:, 0])):
+            index = table["columns"].index(column)
+            np.testing.assert_allclose([r[index] for r in table["data"]], values, atol=1e-6)
 
 
 def test_timeline_renders_from_the_wandb_run_folder(run, tmp_path):
