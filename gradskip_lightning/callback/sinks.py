@@ -114,12 +114,12 @@ class WandbSink:
                 probes.add_data(probe_id, wandb.Image(image), label)
             row[key("probes", self.prefix, "probes")] = probes
             self._probes_logged = True
-        for key, (image, text) in report.overlays.items():
-            row[key] = wandb.Image(image, caption=text)
-        for key, image in report.images.items():
-            row[key] = wandb.Image(image)
-        for key, values in report.histograms.items():
-            row[key] = wandb.Histogram(values, num_bins=min(64, max(1, values.size)))
+        for name, (image, text) in report.overlays.items():
+            row[name] = wandb.Image(image, caption=text)
+        for name, image in report.images.items():
+            row[name] = wandb.Image(image)
+        for name, values in report.histograms.items():
+            row[name] = wandb.Histogram(values, num_bins=min(64, max(1, values.size)))
         if report.rows:
             if self._table is None:
                 self._table = wandb.Table(columns=list(report.rows[0]), log_mode="INCREMENTAL")
