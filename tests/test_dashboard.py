@@ -1,0 +1,89 @@
+"""The W&B workspace template: built offline, every key it names is one a real offline run logged."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+import wandb
+from lightning.pytorch import seed_everything
+from lightning.pytorch.loggers import WandbLogger
+
+from gradskip_lightning import GradSkipCallback
+from gradskip_lightning.data import SpuriousTag
+from gradskip_lightning.dashboard import FAITHFULNESS_SCORES, build_workspace, main
+from tests.callback.helpers import tiny_data, tiny_module, tiny_trainer
+from tests.callback.wandb_files import find_runs
+
+pytest.importorskip("wandb_workspaces")
+
+
+@pytest.fixture(scope="module")
+def logged_keys(tmp_path_factory) -> set[str]:
+    """Every key of a real offline run: regions object and tag, a compared method, the transplant test."""
+    root = tmp_path_factory.mktemp("dashboard_run")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("WANDB_MODE", "offline")
+        mp.setenv("WANDB_SILENT", "true")
+        for var in ("WANDB_DIR", "WANDB_DATA_DIR", "WANDB_CACHE_DIR", "WANDB_CONFIG_DIR", "WANDB_ARTIFACT_DIR"):
+            (root / var).mkdir()
+            mp.setenv(var, str(root / var))
+        seed_everything(0)
+        callback = GradSkipCallback(num_probes=8, insertion_steps=4, compare_methods=["rollout"], transplant=True)
+        logger = WandbLogger(save_dir=str(root), offline=True, project="dashboard-test")
+        data = tiny_data(tag=SpuriousTag(target_class=1, p_in=1.0, p_out=0.5))
+        tiny_trainer(root, logger=logger, callbacks=[callback], max_epochs=2).fit(tiny_module(), datamodule=data)
+        wandb.finish()
+    (run,) = find_runs(root / "wandb")
+    return {name for row in run.history for name in row}
+
+
+def _panels(workspace) -> dict[str, list[dict]]:
+    spec = workspace._to_model().model_dump(by_alias=True, exclude_none=True)
+    return {s["name"]: s["panels"] for s in spec["spec"]["section"]["panelBankConfig"]["sections"]}
+
+
+def test_template_sections_and_panels_name_keys_the_callback_logs(logged_keys):
+    workspace = build_workspace("entity", "project", regions=["object", "tag"], compare_methods=["rollout"])
+    panels = _panels(workspace)
+    assert list(panels) == ["faithfulness", "regions", "transplant", "drift", "gates", "probes", "heads"]
+    assert workspace.settings.group_by_prefix == "first"
+    # every section of the template is a section of the run's keys (text before the first "/")
+    assert set(panels) <= {name.split("/")[0] for name in logged_keys}
+    charts = [p["config"] for section in panels.values() for p in section if p["viewType"] == "Run History Line Plot"]
+    for chart in charts:
+        assert chart["xAxis"] == "gradskip/epoch" and chart["xAxis"] in logged_keys
+        assert set(chart.get("metrics", [])) <= logged_keys, chart
+        if "metricRegex" in chart:
+            matched = {name for name in logged_keys if re.search(chart["metricRegex"], name)}
+            assert matched and set(chart.get("metrics", [])) <= matched, chart
+    titles = {c["chartTitle"]: c for c in charts}
+    insertion = {n for n in logged_keys if re.search(titles["insertion"]["metricRegex"], n)}
+    assert insertion == {"faithfulness/gradskip/insertion", "faithfulness/gradskip/insertion/rollout"}  # one chart
+    assert {f"relevance {m}/{r}" for m in ("mass", "rank") for r in ("object", "tag")} <= set(titles)
+    assert set(FAITHFULNESS_SCORES) <= set(titles)
+    gates = {n for n in logged_keys if re.search(titles["mean gate beta_main per layer"]["metricRegex"], n)}
+    assert gates == {"gates/gradskip/layer_0", "gates/gradskip/layer_1"}
+    media = [p["config"] for section in panels.values() for p in section if p["viewType"] == "Media Browser"]
+    assert media[0]["mediaKeys"] == ["probes/gradskip/overlays", "probes/gradskip/overlays/rollout"]
+    assert all(set(m["mediaKeys"]) <= logged_keys and m["mode"] == "gallery" for m in media)  # step slider
+    (table,) = [p for p in panels["probes"] if p["viewType"] == "Weave"]
+    assert "probes/gradskip/table" in str(table["config"]) and "probes/gradskip/table" in logged_keys
+
+
+def test_a_second_prefix_names_its_own_keys():
+    panels = _panels(build_workspace("entity", "project", prefix="rollout/"))
+    keys = {k for section in panels.values() for p in section for k in p["config"].get("metrics", [])}
+    assert keys and all("/rollout/" in k for k in keys)
+
+
+def test_the_command_saves_the_workspace(monkeypatch):
+    import wandb_workspaces.workspaces as ws
+
+    saved = []
+    monkeypatch.setattr(ws.Workspace, "save", lambda self: saved.append(self) or self)
+    monkeypatch.setattr(ws.Workspace, "url", property(lambda self: "https://wandb.example/view"))
+    main(["--entity", "team", "--project", "proj", "--prefix", "gs/", "--regions", "object", "tag"])
+    (workspace,) = saved
+    assert (workspace.entity, workspace.project) == ("team", "proj")
+    assert workspace.sections[0].panels[0].y == ["faithfulness/gs/insertion"]
