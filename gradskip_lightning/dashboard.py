@@ -73,7 +73,7 @@ def build_workspace(
     epoch = key(None, prefix, "epoch")  # the x axis of every line chart
     region_scores = [f"{measure}/{region}" for region in regions for measure in ("mass", "rank")]
     drift = [
-        wr.LinePlot(title=f"drift {kind}", x=epoch, y=[key("drift", prefix, f"{ref}/{kind}") for ref in ("prev", "first")])
+        wr.LinePlot(title=f"drift {kind}", x=epoch, y=[key("drift", prefix, f"{r}/{kind}") for r in ("prev", "first")])
         for kind in ("spearman", "topk_iou")
     ]
     gates = wr.LinePlot(
@@ -124,7 +124,9 @@ def build_workspace(
 
 def main(argv: Sequence[str] | None = None):
     """Command-line entry point: build the workspace and save it to W&B; returns it."""
-    parser = argparse.ArgumentParser(prog="python -m gradskip_lightning.dashboard", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m gradskip_lightning.dashboard", description=__doc__.split("\n\n")[0]
+    )
     parser.add_argument("--entity", required=True, help="W&B entity (user or team)")
     parser.add_argument("--project", required=True, help="W&B project of the runs")
     parser.add_argument("--prefix", default="gradskip/", help="the callback's log_prefix (default: gradskip/)")

@@ -10,8 +10,8 @@ from lightning.pytorch import seed_everything
 from lightning.pytorch.loggers import WandbLogger
 
 from gradskip_lightning import GradSkipCallback
-from gradskip_lightning.data import SpuriousTag
 from gradskip_lightning.dashboard import FAITHFULNESS_SCORES, build_workspace, main
+from gradskip_lightning.data import SpuriousTag
 from tests.callback.helpers import tiny_data, tiny_module, tiny_trainer
 from tests.callback.wandb_files import find_runs
 

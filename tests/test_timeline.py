@@ -45,3 +45,24 @@ def test_timeline_names_what_is_missing(tmp_path):
     write_probes(tmp_path / "noepochs", np.arange(1), np.zeros(1), np.zeros((1, 4, 4, 3), np.uint8), ["a"])
     with pytest.raises(FileNotFoundError, match="no epoch_"):
         read_maps(tmp_path / "noepochs")
+
+
+def test_region_curves_under_the_picture_follow_the_mass_on_each_region(tmp_path):
+    from gradskip_lightning.timeline import CHART_INCHES, ROW_INCHES, region_curves
+
+    maps = tmp_path / "maps"
+    _write_run(maps, probes=2, epochs=(0, 1, 2))
+    for epoch, tag_share in ((0, 0.1), (1, 0.5), (2, 0.9)):  # relevance moving from the object to the tag
+        with np.load(maps / f"epoch_{epoch:04d}.npz") as saved:
+            arrays = {k: saved[k] for k in saved.files if k not in ("epoch", "step", "method")}
+        arrays["region_names"] = np.array(["object", "tag"])
+        arrays["region_mass"] = np.array([[1 - tag_share, tag_share], [1 - tag_share, np.nan]], np.float32)
+        arrays["transplant_mass"] = np.array([np.nan, tag_share], np.float32)
+        write_epoch(maps, epoch, 10 * epoch, "gradskip", arrays)
+    epochs, curves = region_curves(read_maps(maps))
+    assert epochs == [0, 1, 2] and list(curves) == ["object", "tag", "tag (transplanted)"]
+    np.testing.assert_allclose(curves["object"], [0.9, 0.5, 0.1], atol=1e-6)
+    np.testing.assert_allclose(curves["tag"], [0.1, 0.5, 0.9], atol=1e-6)  # the NaN probe left out
+    np.testing.assert_allclose(curves["tag (transplanted)"], [0.1, 0.5, 0.9], atol=1e-6)
+    out = main([str(maps), "-o", str(tmp_path / "timeline.png")])
+    assert Image.open(out).size == (int(1.5 * 4 * 100), int((ROW_INCHES * 2 + CHART_INCHES) * 100))

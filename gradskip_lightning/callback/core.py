@@ -235,7 +235,8 @@ class GradSkipCallback(Callback):
         render.colormap_lut(colormap)  # raises ValueError for an unknown colour map
         if not isinstance(transplant, (SpuriousTag, bool)):
             raise TypeError(
-                f"transplant must be a SpuriousTag, True (the datamodule's tag) or False; got {type(transplant).__name__}"
+                "transplant must be a SpuriousTag, True (the datamodule's tag) or False; "
+                f"got {type(transplant).__name__}"
             )
         if probe_images is None and (probe_labels is not None or probe_masks is not None):
             raise ValueError("probe_labels and probe_masks need probe_images")
@@ -315,7 +316,8 @@ class GradSkipCallback(Callback):
             display = (datamodule.mean, datamodule.std)
         self._display = self._checked_display(*display)
         self._class_names = self._checked_class_names(getattr(datamodule, "class_names", None))
-        self.scores = dataclasses.replace(self.scores, transplant=self._checked_transplant(getattr(datamodule, "tag", None)))
+        transplant = self._checked_transplant(getattr(datamodule, "tag", None))
+        self.scores = dataclasses.replace(self.scores, transplant=transplant)
         if self._source.probes is None and datamodule is not None:
             dataset = getattr(datamodule, "val_dataset", None) or getattr(datamodule, "train_dataset", None)
             if dataset is not None:

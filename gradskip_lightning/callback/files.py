@@ -7,7 +7,10 @@ Layout of a maps folder::
                        for display, class_names (n,) str
     epoch_0003.npz     epoch, step (scalars), method (str), probe_ids, labels, targets,
                        predictions (P,) int64, probabilities, insertion, deletion (P,) float32,
-                       maps (P, H, W) float32, token_maps (P, h, w) float32
+                       maps (P, H, W) float32, token_maps (P, h, w) float32; with regions
+                       pointing_hit (P,) (an "object" region), region_mass, region_rank (P, R)
+                       float32 and region_names (R,) str; with the transplant test
+                       transplant_flip, transplant_mass (P,) float32 (NaN: not scored)
 
 The callback's :class:`~.sinks.MapsFileSink` writes these for trained epochs (the W&B artifact
 holds the same files; the epoch arrays are the :func:`~.record.npz_fields` of the record); the

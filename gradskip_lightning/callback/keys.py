@@ -12,8 +12,9 @@ Example:
     'faithfulness/gradskip/insertion'
     >>> key("regions", "gradskip/", "mass/tag", method="rollout")
     'regions/gradskip/mass/tag/rollout'
-    >>> bool(re.fullmatch(score_pattern("faithfulness", "gradskip/", "insertion"), "faithfulness/gradskip/insertion/chefer"))
-    True
+    >>> pattern = score_pattern("faithfulness", "gradskip/", "insertion")
+    >>> [bool(re.fullmatch(pattern, k)) for k in ("faithfulness/gradskip/insertion/chefer", "faithfulness/gs/insertion")]
+    [True, False]
 """
 
 from __future__ import annotations

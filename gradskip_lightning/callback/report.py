@@ -11,8 +11,8 @@ from torch import Tensor
 
 from gradskip_lightning import render
 
-from .probes import ProbeSet
 from .keys import key
+from .probes import ProbeSet
 from .record import ProbeRecord, npz_fields, scalar_fields, table_fields
 from .sinks import EpochReport, ProbeSheet
 
@@ -51,7 +51,8 @@ def _scores(prefix: str, record: ProbeRecord, regions: Sequence[str], method: st
             scores[key(scalar.section, prefix, scalar.name, method=method)] = _mean(values[name])
             continue
         for column, region in enumerate(regions):
-            scores[key(scalar.section, prefix, f"{scalar.name}/{region}", method=method)] = _mean(values[name][:, column])
+            name_of_region = f"{scalar.name}/{region}"
+            scores[key(scalar.section, prefix, name_of_region, method=method)] = _mean(values[name][:, column])
     return scores
 
 

@@ -15,7 +15,7 @@ from lightning.pytorch.loggers import Logger, TensorBoardLogger, WandbLogger
 
 from gradskip_lightning.render import annotate
 
-from .files import write_epoch, write_probes, write_png
+from .files import write_epoch, write_png, write_probes
 from .keys import key
 
 __all__ = [

@@ -256,7 +256,8 @@ def test_lightning_cli_yaml_configures_the_callback(tmp_path):
     config = tmp_path / "config.yaml"
     config.write_text(
         "trainer:\n  logger: false\n  callbacks:\n    - class_path: gradskip_lightning.GradSkipCallback\n"
-        "      init_args: {num_probes: 16, compare_methods: [rollout], method_options: {alpha: 0.7}, target: prediction}\n"
+        "      init_args: {num_probes: 16, compare_methods: [rollout], method_options: {alpha: 0.7},"
+        " target: prediction}\n"
     )
     cli = LightningCLI(ViTClassifier, PlantedShapesDataModule, run=False, args=["--config", str(config)])
     (callback,) = [c for c in cli.trainer.callbacks if isinstance(c, GradSkipCallback)]
