@@ -13,7 +13,7 @@ Example:
     >>> key("regions", "gradskip/", "mass/tag", method="rollout")
     'regions/gradskip/mass/tag/rollout'
     >>> pattern = score_pattern("faithfulness", "gradskip/", "insertion")
-    >>> [bool(re.fullmatch(pattern, k)) for k in ("faithfulness/gradskip/insertion/chefer", "faithfulness/gs/insertion")]
+    >>> [bool(re.fullmatch(pattern, k)) for k in ("faithfulness/gradskip/insertion/chefer", "regions/gs/insertion")]
     [True, False]
 """
 
