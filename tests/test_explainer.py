@@ -6,7 +6,7 @@ import timm
 import torch
 
 from gradskip_lightning import methods
-from gradskip_lightning.capture import capture
+from tests.adapters.helpers import capture
 from gradskip_lightning.explainer import METHODS, Explainer
 from gradskip_lightning.methods import GradSkipOptions
 from tests.conftest import make_tiny_vit
