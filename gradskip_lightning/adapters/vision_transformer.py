@@ -26,9 +26,9 @@ class VisionTransformerAdapter(Adapter):
             attn = getattr(block, "attn", None)
             if attn is None:
                 raise UnsupportedModel(
-                    f"Cannot explain {type(self.backbone).__name__}: block {i} is a {type(block).__name__} "
-                    "(attention and MLP in parallel, one fused output projection): its attention branch "
-                    "is not a separate tensor to gate."
+                    f"Cannot explain {type(self.backbone).__name__}: block {i} is a {type(block).__name__}, "
+                    "a parallel block (attention branches beside the MLP, no single `attn` sub-module): "
+                    "no one attention branch to gate."
                 )
             if type(attn).__name__ == "DiffAttention":
                 raise UnsupportedModel(

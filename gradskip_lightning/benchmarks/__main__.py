@@ -11,6 +11,7 @@ SUBCOMMANDS = {
     "metrics": "insertion/deletion throughput and forward calls",
     "callback": "the callback's epoch-end time against one training epoch",
     "faithfulness": "every method scored on planted shapes and BloodMNIST, with ablations",
+    "coverage": "which timm ViT-family models are accepted, and the properties on one small one per kind",
 }
 
 

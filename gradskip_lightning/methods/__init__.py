@@ -9,11 +9,13 @@ from gradskip_lightning.methods.baselines import (
     rollout,
 )
 from gradskip_lightning.methods.gradskip import (
+    BlockStep,
     GradSkipOptions,
     gini,
     gradskip,
     head_weights,
     propagate_block,
+    propagation,
     skip_gates,
     weighted_attention,
 )
@@ -23,6 +25,7 @@ from gradskip_lightning.methods.registry import METHOD_SPECS, METHODS, MethodNam
 __all__ = [
     "METHODS",
     "METHOD_SPECS",
+    "BlockStep",
     "GradSkipOptions",
     "MethodName",
     "MethodOutput",
@@ -35,6 +38,7 @@ __all__ = [
     "head_weights",
     "method_spec",
     "propagate_block",
+    "propagation",
     "random_relevance",
     "raw_attention",
     "rollout",

@@ -6,7 +6,7 @@ meaning of every option are in ``docs/method.md`` (the project's copy of the met
 """
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from typing import Literal, get_args
 
@@ -179,18 +179,35 @@ def _patch_tokens_only(capture: Capture) -> Capture:
     )
 
 
-def gradskip(capture: Capture, options: GradSkipOptions) -> MethodOutput:
-    """GradSkip relevance of the patches, with head weights and gates (see the method doc)."""
+@dataclass
+class BlockStep:
+    """One block of the top-down propagation (B images, N tokens propagated, H heads)."""
+
+    layer: int  # l - 1: the block's index, 0 = bottom
+    relevance_above: Tensor  # R^l, (B, N)
+    relevance_below: Tensor  # R^{l-1}, (B, N)
+    omega: Tensor  # (B, H)
+    grad_flow: Tensor  # g~ (B, H)
+    sparsity: Tensor  # s~ (B, H)
+    gates: Tensor  # beta_main (B, N)
+
+
+def start_relevance(capture: Capture, options: GradSkipOptions) -> tuple[Capture, Tensor]:
+    """The capture to propagate through and R^L, (B, N): the read-out, or for ``cls_mode="paper"``
+    the patch-only capture and max(0, <grad x^L, x^L>) (uniform where that is all zero)."""
+    if options.cls_mode == "readout":
+        return capture, capture.readout
+    capture = _patch_tokens_only(capture)
+    start = (capture.output_grad * capture.output).sum(dim=-1).clamp_min(0)
+    uniform = torch.full_like(start, 1.0 / start.shape[-1])
+    return capture, torch.where(start.sum(dim=-1, keepdim=True) > 0, start, uniform)
+
+
+def propagation(capture: Capture, options: GradSkipOptions) -> Iterator[BlockStep]:
+    """GradSkip's propagation, one :class:`BlockStep` per block from the top block down."""
     if capture.attn_grad is None:
         raise ValueError("GradSkip needs a capture with gradients")
-    if options.cls_mode == "paper":
-        capture = _patch_tokens_only(capture)
-        start = (capture.output_grad * capture.output).sum(dim=-1).clamp_min(0)
-        uniform = torch.full_like(start, 1.0 / start.shape[-1])
-        relevance = torch.where(start.sum(dim=-1, keepdim=True) > 0, start, uniform)
-    else:
-        relevance = capture.readout
-    omegas, g_tildes, s_tildes, gates = [], [], [], []
+    capture, relevance = start_relevance(capture, options)
     for layer in reversed(range(capture.num_blocks)):
         attn, attn_grad = capture.attn[layer], capture.attn_grad[layer]
         omega, g_tilde, s_tilde = head_weights(attn, attn_grad, options)
@@ -198,11 +215,18 @@ def gradskip(capture: Capture, options: GradSkipOptions) -> MethodOutput:
         beta = skip_gates(
             capture.block_input[layer], capture.branch[layer], capture.branch_grad[layer], options.gate, options.eps
         )
-        relevance = propagate_block(relevance, w, beta)
-        omegas.append(omega), g_tildes.append(g_tilde), s_tildes.append(s_tilde), gates.append(beta)
-    patch = relevance[:, capture.num_prefix_tokens :]
+        below = propagate_block(relevance, w, beta)
+        yield BlockStep(layer, relevance, below, omega, g_tilde, s_tilde, beta)
+        relevance = below
+
+
+def gradskip(capture: Capture, options: GradSkipOptions) -> MethodOutput:
+    """GradSkip relevance of the patches, with head weights and gates (see the method doc)."""
+    steps = list(propagation(capture, options))[::-1]  # bottom block first
+    patches = capture.grid_size[0] * capture.grid_size[1]
+    patch = steps[0].relevance_below[:, -patches:]
     if options.completeness:
         explained = capture.logits.gather(1, capture.targets[:, None])
         patch = patch * explained / patch.sum(dim=-1, keepdim=True)
-    stack = lambda ts: torch.stack(ts[::-1], dim=1)  # noqa: E731 - bottom block first: (B, L, ...)
-    return MethodOutput(patch, stack(omegas), stack(g_tildes), stack(s_tildes), stack(gates))
+    stack = lambda name: torch.stack([getattr(s, name) for s in steps], dim=1)  # noqa: E731 - (B, L, ...)
+    return MethodOutput(patch, stack("omega"), stack("grad_flow"), stack("sparsity"), stack("gates"))
