@@ -164,13 +164,14 @@ class Adapter:
         ``"token"`` reads the first :attr:`read_tokens` tokens; ``"avg"`` the patch tokens
         uniformly (all tokens when the backbone pools prefix tokens too); ``"map"`` (attention
         pooling) what its latent queries attend to, head and query mean, from ``pool_input``
-        (B, N, D), the tokens entering the pool.
+        (B, N or P, D), the tokens entering the pool.
         """
         pool = self.backbone.global_pool
-        if pool == "map":
-            return latent_attention(self.backbone.attn_pool, pool_input)
         prefix = self.num_prefix_tokens
         n = prefix + self.grid_size[0] * self.grid_size[1]
+        if pool == "map":  # a pool fed the patches only reads 0 from the prefix tokens
+            read = latent_attention(self.backbone.attn_pool, pool_input)
+            return F.pad(read, (n - read.shape[1], 0))
         r = torch.zeros(batch, n, device=device)
         if pool == "token":
             r[:, : self.read_tokens] = 1.0 / self.read_tokens

@@ -123,7 +123,10 @@ def cover(names: list[tuple[str, str]]) -> list[CoverageRecord]:
         key = (module, *kind(adapter))
         if key not in checked_kinds:
             checked_kinds.add(key)
-            record.reason = check_properties(small_instance(name, adapter.patch_size))
+            try:
+                record.reason = check_properties(small_instance(name, adapter.patch_size))
+            except Exception as error:  # noqa: BLE001 - a failed check is a record, not the end of the run
+                record.reason = f"check raised {type(error).__name__}: {error}"
             record.checked = not record.reason
         records.append(record)
     return records

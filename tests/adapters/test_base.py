@@ -105,3 +105,16 @@ def test_unsupported_configurations_name_the_class_and_the_reason(overrides, rea
     model = make_tiny_vit(**overrides)
     with pytest.raises(UnsupportedModel, match=f"VisionTransformer.*{reason}.*Supported families"):
         find_adapter(model)
+
+
+@pytest.mark.parametrize("include_prefix", [False, True])
+def test_map_pooling_starts_from_what_the_pool_attends_to(include_prefix):
+    model = make_tiny_vit(class_token=False, reg_tokens=4, global_pool="map", pool_include_prefix=include_prefix)
+    pool = model.attn_pool
+    with torch.no_grad():  # zero queries: the latent query attends uniformly to the tokens it is fed
+        pool.latent.zero_()
+        pool.q.bias.zero_()
+    cap = capture(model, torch.randn(2, 3, 32, 32))
+    read = 20 if include_prefix else 16
+    expected = torch.cat([torch.full((4,), 1 / read if include_prefix else 0.0), torch.full((16,), 1 / read)])
+    torch.testing.assert_close(cap.readout, expected.expand(2, -1))
