@@ -104,7 +104,7 @@ class Explainer:
     def num_classes(self) -> int:
         """Width of the model's logits: the backbone's head, or one forward of a blank image when
         the head is outside the backbone."""
-        if self.adapter.backbone is self.model:
+        if self.adapter.num_classes > 0:
             return self.adapter.num_classes
         device = next(self.model.parameters()).device
         blank = torch.zeros(1, self.in_chans, *self.img_size, device=device)
@@ -147,6 +147,11 @@ class Explainer:
             targets = targets.to(device=device, dtype=torch.long)
         with torch.autocast(device.type, enabled=False):
             cap = self.adapter.capture(self.model, images.float(), targets, with_gradients=self.spec.needs_backward)
+            if cap.logits.shape[1] != self.num_classes:
+                raise ValueError(
+                    f"{type(self.model).__name__}.forward returned {cap.logits.shape[1]} logits; its backbone's "
+                    f"head has {self.num_classes} classes. Pass the module whose forward returns them."
+                )
             out = self.spec.fn(cap, self.options)
         h, w = cap.grid_size
         patch = out.patch_relevance.float()

@@ -224,16 +224,26 @@ class Adapter:
         """
         blocks = self.blocks
         record: dict[str, list[Tensor]] = {
-            k: [] for k in ("attn", "value_norm", "block_input", "branch", "output", "pool_input")
+            k: [] for k in ("attn", "block_input", "branch", "output", "pool_input")
         }
 
         def on_attn(_m: nn.Module, _i: tuple, out: Tensor) -> None:
             record["attn"].append(out)
 
-        def on_attn_input(module: nn.Module, args: tuple, kwargs: dict) -> None:
-            x = args[0] if args else kwargs["x"]
-            with torch.no_grad():
-                record["value_norm"].append(value_vectors(module, x).norm(dim=-1))
+        attn_inputs: dict[int, Tensor] = {}
+        values: dict[int, Tensor] = {}
+
+        def value_hooks(i: int, attn: nn.Module) -> list:
+            def on_attn_input(_m: nn.Module, args: tuple, kwargs: dict) -> None:
+                attn_inputs[i] = (args[0] if args else kwargs["x"]).detach()
+
+            def on_values(_m: nn.Module, _i: tuple, out: Tensor) -> None:
+                values[i] = values_from_projection(attn, out)
+
+            return [
+                attn.register_forward_pre_hook(on_attn_input, with_kwargs=True),
+                value_projection(attn).register_forward_hook(on_values),
+            ]
 
         def on_block_input(_m: nn.Module, args: tuple, kwargs: dict) -> None:
             record["block_input"].append(args[0] if args else kwargs["x"])
@@ -250,10 +260,10 @@ class Adapter:
         handles = []
         with self.explain_mode(model), torch.inference_mode(False), torch.enable_grad():
             try:
-                for block in blocks:
+                for i, block in enumerate(blocks):
+                    handles += value_hooks(i, block.attn)
                     handles += [
                         block.attn.attn_drop.register_forward_hook(on_attn),
-                        block.attn.register_forward_pre_hook(on_attn_input, with_kwargs=True),
                         block.register_forward_pre_hook(on_block_input, with_kwargs=True),
                         block.drop_path1.register_forward_hook(on_branch),
                     ]
@@ -282,11 +292,15 @@ class Adapter:
             pool_input = record["pool_input"][0] if record["pool_input"] else None
             with torch.no_grad():
                 readout = self.readout(images.shape[0], pool_input, images.device)
+                value_norm = [
+                    value_norms(b.attn, values[i] if i in values else values_from_input(b.attn, attn_inputs[i]))
+                    for i, b in enumerate(blocks)
+                ]
 
         return Capture(
             attn=[a.detach() for a in record["attn"]],
             attn_grad=attn_grad,
-            value_norm=record["value_norm"],
+            value_norm=value_norm,
             block_input=[t.detach() for t in record["block_input"]],
             branch=[t.detach() for t in record["branch"]],
             branch_grad=branch_grad,
@@ -310,24 +324,39 @@ def check_logits(model: nn.Module, logits: object, batch: int) -> None:
         )
 
 
-def value_vectors(attn: nn.Module, x: Tensor) -> Tensor:
-    """Each head's value vectors v_{q,j}, (B, H, N, d), from the attention module's input x (B, N, D).
-
-    Handles a fused ``qkv`` projection (bias in ``qkv.bias`` or a separate ``v_bias``) and a
-    separate ``v_proj``; grouped-query value heads are repeated to the query heads.
-    """
+def value_projection(attn: nn.Module) -> nn.Module:
+    """The module whose output holds the value vectors: ``v_proj``, or the fused ``qkv``."""
     v_proj = getattr(attn, "v_proj", None)
-    if v_proj is not None:
-        v = v_proj(x)
-    else:
-        weight = attn.qkv.weight
-        width = weight.shape[0] // 3
-        bias = attn.qkv.bias[2 * width :] if attn.qkv.bias is not None else getattr(attn, "v_bias", None)
-        v = F.linear(x, weight[2 * width :], bias)
+    return attn.qkv if v_proj is None else v_proj
+
+
+def values_from_projection(attn: nn.Module, out: Tensor) -> Tensor:
+    """The values (B, N, A) in the output of :func:`value_projection`, copied (some attentions add
+    their bias in place afterwards); a bias-free ``qkv`` gets the attention's ``v_bias``."""
+    if getattr(attn, "v_proj", None) is not None:
+        return out.detach().clone()
+    width = out.shape[-1] // 3
+    v = out.detach()[..., 2 * width :].clone()
+    v_bias = getattr(attn, "v_bias", None)
+    return v + v_bias.detach() if attn.qkv.bias is None and v_bias is not None else v
+
+
+def values_from_input(attn: nn.Module, x: Tensor) -> Tensor:
+    """The values (B, N, A) recomputed from the attention's input x (B, N, D), for attentions that
+    apply their ``qkv`` weight functionally (BEiT, EVA with a separate q/v bias)."""
+    weight = attn.qkv.weight
+    width = weight.shape[0] // 3
+    bias = attn.qkv.bias[2 * width :] if attn.qkv.bias is not None else getattr(attn, "v_bias", None)
+    return F.linear(x.detach(), weight[2 * width :].detach(), None if bias is None else bias.detach())
+
+
+def value_norms(attn: nn.Module, v: Tensor) -> Tensor:
+    """||v_{q,j}|| per head, (B, H, N), from values (B, N, A); grouped-query value heads are
+    repeated to the query heads."""
     b, n, _ = v.shape
     value_heads = getattr(attn, "num_kv_heads", None) or attn.num_heads
-    v = v.reshape(b, n, value_heads, -1).transpose(1, 2)
-    return v.repeat_interleave(attn.num_heads // value_heads, dim=1)
+    norms = v.reshape(b, n, value_heads, -1).norm(dim=-1).transpose(1, 2)
+    return norms.repeat_interleave(attn.num_heads // value_heads, dim=1)
 
 
 def latent_attention(pool: nn.Module, x: Tensor) -> Tensor:

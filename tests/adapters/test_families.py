@@ -14,6 +14,7 @@ import torch
 from torch import nn
 
 from gradskip_lightning.adapters import find_adapter
+from gradskip_lightning.adapters.base import value_norms, values_from_input
 from gradskip_lightning.explainer import Explainer
 from gradskip_lightning.methods import GradSkipOptions, propagation
 from tests.adapters.helpers import capture, hooks_on, split_head
@@ -121,3 +122,33 @@ def test_forward_that_does_not_return_logits_is_refused():
 
     with pytest.raises(ValueError, match=r"Features.forward must return logits of shape \(B=1, num_classes\).*\(1, 17, 48\)"):
         Explainer(Features()).explain(torch.randn(1, 3, 32, 32))
+
+
+@pytest.mark.parametrize("label", FAMILIES)
+def test_value_norms_are_those_of_the_values_the_attention_mixes(label):
+    model = tiny(label)
+    attn = find_adapter(model).blocks[1].attn
+    seen = {}
+
+    def keep(key: str):
+        def hook(_m, args, kwargs=None) -> None:
+            seen[key] = args[0] if args else kwargs["x"]
+
+        return hook
+
+    hooks = [
+        attn.register_forward_pre_hook(keep("x"), with_kwargs=True),
+        attn.proj.register_forward_pre_hook(keep("mixed")),
+    ]
+    x = images_for(Explainer(model), 2)
+    try:
+        cap = capture(model, x)
+    finally:
+        for h in hooks:
+            h.remove()
+    v = values_from_input(attn, seen["x"])  # (B, N, A), recomputed from the weights
+    b, n, _ = v.shape
+    heads = v.reshape(b, n, attn.num_heads, -1).transpose(1, 2)
+    mixed = (cap.attn[1] @ heads).transpose(1, 2).reshape(b, n, -1)  # sum_j A_ij v_j per head
+    torch.testing.assert_close(mixed, seen["mixed"], rtol=1e-4, atol=1e-5)  # the proj input: right values
+    torch.testing.assert_close(cap.value_norm[1], value_norms(attn, v))
