@@ -147,7 +147,9 @@ class Adapter:
         head and every module of ``model`` outside the backbone that holds parameters), then
         ``"blocks.{L-1}"`` down to ``"blocks.0"``."""
         inside = {id(m) for m in self.backbone.modules()}
-        outside = [m for m in model.modules() if id(m) not in inside and next(m.parameters(recurse=False), None) is not None]
+        outside = [
+            m for m in model.modules() if id(m) not in inside and next(m.parameters(recurse=False), None) is not None
+        ]
         head = [self.backbone.head] if self.num_classes > 0 else []
         blocks = [(f"blocks.{i}", [block]) for i, block in reversed(list(enumerate(self.blocks)))]
         return [("head", head + outside), *blocks]
@@ -405,7 +407,9 @@ def find_adapter(model: nn.Module) -> Adapter:
         ('vision_transformer', (4, 4), 1, (8, 8))
     """
     if not isinstance(model, nn.Module):
-        raise UnsupportedModel(f"Cannot explain a {type(model).__name__}: not a torch.nn.Module. Supported: {supported()}.")
+        raise UnsupportedModel(
+            f"Cannot explain a {type(model).__name__}: not a torch.nn.Module. Supported: {supported()}."
+        )
     types = {t: adapter for adapter in ADAPTERS.values() for t in adapter.backbone_types}
     found = [m for m in model.modules() if type(m) in types]
     inner = {id(sub) for m in found for sub in m.modules() if sub is not m}

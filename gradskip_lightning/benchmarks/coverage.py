@@ -146,7 +146,8 @@ def run(args: argparse.Namespace) -> list[dict]:
         rows = [r for r in records if r.family == module]
         if rows:
             kinds = [r.checked for r in rows if r.checked is not None]
-            print(f"{module:28s} {sum(r.accepted for r in rows):4d}/{len(rows):<4d} {sum(kinds):6d}/{len(kinds):<6d} passed")
+            accepted = sum(r.accepted for r in rows)
+            print(f"{module:28s} {accepted:4d}/{len(rows):<4d} {sum(kinds):6d}/{len(kinds):<6d} passed")
     accepted = sum(r.accepted for r in records)
     print(f"{'all':28s} {accepted:4d}/{len(records):<4d} ({100 * accepted / max(len(records), 1):.1f} %)")
     for r in records:

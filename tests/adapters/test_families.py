@@ -29,7 +29,9 @@ FAMILIES = {
     "vit_respost": ("vit_base_patch16_rpn_224", {}, "vision_transformer"),
     "deit_distilled": ("deit_tiny_distilled_patch16_224", {}, "vision_transformer"),
     "hybrid_resnet_stem": ("vit_tiny_r_s16_p8_224", dict(patch_size=2), "vision_transformer"),
-    "vitamin": ("vitamin_small_224", dict(embed_dim=None, num_heads=None, patch_size=None, img_size=64), "vision_transformer"),
+    # vitamin's convolutional stem fixes the width (384) and the stride (16 px)
+    "vitamin": ("vitamin_small_224", dict(embed_dim=None, num_heads=None, patch_size=None, img_size=64),
+                "vision_transformer"),
     "eva02_rope_swiglu": ("eva02_tiny_patch14_224", {}, "eva"),
     "eva_map_pe_core": ("vit_pe_core_tiny_patch16_384", {}, "eva"),
     "beit_relpos_bias": ("beit_base_patch16_224", {}, "beit"),
@@ -120,7 +122,8 @@ def test_forward_that_does_not_return_logits_is_refused():
         def forward(self, images):
             return self.backbone.forward_features(images)  # (B, N, D) tokens, not logits
 
-    with pytest.raises(ValueError, match=r"Features.forward must return logits of shape \(B=1, num_classes\).*\(1, 17, 48\)"):
+    expected = r"Features.forward must return logits of shape \(B=1, num_classes\).*\(1, 17, 48\)"
+    with pytest.raises(ValueError, match=expected):
         Explainer(Features()).explain(torch.randn(1, 3, 32, 32))
 
 
