@@ -140,13 +140,15 @@ class Explainer:
             targets: (B,) class indices; None explains the predicted classes.
         """
         self.check_images(images)
-        device = next(self.adapter.backbone.parameters()).device
+        parameter = next(self.adapter.backbone.parameters())
+        device = parameter.device
+        dtype = torch.float64 if parameter.dtype == torch.float64 else torch.float32  # never half precision
         images = images.to(device)
         if targets is not None:
             self.check_targets(targets, images.shape[0])
             targets = targets.to(device=device, dtype=torch.long)
         with torch.autocast(device.type, enabled=False):
-            cap = self.adapter.capture(self.model, images.float(), targets, with_gradients=self.spec.needs_backward)
+            cap = self.adapter.capture(self.model, images.to(dtype), targets, with_gradients=self.spec.needs_backward)
             if cap.logits.shape[1] != self.num_classes:
                 raise ValueError(
                     f"{type(self.model).__name__}.forward returned {cap.logits.shape[1]} logits; its backbone's "
@@ -154,7 +156,7 @@ class Explainer:
                 )
             out = self.spec.fn(cap, self.options)
         h, w = cap.grid_size
-        patch = out.patch_relevance.float()
+        patch = out.patch_relevance.float()  # float32 maps, also from a float64 model
         valid = torch.isfinite(patch).all(dim=1)
         for extra in (out.head_weights, out.gates):
             if extra is not None:

@@ -160,7 +160,9 @@ class Adapter:
         for module in layer.modules():
             init_weights_vit_timm(module)
 
-    def readout(self, batch: int, pool_input: Tensor | None, device: torch.device) -> Tensor:
+    def readout(
+        self, batch: int, pool_input: Tensor | None, device: torch.device, dtype: torch.dtype = torch.float32
+    ) -> Tensor:
         """The token distribution the pooling reads, (B, N), each row summing to 1.
 
         ``"token"`` reads the first :attr:`read_tokens` tokens; ``"avg"`` the patch tokens
@@ -174,7 +176,7 @@ class Adapter:
         if pool == "map":  # a pool fed the patches only reads 0 from the prefix tokens
             read = latent_attention(self.backbone.attn_pool, pool_input)
             return F.pad(read, (n - read.shape[1], 0))
-        r = torch.zeros(batch, n, device=device)
+        r = torch.zeros(batch, n, device=device, dtype=dtype)
         if pool == "token":
             r[:, : self.read_tokens] = 1.0 / self.read_tokens
         else:
@@ -293,7 +295,7 @@ class Adapter:
                 output_grad = grads[-1]
             pool_input = record["pool_input"][0] if record["pool_input"] else None
             with torch.no_grad():
-                readout = self.readout(images.shape[0], pool_input, images.device)
+                readout = self.readout(images.shape[0], pool_input, images.device, images.dtype)
                 value_norm = [
                     value_norms(b.attn, values[i] if i in values else values_from_input(b.attn, attn_inputs[i]))
                     for i, b in enumerate(blocks)
