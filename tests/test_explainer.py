@@ -164,3 +164,13 @@ def test_non_finite_gradients_mark_only_that_map_invalid(tiny_vit):
     assert exp.valid.tolist() == [False, True, True]
     assert torch.all(exp.maps[0] == 0)
     torch.testing.assert_close(exp.maps[1:], clean.maps[1:])
+
+
+def test_a_float64_model_is_explained_in_float64_to_rounding():
+    model = make_tiny_vit(num_classes=5, seed=1).double()
+    x = torch.randn(6, 3, 32, 32, dtype=torch.float64)
+    explainer = Explainer(model)
+    batch = explainer.explain(x, torch.arange(6) % 5)
+    singles = torch.cat([explainer.explain(x[i : i + 1], torch.tensor([i % 5])).maps for i in range(6)])
+    assert batch.maps.dtype == torch.float32 and batch.logits.dtype == torch.float32
+    assert (batch.maps - singles).abs().max() / batch.maps.abs().max() < 1e-6  # float32 rounding of the maps only
