@@ -222,7 +222,7 @@ class Adapter:
             with_gradients: False skips the backward (methods that only need attention).
 
         Raises:
-            ValueError: the forward does not return logits (B, C).
+            ValueError: the forward does not return logits (B, C), or does not run the backbone once.
 
         Works inside ``torch.no_grad()`` and ``torch.inference_mode()``.
         """
@@ -282,6 +282,11 @@ class Adapter:
                 for h in handles:
                     h.remove()
             check_logits(model, logits, images.shape[0])
+            if len(record["attn"]) != len(blocks) or len(record["output"]) != 1:
+                raise ValueError(
+                    f"{type(model).__name__}.forward must run its {type(self.backbone).__name__} once, through all "
+                    f"{len(blocks)} blocks; {len(record['attn'])} block attentions ran."
+                )
 
             if targets is None:
                 targets = logits.detach().argmax(dim=1)

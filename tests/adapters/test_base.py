@@ -118,3 +118,17 @@ def test_map_pooling_starts_from_what_the_pool_attends_to(include_prefix):
     read = 20 if include_prefix else 16
     expected = torch.cat([torch.full((4,), 1 / read if include_prefix else 0.0), torch.full((16,), 1 / read)])
     torch.testing.assert_close(cap.readout, expected.expand(2, -1))
+
+
+def test_a_forward_that_runs_the_backbone_twice_is_refused(tiny_vit):
+    class TwoViews(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.vit = tiny_vit
+
+        def forward(self, images):
+            return self.vit(images) + self.vit(images.flip(-1))  # test-time augmentation
+
+    with pytest.raises(ValueError, match="must run its VisionTransformer once.*4 block attentions ran"):
+        capture(TwoViews(), torch.randn(1, 3, 32, 32))
+    assert hooks_on(tiny_vit) == 0
