@@ -1,26 +1,29 @@
 """Explainer: one interface over GradSkip and the baselines, batched, with input checks.
 
-Example::
+The model's own forward runs (logits = model(images)), with hooks on the backbone its adapter
+found: preprocessing in ``forward`` and a head outside the backbone are honoured.
 
-    explainer = Explainer(model, method="gradskip", alpha=0.5)
-    explanation = explainer.explain(images, targets)   # one forward + one backward
-    explanation.maps                                    # (B, H, W) relevance at input resolution
+Example:
+    >>> import timm, torch
+    >>> model = timm.create_model("vit_tiny_patch16_224", img_size=32, patch_size=8, depth=2, num_classes=3)
+    >>> explanation = Explainer(model, method="gradskip", alpha=0.5).explain(torch.randn(2, 3, 32, 32))
+    >>> explanation.maps.shape, explanation.token_maps.shape  # relevance at input and patch resolution
+    (torch.Size([2, 32, 32]), torch.Size([2, 4, 4]))
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
+from functools import cached_property
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from gradskip_lightning import methods
-from gradskip_lightning.capture import Capture, capture, find_vit
+from gradskip_lightning.adapters import find_adapter
+from gradskip_lightning.adapters.base import check_logits
+from gradskip_lightning.methods import METHODS, MethodName, method_spec
 
-#: Method names accepted by :class:`Explainer`.
-METHODS = ("gradskip", "raw_attention", "rollout", "chefer", "random")
-#: Methods that need the activation-only backward.
-GRADIENT_METHODS = ("gradskip", "chefer")
+__all__ = ["METHODS", "Explainer", "Explanation", "MethodName"]
 
 
 @dataclass
@@ -50,62 +53,65 @@ class Explanation:
 
 
 class Explainer:
-    """Explain a timm Vision Transformer's decisions with GradSkip or a baseline.
+    """Explain a ViT classifier's decisions with GradSkip or a baseline.
 
     Args:
-        model: a timm ``VisionTransformer`` (vit_*, deit_*, register-token variants), or a module
-            holding exactly one (a LightningModule, a DDP wrapper).
+        model: the module whose forward maps images to logits (B, num_classes) and that is, or
+            holds exactly one, supported backbone (see :mod:`gradskip_lightning.adapters`): a timm
+            model with its head, or a LightningModule with ``self.head(self.backbone(x))``.
         method: one of :data:`METHODS`.
-        **options: for "gradskip" the fields of :class:`~gradskip_lightning.methods.GradSkipOptions`;
-            for "random" ``seed`` (int); the other methods take none.
+        **options: the fields of the method's options dataclass (for "gradskip"
+            :class:`~gradskip_lightning.methods.GradSkipOptions`, for "random" ``seed``).
 
     Raises:
-        TypeError: the model is not a supported ViT, or has no classifier head.
+        TypeError: no supported backbone, or a backbone without head passed alone.
         ValueError: unknown method or option.
     """
 
-    def __init__(self, model: nn.Module, method: str = "gradskip", **options) -> None:
+    def __init__(self, model: nn.Module, method: MethodName = "gradskip", **options) -> None:
         self.model = model  # images -> logits; what the metrics run
-        self.vit = find_vit(model)
-        if self.vit.num_classes <= 0:
-            raise TypeError(f"{type(self.vit).__name__} has no classifier head (num_classes=0): nothing to explain")
-        if method not in METHODS:
-            raise ValueError(f"Unknown method {method!r}; choose one of {METHODS}")
+        self.adapter = find_adapter(model)
+        if self.adapter.backbone is model and self.adapter.num_classes <= 0:
+            raise TypeError(
+                f"{type(model).__name__} has no classifier head (num_classes=0): nothing to explain. "
+                "Pass the module that applies the head (its forward must return logits)."
+            )
         self.method = method
-        if method == "gradskip":
-            allowed = {f.name for f in fields(methods.GradSkipOptions)}
-        elif method == "random":
-            allowed = {"seed"}
-        else:
-            allowed = set()
-        unknown = set(options) - allowed
-        if unknown:
-            raise ValueError(f"Method {method!r} takes no option(s) {sorted(unknown)}; it takes {sorted(allowed)}")
-        self.options = methods.GradSkipOptions(**options) if method == "gradskip" else dict(options)
+        self.spec = method_spec(method)
+        self.options = self.spec.make_options(method, **options)
 
     @property
     def patch_size(self) -> tuple[int, int]:
-        return tuple(self.vit.patch_embed.patch_size)
+        return self.adapter.patch_size
 
     @property
     def grid_size(self) -> tuple[int, int]:
-        return tuple(self.vit.patch_embed.grid_size)
+        return self.adapter.grid_size
 
     @property
     def img_size(self) -> tuple[int, int]:
-        return tuple(self.vit.patch_embed.img_size)
+        return self.adapter.img_size
 
     @property
     def in_chans(self) -> int:
-        return self.vit.patch_embed.proj.in_channels
-
-    @property
-    def num_classes(self) -> int:
-        return self.vit.num_classes
+        return self.adapter.in_chans
 
     @property
     def num_prefix_tokens(self) -> int:
-        return self.vit.num_prefix_tokens
+        return self.adapter.num_prefix_tokens
+
+    @cached_property
+    def num_classes(self) -> int:
+        """Width of the model's logits: the backbone's head, or one forward of a blank image when
+        the head is outside the backbone."""
+        if self.adapter.num_classes > 0:
+            return self.adapter.num_classes
+        device = next(self.model.parameters()).device
+        blank = torch.zeros(1, self.in_chans, *self.img_size, device=device)
+        with self.adapter.explain_mode(self.model), torch.no_grad():
+            logits = self.model(blank)
+        check_logits(self.model, logits, 1)
+        return logits.shape[1]
 
     def check_images(self, images: Tensor) -> None:
         """Raise ValueError unless ``images`` is a finite float (B, C, H, W) batch the model accepts."""
@@ -134,16 +140,23 @@ class Explainer:
             targets: (B,) class indices; None explains the predicted classes.
         """
         self.check_images(images)
-        device = next(self.vit.parameters()).device
+        parameter = next(self.adapter.backbone.parameters())
+        device = parameter.device
+        dtype = torch.float64 if parameter.dtype == torch.float64 else torch.float32  # never half precision
         images = images.to(device)
         if targets is not None:
             self.check_targets(targets, images.shape[0])
             targets = targets.to(device=device, dtype=torch.long)
         with torch.autocast(device.type, enabled=False):
-            cap = capture(self.vit, images.float(), targets, with_gradients=self.method in GRADIENT_METHODS)
-            out = self._relevance(cap)
+            cap = self.adapter.capture(self.model, images.to(dtype), targets, with_gradients=self.spec.needs_backward)
+            if cap.logits.shape[1] != self.num_classes:
+                raise ValueError(
+                    f"{type(self.model).__name__}.forward returned {cap.logits.shape[1]} logits; its backbone's "
+                    f"head has {self.num_classes} classes. Pass the module whose forward returns them."
+                )
+            out = self.spec.fn(cap, self.options)
         h, w = cap.grid_size
-        patch = out.patch_relevance.float()
+        patch = out.patch_relevance.float()  # float32 maps, also from a float64 model
         valid = torch.isfinite(patch).all(dim=1)
         for extra in (out.head_weights, out.gates):
             if extra is not None:
@@ -162,20 +175,3 @@ class Explainer:
             sparsity=out.sparsity,
             gates=out.gates,
         )
-
-    def _relevance(self, cap: Capture) -> methods.MethodOutput:
-        p = cap.num_prefix_tokens
-        if self.method == "gradskip":
-            return methods.gradskip(cap, self.options)
-        if self.method == "raw_attention":
-            relevance = methods.raw_attention(cap.attn[-1], cap.readout)
-        elif self.method == "rollout":
-            relevance = methods.rollout(cap.attn, cap.readout)
-        elif self.method == "chefer":
-            relevance = methods.chefer(cap.attn, cap.attn_grad, cap.readout)
-        else:
-            n_patches = cap.grid_size[0] * cap.grid_size[1]
-            return methods.MethodOutput(
-                methods.random_relevance(cap.logits.shape[0], n_patches, self.options.get("seed", 0), cap.logits.device)
-            )
-        return methods.MethodOutput(relevance[:, p:])

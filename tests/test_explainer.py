@@ -6,7 +6,7 @@ import timm
 import torch
 
 from gradskip_lightning import methods
-from gradskip_lightning.capture import capture
+from tests.adapters.helpers import capture
 from gradskip_lightning.explainer import METHODS, Explainer
 from gradskip_lightning.methods import GradSkipOptions
 from tests.conftest import make_tiny_vit
@@ -21,13 +21,24 @@ def test_batch_of_16_equals_16_single_calls(method):
     explainer = Explainer(model, method)
     batch = explainer.explain(x, targets)
     singles = torch.cat([explainer.explain(x[i : i + 1], targets[i : i + 1]).maps for i in range(16)])
-    if method == "random":  # a seeded floor: each call draws afresh, so only shapes are comparable
-        assert singles.shape == batch.maps.shape
+    if method == "random":  # the generator restarts at the seed on every call: image b gets row b of one draw
+        assert torch.equal(singles, batch.maps[:1].expand(16, -1, -1))
+        assert not torch.equal(batch.maps[0], batch.maps[1])
         return
     relative = (batch.maps - singles).abs().max() / batch.maps.abs().max()
     assert relative < 1e-5
     assert batch.maps.shape == (16, 32, 32) and batch.token_maps.shape == (16, 4, 4)
     assert batch.valid.all()
+
+
+def test_random_floor_is_fixed_by_its_seed(tiny_vit):
+    x = torch.randn(4, 3, 32, 32)
+    first = Explainer(tiny_vit, "random", seed=3).explain(x).token_maps
+    torch.testing.assert_close(Explainer(tiny_vit, "random", seed=3).explain(torch.randn(4, 3, 32, 32)).token_maps,
+                               first, rtol=0, atol=0)  # same seed: the same maps, whatever the images
+    other = Explainer(tiny_vit, "random", seed=4).explain(x).token_maps
+    assert (other - first).abs().min() > 0  # a different seed: every value differs
+    assert ((first >= 0) & (first < 1)).all() and first.std() > 0.2  # uniform on [0, 1): std 0.29
 
 
 def test_gradskip_outputs_shapes_and_targets_default_to_prediction(tiny_vit):
@@ -153,3 +164,13 @@ def test_non_finite_gradients_mark_only_that_map_invalid(tiny_vit):
     assert exp.valid.tolist() == [False, True, True]
     assert torch.all(exp.maps[0] == 0)
     torch.testing.assert_close(exp.maps[1:], clean.maps[1:])
+
+
+def test_a_float64_model_is_explained_in_float64_to_rounding():
+    model = make_tiny_vit(num_classes=5, seed=1).double()
+    x = torch.randn(6, 3, 32, 32, dtype=torch.float64)
+    explainer = Explainer(model)
+    batch = explainer.explain(x, torch.arange(6) % 5)
+    singles = torch.cat([explainer.explain(x[i : i + 1], torch.tensor([i % 5])).maps for i in range(6)])
+    assert batch.maps.dtype == torch.float32 and batch.logits.dtype == torch.float32
+    assert (batch.maps - singles).abs().max() / batch.maps.abs().max() < 1e-6  # float32 rounding of the maps only

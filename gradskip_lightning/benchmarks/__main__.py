@@ -12,6 +12,7 @@ SUBCOMMANDS = {
     "callback": "the callback's epoch-end time against one training epoch",
     "faithfulness": "every method scored on planted shapes and BloodMNIST, with ablations",
     "gpu": "checks that need a CUDA device: batch = singles, mixed-precision fits, OOM skipped, ms per map",
+    "coverage": "which timm ViT-family models are accepted, and the properties on one small one per kind",
 }
 
 

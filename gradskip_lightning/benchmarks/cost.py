@@ -14,7 +14,7 @@ import timm
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-from gradskip_lightning.capture import explain_mode, find_vit
+from gradskip_lightning.adapters import find_adapter
 from gradskip_lightning.explainer import METHODS, Explainer
 
 #: (label, timm name, create_model overrides); random weights: cost does not depend on them.
@@ -41,7 +41,7 @@ def count_flops(fn) -> int:
 
 def forward_flops(model: torch.nn.Module, images: torch.Tensor) -> int:
     """FLOPs of one plain forward with non-fused attention (as counted for the maps)."""
-    with explain_mode(find_vit(model)), torch.no_grad():
+    with find_adapter(model).explain_mode(model), torch.no_grad():
         return count_flops(lambda: model(images))
 
 

@@ -21,7 +21,7 @@ from collections.abc import Callable
 import torch
 from torch import Tensor, nn
 
-from gradskip_lightning.capture import find_vit
+from gradskip_lightning.adapters import find_adapter
 
 MapFn = Callable[[nn.Module, Tensor, Tensor], Tensor]
 #: Peer name -> the Python package it needs.
@@ -83,9 +83,9 @@ def grad_cam(model: nn.Module, images: Tensor, targets: Tensor) -> Tensor:
     from pytorch_grad_cam import GradCAM
     from pytorch_grad_cam.utils.model_targets import ClassifierOutputTarget
 
-    vit = find_vit(model)
-    h, w = vit.patch_embed.grid_size
-    prefix = vit.num_prefix_tokens
+    adapter = find_adapter(model)
+    h, w = adapter.grid_size
+    prefix = adapter.num_prefix_tokens
 
     def reshape(tokens: Tensor) -> Tensor:
         patches = tokens[:, prefix:, :]
@@ -95,7 +95,7 @@ def grad_cam(model: nn.Module, images: Tensor, targets: Tensor) -> Tensor:
     try:
         with (
             torch.enable_grad(),
-            GradCAM(model=model, target_layers=[vit.blocks[-1].norm1], reshape_transform=reshape) as cam,
+            GradCAM(model=model, target_layers=[adapter.blocks[-1].norm1], reshape_transform=reshape) as cam,
         ):
             maps = cam(input_tensor=images, targets=[ClassifierOutputTarget(int(t)) for t in targets])
     finally:

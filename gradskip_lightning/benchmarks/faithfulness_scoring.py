@@ -15,7 +15,7 @@ import torch
 from torch import Tensor, nn
 
 from gradskip_lightning.benchmarks.cost import count_flops, forward_flops
-from gradskip_lightning.capture import explain_mode, find_vit
+from gradskip_lightning.adapters import find_adapter
 from gradskip_lightning.explainer import Explainer
 from gradskip_lightning.metrics import (
     faithfulness_violation,
@@ -62,7 +62,7 @@ def compute_maps(fn: MapFn, model: nn.Module, images: Tensor, targets: Tensor, b
 
 def flops_per_map(fn: MapFn, model: nn.Module, image: Tensor, target: Tensor) -> int:
     """FLOPs of one map for one image (1, C, H, W), attention non-fused so FlopCounterMode sees it."""
-    with explain_mode(find_vit(model)):
+    with find_adapter(model).explain_mode(model):
         return count_flops(lambda: fn(model, image, target))
 
 

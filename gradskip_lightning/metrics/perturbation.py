@@ -14,7 +14,7 @@ import torch
 import torchvision.transforms.v2.functional as TF
 from torch import Tensor, nn
 
-from gradskip_lightning.capture import find_vit
+from gradskip_lightning.adapters import find_adapter
 
 Baseline = Union[str, Tensor]
 """``"zeros"`` (zeros of the normalised input: the mean colour), ``"blur"`` or a tensor broadcastable to the images."""
@@ -76,16 +76,15 @@ class CountingModel(nn.Module):
 def resolve_patch_size(
     model: object, patch_size: int | tuple[int, int] | None, image_size: tuple[int, int]
 ) -> tuple[int, int]:
-    """Patch size (ph, pw) in pixels: the given one, or the one of the timm ViT in ``model``.
+    """Patch size (ph, pw) in pixels: the given one, or the one of the backbone in ``model``.
 
     Raises ValueError when it cannot be found or does not divide the image size (H, W).
     """
     if patch_size is None:
         try:
-            vit = find_vit(model)
+            patch_size = find_adapter(model).patch_size
         except TypeError as error:
             raise ValueError(f"patch_size is required: the model's patch size is unknown. {error}") from None
-        patch_size = tuple(vit.patch_embed.patch_size)
     ph, pw = (patch_size, patch_size) if isinstance(patch_size, int) else tuple(patch_size)
     if ph < 1 or pw < 1:
         raise ValueError(f"patch_size must be positive, got {(ph, pw)}")

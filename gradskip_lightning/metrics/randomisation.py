@@ -6,10 +6,9 @@ from dataclasses import dataclass
 from typing import Callable, Union
 
 import torch
-from timm.models.vision_transformer import init_weights_vit_timm
 from torch import Tensor, nn
 
-from gradskip_lightning.capture import find_vit
+from gradskip_lightning.adapters import find_adapter
 
 from .drift import spearman, topk_iou
 
@@ -48,12 +47,6 @@ def _similarity_fn(similarity: Similarity) -> Callable[[Tensor, Tensor], Tensor]
     )
 
 
-def _reinitialise(layer: nn.Module) -> None:
-    """Re-initialise every submodule of ``layer`` with timm's ViT init (trunc-normal Linear, reset_parameters)."""
-    for module in layer.modules():
-        init_weights_vit_timm(module)
-
-
 def parameter_randomisation(
     model: nn.Module,
     images: Tensor,
@@ -66,12 +59,13 @@ def parameter_randomisation(
     """Cascading randomisation: similarity of maps as more top layers get random weights.
 
     ``model`` is deep-copied and never touched. On the copy: maps are computed, then the classifier
-    head is re-initialised, then blocks[L-1], ..., blocks[0], one more each step, recomputing maps
-    and comparing them with the copy's original maps. Re-initialisation uses timm's ViT init under a
-    fixed seed without disturbing the global RNG.
+    head is re-initialised (the backbone's and any head outside it), then blocks[L-1], ...,
+    blocks[0], one more each step, recomputing maps and comparing them with the copy's original
+    maps. The backbone's adapter names the layers and re-initialises them (timm's ViT init) under
+    a fixed seed without disturbing the global RNG.
 
     Args:
-        model: a timm VisionTransformer, or a module containing exactly one.
+        model: a supported backbone (:mod:`gradskip_lightning.adapters`), or a module holding one.
         images: (B, C, H, W); targets: (B,) classes explained at every step.
         explain_fn: (model, images, targets) -> maps (B, H, W); called with the copy.
         similarity: "spearman", "topk_iou" (top 10 %) or a callable (maps_a, maps_b) -> (B,).
@@ -82,15 +76,16 @@ def parameter_randomisation(
     """
     compare = _similarity_fn(similarity)
     randomised = copy.deepcopy(model)
-    vit = find_vit(randomised)  # TypeError naming the model when it is not a supported ViT
+    adapter = find_adapter(randomised)  # TypeError naming the model when it is not a supported ViT
     original = explain_fn(randomised, images, targets)
-    layers = [("head", vit.head)] + [(f"blocks.{i}", vit.blocks[i]) for i in reversed(range(len(vit.blocks)))]
+    layers = adapter.cascade(randomised)
     similarities = []
     cuda_devices = sorted({p.device.index or 0 for p in randomised.parameters() if p.is_cuda})
     with torch.random.fork_rng(devices=cuda_devices):
         torch.manual_seed(seed)
-        for _, layer in layers:
+        for _, modules in layers:
             with torch.no_grad():
-                _reinitialise(layer)
+                for module in modules:
+                    adapter.reinitialise(module)
             similarities.append(compare(original, explain_fn(randomised, images, targets)))
     return RandomisationCurve(layers=tuple(name for name, _ in layers), similarity=torch.stack(similarities))

@@ -6,6 +6,7 @@ import torch
 from torch import nn
 
 from gradskip_lightning.metrics import parameter_randomisation
+from tests.adapters.helpers import split_head
 from tests.conftest import make_tiny_vit
 
 from .helpers import Wrapper
@@ -38,9 +39,19 @@ def test_cascade_decorrelates_maps_and_never_touches_the_model():
     assert ((other.similarity >= 0) & (other.similarity <= 1)).all()
 
 
+def test_an_external_head_is_randomised_first():
+    headed = make_tiny_vit(depth=2)
+    images, targets = torch.randn(4, 3, 32, 32), torch.tensor([0, 1, 2, 3])
+    curve = parameter_randomisation(split_head(headed), images, targets, saliency, seed=0)
+    reference = parameter_randomisation(headed, images, targets, saliency, seed=0)
+    assert curve.layers == ("head", "blocks.1", "blocks.0")
+    # The head outside the backbone is re-initialised at step 0 exactly as the backbone's own head.
+    torch.testing.assert_close(curve.similarity, reference.similarity)
+
+
 def test_rejects_models_without_a_vit_and_unknown_similarity(tiny_vit):
     images, targets = torch.randn(1, 3, 32, 32), torch.tensor([0])
-    with pytest.raises(TypeError, match="timm VisionTransformer"):
+    with pytest.raises(TypeError, match="Linear.*no supported backbone"):
         parameter_randomisation(nn.Linear(3, 2), images, targets, saliency)
     with pytest.raises(ValueError, match="similarity must be"):
         parameter_randomisation(tiny_vit, images, targets, saliency, similarity="cosine")

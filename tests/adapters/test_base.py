@@ -1,16 +1,13 @@
-"""Capture leaves the model as it found it, and works in every grad context and model family."""
+"""The adapter base: capture leaves the model as it found it, and works in every grad context and model family."""
 from __future__ import annotations
 
 import pytest
 import timm
 import torch
 
-from gradskip_lightning.capture import capture, find_vit
+from gradskip_lightning.adapters import UnsupportedModel, find_adapter
+from tests.adapters.helpers import capture, hooks_on
 from tests.conftest import make_tiny_vit
-
-
-def hooks_on(model: torch.nn.Module) -> int:
-    return sum(len(m._forward_hooks) + len(m._forward_pre_hooks) + len(m._backward_hooks) for m in model.modules())
 
 
 def test_capture_shapes_and_gradient_identity(tiny_vit):
@@ -82,15 +79,56 @@ def test_model_families_prefix_tokens_and_readout():
     torch.testing.assert_close(cap.readout[0], torch.cat([torch.zeros(4), torch.full((16,), 1 / 16)]))
 
 
-def test_find_vit_accepts_wrappers_and_rejects_others(tiny_vit):
+def test_find_adapter_accepts_wrappers_and_rejects_others(tiny_vit):
     wrapper = torch.nn.Sequential(torch.nn.Identity(), tiny_vit)
-    assert find_vit(wrapper) is tiny_vit
+    assert find_adapter(wrapper).backbone is tiny_vit
     cnn = timm.create_model("resnet18", pretrained=False, num_classes=3)
-    with pytest.raises(TypeError, match="ResNet.*VisionTransformer"):
-        find_vit(cnn)
+    with pytest.raises(UnsupportedModel, match="ResNet.*no supported.*Beit.*Eva.*NaFlexVit.*VisionTransformer.*RelPos"):
+        find_adapter(cnn)
     two = torch.nn.ModuleList([make_tiny_vit(), make_tiny_vit()])
     with pytest.raises(TypeError, match="contains 2"):
-        find_vit(two)
+        find_adapter(two)
     swin = timm.create_model("swin_tiny_patch4_window7_224", pretrained=False, num_classes=3)
     with pytest.raises(TypeError, match="SwinTransformer"):
-        find_vit(swin)
+        find_adapter(swin)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "reason"),
+    [
+        (dict(global_pool="max"), "different token per channel"),
+        (dict(global_pool=""), "pooling is outside the backbone"),
+        (dict(block_fn=timm.models.vision_transformer.ParallelScalingBlock), "ParallelScalingBlock"),
+    ],
+)
+def test_unsupported_configurations_name_the_class_and_the_reason(overrides, reason):
+    model = make_tiny_vit(**overrides)
+    with pytest.raises(UnsupportedModel, match=f"VisionTransformer.*{reason}.*Supported families"):
+        find_adapter(model)
+
+
+@pytest.mark.parametrize("include_prefix", [False, True])
+def test_map_pooling_starts_from_what_the_pool_attends_to(include_prefix):
+    model = make_tiny_vit(class_token=False, reg_tokens=4, global_pool="map", pool_include_prefix=include_prefix)
+    pool = model.attn_pool
+    with torch.no_grad():  # zero queries: the latent query attends uniformly to the tokens it is fed
+        pool.latent.zero_()
+        pool.q.bias.zero_()
+    cap = capture(model, torch.randn(2, 3, 32, 32))
+    read = 20 if include_prefix else 16
+    expected = torch.cat([torch.full((4,), 1 / read if include_prefix else 0.0), torch.full((16,), 1 / read)])
+    torch.testing.assert_close(cap.readout, expected.expand(2, -1))
+
+
+def test_a_forward_that_runs_the_backbone_twice_is_refused(tiny_vit):
+    class TwoViews(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.vit = tiny_vit
+
+        def forward(self, images):
+            return self.vit(images) + self.vit(images.flip(-1))  # test-time augmentation
+
+    with pytest.raises(ValueError, match="must run its VisionTransformer once.*4 block attentions ran"):
+        capture(TwoViews(), torch.randn(1, 3, 32, 32))
+    assert hooks_on(tiny_vit) == 0

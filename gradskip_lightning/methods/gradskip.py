@@ -1,4 +1,4 @@
-"""GradSkip and the baselines as pure functions of captured tensors (no hooks, no model).
+"""GradSkip as pure functions of captured tensors (no hooks, no model).
 
 Shapes: B images, L blocks, H heads, N tokens (prefix tokens first, then P patches), D channels.
 A relevance vector R is (B, N); propagation runs from the top block down. The algorithm and the
@@ -6,17 +6,20 @@ meaning of every option are in ``docs/method.md`` (the project's copy of the met
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, replace
+from typing import Literal, get_args
 
 import torch
 from torch import Tensor
 
-from gradskip_lightning.capture import Capture
+from gradskip_lightning.adapters import Capture
+from gradskip_lightning.methods.output import MethodOutput, normalise
 
-ATTENTION_WEIGHTINGS = ("abs_grad", "pos_grad", "none")
-GATES = ("token", "layer", "off")
-CLS_MODES = ("readout", "paper")
-HEAD_SELECTIONS = ("top_omega", "top_sparsity", "bottom_sparsity")
+AttentionWeighting = Literal["abs_grad", "pos_grad", "none"]
+Gate = Literal["token", "layer", "off"]
+ClsMode = Literal["readout", "paper"]
+HeadSelection = Literal["top_omega", "top_sparsity", "bottom_sparsity"]
 
 
 @dataclass(frozen=True)
@@ -42,10 +45,10 @@ class GradSkipOptions:
     alpha: float = 0.5
     grad_threshold: float = 0.05
     head_top_fraction: float = 1.0
-    head_selection: str = "top_omega"
-    attention_weighting: str = "abs_grad"
-    gate: str = "layer"
-    cls_mode: str = "readout"
+    head_selection: HeadSelection = "top_omega"
+    attention_weighting: AttentionWeighting = "abs_grad"
+    gate: Gate = "layer"
+    cls_mode: ClsMode = "readout"
     completeness: bool = False
     value_norm: bool = True
     eps: float = 1e-12
@@ -57,31 +60,15 @@ class GradSkipOptions:
             raise ValueError(f"grad_threshold must be in [0, 1), got {self.grad_threshold}")
         if not 0.0 < self.head_top_fraction <= 1.0:
             raise ValueError(f"head_top_fraction must be in (0, 1], got {self.head_top_fraction}")
-        for name, allowed in (
-            ("attention_weighting", ATTENTION_WEIGHTINGS),
-            ("gate", GATES),
-            ("cls_mode", CLS_MODES),
-            ("head_selection", HEAD_SELECTIONS),
+        for name, choices in (
+            ("attention_weighting", AttentionWeighting),
+            ("gate", Gate),
+            ("cls_mode", ClsMode),
+            ("head_selection", HeadSelection),
         ):
+            allowed = get_args(choices)
             if getattr(self, name) not in allowed:
                 raise ValueError(f"{name} must be one of {allowed}, got {getattr(self, name)!r}")
-
-
-@dataclass
-class MethodOutput:
-    """What a method returns: patch relevance (B, P) and, for GradSkip, its internals."""
-
-    patch_relevance: Tensor
-    head_weights: Tensor | None = None  # omega (B, L, H)
-    grad_flow: Tensor | None = None  # g~ (B, L, H)
-    sparsity: Tensor | None = None  # s~ (B, L, H)
-    gates: Tensor | None = None  # beta_main (B, L, N)
-
-
-def _normalise(x: Tensor, dim: int = -1) -> Tensor:
-    """x / sum(x) along ``dim``; 0 where the sum is 0."""
-    total = x.sum(dim=dim, keepdim=True)
-    return torch.where(total > 0, x / total.clamp_min(torch.finfo(x.dtype).tiny), torch.zeros_like(x))
 
 
 def gini(rows: Tensor) -> Tensor:
@@ -105,16 +92,24 @@ def head_weights(attn: Tensor, attn_grad: Tensor, options: GradSkipOptions) -> t
     """
     g = (attn * attn_grad).abs().mean(dim=(-2, -1))
     g = torch.where(g >= options.grad_threshold * g.amax(dim=-1, keepdim=True), g, torch.zeros_like(g))
-    g_tilde = _normalise(g)
-    s_tilde = _normalise(gini(attn).mean(dim=-1))
+    g_tilde = normalise(g)
+    s_tilde = normalise(gini(attn).mean(dim=-1))
     omega = options.alpha * g_tilde + (1.0 - options.alpha) * s_tilde
     if options.head_top_fraction < 1.0:
         keep = max(1, round(options.head_top_fraction * omega.shape[-1]))
         score = {"top_omega": omega, "top_sparsity": s_tilde, "bottom_sparsity": -s_tilde}[options.head_selection]
         top = score.topk(keep, dim=-1).indices
         mask = torch.zeros_like(omega).scatter_(-1, top, 1.0)
-        omega = _normalise(omega * mask)
+        omega = normalise(omega * mask)
     return omega, g_tilde, s_tilde
+
+
+#: ``attention_weighting`` -> A * G(grad A), per head: (B, H, N, N), (B, H, N, N) -> (B, H, N, N).
+GRADIENT_FACTORS: dict[str, Callable[[Tensor, Tensor], Tensor]] = {
+    "abs_grad": lambda attn, grad: attn * grad.abs(),
+    "pos_grad": lambda attn, grad: (attn * grad).clamp_min(0),
+    "none": lambda attn, grad: attn,
+}
 
 
 def weighted_attention(
@@ -128,22 +123,17 @@ def weighted_attention(
     Returns:
         (B, N, N), every row summing to 1.
     """
-    if options.attention_weighting == "abs_grad":
-        per_head = attn * attn_grad.abs()
-    elif options.attention_weighting == "pos_grad":
-        per_head = (attn * attn_grad).clamp_min(0)
-    else:
-        per_head = attn
+    per_head = GRADIENT_FACTORS[options.attention_weighting](attn, attn_grad)
     if options.value_norm:
         per_head = per_head * value_norm[:, :, None, :]
     w = torch.einsum("bh,bhij->bij", omega, per_head)
     n = w.shape[-1]
     eye = torch.eye(n, device=w.device, dtype=w.dtype).expand_as(w)
     empty = w.sum(dim=-1, keepdim=True) <= 0
-    return torch.where(empty, eye, _normalise(w))
+    return torch.where(empty, eye, normalise(w))
 
 
-def skip_gates(block_input: Tensor, branch: Tensor, branch_grad: Tensor, gate: str, eps: float = 1e-12) -> Tensor:
+def skip_gates(block_input: Tensor, branch: Tensor, branch_grad: Tensor, gate: Gate, eps: float = 1e-12) -> Tensor:
     """beta_main per token, (B, N), from x^{l-1}, a^l and dy/du^l, each (B, N, D).
 
     c_main = |<g, a>|, c_skip = |<g, x>|, beta_main = c_main / (c_main + c_skip + eps); "layer"
@@ -174,8 +164,9 @@ def _patch_tokens_only(capture: Capture) -> Capture:
     """The capture restricted to patch tokens, attention rows re-normalised (``cls_mode="paper"``)."""
     p = capture.num_prefix_tokens
     cut = lambda ts: None if ts is None else [t[:, p:] for t in ts]  # noqa: E731 - token axis 1
-    return Capture(
-        attn=[_normalise(a[:, :, p:, p:]) for a in capture.attn],
+    return replace(
+        capture,
+        attn=[normalise(a[:, :, p:, p:]) for a in capture.attn],
         attn_grad=None if capture.attn_grad is None else [g[:, :, p:, p:] for g in capture.attn_grad],
         value_norm=[v[:, :, p:] for v in capture.value_norm],
         block_input=cut(capture.block_input),
@@ -183,26 +174,40 @@ def _patch_tokens_only(capture: Capture) -> Capture:
         branch_grad=cut(capture.branch_grad),
         output=capture.output[:, p:],
         output_grad=None if capture.output_grad is None else capture.output_grad[:, p:],
-        logits=capture.logits,
-        targets=capture.targets,
         readout=capture.readout[:, p:],
         num_prefix_tokens=0,
-        grid_size=capture.grid_size,
     )
 
 
-def gradskip(capture: Capture, options: GradSkipOptions) -> MethodOutput:
-    """GradSkip relevance of the patches, with head weights and gates (see the method doc)."""
+@dataclass
+class BlockStep:
+    """One block of the top-down propagation (B images, N tokens propagated, H heads)."""
+
+    layer: int  # l - 1: the block's index, 0 = bottom
+    relevance_above: Tensor  # R^l, (B, N)
+    relevance_below: Tensor  # R^{l-1}, (B, N)
+    omega: Tensor  # (B, H)
+    grad_flow: Tensor  # g~ (B, H)
+    sparsity: Tensor  # s~ (B, H)
+    gates: Tensor  # beta_main (B, N)
+
+
+def start_relevance(capture: Capture, options: GradSkipOptions) -> tuple[Capture, Tensor]:
+    """The capture to propagate through and R^L, (B, N): the read-out, or for ``cls_mode="paper"``
+    the patch-only capture and max(0, <grad x^L, x^L>) (uniform where that is all zero)."""
+    if options.cls_mode == "readout":
+        return capture, capture.readout
+    capture = _patch_tokens_only(capture)
+    start = (capture.output_grad * capture.output).sum(dim=-1).clamp_min(0)
+    uniform = torch.full_like(start, 1.0 / start.shape[-1])
+    return capture, torch.where(start.sum(dim=-1, keepdim=True) > 0, start, uniform)
+
+
+def propagation(capture: Capture, options: GradSkipOptions) -> Iterator[BlockStep]:
+    """GradSkip's propagation, one :class:`BlockStep` per block from the top block down."""
     if capture.attn_grad is None:
         raise ValueError("GradSkip needs a capture with gradients")
-    if options.cls_mode == "paper":
-        capture = _patch_tokens_only(capture)
-        start = (capture.output_grad * capture.output).sum(dim=-1).clamp_min(0)
-        uniform = torch.full_like(start, 1.0 / start.shape[-1])
-        relevance = torch.where(start.sum(dim=-1, keepdim=True) > 0, start, uniform)
-    else:
-        relevance = capture.readout
-    omegas, g_tildes, s_tildes, gates = [], [], [], []
+    capture, relevance = start_relevance(capture, options)
     for layer in reversed(range(capture.num_blocks)):
         attn, attn_grad = capture.attn[layer], capture.attn_grad[layer]
         omega, g_tilde, s_tilde = head_weights(attn, attn_grad, options)
@@ -210,49 +215,18 @@ def gradskip(capture: Capture, options: GradSkipOptions) -> MethodOutput:
         beta = skip_gates(
             capture.block_input[layer], capture.branch[layer], capture.branch_grad[layer], options.gate, options.eps
         )
-        relevance = propagate_block(relevance, w, beta)
-        omegas.append(omega), g_tildes.append(g_tilde), s_tildes.append(s_tilde), gates.append(beta)
-    patch = relevance[:, capture.num_prefix_tokens :]
+        below = propagate_block(relevance, w, beta)
+        yield BlockStep(layer, relevance, below, omega, g_tilde, s_tilde, beta)
+        relevance = below
+
+
+def gradskip(capture: Capture, options: GradSkipOptions) -> MethodOutput:
+    """GradSkip relevance of the patches, with head weights and gates (see the method doc)."""
+    steps = list(propagation(capture, options))[::-1]  # bottom block first
+    patches = capture.grid_size[0] * capture.grid_size[1]
+    patch = steps[0].relevance_below[:, -patches:]
     if options.completeness:
         explained = capture.logits.gather(1, capture.targets[:, None])
         patch = patch * explained / patch.sum(dim=-1, keepdim=True)
-    stack = lambda ts: torch.stack(ts[::-1], dim=1)  # noqa: E731 - bottom block first: (B, L, ...)
-    return MethodOutput(patch, stack(omegas), stack(g_tildes), stack(s_tildes), stack(gates))
-
-
-def raw_attention(attn_last: Tensor, readout: Tensor) -> Tensor:
-    """Last-block attention of the read-out token(s), head mean: (B, H, N, N), (B, N) -> (B, N)."""
-    return torch.einsum("bij,bi->bj", attn_last.mean(dim=1), readout)
-
-
-def rollout(attn: list[Tensor], readout: Tensor) -> Tensor:
-    """Attention rollout (Abnar & Zuidema 2020): readout^T M_L ... M_1, M = rownorm(mean_h A + I).
-
-    Args:
-        attn: L tensors (B, H, N, N), bottom block first; readout: (B, N). Returns (B, N).
-    """
-    relevance = readout
-    for a in reversed(attn):
-        mean = a.mean(dim=1)
-        m = _normalise(mean + torch.eye(mean.shape[-1], device=mean.device, dtype=mean.dtype))
-        relevance = propagate_block(relevance, m)
-    return relevance
-
-
-def chefer(attn: list[Tensor], attn_grad: list[Tensor], readout: Tensor) -> Tensor:
-    """Chefer et al. 2021 generic attention explainability: readout^T prod_l (I + mean_h (dA * A)^+).
-
-    Args:
-        attn, attn_grad: L tensors (B, H, N, N), bottom block first; readout: (B, N). Returns (B, N).
-    """
-    relevance = readout
-    for a, g in zip(reversed(attn), reversed(attn_grad)):
-        mean = (g * a).clamp_min(0).mean(dim=1)
-        relevance = relevance + propagate_block(relevance, mean)
-    return relevance
-
-
-def random_relevance(batch: int, num_patches: int, seed: int, device: torch.device) -> Tensor:
-    """A uniform random patch map, (B, P): the floor every method must beat. Fixed by ``seed``."""
-    generator = torch.Generator().manual_seed(seed)
-    return torch.rand(batch, num_patches, generator=generator).to(device)
+    stack = lambda name: torch.stack([getattr(s, name) for s in steps], dim=1)  # noqa: E731 - (B, L, ...)
+    return MethodOutput(patch, stack("omega"), stack("grad_flow"), stack("sparsity"), stack("gates"))

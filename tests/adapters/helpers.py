@@ -1,0 +1,39 @@
+"""Capture through a model's adapter as the Explainer does, and the backbone-plus-external-head pattern."""
+from __future__ import annotations
+
+import copy
+
+from lightning.pytorch import LightningModule
+from torch import Tensor, nn
+
+from gradskip_lightning.adapters import Capture, find_adapter
+
+
+def capture(model: nn.Module, images: Tensor, targets: Tensor | None = None, with_gradients: bool = True) -> Capture:
+    """``find_adapter(model).capture(model, ...)``: the model's own forward, hooks on its backbone."""
+    return find_adapter(model).capture(model, images, targets, with_gradients)
+
+
+def hooks_on(model: nn.Module) -> int:
+    """Forward, pre-forward and backward hooks left on any submodule."""
+    return sum(
+        len(m._forward_hooks) + len(m._forward_pre_hooks) + len(m._backward_hooks) for m in model.modules()
+    )
+
+
+class Classifier(LightningModule):
+    """The common fine-tuning pattern: a headless backbone (num_classes=0) and a head outside it."""
+
+    def __init__(self, backbone: nn.Module, head: nn.Module, scale: float = 1.0) -> None:
+        super().__init__()
+        self.backbone, self.head, self.scale = backbone, head, scale
+
+    def forward(self, images: Tensor) -> Tensor:
+        return self.head(self.backbone(images * self.scale))
+
+
+def split_head(model: nn.Module, scale: float = 1.0) -> Classifier:
+    """The same weights as ``model``, with its classifier moved outside the backbone."""
+    backbone, head = copy.deepcopy(model), copy.deepcopy(model.get_classifier())
+    backbone.reset_classifier(0)
+    return Classifier(backbone, head, scale).eval()
