@@ -26,12 +26,25 @@ from .records import ModelRecord, Row, ScoreRecord
 from .scores import SCORES, ScoreInputs, score_all
 from .summary import SUBJECT, SeedScores, interval_records, paired_differences
 
-#: What ``--quick`` sets: a CI-sized run (planted shapes, 2 seeds, 16 images, 1 short epoch).
+#: Defaults of the options that ``--quick`` changes (the full run), and what ``--quick`` sets instead
+#: (a CI-sized run: planted shapes, 2 seeds, 16 images, 1 short epoch). An option given explicitly wins.
+FULL: dict[str, Any] = {
+    "datasets": list(DATASETS),
+    "seeds": [0, 1, 2],
+    "epochs": None,
+    "max_train_batches": None,
+    "test_size": 256,
+    "steps": 16,
+    "randomisation_images": 32,
+    "ig_steps": 50,
+    "ablation_size": 128,
+    "bootstrap_resamples": 2000,
+}
 QUICK: dict[str, Any] = {
     "datasets": ["planted_shapes"],
     "seeds": [0, 1],
     "epochs": 1,
-    "max_train_batches": 8,
+    "max_train_batches": 4,
     "test_size": 16,
     "steps": 4,
     "randomisation_images": 4,
@@ -43,12 +56,21 @@ QUICK: dict[str, Any] = {
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Options of the ``faithfulness`` subcommand."""
-    parser.add_argument("--datasets", nargs="+", default=list(DATASETS), choices=list(DATASETS))
+
+    def profiled(flag: str, help_text: str, **kwargs: Any) -> None:
+        """An option whose default comes from FULL or, under ``--quick``, from QUICK."""
+        key = flag.removeprefix("--").replace("-", "_")
+        text = f"{help_text} (default {FULL[key]}; --quick: {QUICK[key]})"
+        parser.add_argument(flag, default=argparse.SUPPRESS, help=text, **kwargs)
+
+    profiled("--datasets", "datasets, each trained with configs/<name>.yaml", nargs="+", choices=list(DATASETS))
     parser.add_argument(
         "--data-root", type=Path, default=None, help="folder holding bloodmnist.npz (BloodMNIST is skipped without it)"
     )
-    parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2], help="training seeds: one model each")
-    parser.add_argument("--subset-seed", type=int, default=0, help="seed of the fixed test subset (same for all models)")
+    profiled("--seeds", "training seeds: one model each", nargs="+", type=int)
+    parser.add_argument(
+        "--subset-seed", type=int, default=0, help="seed of the fixed test subset (the same for every model)"
+    )
     parser.add_argument(
         "--checkpoints",
         type=Path,
@@ -59,21 +81,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--save-checkpoints", type=Path, default=None, metavar="DIR", help="save each trained model there"
     )
-    parser.add_argument(
-        "--epochs",
-        type=int,
-        default=None,
-        help="training epochs (default: the config's, except 4 for BloodMNIST)",
-    )
-    parser.add_argument("--max-train-batches", type=int, default=None, help="cap on training batches per epoch")
-    parser.add_argument("--test-size", type=int, default=256, help="images in the fixed test subset")
-    parser.add_argument("--steps", type=int, default=16, help="insertion/deletion steps K")
-    parser.add_argument(
-        "--randomisation-images", type=int, default=32, help="first images of the subset used for the randomisation test"
-    )
+    profiled("--epochs", "training epochs (None: the config's, except 4 for BloodMNIST)", type=int)
+    profiled("--max-train-batches", "cap on training batches per epoch", type=int)
+    profiled("--test-size", "images in the fixed test subset", type=int)
+    profiled("--steps", "insertion/deletion steps K", type=int)
+    profiled("--randomisation-images", "first images of the subset used for the randomisation test", type=int)
     parser.add_argument("--methods", nargs="*", default=list(METHODS), choices=list(METHODS))
     parser.add_argument("--peers", nargs="*", default=list(PEERS), choices=list(PEERS))
-    parser.add_argument("--ig-steps", type=int, default=50, help="Integrated Gradients steps")
+    profiled("--ig-steps", "Integrated Gradients steps", type=int)
     parser.add_argument(
         "--gradskip",
         nargs="*",
@@ -84,18 +99,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--ablations", action=argparse.BooleanOptionalAction, default=True, help="run the GradSkip ablations"
     )
-    parser.add_argument(
-        "--ablation-size", type=int, default=128, help="first images of the subset used for the ablations"
-    )
-    parser.add_argument("--bootstrap-resamples", type=int, default=2000, help="resamples of the interval bootstrap")
+    profiled("--ablation-size", "first images of the subset used for the ablations", type=int)
+    profiled("--bootstrap-resamples", "resamples of the interval bootstrap", type=int)
     parser.add_argument("--bootstrap-seed", type=int, default=0, help="generator seed of the interval bootstrap")
     parser.add_argument("--explain-batch", type=int, default=64, help="images per explain call")
     parser.add_argument("--metric-batch", type=int, default=512, help="perturbed images per forward in the metrics")
-    parser.add_argument(
-        "--quick",
-        action="store_true",
-        help="CI-sized run, about a minute: " + ", ".join(f"--{k.replace('_', '-')} {v}" for k, v in QUICK.items()),
-    )
+    parser.add_argument("--quick", action="store_true", help="CI-sized run of about a minute (see the defaults above)")
     parser.add_argument(
         "--markdown",
         type=Path,
@@ -112,7 +121,8 @@ def _methods(args: argparse.Namespace) -> list[Method]:
         options = base if name == SUBJECT else {}
         engine.append(Method(Row("methods", name, options=options), engine_method(name, **options)))
     peers = [
-        Method(Row("methods", name, kind="peer"), peer_method(name, args.ig_steps)) for name in available_peers(args.peers)
+        Method(Row("methods", name, kind="peer"), peer_method(name, args.ig_steps))
+        for name in available_peers(args.peers)
     ]
     return engine + peers
 
@@ -170,7 +180,8 @@ def run_seed(dataset: str, seed: int, args: argparse.Namespace) -> tuple[ModelRe
     with torch.no_grad():
         accuracy = (model(subset.images).argmax(dim=1) == subset.labels).double().mean().item()
     model_record = ModelRecord(dataset, seed, accuracy=accuracy, images=len(subset.images), **facts)
-    origin = f"loaded {checkpoint}" if checkpoint else f"trained {facts['epochs']} epochs in {facts['train_seconds']:.0f} s"
+    trained = f"trained {facts['epochs']} epochs in {facts['train_seconds']:.0f} s"
+    origin = f"loaded {checkpoint}" if checkpoint else trained
     print(f"\n== {dataset}, seed {seed}: {origin}; accuracy {accuracy:.3f} on {len(subset.images)} images", flush=True)
     runs = []
     for method in _methods(args):
@@ -223,8 +234,8 @@ def machine() -> dict[str, Any]:
 def run(args: argparse.Namespace) -> list[dict]:
     """Every requested dataset and seed; print the tables, optionally write them as markdown; return the
     records as dicts (``dataclasses.asdict``), each with its ``record`` kind."""
-    if args.quick:
-        vars(args).update(QUICK)
+    for key, value in (QUICK if args.quick else FULL).items():
+        vars(args).setdefault(key, value)
     bootstrap = BootstrapSettings(args.bootstrap_resamples, args.bootstrap_seed)
     start, cpu_start = time.perf_counter(), time.process_time()
     records: list[report.Record] = []
@@ -250,7 +261,13 @@ def run(args: argparse.Namespace) -> list[dict]:
     if args.markdown is not None:
         command = "python -m gradskip_lightning.benchmarks " + " ".join(sys.argv[1:])
         report.write_markdown(
-            args.markdown, records, command=command, machine=facts, wall_seconds=wall, steps=args.steps, bootstrap=bootstrap
+            args.markdown,
+            records,
+            command=command,
+            machine=facts,
+            wall_seconds=wall,
+            steps=args.steps,
+            bootstrap=bootstrap,
         )
         print(f"wrote the tables into {args.markdown}")
     return [asdict(record) for record in records]
