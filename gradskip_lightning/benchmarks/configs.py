@@ -14,7 +14,9 @@ CONFIGS_DIR = Path(__file__).resolve().parents[2] / "configs"
 def _load(name: str) -> dict[str, Any]:
     path = CONFIGS_DIR / f"{name}.yaml"
     if not path.is_file():
-        raise FileNotFoundError(f"{path} not found: run the benchmarks from a clone of the gradskip-lightning repository")
+        raise FileNotFoundError(
+            f"{path} not found: run the benchmarks from a clone of the gradskip-lightning repository"
+        )
     return yaml.safe_load(path.read_text())
 
 
