@@ -10,7 +10,7 @@ SUBCOMMANDS = {
     "cost": "FLOPs and CPU milliseconds per map of every method",
     "metrics": "insertion/deletion throughput and forward calls",
     "callback": "the callback's epoch-end time against one training epoch",
-    "faithfulness": "every method scored on planted shapes and BloodMNIST, with ablations",
+    "faithfulness": "every method scored over training seeds, with intervals, paired differences and ablations",
     "gpu": "checks that need a CUDA device: batch = singles, mixed-precision fits, OOM skipped, ms per map",
     "coverage": "which timm ViT-family models are accepted, and the properties on one small one per kind",
 }

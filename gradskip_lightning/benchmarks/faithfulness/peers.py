@@ -17,23 +17,30 @@ from __future__ import annotations
 
 import importlib.util
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 from torch import Tensor, nn
 
 from gradskip_lightning.adapters import find_adapter
 
-MapFn = Callable[[nn.Module, Tensor, Tensor], Tensor]
-#: Peer name -> the Python package it needs.
-PEERS = {"integrated_gradients": "captum", "input_x_gradient": "captum", "grad_cam": "pytorch_grad_cam"}
+from .maps import MapFn
+
+
+@dataclass(frozen=True)
+class Peer:
+    """A peer method: the Python package it needs and its map function given the IG step count."""
+
+    package: str
+    build: Callable[[int], MapFn]
 
 
 def available_peers(names: list[str]) -> list[str]:
     """The peers among ``names`` whose package is installed; prints a note for each one skipped."""
     found = []
     for name in names:
-        if importlib.util.find_spec(PEERS[name]) is None:
-            print(f"note: {name} skipped: the optional package {PEERS[name]!r} is not installed")
+        if importlib.util.find_spec(PEERS[name].package) is None:
+            print(f"note: {name} skipped: the optional package {PEERS[name].package!r} is not installed")
         else:
             found.append(name)
     return found
@@ -104,12 +111,16 @@ def grad_cam(model: nn.Module, images: Tensor, targets: Tensor) -> Tensor:
     return torch.from_numpy(maps).float().reshape(images.shape[0], *images.shape[-2:])
 
 
+#: Peer name -> its package and map function; a new peer is one entry.
+PEERS: dict[str, Peer] = {
+    "integrated_gradients": Peer("captum", integrated_gradients),
+    "input_x_gradient": Peer("captum", lambda ig_steps: input_x_gradient),
+    "grad_cam": Peer("pytorch_grad_cam", lambda ig_steps: grad_cam),
+}
+
+
 def peer_method(name: str, ig_steps: int = 50) -> MapFn:
     """The map function of peer ``name`` (one of :data:`PEERS`)."""
-    if name == "integrated_gradients":
-        return integrated_gradients(ig_steps)
-    if name == "input_x_gradient":
-        return input_x_gradient
-    if name == "grad_cam":
-        return grad_cam
-    raise ValueError(f"unknown peer {name!r}; choose one of {tuple(PEERS)}")
+    if name not in PEERS:
+        raise ValueError(f"unknown peer {name!r}; choose one of {tuple(PEERS)}")
+    return PEERS[name].build(ig_steps)

@@ -1,9 +1,11 @@
-"""Models and fixed test subsets for the faithfulness benchmark: planted shapes and BloodMNIST.
+"""Models and fixed test subsets for the faithfulness benchmark: planted shapes (a tiny and a deeper
+ViT) and BloodMNIST.
 
-Each dataset is trained from scratch with the settings of its ``configs/*.yaml`` (a tiny timm ViT
+Each dataset is trained from scratch with the settings of its ``configs/<name>.yaml`` (a timm ViT
 in :class:`~gradskip_lightning.model.ViTClassifier`, Lightning Trainer on CPU, no logger, no
-validation; fewer BloodMNIST epochs) unless a checkpoint is given. The test subset is a seeded random draw from the test
-split, loaded once into tensors.
+validation; fewer BloodMNIST epochs), once per training seed, unless a checkpoint is given. The test
+subset is a seeded random draw from the test split, the same for every training seed, loaded once
+into tensors.
 """
 
 from __future__ import annotations
@@ -16,13 +18,12 @@ import torch
 from lightning.pytorch import Trainer, seed_everything
 from torch import Tensor
 
-from gradskip_lightning.benchmarks.configs import config_settings
-from gradskip_lightning.data import BloodMNISTDataModule, PlantedShapesDataModule
+from gradskip_lightning.benchmarks.configs import config_settings, datamodule_class
 from gradskip_lightning.data.base import ImageClassificationDataModule
 from gradskip_lightning.model import ViTClassifier
 
 #: Datasets; each trains with ``configs/<name>.yaml``.
-DATASETS = ("planted_shapes", "bloodmnist")
+DATASETS = ("planted_shapes", "planted_shapes_deep", "bloodmnist")
 #: Training epochs that differ from the config's: 4 of BloodMNIST's 10, so the whole benchmark fits
 #: in 30 minutes on 2 CPU cores (``--epochs 10`` trains as the config does).
 EPOCHS = {"bloodmnist": 4}
@@ -46,15 +47,21 @@ class Subset:
 
 
 def make_datamodule(name: str, data_root: Path | None) -> ImageClassificationDataModule:
-    """The datamodule of ``name`` with its config's settings (BloodMNIST needs ``data_root``)."""
+    """The datamodule of ``name`` with its config's settings; a dataset read from files (its config has
+    a ``root``, e.g. BloodMNIST) needs ``data_root``, the folder holding them (no download)."""
     if name not in DATASETS:
         raise ValueError(f"unknown dataset {name!r}; choose one of {DATASETS}")
     _, data, _ = config_settings(name)
-    if name == "planted_shapes":
-        return PlantedShapesDataModule(**data)
-    if data_root is None:
-        raise ValueError("bloodmnist needs --data-root, the folder holding bloodmnist.npz")
-    return BloodMNISTDataModule(**{**data, "root": str(data_root), "download": False})
+    if needs_data_root(name):
+        if data_root is None:
+            raise ValueError(f"{name} needs --data-root, the folder holding its files")
+        data = {**data, "root": str(data_root), "download": False}
+    return datamodule_class(name)(**data)
+
+
+def needs_data_root(name: str) -> bool:
+    """Whether dataset ``name`` reads files from a ``root`` folder (its config sets one)."""
+    return "root" in config_settings(name)[1]
 
 
 def fixed_subset(datamodule: ImageClassificationDataModule, size: int, seed: int) -> Subset:
@@ -69,6 +76,11 @@ def fixed_subset(datamodule: ImageClassificationDataModule, size: int, seed: int
     labels = torch.stack([torch.as_tensor(item[1]) for item in items]).long()
     masks = torch.stack([item[2] for item in items]) if len(items[0]) > 2 else None
     return Subset(images, labels, masks, indices)
+
+
+def checkpoint_path(folder: Path, name: str, seed: int) -> Path:
+    """Where ``--save-checkpoints`` writes, and ``--checkpoints`` reads, the model of one dataset and seed."""
+    return folder / f"{name}-seed{seed}.ckpt"
 
 
 def train_or_load(

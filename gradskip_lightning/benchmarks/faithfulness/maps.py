@@ -1,0 +1,78 @@
+"""Methods as map functions ``(model, images, targets) -> maps (B, H, W)``: their maps over a subset,
+their CPU time and their FLOPs per map. The scores of the maps are in
+:mod:`~gradskip_lightning.benchmarks.faithfulness.scores`.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor, nn
+
+from gradskip_lightning.benchmarks.cost import count_flops, forward_flops
+from gradskip_lightning.adapters import find_adapter
+from gradskip_lightning.explainer import Explainer
+
+from .records import Row
+
+MapFn = Callable[[nn.Module, Tensor, Tensor], Tensor]
+#: A method is "cheap" when one map costs at most this many forward passes (FLOPs).
+CHEAP_RATIO = 3.0
+
+
+@dataclass(frozen=True)
+class Method:
+    """A named map function: ``row`` says which table row it fills, ``fn`` makes its maps."""
+
+    row: Row
+    fn: MapFn
+
+
+def engine_method(method: str, **options) -> MapFn:
+    """Map function of an :class:`~gradskip_lightning.explainer.Explainer` method with ``options``."""
+
+    def explain(model: nn.Module, images: Tensor, targets: Tensor) -> Tensor:
+        return Explainer(model, method, **options).explain(images, targets).maps
+
+    return explain
+
+
+def compute_maps(fn: MapFn, model: nn.Module, images: Tensor, targets: Tensor, batch_size: int) -> tuple[Tensor, float]:
+    """Maps (n, H, W) of the whole subset in chunks of ``batch_size``, and CPU wall ms per map: the
+    median over chunks (robust to other jobs on a shared machine), after a warm-up call on two images."""
+    fn(model, images[:2], targets[:2])
+    chunks, per_map_ms = [], []
+    for first in range(0, len(images), batch_size):
+        chunk = slice(first, first + batch_size)
+        start = time.perf_counter()
+        chunks.append(fn(model, images[chunk], targets[chunk]).detach().float())
+        per_map_ms.append((time.perf_counter() - start) * 1000.0 / len(chunks[-1]))
+    return torch.cat(chunks), statistics.median(per_map_ms)
+
+
+def flops_per_map(fn: MapFn, model: nn.Module, image: Tensor, target: Tensor) -> int:
+    """FLOPs of one map for one image (1, C, H, W), attention non-fused so FlopCounterMode sees it."""
+    with find_adapter(model).explain_mode(model):
+        return count_flops(lambda: fn(model, image, target))
+
+
+@dataclass(frozen=True)
+class Cost:
+    """FLOPs of one map for one image, in GFLOPs and in forward passes; ``cheap``: at most CHEAP_RATIO."""
+
+    gflops_per_map: float
+    ratio_to_forward: float
+
+    @property
+    def cheap(self) -> bool:
+        return self.ratio_to_forward <= CHEAP_RATIO
+
+
+def cost(fn: MapFn, model: nn.Module, image: Tensor, target: Tensor) -> Cost:
+    """GFLOPs per map and the ratio to one forward, for one image (1, C, H, W)."""
+    per_map = flops_per_map(fn, model, image, target)
+    return Cost(per_map / 1e9, per_map / forward_flops(model, image))

@@ -1,0 +1,129 @@
+"""The score columns of the faithfulness benchmark: a registry of per-image scores.
+
+Every score maps one method's maps on the subset to a value per image (n,) (or to None when the
+dataset cannot rate it, e.g. the Pointing Game without object masks), so the means, bootstrap
+intervals and paired differences treat all scores alike. A new column is one :class:`Score` entry
+in :data:`SCORES`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import cached_property
+
+import torch
+from torch import Tensor, nn
+
+from gradskip_lightning.metrics import (
+    faithfulness_violation,
+    insertion_deletion,
+    parameter_randomisation,
+    pointing_game,
+)
+
+from .maps import MapFn
+
+
+@dataclass
+class ScoreInputs:
+    """One method on one model and subset: what any score may read.
+
+    Attributes:
+        model: eval-mode module, images -> logits.
+        images: (n, C, H, W) normalised; targets: (n,) classes explained; maps: (n, H, W).
+        masks: (n, H, W) bool object masks, or None when the dataset has none.
+        map_fn: the method, for scores that explain again (randomisation).
+        steps: insertion/deletion steps K; batch_size: perturbed images per forward.
+        randomisation_images: the first this many images are used by the randomisation score.
+        seed: seed of the re-initialisation in the randomisation score.
+    """
+
+    model: nn.Module
+    images: Tensor
+    targets: Tensor
+    maps: Tensor
+    masks: Tensor | None
+    map_fn: MapFn
+    steps: int
+    batch_size: int
+    randomisation_images: int
+    seed: int
+
+    @cached_property
+    def insertion_deletion(self) -> dict[str, Tensor]:
+        """Per-image insertion, deletion and their difference (n,), computed once for three columns."""
+        with torch.no_grad():
+            return insertion_deletion(
+                self.model, self.images, self.targets, self.maps, steps=self.steps, batch_size=self.batch_size
+            )
+
+
+def _violations(inputs: ScoreInputs) -> Tensor:
+    with torch.no_grad():
+        found = faithfulness_violation(
+            inputs.model, inputs.images, inputs.targets, inputs.maps, batch_size=inputs.batch_size
+        )
+    return found.double()
+
+
+def _pointing(inputs: ScoreInputs) -> Tensor | None:
+    return None if inputs.masks is None else pointing_game(inputs.maps, inputs.masks).double()
+
+
+def _randomisation(inputs: ScoreInputs) -> Tensor:
+    """Spearman of each image's maps to the trained model's maps, averaged over the cascade's steps."""
+    few = slice(0, inputs.randomisation_images)
+    curve = parameter_randomisation(
+        inputs.model,
+        inputs.images[few],
+        inputs.targets[few],
+        lambda model, images, targets: inputs.map_fn(model, images, targets).detach(),
+        seed=inputs.seed,
+    )
+    return curve.similarity.nanmean(dim=0).double()
+
+
+@dataclass(frozen=True)
+class Score:
+    """A score column.
+
+    Attributes:
+        name: key in the records' ``scores`` dicts.
+        label: column title in the tables.
+        higher_is_better: direction, for the arrows and the ahead/behind verdicts.
+        per_image: inputs -> (n,) values per image (or per image of a prefix of the subset), or None.
+        in_ablations: also scored in the ablation tables (False for costly scores).
+    """
+
+    name: str
+    label: str
+    higher_is_better: bool
+    per_image: Callable[[ScoreInputs], Tensor | None]
+    in_ablations: bool = True
+
+    @property
+    def title(self) -> str:
+        """The label with its direction arrow, e.g. "ins ↑"."""
+        return f"{self.label} {'↑' if self.higher_is_better else '↓'}"
+
+
+#: Every score column, in table order.
+SCORES: tuple[Score, ...] = (
+    Score("insertion", "ins", True, lambda inputs: inputs.insertion_deletion["insertion"].double()),
+    Score("deletion", "del", False, lambda inputs: inputs.insertion_deletion["deletion"].double()),
+    Score(
+        "insertion_minus_deletion",
+        "ins−del",
+        True,
+        lambda inputs: inputs.insertion_deletion["insertion_minus_deletion"].double(),
+    ),
+    Score("fvt_violation", "FVT", False, _violations),
+    Score("pointing_game", "PG", True, _pointing),
+    Score("randomisation_similarity", "rand. sim.", False, _randomisation, in_ablations=False),
+)
+
+
+def score_all(inputs: ScoreInputs, scores: tuple[Score, ...] = SCORES) -> dict[str, Tensor | None]:
+    """Per-image values of each of ``scores``, keyed by name."""
+    return {score.name: score.per_image(inputs) for score in scores}

@@ -1,0 +1,110 @@
+"""From per-seed, per-image scores to interval records and paired differences."""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from .bootstrap import BootstrapSettings, hierarchical_bootstrap, verdict
+from .records import IntervalRecord, PairedDifference, Row, ScoreRecord
+from .scores import SCORES, Score
+
+#: The method every other method is compared with, and what its rows are called.
+SUBJECT = "gradskip"
+
+
+@dataclass(frozen=True)
+class SeedScores:
+    """One (dataset, seed, row): its record (means) and the per-image values (n,) behind them."""
+
+    record: ScoreRecord
+    values: dict[str, Tensor | None]
+
+
+def _key(row: Row) -> tuple[str, str, str]:
+    return row.table, row.group, row.name
+
+
+def _stack(runs: list[SeedScores], score: str) -> Tensor | None:
+    """(S, n) values of one score over the seeds of ``runs`` (one row), None if any seed lacks it."""
+    found = [run.values[score] for run in runs]
+    return None if any(v is None for v in found) else torch.stack(found)
+
+
+def _by_row(runs: list[SeedScores]) -> dict[tuple[str, str, str], list[SeedScores]]:
+    grouped: dict[tuple[str, str, str], list[SeedScores]] = {}
+    for run in runs:
+        grouped.setdefault(_key(run.record.row), []).append(run)
+    return grouped
+
+
+def _scores_of(row: Row) -> tuple[Score, ...]:
+    return SCORES if row.table == "methods" else tuple(s for s in SCORES if s.in_ablations)
+
+
+def interval_records(runs: list[SeedScores], settings: BootstrapSettings) -> list[IntervalRecord]:
+    """One record per (dataset, row) of ``runs``, in first-seen order: means and bootstrap intervals."""
+    out = []
+    for row_runs in _by_row(runs).values():
+        first = row_runs[0].record
+        intervals = {}
+        for score in _scores_of(first.row):
+            values = _stack(row_runs, score.name)
+            intervals[score.name] = None if values is None else hierarchical_bootstrap(values, settings)
+        out.append(
+            IntervalRecord(
+                dataset=first.dataset,
+                row=first.row,
+                seeds=tuple(run.record.seed for run in row_runs),
+                images=first.images,
+                ms_per_map=statistics.median(run.record.ms_per_map for run in row_runs),
+                gflops_per_map=first.gflops_per_map,
+                ratio_to_forward=first.ratio_to_forward,
+                cheap=first.cheap,
+                scores=intervals,
+            )
+        )
+    return out
+
+
+def comparisons(rows: list[Row]) -> list[tuple[Row, Row]]:
+    """(subject, reference) pairs: GradSkip against every other method; each ablation setting against
+    its group's default row."""
+    methods = [row for row in rows if row.table == "methods"]
+    pairs = [(s, r) for s in methods if s.name == SUBJECT for r in methods if r.name != SUBJECT]
+    defaults = {row.group: row for row in rows if row.table == "ablations" and row.is_default}
+    pairs += [(row, defaults[row.group]) for row in rows if row.table == "ablations" and not row.is_default]
+    return pairs
+
+
+def paired_differences(runs: list[SeedScores], settings: BootstrapSettings) -> list[PairedDifference]:
+    """Subject minus reference per image, same images and seeds, for every pair of :func:`comparisons`
+    and every score both have; with bootstrap intervals and verdicts."""
+    grouped = _by_row(runs)
+    out = []
+    for subject, reference in comparisons([row_runs[0].record.row for row_runs in grouped.values()]):
+        subject_runs, reference_runs = grouped[_key(subject)], grouped[_key(reference)]
+        for score in _scores_of(subject):
+            a, b = _stack(subject_runs, score.name), _stack(reference_runs, score.name)
+            if a is None or b is None:
+                continue
+            difference = hierarchical_bootstrap(a - b, settings)
+            first = subject_runs[0].record
+            out.append(
+                PairedDifference(
+                    dataset=first.dataset,
+                    table=subject.table,
+                    score=score.name,
+                    subject=subject.name,
+                    reference=reference.name,
+                    group=subject.group,
+                    seeds=tuple(run.record.seed for run in subject_runs),
+                    images=a.shape[1],
+                    difference=difference,
+                    verdict=verdict(difference, score.higher_is_better),
+                )
+            )
+    return out

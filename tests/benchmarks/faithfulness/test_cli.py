@@ -1,0 +1,116 @@
+"""The faithfulness subcommand end to end on its --quick path: records, intervals, markdown, reload."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from gradskip_lightning.benchmarks.__main__ import main
+from gradskip_lightning.benchmarks.faithfulness.ablations import SETTINGS
+from gradskip_lightning.benchmarks.faithfulness.report import BEGIN, END
+from gradskip_lightning.benchmarks.faithfulness.scores import SCORES
+
+ENGINE = {"gradskip", "raw_attention", "rollout", "chefer", "random"}
+PEERS = {"integrated_gradients", "input_x_gradient", "grad_cam"}
+TOL = 1e-9
+
+
+def _contains(interval: dict) -> bool:
+    return interval["low"] - TOL <= interval["mean"] <= interval["high"] + TOL
+
+
+@pytest.mark.slow
+def test_quick_run_records_intervals_markdown_and_reload(tmp_path, capsys):
+    doc = tmp_path / "benchmarks.md"
+    doc.write_text(f"# Benchmarks\n\nhand-written intro\n\n{BEGIN}\nold tables\n{END}\n\nhand-written reading\n")
+    out_json = tmp_path / "records.json"
+    ckpt = tmp_path / "ckpt"
+    main(["faithfulness", "--quick", "--save-checkpoints", str(ckpt), "--markdown", str(doc), "--json", str(out_json)])
+    records = json.loads(out_json.read_text())
+    kinds = ("model", "score", "interval", "difference")
+    by_kind = {kind: [r for r in records if r["record"] == kind] for kind in kinds}
+    assert sum(map(len, by_kind.values())) == len(records)
+    assert [(m["dataset"], m["seed"], m["images"]) for m in by_kind["model"]] == [
+        ("planted_shapes", 0, 16),
+        ("planted_shapes", 1, 16),
+    ]
+
+    # One score record per (seed, row): every method, then every ablation setting.
+    methods = [r for r in by_kind["score"] if r["row"]["table"] == "methods"]
+    assert {(r["seed"], r["row"]["name"]) for r in methods} == {(s, m) for s in (0, 1) for m in ENGINE | PEERS}
+    for r in methods:
+        assert set(r["scores"]) == {s.name for s in SCORES}
+        for name in ("insertion", "deletion", "fvt_violation", "pointing_game"):
+            assert 0.0 <= r["scores"][name] <= 1.0, (r["row"]["name"], name)
+        ins, dele, diff = (r["scores"][k] for k in ("insertion", "deletion", "insertion_minus_deletion"))
+        assert math.isclose(diff, ins - dele, abs_tol=1e-6)
+        assert r["ms_per_map"] > 0 and r["gflops_per_map"] > 0
+    first = {r["row"]["name"]: r for r in methods if r["seed"] == 0}
+    assert math.isclose(first["raw_attention"]["ratio_to_forward"], 1.0, rel_tol=0.05)
+    assert first["gradskip"]["cheap"] and not first["integrated_gradients"]["cheap"]
+    # The random floor ignores the weights: randomising them leaves its maps unchanged.
+    assert math.isclose(first["random"]["scores"]["randomisation_similarity"], 1.0, abs_tol=1e-6)
+    ablations = [r for r in by_kind["score"] if r["row"]["table"] == "ablations" and r["seed"] == 0]
+    assert [(r["row"]["group"], r["row"]["name"]) for r in ablations] == [(g, s) for g, s, _ in SETTINGS]
+    assert all(r["images"] == 8 and "randomisation_similarity" not in r["scores"] for r in ablations)
+
+    # Intervals: one per (dataset, row), over both seeds, each containing its mean.
+    intervals = {(r["row"]["table"], r["row"]["group"], r["row"]["name"]): r for r in by_kind["interval"]}
+    assert len(intervals) == len(ENGINE | PEERS) + len(SETTINGS)
+    for r in intervals.values():
+        assert r["seeds"] == [0, 1]
+        for interval in r["scores"].values():
+            assert _contains(interval), (r["row"]["name"], interval)
+    gradskip = intervals[("methods", "", "gradskip")]["scores"]["insertion"]
+    seed_means = [r["scores"]["insertion"] for r in methods if r["row"]["name"] == "gradskip"]
+    assert math.isclose(gradskip["mean"], sum(seed_means) / 2, rel_tol=1e-9)
+
+    # Paired differences: GradSkip against each other method, each ablation setting against its default.
+    differences = by_kind["difference"]
+    method_pairs = {(d["reference"], d["score"]) for d in differences if d["table"] == "methods"}
+    assert method_pairs == {(m, s.name) for m in (ENGINE | PEERS) - {"gradskip"} for s in SCORES}
+    for d in differences:
+        assert _contains(d["difference"]) and d["verdict"] in ("ahead", "tied", "behind")
+        assert (d["verdict"] == "tied") == (d["difference"]["low"] <= 0.0 <= d["difference"]["high"])
+    rollout = next(d for d in differences if d["reference"] == "rollout" and d["score"] == "insertion")
+    assert math.isclose(
+        rollout["difference"]["mean"],
+        gradskip["mean"] - intervals[("methods", "", "rollout")]["scores"]["insertion"]["mean"],
+        abs_tol=1e-9,
+    )
+    ablation_pairs = [d for d in differences if d["table"] == "ablations"]
+    assert {d["subject"] for d in ablation_pairs} == {r["row"]["name"] for r in ablations if not r["row"]["is_default"]}
+    # The default row is GradSkip's own scores on the first 8 images, so setting "gate=layer" vs itself is absent.
+    assert all(d["subject"] != d["reference"] for d in ablation_pairs)
+
+    text = doc.read_text()
+    assert text.startswith("# Benchmarks\n\nhand-written intro") and text.endswith("hand-written reading\n")
+    assert "old tables" not in text and "| **gradskip** | yes |" in text and "| gradskip − rollout |" in text
+    assert "hierarchical bootstrap (500 resamples" in text
+
+    # The saved checkpoints reload to the same models: same GradSkip scores; explicit options beat --quick.
+    main(
+        [
+            "faithfulness",
+            "--quick",
+            "--seeds",
+            "1",
+            "--checkpoints",
+            str(ckpt),
+            "--methods",
+            "gradskip",
+            "--peers",
+            "--no-ablations",
+            "--json",
+            str(out_json),
+        ]
+    )
+    again = json.loads(out_json.read_text())
+    (model,) = [r for r in again if r["record"] == "model"]
+    assert model["seed"] == 1 and model["checkpoint"].endswith("planted_shapes-seed1.ckpt")
+    (score,) = [r for r in again if r["record"] == "score"]
+    trained = next(r for r in methods if r["seed"] == 1 and r["row"]["name"] == "gradskip")
+    assert score["scores"] == trained["scores"]
+    assert "planted_shapes_deep" not in capsys.readouterr().out
