@@ -13,8 +13,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
-from gradskip_lightning.benchmarks.cost import count_flops, forward_flops
 from gradskip_lightning.adapters import find_adapter
+from gradskip_lightning.benchmarks.cost import count_flops, forward_flops
 from gradskip_lightning.explainer import Explainer
 
 from .records import Row
