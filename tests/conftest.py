@@ -23,6 +23,11 @@ def _offline_wandb(tmp_path, monkeypatch):
         path = tmp_path / "wandb_env" / var.lower()
         path.mkdir(parents=True, exist_ok=True)
         monkeypatch.setenv(var, str(path))
+    yield
+    import wandb
+
+    if wandb.run is not None:  # a run left open would be reused by the next test's WandbLogger
+        wandb.finish()
 
 
 def make_tiny_vit(

@@ -22,6 +22,8 @@ pytest.importorskip("wandb_workspaces")
 def logged_keys(tmp_path_factory) -> set[str]:
     """Every key of a real offline run: regions object and tag, a compared method, the transplant test."""
     root = tmp_path_factory.mktemp("dashboard_run")
+    if wandb.run is not None:  # never reuse a run another test left open
+        wandb.finish()
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("WANDB_MODE", "offline")
         mp.setenv("WANDB_SILENT", "true")
