@@ -39,7 +39,10 @@ def multilabel_loss(logits: Tensor, labels: Tensor, label_smoothing: float) -> T
 def multiclass_metrics(num_classes: int) -> MetricCollection:
     """Top-1 accuracy and macro one-vs-rest AUROC, fed softmax probabilities."""
     return MetricCollection(
-        {"acc": MulticlassAccuracy(num_classes, average="micro"), "auroc": MulticlassAUROC(num_classes, average="macro")}
+        {
+            "acc": MulticlassAccuracy(num_classes, average="micro"),
+            "auroc": MulticlassAUROC(num_classes, average="macro"),
+        }
     )
 
 

@@ -8,9 +8,9 @@ import pytest
 import torch
 from lightning.pytorch import Trainer
 from lightning.pytorch.loggers import CSVLogger
-from torch.utils.data import DataLoader, TensorDataset
 from timm.layers import DropPath
 from timm.models.vision_transformer import VisionTransformer
+from torch.utils.data import DataLoader, TensorDataset
 
 from gradskip_lightning.data import PlantedShapesDataModule
 from gradskip_lightning.model import ViTClassifier, multilabel_loss, warmup_cosine

@@ -1,4 +1,4 @@
-"""train.py: W&B mode default, data-to-model links (classes, size, channels, task), and a one-epoch run through the CLI."""
+"""train.py: W&B mode default, data-to-model links (classes, size, channels, task), one CLI epoch."""
 from __future__ import annotations
 
 import os

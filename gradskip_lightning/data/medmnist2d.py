@@ -214,7 +214,8 @@ class MedMNISTDataModule(ImageClassificationDataModule):
 
     def make_split(self, split: str, tag_mode: TagMode) -> MedMNISTSplit:
         """One split, read by medmnist's own dataset class; the tag as ``tag_mode`` says."""
-        steps: list[Callable] = [T.RandomHorizontalFlip(), T.RandomVerticalFlip()] if split == "train" and self.augment else []
+        flips = split == "train" and self.augment
+        steps: list[Callable] = [T.RandomHorizontalFlip(), T.RandomVerticalFlip()] if flips else []
         dataset = self._dataset_class(
             split=split,
             transform=T.Compose([*steps, T.ToTensor()]),

@@ -72,7 +72,9 @@ class SpuriousTag:
                 raise ValueError(f"{name} must be a probability in [0, 1], got {getattr(self, name)}")
         widths = {len(row) for row in self.pattern}
         if not self.pattern or len(widths) != 1 or 0 in widths:
-            raise ValueError(f"pattern must be a non-empty rectangle of pixel values (rows of equal length), got {self.pattern}")
+            raise ValueError(
+                f"pattern must be a non-empty rectangle of pixel values (rows of equal length), got {self.pattern}"
+            )
         if not all(0.0 <= value <= 1.0 for row in self.pattern for value in row):
             raise ValueError(f"pattern values must be pixel values in [0, 1], got {self.pattern}")
         if len(self.position) != 2 or min(self.position) < 0:

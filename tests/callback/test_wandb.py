@@ -126,9 +126,7 @@ def test_table_rows_and_npz_match_the_logged_scores(run):
 
 
 def test_timeline_renders_from_the_wandb_run_folder(run, tmp_path):
-    from gradskip_lightning.timeline import main
-
-    from gradskip_lightning.timeline import CHART_INCHES, ROW_INCHES
+    from gradskip_lightning.timeline import CHART_INCHES, ROW_INCHES, main
 
     out = main([str(run.root), "-o", str(tmp_path / "timeline.png")])
     height = (ROW_INCHES * NUM_PROBES + CHART_INCHES) * 100  # probes, then the region mass chart ("object")

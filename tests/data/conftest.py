@@ -60,7 +60,8 @@ def write_medmnist_file(root: Path, flag: str, size: int = 28) -> Path:
             codes = np.arange(n) % len(info["label"])
             labels = codes.astype(np.uint8)[:, None]  # (N, 1) as in MedMNIST
         rgb = info["n_channels"] == 3
-        arrays[f"{split}_images"] = synthetic_bloodmnist_images(codes, size) if rgb else synthetic_gray_images(codes, size)
+        make_images = synthetic_bloodmnist_images if rgb else synthetic_gray_images
+        arrays[f"{split}_images"] = make_images(codes, size)
         arrays[f"{split}_labels"] = labels
     path = root / medmnist_filename(flag, size)
     np.savez_compressed(path, **arrays)
