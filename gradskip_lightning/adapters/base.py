@@ -336,13 +336,14 @@ class Adapter:
             output = seen.pop("output")
             top = Top(logits.detach(), targets, readout, output.detach(), self.num_prefix_tokens, self.grid_size)
             if mode == "forward":
-                visitor.start(top)
+                visitor.start(top)  # in the no-grad context of the pass
                 return top
             y = logits.gather(1, targets[:, None]).sum()
             if mode == "conservative":
                 (top.input_grad,) = torch.autograd.grad(y, seen["input"])
                 top.input_tokens = seen.pop("input").detach()
-                visitor.start(top)
+                with torch.no_grad():
+                    visitor.start(top)
                 return top
 
             def on_output_grad(grad: Tensor) -> None:
