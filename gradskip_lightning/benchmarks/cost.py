@@ -7,7 +7,8 @@ non-fused during counting (FlopCounterMode sees no FLOPs in fused CPU attention)
 
 Memory: peak resident set size of one batched call over the loaded model (Linux: the peak is reset
 through /proc/self/clear_refs after loading), in MiB per image, each (model, method) in a fresh
-subprocess so that one configuration's peak cannot hide another's. The row ``floor`` is what any
+subprocess so that one configuration's peak cannot hide another's. Milliseconds: the fastest of
+``--repeats`` rounds per method, the methods interleaved in one fresh process per model. The row ``floor`` is what any
 gradient method pays: one forward with non-fused attention (as explaining runs it) and one
 activation-only backward (dy/dx^0 at the tokens entering block 0, no weight gradients); ``x floor`` divides by it.
 """
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import math
 import multiprocessing
 import time
 from collections.abc import Callable
@@ -45,7 +47,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--methods", nargs="+", default=[*METHODS, FLOOR], choices=[*METHODS, FLOOR],
                         help=f"methods to measure; {FLOOR!r} is the forward + activation-only backward row")
     parser.add_argument("--batch-size", type=int, default=8, help="batch of the timed and memory-measured calls")
-    parser.add_argument("--repeats", type=int, default=2, help="timed calls per method (after the measured one)")
+    parser.add_argument("--repeats", type=int, default=2,
+                        help="timed rounds (methods interleaved, fastest kept; 0: no timing)")
 
 
 def count_flops(fn: Callable[[], object]) -> int:
@@ -81,12 +84,18 @@ def floor_pass(model: nn.Module) -> Callable[[Tensor], Tensor]:
     return run
 
 
-def ms_per_map(run: Callable[[Tensor], object], images: Tensor, repeats: int) -> float:
-    """Mean CPU wall milliseconds per image over ``repeats`` batched calls of ``run``."""
-    start = time.perf_counter()
-    for _ in range(repeats):
-        run(images)
-    return (time.perf_counter() - start) * 1000.0 / (repeats * images.shape[0])
+def ms_per_map(calls: dict[str, Callable[[Tensor], object]], images: Tensor, repeats: int) -> dict[str, float]:
+    """CPU wall milliseconds per image of each call: the fastest of ``repeats`` rounds, the calls
+    interleaved within each round (after one warm-up round), so that load from other processes on
+    a shared machine hits every call alike."""
+    best = dict.fromkeys(calls, math.inf)
+    for round_ in range(repeats + 1):
+        for name, call in calls.items():
+            start = time.perf_counter()
+            call(images)
+            if round_:
+                best[name] = min(best[name], (time.perf_counter() - start) * 1000.0 / images.shape[0])
+    return best
 
 
 def _status_mib(key: str) -> float:
@@ -105,17 +114,26 @@ def peak_mib(run: Callable[[], object]) -> float:
     return _status_mib("VmHWM") - before
 
 
-def measure(label: str, method: str, batch_size: int, repeats: int) -> dict:
-    """One row: memory of the first batched call, then ms per map, then FLOPs of one image.
-    Meant to run alone in a fresh process (see :func:`run`)."""
+def load(label: str, batch_size: int) -> tuple[nn.Module, Tensor, Tensor]:
+    """The model of ``label`` (random weights, eval), one image and a batch at its input size."""
     name, overrides = MODELS[label]
     torch.manual_seed(0)
     model = timm.create_model(name, pretrained=False, **overrides).eval()
     c, h, w = model.pretrained_cfg["input_size"]
-    one, batch = torch.randn(1, c, h, w), torch.randn(batch_size, c, h, w)
-    call = floor_pass(model) if method == FLOOR else Explainer(model, method).explain
+    return model, torch.randn(1, c, h, w), torch.randn(batch_size, c, h, w)
+
+
+def map_call(model: nn.Module, method: str) -> Callable[[Tensor], object]:
+    """images -> one batched map of ``method`` (or the floor's forward + backward)."""
+    return floor_pass(model) if method == FLOOR else Explainer(model, method).explain
+
+
+def measure(label: str, method: str, batch_size: int) -> dict:
+    """One row without timing: peak memory of the first batched call, then FLOPs of one image.
+    Meant to run alone in a fresh process (see :func:`in_fresh_process`)."""
+    model, one, batch = load(label, batch_size)
+    call = map_call(model, method)
     peak = peak_mib(lambda: call(batch))
-    ms = ms_per_map(call, batch, repeats)
     forward, per_map = forward_flops(model, one), count_flops(lambda: call(one))
     return {
         "model": label,
@@ -123,12 +141,17 @@ def measure(label: str, method: str, batch_size: int, repeats: int) -> dict:
         "forward_flops": forward,
         "flops_per_map": per_map,
         "ratio_to_forward": per_map / forward,
-        "ms_per_map": ms,
         "peak_mib": peak,
         "peak_mib_per_image": peak / batch_size,
         "batch_size": batch_size,
         "threads": torch.get_num_threads(),
     }
+
+
+def time_methods(label: str, methods: list[str], batch_size: int, repeats: int) -> dict[str, float]:
+    """:func:`ms_per_map` of every method on model ``label``, all in this (fresh) process."""
+    model, _, batch = load(label, batch_size)
+    return ms_per_map({method: map_call(model, method) for method in methods}, batch, repeats)
 
 
 def in_fresh_process(fn: Callable[..., dict], *args: object) -> dict:
@@ -150,9 +173,12 @@ def run(args: argparse.Namespace) -> list[dict]:
     print(f"{'model':32s} {'method':14s} {'fwd GFLOPs':>10s} {'GFLOPs/map':>10s} {'x forward':>9s} "
           f"{'ms/map':>9s} {'MiB/image':>9s} {'x floor':>7s}")
     for label in args.models:
-        rows = [in_fresh_process(measure, label, method, args.batch_size, args.repeats) for method in args.methods]
+        rows = [in_fresh_process(measure, label, method, args.batch_size) for method in args.methods]
+        timed = args.repeats > 0
+        timings = in_fresh_process(time_methods, label, args.methods, args.batch_size, args.repeats) if timed else {}
         floor = next((r for r in rows if r["method"] == FLOOR), None)
         for record in rows:
+            record["ms_per_map"] = timings.get(record["method"], math.nan)
             record["peak_to_floor"] = record["peak_mib"] / floor["peak_mib"] if floor else None
             records.append(record)
             to_floor = f"{record['peak_to_floor']:7.2f}" if floor else f"{'-':>7s}"

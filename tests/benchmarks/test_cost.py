@@ -3,10 +3,13 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from gradskip_lightning.benchmarks.__main__ import main
 from gradskip_lightning.benchmarks.cost import peak_mib
 
 
+@pytest.mark.slow  # four fresh subprocesses
 def test_cost_records_flop_ratios_and_memory_against_the_floor(tmp_path, capsys):
     out = tmp_path / "cost.json"
     main(["cost", "--models", "vit_tiny_patch16_224", "--methods", "gradskip", "rollout", "floor",
