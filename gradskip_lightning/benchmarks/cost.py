@@ -189,7 +189,7 @@ def run(args: argparse.Namespace) -> list[dict]:
                 flush=True,
             )
         speed = ratio(records, label, "ms_per_map", "gradskip", "chefer")
-        if speed is not None:
+        if timed and speed is not None:
             print(f"{label}: gradskip / chefer ms per map = {speed:.2f}")
     print("FLOPs: 2 per multiply-add (ViT-B/16 forward ~35.1 G = the paper's '17.6 GFLOPs' in MACs).")
     return records
