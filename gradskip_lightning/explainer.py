@@ -133,7 +133,8 @@ class Explainer:
             raise ValueError(f"targets must be in [0, {self.num_classes}); got {targets.tolist()}")
 
     def explain(self, images: Tensor, targets: Tensor | None = None) -> Explanation:
-        """Explain a batch in one forward (and one activation-only backward for gradient methods).
+        """Explain a batch in one forward (and one activation-only backward for gradient methods),
+        each block reduced by the method as soon as its tensors exist.
 
         Args:
             images: (B, C, H, W), normalised as the model expects; moved to the model's device.
@@ -147,17 +148,16 @@ class Explainer:
         if targets is not None:
             self.check_targets(targets, images.shape[0])
             targets = targets.to(device=device, dtype=torch.long)
+        visitor = self.spec.visitor(self.options)
         with torch.autocast(device.type, enabled=False):
-            cap = self.adapter.capture(
-                self.model, images.to(dtype), targets, self.spec.needs_backward, self.spec.conservative
-            )
-            if cap.logits.shape[1] != self.num_classes:
+            top = self.adapter.run(self.model, images.to(dtype), targets, visitor)
+            if top.logits.shape[1] != self.num_classes:
                 raise ValueError(
-                    f"{type(self.model).__name__}.forward returned {cap.logits.shape[1]} logits; its backbone's "
+                    f"{type(self.model).__name__}.forward returned {top.logits.shape[1]} logits; its backbone's "
                     f"head has {self.num_classes} classes. Pass the module whose forward returns them."
                 )
-            out = self.spec.fn(cap, self.options)
-        h, w = cap.grid_size
+            out = visitor.result()
+        h, w = top.grid_size
         patch = out.patch_relevance.float()  # float32 maps, also from a float64 model
         valid = torch.isfinite(patch).all(dim=1)
         for extra in (out.head_weights, out.gates):
@@ -168,8 +168,8 @@ class Explainer:
         return Explanation(
             maps=maps,
             token_maps=token_maps,
-            targets=cap.targets,
-            logits=cap.logits.float(),
+            targets=top.targets,
+            logits=top.logits.float(),
             valid=valid,
             method=self.method,
             head_weights=out.head_weights,

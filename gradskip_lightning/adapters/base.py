@@ -1,62 +1,28 @@
 """The adapter interface: what GradSkip needs from a ViT-like backbone, and the registry of families.
 
 An :class:`Adapter` finds nothing itself: :func:`find_adapter` picks, among the registered families,
-the one whose backbone class is inside the model. The adapter then runs :meth:`Adapter.capture`
-through the model's own forward (logits = model(images)), with hooks on the backbone only. Methods
-and metrics see the returned :class:`Capture`, never the model.
-
-Per block l = 1..L the capture holds (B images, H heads, N tokens, D channels):
-
-- ``attn``        A^l, post-softmax attention probabilities, (B, H, N, N)
-- ``attn_grad``   dy/dA^l, (B, H, N, N)
-- ``value_norm``  ||v^l_{q,j}||, the L2 norm of each head's value vector, (B, H, N)
-- ``block_input`` x^{l-1}, what reaches the residual sum beside the attention branch, (B, N, D)
-- ``branch``      a^l, the attention-branch output as added to the residual stream, (B, N, D)
-- ``branch_grad`` dy/du^l (= dy/da^l), u^l = x^{l-1} + a^l, (B, N, D)
-
-plus the last block's output x^L and its gradient, ``input_grad`` dy/dx^0 (B, N, D) of a
-conservative capture (see :mod:`gradskip_lightning.adapters.conservative`), the logits, the explained targets (y = sum_b
-logit[b, target_b]) and ``readout``, the token distribution the pooling reads. Hooks exist only
-during :meth:`Adapter.capture`; train/eval modes, fused-attention flags and gradient checkpointing
-are restored, and no parameter ``.grad`` is written.
+the one whose backbone class is inside the model. The adapter then runs :meth:`Adapter.run`
+through the model's own forward (logits = model(images)), with hooks on the backbone only, and
+streams each block's tensors (A^l, dy/dA^l, ||v^l||, x^{l-1}, a^l, dy/du^l: shapes and order in
+:mod:`gradskip_lightning.adapters.tensors`) to a method's visitor as soon as they exist; methods
+and metrics never see the model. :meth:`Adapter.capture` keeps every block instead (a
+:class:`Capture`, for tests). Hooks exist only during one call; train/eval modes, fused-attention
+flags and gradient checkpointing are restored, and no parameter ``.grad`` is written.
 """
 from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from typing import ClassVar
 
 import torch
 import torch.nn.functional as F
 from timm.models.vision_transformer import init_weights_vit_timm
 from torch import Tensor, nn
+from torch.utils.hooks import RemovableHandle
 
 from gradskip_lightning.adapters.conservative import constant_hooks
-
-
-@dataclass
-class Capture:
-    """Per-block activations and gradients of one batched explain pass (shapes in the module doc)."""
-
-    attn: list[Tensor]
-    attn_grad: list[Tensor] | None
-    value_norm: list[Tensor]
-    block_input: list[Tensor]
-    branch: list[Tensor]
-    branch_grad: list[Tensor] | None
-    output: Tensor
-    output_grad: Tensor | None
-    logits: Tensor
-    targets: Tensor
-    readout: Tensor
-    num_prefix_tokens: int
-    grid_size: tuple[int, int]
-    input_grad: Tensor | None = None
-
-    @property
-    def num_blocks(self) -> int:
-        return len(self.attn)
+from gradskip_lightning.adapters.tensors import BlockTensors, BlockVisitor, Capture, CaptureMode, Recorder, Top
 
 
 class UnsupportedModel(TypeError):
@@ -228,124 +194,170 @@ class Adapter:
         with_gradients: bool = True,
         conservative: bool = False,
     ) -> Capture:
-        """Run ``model(images)`` once (and, if ``with_gradients``, one activation-only backward).
+        """Every block's tensors of one pass (:meth:`run` into a :class:`Recorder`): for tests and
+        property checks; the Explainer streams instead.
+
+        Args:
+            with_gradients: False: mode "forward" (no backward); True: mode "gradients".
+            conservative: mode "conservative" (CP-LRP; ``with_gradients`` is then ignored).
+
+        Other arguments and errors as in :meth:`run`.
+        """
+        mode: CaptureMode = "conservative" if conservative else "gradients" if with_gradients else "forward"
+        recorder = Recorder(mode)
+        self.run(model, images, targets, recorder)
+        return recorder.capture()
+
+    def run(self, model: nn.Module, images: Tensor, targets: Tensor | None, visitor: BlockVisitor) -> Top:
+        """Run ``model(images)`` once, and in modes "gradients" and "conservative" one
+        activation-only backward of y = sum_b logit[b, target_b], streaming into ``visitor``.
+
+        Each block's tensors go to ``visitor.block`` as soon as they exist and are dropped here
+        right after (order: :mod:`gradskip_lightning.adapters.tensors`); mode "forward" runs
+        without autograd graph. Hooks exist only during this call.
 
         Args:
             model: the module whose forward maps images to logits (B, num_classes); it holds
                 :attr:`backbone`.
             images: (B, C, H, W), validated and normalised as the model expects.
             targets: (B,) class indices, or None for the predicted classes.
-            with_gradients: False skips the backward (methods that only need attention).
-            conservative: hold A^l and the norm denominators constant in the backward (CP-LRP,
-                :func:`~gradskip_lightning.adapters.conservative.constant_hooks`) and take the only
-                gradient ``input_grad`` = dy/dx^0; the per-block gradients are then None.
+            visitor: the consumer; its ``mode`` picks the pass.
+
+        Returns:
+            The :class:`Top` also given to ``visitor.start``.
 
         Raises:
-            ValueError: the forward does not return logits (B, C), or does not run the backbone once.
+            ValueError: the forward does not return logits (B, C), or does not run the backbone
+                once, or a block's attention gets no gradient.
 
         Works inside ``torch.no_grad()`` and ``torch.inference_mode()``.
         """
-        blocks = self.blocks
-        record: dict[str, list[Tensor]] = {
-            k: [] for k in ("attn", "block_input", "branch", "output", "pool_input")
-        }
+        blocks, mode = self.blocks, visitor.mode
+        streaming = mode == "gradients"  # blocks go out in the backward, else in the forward
+        attn: dict[int, Tensor] = {}
+        value_norm: dict[int, Tensor] = {}
+        attn_input: dict[int, Tensor] = {}
+        block_input: dict[int, Tensor] = {}
+        branch: dict[int, Tensor] = {}
+        branch_grad: dict[int, Tensor] = {}
+        seen: dict[str, object] = {"calls": 0, "blocks": 0}  # attention calls, blocks delivered; tensors
 
-        def on_attn(_m: nn.Module, _i: tuple, out: Tensor) -> None:
-            record["attn"].append(out)
+        def deliver(i: int, attn_grad: Tensor | None = None) -> None:
+            tensors = BlockTensors(
+                i, attn.pop(i), value_norm.pop(i, None), block_input.pop(i, None), branch.pop(i, None),
+                attn_grad, branch_grad.pop(i, None),
+            )  # fmt: skip
+            seen["blocks"] += 1
+            with torch.no_grad():
+                visitor.block(tensors)
 
-        attn_inputs: dict[int, Tensor] = {}
-        values: dict[int, Tensor] = {}
+        def hooks(i: int, block: nn.Module) -> list[RemovableHandle]:
+            def on_block_input(_m: nn.Module, args: tuple, kwargs: dict) -> None:
+                if visitor.needs_branch:
+                    block_input[i] = (args[0] if args else kwargs["x"]).detach()
 
-        def value_hooks(i: int, attn: nn.Module) -> list:
             def on_attn_input(_m: nn.Module, args: tuple, kwargs: dict) -> None:
-                attn_inputs[i] = (args[0] if args else kwargs["x"]).detach()
+                attn_input[i] = (args[0] if args else kwargs["x"]).detach()
 
             def on_values(_m: nn.Module, _i: tuple, out: Tensor) -> None:
-                values[i] = values_from_projection(attn, out)
+                with torch.no_grad():
+                    value_norm[i] = value_norms(block.attn, values_from_projection(block.attn, out))
 
-            return [
-                attn.register_forward_pre_hook(on_attn_input, with_kwargs=True),
-                value_projection(attn).register_forward_hook(on_values),
+            def on_attn(_m: nn.Module, _i: tuple, out: Tensor) -> None:
+                seen["calls"] += 1
+                attn[i] = out.detach()
+                x = attn_input.pop(i, None)
+                if visitor.needs_value_norm and i not in value_norm:
+                    with torch.no_grad():
+                        value_norm[i] = value_norms(block.attn, values_from_input(block.attn, x))
+                if streaming:
+                    out.register_hook(lambda grad: deliver(i, grad.detach()))
+                    seen.setdefault("bottom", out)  # the backward runs down to block 0's A
+
+            def on_branch(_m: nn.Module, _i: tuple, out: Tensor) -> None:
+                if visitor.needs_branch:
+                    branch[i] = out.detach()
+                    if streaming:
+                        out.register_hook(lambda grad: branch_grad.__setitem__(i, grad.detach()))
+                if not streaming:
+                    deliver(i)
+
+            handles = [
+                block.register_forward_pre_hook(on_block_input, with_kwargs=True),
+                block.attn.attn_drop.register_forward_hook(on_attn),
+                block.drop_path1.register_forward_hook(on_branch),
             ]
-
-        def on_block_input(_m: nn.Module, args: tuple, kwargs: dict) -> None:
-            record["block_input"].append(args[0] if args else kwargs["x"])
-
-        def on_branch(_m: nn.Module, _i: tuple, out: Tensor) -> None:
-            record["branch"].append(out)
+            if visitor.needs_value_norm:
+                handles += [
+                    block.attn.register_forward_pre_hook(on_attn_input, with_kwargs=True),
+                    value_projection(block.attn).register_forward_hook(on_values),
+                ]
+            return handles
 
         def on_output(_m: nn.Module, _i: tuple, out: Tensor) -> None:
-            record["output"].append(out)
+            seen["output"] = out
 
         def on_pool_input(_m: nn.Module, args: tuple) -> None:
-            record["pool_input"].append(args[0].detach())
+            seen["pool_input"] = args[0].detach()
+
+        def on_input(_m: nn.Module, args: tuple, kwargs: dict) -> None:
+            seen["input"] = args[0] if args else kwargs["x"]
 
         handles = []
-        with self.explain_mode(model), torch.inference_mode(False), torch.enable_grad():
+        graph = torch.enable_grad() if mode != "forward" else torch.no_grad()
+        with self.explain_mode(model), torch.inference_mode(False), graph:
             try:
                 for i, block in enumerate(blocks):
-                    handles += value_hooks(i, block.attn)
-                    handles += [
-                        block.attn.attn_drop.register_forward_hook(on_attn),
-                        block.register_forward_pre_hook(on_block_input, with_kwargs=True),
-                        block.drop_path1.register_forward_hook(on_branch),
-                    ]
+                    handles += hooks(i, block)
                 handles.append(blocks[-1].register_forward_hook(on_output))
+                handles.append(blocks[0].register_forward_pre_hook(on_input, with_kwargs=True))
                 if self.backbone.global_pool == "map":
                     handles.append(self.backbone.attn_pool.register_forward_pre_hook(on_pool_input))
-                if conservative:  # after the recording hooks: they see A^l before it is detached
+                if mode == "conservative":  # after the recording hooks: they see A^l before it is detached
                     handles += constant_hooks([b.attn.attn_drop for b in blocks], self.norm_scope())
                 # A fresh leaf that requires grad: the graph exists even for a frozen model, and the
                 # clone is a normal tensor even when the caller's batch is an inference tensor.
-                x = images.detach().clone().requires_grad_(True)
+                x = images.detach().clone().requires_grad_(mode != "forward")
                 logits = model(x)
             finally:
                 for h in handles:
                     h.remove()
             check_logits(model, logits, images.shape[0])
-            if len(record["attn"]) != len(blocks) or len(record["output"]) != 1:
+            ran = seen["calls"]
+            if ran != len(blocks) or "output" not in seen:
                 raise ValueError(
                     f"{type(model).__name__}.forward must run its {type(self.backbone).__name__} once, through all "
-                    f"{len(blocks)} blocks; {len(record['attn'])} block attentions ran."
+                    f"{len(blocks)} blocks; {ran} block attentions ran."
                 )
-
             if targets is None:
                 targets = logits.detach().argmax(dim=1)
-            attn_grad = branch_grad = output_grad = input_grad = None
-            if with_gradients:
-                y = logits.gather(1, targets[:, None]).sum()
-            if with_gradients and conservative:
-                (input_grad,) = torch.autograd.grad(y, record["block_input"][0])
-            elif with_gradients:
-                grads = torch.autograd.grad(y, [*record["attn"], *record["branch"], record["output"][0]])
-                n_blocks = len(blocks)
-                attn_grad = list(grads[:n_blocks])
-                branch_grad = list(grads[n_blocks : 2 * n_blocks])
-                output_grad = grads[-1]
-            pool_input = record["pool_input"][0] if record["pool_input"] else None
             with torch.no_grad():
-                readout = self.readout(images.shape[0], pool_input, images.device, images.dtype)
-                value_norm = [
-                    value_norms(b.attn, values[i] if i in values else values_from_input(b.attn, attn_inputs[i]))
-                    for i, b in enumerate(blocks)
-                ]
+                readout = self.readout(images.shape[0], seen.get("pool_input"), images.device, images.dtype)
+            output = seen.pop("output")
+            top = Top(logits.detach(), targets, readout, output.detach(), self.num_prefix_tokens, self.grid_size)
+            if mode == "forward":
+                visitor.start(top)  # in the no-grad context of the pass
+                return top
+            y = logits.gather(1, targets[:, None]).sum()
+            if mode == "conservative":
+                (top.input_grad,) = torch.autograd.grad(y, seen["input"])
+                top.input_tokens = seen.pop("input").detach()
+                with torch.no_grad():
+                    visitor.start(top)
+                return top
 
-        return Capture(
-            attn=[a.detach() for a in record["attn"]],
-            attn_grad=attn_grad,
-            value_norm=value_norm,
-            block_input=[t.detach() for t in record["block_input"]],
-            branch=[t.detach() for t in record["branch"]],
-            branch_grad=branch_grad,
-            output=record["output"][0].detach(),
-            output_grad=output_grad,
-            logits=logits.detach(),
-            targets=targets,
-            readout=readout,
-            num_prefix_tokens=self.num_prefix_tokens,
-            grid_size=self.grid_size,
-            input_grad=input_grad,
-        )
+            def on_output_grad(grad: Tensor) -> None:
+                top.output_grad = grad.detach()
+                with torch.no_grad():
+                    visitor.start(top)
+
+            output.register_hook(on_output_grad)
+            bottom = seen.pop("bottom")
+            del output, logits, x  # the graph holds what the backward needs
+            torch.autograd.grad(y, bottom)
+            if seen["blocks"] != len(blocks):
+                raise ValueError(f"Only {seen['blocks']} of {len(blocks)} block attentions got a gradient.")
+        return top
 
 
 def check_logits(model: nn.Module, logits: object, batch: int) -> None:

@@ -3,7 +3,7 @@
 Gradient x input is a conservative relevance propagation through a transformer once the two
 non-linearities that mix channels or tokens multiplicatively are held constant in the backward:
 the softmax attention probabilities A^l and the denominators of the normalisations (the LayerNorm
-std, the RMSNorm rms). :func:`constant_hooks` installs forward hooks that do exactly that for one
+std, the RMSNorm rms, timm's SimpleNorm std). :func:`constant_hooks` installs forward hooks that do exactly that for one
 call (the forward values are unchanged); nothing is patched on any class.
 
 Shapes: (B, N, D) tokens, the norms act on the last axis D.
@@ -29,10 +29,17 @@ def layer_norm_constant_std(norm: nn.LayerNorm, x: Tensor) -> Tensor:
 
 
 def rms_norm_constant_rms(norm: nn.Module, x: Tensor) -> Tensor:
-    """RMSNorm (and timm's SimpleNorm, the same formula) with its rms detached: x / const * weight."""
+    """RMSNorm with its rms detached: x / const * weight."""
     eps = norm.eps if norm.eps is not None else torch.finfo(x.dtype).eps
     rms = (x.pow(2).mean(dim=-1, keepdim=True) + eps).sqrt()
     y = x / rms.detach()
+    return y if norm.weight is None else y * norm.weight
+
+
+def simple_norm_constant_std(norm: SimpleNorm, x: Tensor) -> Tensor:
+    """timm's SimpleNorm (x scaled by its std, unbiased, not centred) with the std detached."""
+    std = (x.var(dim=-1, keepdim=True) + norm.eps).sqrt()
+    y = x / std.detach()
     return y if norm.weight is None else y * norm.weight
 
 
@@ -41,7 +48,7 @@ CONSTANT_DENOMINATOR: dict[type[nn.Module], Callable[[nn.Module, Tensor], Tensor
     nn.LayerNorm: layer_norm_constant_std,
     nn.RMSNorm: rms_norm_constant_rms,
     RmsNorm: rms_norm_constant_rms,
-    SimpleNorm: rms_norm_constant_rms,
+    SimpleNorm: simple_norm_constant_std,
 }
 
 

@@ -1,17 +1,30 @@
-"""Cost of one map per method: FLOPs (torch.utils.flop_counter) and CPU milliseconds.
+"""Cost of one map per method: FLOPs (torch.utils.flop_counter), CPU milliseconds and peak memory.
 
 FLOP convention: FlopCounterMode counts a multiply-add as 2 FLOPs, so a ViT-B/16 forward at 224 px
 is about 35.1 GFLOPs here, which is the 17.6 G multiply-accumulates the literature (and the GradSkip
 paper) calls "17.6 GFLOPs". Ratios to one forward do not depend on the convention. Attention runs
 non-fused during counting (FlopCounterMode sees no FLOPs in fused CPU attention), as during explaining.
+
+Memory: peak resident set size of one batched call over the loaded model (Linux: the peak is reset
+through /proc/self/clear_refs after loading), in MiB per image, each (model, method) in a fresh
+subprocess so that one configuration's peak cannot hide another's. Milliseconds: the fastest of
+``--repeats`` rounds per method, the methods interleaved in one fresh process per model. The row ``floor`` is what any
+gradient method pays: one forward with non-fused attention (as explaining runs it) and one
+activation-only backward (dy/dx^0 at the tokens entering block 0, no weight gradients); ``x floor`` divides by it.
 """
 from __future__ import annotations
 
 import argparse
+import gc
+import math
+import multiprocessing
 import time
+from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor
 
 import timm
 import torch
+from torch import Tensor, nn
 from torch.utils.flop_counter import FlopCounterMode
 
 from gradskip_lightning.adapters import find_adapter
@@ -22,68 +35,161 @@ MODELS = {
     "vit_base_patch16_224": ("vit_base_patch16_224", {}),
     "deit_base_distilled_patch16_224": ("deit_base_distilled_patch16_224", {}),
     "vit_tiny_patch16_224": ("vit_tiny_patch16_224", {}),
+    "vit_large_patch16_384": ("vit_large_patch16_384", {}),
 }
+#: The pseudo-method of the floor row: forward + activation-only backward, no method.
+FLOOR = "floor"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--models", nargs="+", default=list(MODELS), choices=list(MODELS))
-    parser.add_argument("--methods", nargs="+", default=list(METHODS), choices=list(METHODS))
-    parser.add_argument("--batch-size", type=int, default=8, help="batch for the millisecond timing")
-    parser.add_argument("--repeats", type=int, default=2, help="timed calls per method (after one warm-up)")
+    parser.add_argument("--models", nargs="+", default=[m for m in MODELS if m != "vit_large_patch16_384"],
+                        choices=list(MODELS), help="vit_large_patch16_384 only when named (about 3 GiB per image)")
+    parser.add_argument("--methods", nargs="+", default=[*METHODS, FLOOR], choices=[*METHODS, FLOOR],
+                        help=f"methods to measure; {FLOOR!r} is the forward + activation-only backward row")
+    parser.add_argument("--batch-size", type=int, default=8, help="batch of the timed and memory-measured calls")
+    parser.add_argument("--repeats", type=int, default=2,
+                        help="timed rounds (methods interleaved, fastest kept; 0: no timing)")
 
 
-def count_flops(fn) -> int:
+def count_flops(fn: Callable[[], object]) -> int:
     """FLOPs (2 per multiply-add) of ``fn()``, backward included."""
     with FlopCounterMode(display=False) as counter:
         fn()
     return counter.get_total_flops()
 
 
-def forward_flops(model: torch.nn.Module, images: torch.Tensor) -> int:
+def forward_flops(model: nn.Module, images: Tensor) -> int:
     """FLOPs of one plain forward with non-fused attention (as counted for the maps)."""
     with find_adapter(model).explain_mode(model), torch.no_grad():
         return count_flops(lambda: model(images))
 
 
-def ms_per_map(explainer: Explainer, images: torch.Tensor, repeats: int) -> float:
-    """Mean CPU wall milliseconds per map over ``repeats`` batched calls, after one warm-up."""
-    explainer.explain(images)
-    start = time.perf_counter()
-    for _ in range(repeats):
-        explainer.explain(images)
-    return (time.perf_counter() - start) * 1000.0 / (repeats * images.shape[0])
+def floor_pass(model: nn.Module) -> Callable[[Tensor], Tensor]:
+    """images (B, C, H, W) -> dy/dx^0 (B, N, D) at the tokens entering block 0, y the sum of the
+    predicted logits: one forward with non-fused attention and one activation-only backward, the
+    floor of every gradient method."""
+    adapter = find_adapter(model)
+
+    def run(images: Tensor) -> Tensor:
+        tokens = []
+        hook = adapter.blocks[0].register_forward_pre_hook(lambda _m, args: tokens.append(args[0]))
+        try:
+            with adapter.explain_mode(model), torch.enable_grad():
+                logits = model(images.detach().clone().requires_grad_(True))
+        finally:
+            hook.remove()
+        (grad,) = torch.autograd.grad(logits.max(dim=1).values.sum(), tokens[0])
+        return grad
+
+    return run
+
+
+def ms_per_map(calls: dict[str, Callable[[Tensor], object]], images: Tensor, repeats: int) -> dict[str, float]:
+    """CPU wall milliseconds per image of each call: the fastest of ``repeats`` rounds, the calls
+    interleaved within each round (after one warm-up round), so that load from other processes on
+    a shared machine hits every call alike."""
+    best = dict.fromkeys(calls, math.inf)
+    for round_ in range(repeats + 1):
+        for name, call in calls.items():
+            start = time.perf_counter()
+            call(images)
+            if round_:
+                best[name] = min(best[name], (time.perf_counter() - start) * 1000.0 / images.shape[0])
+    return best
+
+
+def _status_mib(key: str) -> float:
+    """A size from /proc/self/status (VmRSS: resident now, VmHWM: its peak), in MiB."""
+    with open("/proc/self/status") as status:
+        return next(int(line.split()[1]) for line in status if line.startswith(key + ":")) / 1024.0
+
+
+def peak_mib(run: Callable[[], object]) -> float:
+    """Peak resident memory of ``run()`` above the resident memory before it, in MiB (Linux)."""
+    gc.collect()
+    before = _status_mib("VmRSS")
+    with open("/proc/self/clear_refs", "w") as clear:
+        clear.write("5")  # reset VmHWM to the current RSS
+    run()
+    return _status_mib("VmHWM") - before
+
+
+def load(label: str, batch_size: int) -> tuple[nn.Module, Tensor, Tensor]:
+    """The model of ``label`` (random weights, eval), one image and a batch at its input size."""
+    name, overrides = MODELS[label]
+    torch.manual_seed(0)
+    model = timm.create_model(name, pretrained=False, **overrides).eval()
+    c, h, w = model.pretrained_cfg["input_size"]
+    return model, torch.randn(1, c, h, w), torch.randn(batch_size, c, h, w)
+
+
+def map_call(model: nn.Module, method: str) -> Callable[[Tensor], object]:
+    """images -> one batched map of ``method`` (or the floor's forward + backward)."""
+    return floor_pass(model) if method == FLOOR else Explainer(model, method).explain
+
+
+def measure(label: str, method: str, batch_size: int) -> dict:
+    """One row without timing: peak memory of the first batched call, then FLOPs of one image.
+    Meant to run alone in a fresh process (see :func:`in_fresh_process`)."""
+    model, one, batch = load(label, batch_size)
+    call = map_call(model, method)
+    peak = peak_mib(lambda: call(batch))
+    forward, per_map = forward_flops(model, one), count_flops(lambda: call(one))
+    return {
+        "model": label,
+        "method": method,
+        "forward_flops": forward,
+        "flops_per_map": per_map,
+        "ratio_to_forward": per_map / forward,
+        "peak_mib": peak,
+        "peak_mib_per_image": peak / batch_size,
+        "batch_size": batch_size,
+        "threads": torch.get_num_threads(),
+    }
+
+
+def time_methods(label: str, methods: list[str], batch_size: int, repeats: int) -> dict[str, float]:
+    """:func:`ms_per_map` of every method on model ``label``, all in this (fresh) process."""
+    model, _, batch = load(label, batch_size)
+    return ms_per_map({method: map_call(model, method) for method in methods}, batch, repeats)
+
+
+def in_fresh_process(fn: Callable[..., dict], *args: object) -> dict:
+    """``fn(*args)`` in a new spawned Python process (its own peak memory), returning its result."""
+    with ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn")) as pool:
+        return pool.submit(fn, *args).result()
+
+
+def ratio(records: list[dict], label: str, key: str, method: str, reference: str) -> float | None:
+    """``key`` of ``method`` over that of ``reference`` for model ``label``; None if one is missing."""
+    values = {r["method"]: r[key] for r in records if r["model"] == label}
+    return values[method] / values[reference] if method in values and reference in values else None
 
 
 def run(args: argparse.Namespace) -> list[dict]:
     records = []
     print(__doc__.strip().splitlines()[2].strip(), "...")
-    print(f"{'model':34s} {'method':14s} {'fwd GFLOPs':>10s} {'GFLOPs/map':>10s} {'x forward':>9s} {'ms/map':>9s}")
+    print(f"batch {args.batch_size}, {torch.get_num_threads()} thread(s) in this process; one fresh process per row")
+    print(f"{'model':32s} {'method':14s} {'fwd GFLOPs':>10s} {'GFLOPs/map':>10s} {'x forward':>9s} "
+          f"{'ms/map':>9s} {'MiB/image':>9s} {'x floor':>7s}")
     for label in args.models:
-        name, overrides = MODELS[label]
-        torch.manual_seed(0)
-        model = timm.create_model(name, pretrained=False, **overrides).eval()
-        c, h, w = model.pretrained_cfg["input_size"]
-        one = torch.randn(1, c, h, w)
-        batch = torch.randn(args.batch_size, c, h, w)
-        fwd = forward_flops(model, one)
-        for method in args.methods:
-            explainer = Explainer(model, method)
-            per_map = count_flops(lambda: explainer.explain(one))
-            record = {
-                "model": label,
-                "method": method,
-                "forward_flops": fwd,
-                "flops_per_map": per_map,
-                "ratio_to_forward": per_map / fwd,
-                "ms_per_map": ms_per_map(explainer, batch, args.repeats),
-                "batch_size": args.batch_size,
-                "threads": torch.get_num_threads(),
-            }
+        rows = [in_fresh_process(measure, label, method, args.batch_size) for method in args.methods]
+        timed = args.repeats > 0
+        timings = in_fresh_process(time_methods, label, args.methods, args.batch_size, args.repeats) if timed else {}
+        floor = next((r for r in rows if r["method"] == FLOOR), None)
+        for record in rows:
+            record["ms_per_map"] = timings.get(record["method"], math.nan)
+            record["peak_to_floor"] = record["peak_mib"] / floor["peak_mib"] if floor else None
             records.append(record)
+            to_floor = f"{record['peak_to_floor']:7.2f}" if floor else f"{'-':>7s}"
             print(
-                f"{label:34s} {method:14s} {fwd / 1e9:10.2f} {per_map / 1e9:10.2f} "
-                f"{record['ratio_to_forward']:9.3f} {record['ms_per_map']:9.1f}",
+                f"{label:32s} {record['method']:14s} {record['forward_flops'] / 1e9:10.2f} "
+                f"{record['flops_per_map'] / 1e9:10.2f} {record['ratio_to_forward']:9.3f} "
+                f"{record['ms_per_map']:9.1f} {record['peak_mib_per_image']:9.1f} {to_floor}",
                 flush=True,
             )
+        speed = ratio(records, label, "ms_per_map", "gradskip", "chefer")
+        if timed and speed is not None:
+            print(f"{label}: gradskip / chefer ms per map = {speed:.2f}")
     print("FLOPs: 2 per multiply-add (ViT-B/16 forward ~35.1 G = the paper's '17.6 GFLOPs' in MACs).")
     return records

@@ -24,7 +24,7 @@ from typing_extensions import override
 
 from gradskip_lightning import render
 from gradskip_lightning.data.tags import SpuriousTag
-from gradskip_lightning.explainer import METHODS, Explainer
+from gradskip_lightning.explainer import METHODS, Explainer, MethodName
 
 from .compute import DeletionBaseline, ScoreSettings, Target, explain_probes
 from .distributed import gather_records, shard_positions
@@ -181,9 +181,9 @@ class GradSkipCallback(Callback):
         num_probes: int = 32,
         probe_seed: int = 0,
         every_n_epochs: int = 1,
-        method: str = "gradskip",
+        method: MethodName = "gradskip",
         method_options: dict[str, Any] | None = None,
-        compare_methods: Sequence[str] = (),
+        compare_methods: Sequence[MethodName] = (),
         target: Target = "label",
         explain_batch_size: int = 32,
         insertion_steps: int = 16,

@@ -1,16 +1,26 @@
-"""GradSkip and the baselines as pure functions of a :class:`~gradskip_lightning.adapters.Capture`,
-and the registry that names them (:data:`METHODS`, :data:`MethodName`, :func:`method_spec`)."""
+"""GradSkip and the baselines: per-block steps (pure functions of tensors), the visitors that apply
+them to one streamed pass (:mod:`gradskip_lightning.adapters.tensors`), and the registry that names
+them (:data:`METHODS`, :data:`MethodName`, :func:`method_spec`)."""
 from gradskip_lightning.methods.baselines import (
+    CheferVisitor,
     NoOptions,
     RandomOptions,
+    RandomVisitor,
+    RawAttentionVisitor,
+    RolloutVisitor,
     chefer,
+    chefer_step,
     random_relevance,
     raw_attention,
     rollout,
+    rollout_down,
+    rollout_matrix,
 )
 from gradskip_lightning.methods.gradskip import (
     BlockStep,
     GradSkipOptions,
+    GradSkipVisitor,
+    block_step,
     gini,
     gradskip,
     head_weights,
@@ -19,31 +29,41 @@ from gradskip_lightning.methods.gradskip import (
     skip_gates,
     weighted_attention,
 )
-from gradskip_lightning.methods.lrp import lrp_method, token_relevance
-from gradskip_lightning.methods.output import MethodOutput
+from gradskip_lightning.methods.lrp import LrpVisitor, token_relevance
+from gradskip_lightning.methods.output import MethodOutput, MethodVisitor
 from gradskip_lightning.methods.registry import METHOD_SPECS, METHODS, MethodName, MethodSpec, method_spec
 
 __all__ = [
     "METHODS",
     "METHOD_SPECS",
     "BlockStep",
+    "CheferVisitor",
     "GradSkipOptions",
+    "GradSkipVisitor",
+    "LrpVisitor",
     "MethodName",
     "MethodOutput",
     "MethodSpec",
+    "MethodVisitor",
     "NoOptions",
     "RandomOptions",
+    "RandomVisitor",
+    "RawAttentionVisitor",
+    "RolloutVisitor",
+    "block_step",
     "chefer",
+    "chefer_step",
     "gini",
     "gradskip",
     "head_weights",
-    "lrp_method",
     "method_spec",
     "propagate_block",
     "propagation",
     "random_relevance",
     "raw_attention",
     "rollout",
+    "rollout_down",
+    "rollout_matrix",
     "skip_gates",
     "token_relevance",
     "weighted_attention",

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from gradskip_lightning.adapters import Capture
+from gradskip_lightning.adapters import BlockTensors, CaptureMode, Top
 from gradskip_lightning.methods.gradskip import propagate_block
 from gradskip_lightning.methods.output import MethodOutput, normalise
 
@@ -36,18 +36,32 @@ def raw_attention(attn_last: Tensor, readout: Tensor) -> Tensor:
     return torch.einsum("bij,bi->bj", attn_last.mean(dim=1), readout)
 
 
+def rollout_matrix(attn: Tensor) -> Tensor:
+    """Rollout's matrix of one block, M = rownorm(mean_h A + I): (B, H, N, N) -> (B, N, N)."""
+    mean = attn.mean(dim=1)
+    return normalise(mean + torch.eye(mean.shape[-1], device=mean.device, dtype=mean.dtype))
+
+
+def rollout_down(matrices: list[Tensor], readout: Tensor) -> Tensor:
+    """readout^T M_L ... M_1 from the blocks' matrices (B, N, N), bottom block first: (B, N)."""
+    relevance = readout
+    for m in reversed(matrices):
+        relevance = propagate_block(relevance, m)
+    return relevance
+
+
 def rollout(attn: list[Tensor], readout: Tensor) -> Tensor:
     """Attention rollout (Abnar & Zuidema 2020): readout^T M_L ... M_1, M = rownorm(mean_h A + I).
 
     Args:
         attn: L tensors (B, H, N, N), bottom block first; readout: (B, N). Returns (B, N).
     """
-    relevance = readout
-    for a in reversed(attn):
-        mean = a.mean(dim=1)
-        m = normalise(mean + torch.eye(mean.shape[-1], device=mean.device, dtype=mean.dtype))
-        relevance = propagate_block(relevance, m)
-    return relevance
+    return rollout_down([rollout_matrix(a) for a in attn], readout)
+
+
+def chefer_step(relevance: Tensor, attn: Tensor, attn_grad: Tensor) -> Tensor:
+    """One block down: R + (mean_h (dA * A)^+)^T R; (B, N), (B, H, N, N), (B, H, N, N) -> (B, N)."""
+    return relevance + propagate_block(relevance, (attn_grad * attn).clamp_min(0).mean(dim=1))
 
 
 def chefer(attn: list[Tensor], attn_grad: list[Tensor], readout: Tensor) -> Tensor:
@@ -58,8 +72,7 @@ def chefer(attn: list[Tensor], attn_grad: list[Tensor], readout: Tensor) -> Tens
     """
     relevance = readout
     for a, g in zip(reversed(attn), reversed(attn_grad)):
-        mean = (g * a).clamp_min(0).mean(dim=1)
-        relevance = relevance + propagate_block(relevance, mean)
+        relevance = chefer_step(relevance, a, g)
     return relevance
 
 
@@ -77,26 +90,82 @@ def random_relevance(batch: int, num_patches: int, seed: int, device: torch.devi
     return torch.rand(batch, num_patches, generator=generator).to(device)
 
 
-def _patches(relevance: Tensor, capture: Capture) -> MethodOutput:
-    return MethodOutput(relevance[:, capture.num_prefix_tokens :])
+class BaselineVisitor:
+    """What the baselines share: no value norms, no residual tensors; ``start`` keeps the top.
+    Subclasses set :attr:`mode` and define ``block`` and ``patch_relevance``."""
+
+    mode: CaptureMode
+    needs_value_norm = False
+    needs_branch = False
+
+    def __init__(self, options: NoOptions | RandomOptions) -> None:
+        self.options = options
+
+    def start(self, top: Top) -> None:
+        self.top = top
+
+    def block(self, tensors: BlockTensors) -> None:
+        """Ignore the block (methods that read only the top)."""
+
+    def token_relevance(self) -> Tensor:
+        """Relevance of every token, (B, N)."""
+        raise NotImplementedError
+
+    def result(self) -> MethodOutput:
+        """The patch entries of :meth:`token_relevance`, (B, P)."""
+        return MethodOutput(self.token_relevance()[:, self.top.num_prefix_tokens :])
 
 
-def raw_attention_method(capture: Capture, _options: NoOptions) -> MethodOutput:
-    """:func:`raw_attention` of the last block from the read-out tokens."""
-    return _patches(raw_attention(capture.attn[-1], capture.readout), capture)
+class RawAttentionVisitor(BaselineVisitor):
+    """:func:`raw_attention` of the last block; keeps one block's A."""
+
+    mode: CaptureMode = "forward"
+
+    def block(self, tensors: BlockTensors) -> None:
+        self.last = tensors.attn
+
+    def token_relevance(self) -> Tensor:
+        return raw_attention(self.last, self.top.readout)
 
 
-def rollout_method(capture: Capture, _options: NoOptions) -> MethodOutput:
-    """:func:`rollout` from the read-out tokens."""
-    return _patches(rollout(capture.attn, capture.readout), capture)
+class RolloutVisitor(BaselineVisitor):
+    """:func:`rollout` from the forward; keeps each block's head-mean matrix (B, N, N), not A^l."""
+
+    mode: CaptureMode = "forward"
+
+    def __init__(self, options: NoOptions) -> None:
+        super().__init__(options)
+        self.matrices: list[Tensor] = []
+
+    def block(self, tensors: BlockTensors) -> None:
+        self.matrices.append(rollout_matrix(tensors.attn))
+
+    def token_relevance(self) -> Tensor:
+        return rollout_down(self.matrices, self.top.readout)
 
 
-def chefer_method(capture: Capture, _options: NoOptions) -> MethodOutput:
-    """:func:`chefer` from the read-out tokens (needs the backward)."""
-    return _patches(chefer(capture.attn, capture.attn_grad, capture.readout), capture)
+class CheferVisitor(BaselineVisitor):
+    """:func:`chefer` during the backward, top block first; keeps R (B, N)."""
+
+    mode: CaptureMode = "gradients"
+
+    def start(self, top: Top) -> None:
+        super().start(top)
+        self.relevance = top.readout
+
+    def block(self, tensors: BlockTensors) -> None:
+        self.relevance = chefer_step(self.relevance, tensors.attn, tensors.attn_grad)
+
+    def token_relevance(self) -> Tensor:
+        return self.relevance
 
 
-def random_method(capture: Capture, options: RandomOptions) -> MethodOutput:
-    """:func:`random_relevance` over the capture's patch grid."""
-    h, w = capture.grid_size
-    return MethodOutput(random_relevance(capture.logits.shape[0], h * w, options.seed, capture.logits.device))
+class RandomVisitor(BaselineVisitor):
+    """:func:`random_relevance` over the patch grid (the forward only gives logits and targets)."""
+
+    mode: CaptureMode = "forward"
+
+    def result(self) -> MethodOutput:
+        h, w = self.top.grid_size
+        batch, device = self.top.logits.shape[0], self.top.logits.device
+        return MethodOutput(random_relevance(batch, h * w, self.options.seed, device))

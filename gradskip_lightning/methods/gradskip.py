@@ -6,14 +6,15 @@ meaning of every option are in ``docs/method.md`` (the project's copy of the met
 """
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, replace
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Literal, get_args
 
+import numpy as np
 import torch
 from torch import Tensor
 
-from gradskip_lightning.adapters import Capture
+from gradskip_lightning.adapters import BlockTensors, Capture, CaptureMode, Top
 from gradskip_lightning.methods.output import MethodOutput, normalise
 
 AttentionWeighting = Literal["abs_grad", "pos_grad", "none"]
@@ -71,9 +72,17 @@ class GradSkipOptions:
                 raise ValueError(f"{name} must be one of {allowed}, got {getattr(self, name)!r}")
 
 
+def sort_rows(rows: Tensor) -> Tensor:
+    """``rows`` sorted ascending along the last axis, values only; float32/float64 CPU tensors go
+    through NumPy's SIMD sort (about 60x faster than ``torch.sort`` on (8, 12, 197, 197) here)."""
+    if rows.device.type == "cpu" and rows.dtype in (torch.float32, torch.float64):
+        return torch.from_numpy(np.sort(rows.detach().numpy(), axis=-1))
+    return rows.sort(dim=-1).values
+
+
 def gini(rows: Tensor) -> Tensor:
     """Gini coefficient of non-negative rows, (..., n) -> (...): 0 uniform, 1 - 1/n one-hot."""
-    v, _ = rows.sort(dim=-1)
+    v = sort_rows(rows)
     n = v.shape[-1]
     coef = 2 * torch.arange(1, n + 1, device=v.device, dtype=v.dtype) - n - 1
     total = v.sum(dim=-1)
@@ -160,22 +169,17 @@ def propagate_block(relevance: Tensor, matrix: Tensor, beta_main: Tensor | None 
     return torch.einsum("bij,bi->bj", matrix, beta_main * relevance) + (1.0 - beta_main) * relevance
 
 
-def _patch_tokens_only(capture: Capture) -> Capture:
-    """The capture restricted to patch tokens, attention rows re-normalised (``cls_mode="paper"``)."""
-    p = capture.num_prefix_tokens
-    cut = lambda ts: None if ts is None else [t[:, p:] for t in ts]  # noqa: E731 - token axis 1
-    return replace(
-        capture,
-        attn=[normalise(a[:, :, p:, p:]) for a in capture.attn],
-        attn_grad=None if capture.attn_grad is None else [g[:, :, p:, p:] for g in capture.attn_grad],
-        value_norm=[v[:, :, p:] for v in capture.value_norm],
-        block_input=cut(capture.block_input),
-        branch=cut(capture.branch),
-        branch_grad=cut(capture.branch_grad),
-        output=capture.output[:, p:],
-        output_grad=None if capture.output_grad is None else capture.output_grad[:, p:],
-        readout=capture.readout[:, p:],
-        num_prefix_tokens=0,
+def patch_tokens_only(tensors: BlockTensors, prefix: int) -> BlockTensors:
+    """Block tensors restricted to patch tokens, attention rows re-normalised (``cls_mode="paper"``)."""
+    cut = lambda t: None if t is None else t[..., prefix:, :]  # noqa: E731 - token axis -2 of (B, N, D)
+    return BlockTensors(
+        layer=tensors.layer,
+        attn=normalise(tensors.attn[:, :, prefix:, prefix:]),
+        value_norm=None if tensors.value_norm is None else tensors.value_norm[:, :, prefix:],
+        block_input=cut(tensors.block_input),
+        branch=cut(tensors.branch),
+        attn_grad=None if tensors.attn_grad is None else tensors.attn_grad[:, :, prefix:, prefix:],
+        branch_grad=cut(tensors.branch_grad),
     )
 
 
@@ -192,41 +196,77 @@ class BlockStep:
     gates: Tensor  # beta_main (B, N)
 
 
-def start_relevance(capture: Capture, options: GradSkipOptions) -> tuple[Capture, Tensor]:
-    """The capture to propagate through and R^L, (B, N): the read-out, or for ``cls_mode="paper"``
-    the patch-only capture and max(0, <grad x^L, x^L>) (uniform where that is all zero)."""
+def start_relevance(top: Top, options: GradSkipOptions) -> Tensor:
+    """R^L, (B, N): the read-out, or for ``cls_mode="paper"`` max(0, <grad x^L, x^L>) over the
+    patch tokens (uniform where that is all zero)."""
     if options.cls_mode == "readout":
-        return capture, capture.readout
-    capture = _patch_tokens_only(capture)
-    start = (capture.output_grad * capture.output).sum(dim=-1).clamp_min(0)
+        return top.readout
+    p = top.num_prefix_tokens
+    start = (top.output_grad[:, p:] * top.output[:, p:]).sum(dim=-1).clamp_min(0)
     uniform = torch.full_like(start, 1.0 / start.shape[-1])
-    return capture, torch.where(start.sum(dim=-1, keepdim=True) > 0, start, uniform)
+    return torch.where(start.sum(dim=-1, keepdim=True) > 0, start, uniform)
 
 
-def propagation(capture: Capture, options: GradSkipOptions) -> Iterator[BlockStep]:
-    """GradSkip's propagation, one :class:`BlockStep` per block from the top block down."""
-    if capture.attn_grad is None:
-        raise ValueError("GradSkip needs a capture with gradients")
-    capture, relevance = start_relevance(capture, options)
-    for layer in reversed(range(capture.num_blocks)):
-        attn, attn_grad = capture.attn[layer], capture.attn_grad[layer]
-        omega, g_tilde, s_tilde = head_weights(attn, attn_grad, options)
-        w = weighted_attention(attn, attn_grad, capture.value_norm[layer], omega, options)
-        beta = skip_gates(
-            capture.block_input[layer], capture.branch[layer], capture.branch_grad[layer], options.gate, options.eps
-        )
-        below = propagate_block(relevance, w, beta)
-        yield BlockStep(layer, relevance, below, omega, g_tilde, s_tilde, beta)
-        relevance = below
+def block_step(relevance: Tensor, tensors: BlockTensors, options: GradSkipOptions) -> BlockStep:
+    """GradSkip through one block: R^l (B, N) and the block's tensors -> :class:`BlockStep`."""
+    attn, attn_grad = tensors.attn, tensors.attn_grad
+    omega, g_tilde, s_tilde = head_weights(attn, attn_grad, options)
+    w = weighted_attention(attn, attn_grad, tensors.value_norm, omega, options)
+    if options.gate == "off":
+        beta = torch.ones_like(relevance)
+    else:
+        beta = skip_gates(tensors.block_input, tensors.branch, tensors.branch_grad, options.gate, options.eps)
+    return BlockStep(tensors.layer, relevance, propagate_block(relevance, w, beta), omega, g_tilde, s_tilde, beta)
+
+
+class GradSkipVisitor:
+    """GradSkip streamed through one pass: :func:`block_step` on each block as its gradients
+    arrive (top first); keeps only R and the per-block internals (B, H) and (B, N).
+
+    Args:
+        options: the method's options.
+    """
+
+    mode: CaptureMode = "gradients"
+
+    def __init__(self, options: GradSkipOptions) -> None:
+        self.options = options
+        self.needs_value_norm = options.value_norm
+        self.needs_branch = options.gate != "off"
+        self.steps: list[BlockStep] = []  # top block first
+
+    def start(self, top: Top) -> None:
+        self.top = top
+        self.relevance = start_relevance(top, self.options)
+
+    def block(self, tensors: BlockTensors) -> None:
+        if self.options.cls_mode == "paper":
+            tensors = patch_tokens_only(tensors, self.top.num_prefix_tokens)
+        step = block_step(self.relevance, tensors, self.options)
+        self.steps.append(step)
+        self.relevance = step.relevance_below
+
+    def result(self) -> MethodOutput:
+        """Patch relevance (B, P) and head weights, gradient flow, sparsity (B, L, H), gates (B, L, N)."""
+        steps = self.steps[::-1]  # bottom block first
+        patches = self.top.grid_size[0] * self.top.grid_size[1]
+        patch = steps[0].relevance_below[:, -patches:]
+        if self.options.completeness:
+            explained = self.top.logits.gather(1, self.top.targets[:, None])
+            patch = patch * explained / patch.sum(dim=-1, keepdim=True)
+        stack = lambda name: torch.stack([getattr(s, name) for s in steps], dim=1)  # noqa: E731 - (B, L, ...)
+        return MethodOutput(patch, stack("omega"), stack("grad_flow"), stack("sparsity"), stack("gates"))
+
+
+def propagation(capture: Capture, options: GradSkipOptions) -> list[BlockStep]:
+    """GradSkip's propagation over a full capture, one :class:`BlockStep` per block, top block first."""
+    visitor = GradSkipVisitor(options)
+    capture.replay(visitor)
+    return visitor.steps
 
 
 def gradskip(capture: Capture, options: GradSkipOptions) -> MethodOutput:
-    """GradSkip relevance of the patches, with head weights and gates (see the method doc)."""
-    steps = list(propagation(capture, options))[::-1]  # bottom block first
-    patches = capture.grid_size[0] * capture.grid_size[1]
-    patch = steps[0].relevance_below[:, -patches:]
-    if options.completeness:
-        explained = capture.logits.gather(1, capture.targets[:, None])
-        patch = patch * explained / patch.sum(dim=-1, keepdim=True)
-    stack = lambda name: torch.stack([getattr(s, name) for s in steps], dim=1)  # noqa: E731 - (B, L, ...)
-    return MethodOutput(patch, stack("omega"), stack("grad_flow"), stack("sparsity"), stack("gates"))
+    """GradSkip relevance of the patches, with head weights and gates, from a full capture."""
+    visitor = GradSkipVisitor(options)
+    capture.replay(visitor)
+    return visitor.result()

@@ -10,9 +10,8 @@ from __future__ import annotations
 
 from torch import Tensor
 
-from gradskip_lightning.adapters import Capture
-from gradskip_lightning.methods.baselines import NoOptions
-from gradskip_lightning.methods.output import MethodOutput
+from gradskip_lightning.adapters import CaptureMode
+from gradskip_lightning.methods.baselines import BaselineVisitor
 
 
 def token_relevance(tokens: Tensor, tokens_grad: Tensor) -> Tensor:
@@ -26,10 +25,10 @@ def token_relevance(tokens: Tensor, tokens_grad: Tensor) -> Tensor:
     return (tokens * tokens_grad).sum(dim=-1)
 
 
-def lrp_method(capture: Capture, _options: NoOptions) -> MethodOutput:
-    """CP-LRP relevance of the patch tokens x^0 (signed; prefix tokens dropped), from a capture
-    taken with ``conservative=True``."""
-    if capture.input_grad is None:
-        raise ValueError("LRP needs a conservative capture (Adapter.capture(..., conservative=True))")
-    relevance = token_relevance(capture.block_input[0], capture.input_grad)
-    return MethodOutput(relevance[:, capture.num_prefix_tokens :])
+class LrpVisitor(BaselineVisitor):
+    """CP-LRP relevance of the tokens x^0 (signed) from a conservative pass; blocks are ignored."""
+
+    mode: CaptureMode = "conservative"
+
+    def token_relevance(self) -> Tensor:
+        return token_relevance(self.top.input_tokens, self.top.input_grad)

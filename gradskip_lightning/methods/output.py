@@ -1,10 +1,13 @@
-"""What every method returns, and the row normalisation they share."""
+"""What every method is (a visitor of one pass) and returns, and the row normalisation they share."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Protocol
 
 import torch
 from torch import Tensor
+
+from gradskip_lightning.adapters import BlockVisitor
 
 
 @dataclass
@@ -16,6 +19,15 @@ class MethodOutput:
     grad_flow: Tensor | None = None  # g~ (B, L, H)
     sparsity: Tensor | None = None  # s~ (B, L, H)
     gates: Tensor | None = None  # beta_main (B, L, N)
+
+
+class MethodVisitor(BlockVisitor, Protocol):
+    """A method: a :class:`~gradskip_lightning.adapters.BlockVisitor` built from its options that
+    gives its :class:`MethodOutput` once the pass is over."""
+
+    def __init__(self, options: object) -> None: ...
+
+    def result(self) -> MethodOutput: ...
 
 
 def normalise(x: Tensor, dim: int = -1) -> Tensor:

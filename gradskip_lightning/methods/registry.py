@@ -1,24 +1,23 @@
-"""Method name -> :class:`MethodSpec`: the function of the capture, whether it needs the backward,
-and its options dataclass. The :class:`~gradskip_lightning.explainer.Explainer` looks methods up here.
+"""Method name -> :class:`MethodSpec`: the method's visitor of one pass (which gives the pass it
+needs) and its options dataclass. The :class:`~gradskip_lightning.explainer.Explainer` looks methods up here.
 """
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, fields
 from typing import Any, Literal, get_args
 
-from gradskip_lightning.adapters import Capture
+from gradskip_lightning.adapters import CaptureMode
 from gradskip_lightning.methods.baselines import (
+    CheferVisitor,
     NoOptions,
     RandomOptions,
-    chefer_method,
-    random_method,
-    raw_attention_method,
-    rollout_method,
+    RandomVisitor,
+    RawAttentionVisitor,
+    RolloutVisitor,
 )
-from gradskip_lightning.methods.gradskip import GradSkipOptions, gradskip
-from gradskip_lightning.methods.lrp import lrp_method
-from gradskip_lightning.methods.output import MethodOutput
+from gradskip_lightning.methods.gradskip import GradSkipOptions, GradSkipVisitor
+from gradskip_lightning.methods.lrp import LrpVisitor
+from gradskip_lightning.methods.output import MethodVisitor
 
 MethodName = Literal["gradskip", "raw_attention", "rollout", "chefer", "lrp", "random"]
 
@@ -28,17 +27,22 @@ class MethodSpec:
     """One explanation method.
 
     Attributes:
-        fn: (capture, options) -> :class:`~gradskip_lightning.methods.output.MethodOutput`.
-        needs_backward: whether the capture must hold gradients.
+        visitor: the method's :class:`~gradskip_lightning.methods.output.MethodVisitor` class,
+            built from the options for each pass; its ``mode`` picks the pass.
         options: the frozen dataclass of the method's options (keyword arguments of the Explainer).
-        conservative: whether the capture holds attention and norm denominators constant in the
-            backward and keeps only dy/dx^0 (CP-LRP).
     """
 
-    fn: Callable[[Capture, Any], MethodOutput]
-    needs_backward: bool
+    visitor: type[MethodVisitor]
     options: type
-    conservative: bool = False
+
+    @property
+    def mode(self) -> CaptureMode:
+        """The pass the method needs: "forward", "gradients" or "conservative"."""
+        return self.visitor.mode
+
+    @property
+    def needs_backward(self) -> bool:
+        return self.mode != "forward"
 
     def make_options(self, method: str, **options: Any) -> Any:
         """The options dataclass built from keyword arguments; ValueError naming unknown ones."""
@@ -50,12 +54,12 @@ class MethodSpec:
 
 
 METHOD_SPECS: dict[str, MethodSpec] = {
-    "gradskip": MethodSpec(gradskip, needs_backward=True, options=GradSkipOptions),
-    "raw_attention": MethodSpec(raw_attention_method, needs_backward=False, options=NoOptions),
-    "rollout": MethodSpec(rollout_method, needs_backward=False, options=NoOptions),
-    "chefer": MethodSpec(chefer_method, needs_backward=True, options=NoOptions),
-    "lrp": MethodSpec(lrp_method, needs_backward=True, options=NoOptions, conservative=True),
-    "random": MethodSpec(random_method, needs_backward=False, options=RandomOptions),
+    "gradskip": MethodSpec(GradSkipVisitor, GradSkipOptions),
+    "raw_attention": MethodSpec(RawAttentionVisitor, NoOptions),
+    "rollout": MethodSpec(RolloutVisitor, NoOptions),
+    "chefer": MethodSpec(CheferVisitor, NoOptions),
+    "lrp": MethodSpec(LrpVisitor, NoOptions),
+    "random": MethodSpec(RandomVisitor, RandomOptions),
 }
 #: Method names, in the order of :data:`MethodName`.
 METHODS: tuple[str, ...] = get_args(MethodName)

@@ -9,9 +9,15 @@ from torch import Tensor, nn
 from gradskip_lightning.adapters import Capture, find_adapter
 
 
-def capture(model: nn.Module, images: Tensor, targets: Tensor | None = None, with_gradients: bool = True) -> Capture:
+def capture(
+    model: nn.Module,
+    images: Tensor,
+    targets: Tensor | None = None,
+    with_gradients: bool = True,
+    conservative: bool = False,
+) -> Capture:
     """``find_adapter(model).capture(model, ...)``: the model's own forward, hooks on its backbone."""
-    return find_adapter(model).capture(model, images, targets, with_gradients)
+    return find_adapter(model).capture(model, images, targets, with_gradients, conservative)
 
 
 def hooks_on(model: nn.Module) -> int:

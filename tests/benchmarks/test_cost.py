@@ -1,21 +1,39 @@
-"""The ``cost`` benchmark: FLOP ratios that mean something, and the JSON the CLI writes."""
+"""The ``cost`` benchmark: FLOP ratios and memory that mean something, and the JSON the CLI writes."""
 from __future__ import annotations
 
 import json
 
+import pytest
+
 from gradskip_lightning.benchmarks.__main__ import main
+from gradskip_lightning.benchmarks.cost import peak_mib
 
 
-def test_cost_records_and_flop_ratios(tmp_path, capsys):
+@pytest.mark.slow  # four fresh subprocesses
+def test_cost_records_flop_ratios_and_memory_against_the_floor(tmp_path, capsys):
     out = tmp_path / "cost.json"
-    main(["cost", "--models", "vit_tiny_patch16_224", "--methods", "gradskip", "rollout",
+    main(["cost", "--models", "vit_tiny_patch16_224", "--methods", "gradskip", "rollout", "floor",
           "--batch-size", "2", "--repeats", "1", "--json", str(out)])
     records = {r["method"]: r for r in json.loads(out.read_text())}
-    keys = {"model", "method", "forward_flops", "flops_per_map", "ratio_to_forward", "ms_per_map"}
+    keys = {"model", "method", "forward_flops", "flops_per_map", "ratio_to_forward", "ms_per_map",
+            "peak_mib_per_image", "peak_to_floor"}
     assert all(keys <= set(r) for r in records.values())
     # One forward of ViT-Ti/16 at 224 px: 1.26 GMAC = 2.5 GFLOPs (2 per multiply-add).
     assert 2.4e9 < records["rollout"]["forward_flops"] < 2.6e9
-    # Rollout needs the forward only; GradSkip adds one activation-only backward (no weight grads).
+    # Rollout needs the forward only; GradSkip and the floor add one activation-only backward.
     assert abs(records["rollout"]["ratio_to_forward"] - 1.0) < 0.01
     assert 1.9 < records["gradskip"]["ratio_to_forward"] <= 2.2
-    assert "GFLOPs/map" in capsys.readouterr().out
+    assert 1.9 < records["floor"]["ratio_to_forward"] <= 2.2
+    # Without a graph, rollout stays far below the floor; GradSkip streams close to it.
+    assert records["floor"]["peak_mib_per_image"] > 5 and records["floor"]["peak_to_floor"] == 1.0
+    assert records["rollout"]["peak_to_floor"] < 0.5
+    assert records["gradskip"]["peak_to_floor"] < 1.3
+    assert "MiB/image" in capsys.readouterr().out
+
+
+def test_peak_mib_sees_a_transient_allocation():
+    def allocate_and_free():
+        block = bytearray(64 * 1024 * 1024)  # 64 MiB, touched
+        block[::4096] = b"\x01" * len(block[::4096])
+
+    assert 60 < peak_mib(allocate_and_free) < 80

@@ -7,7 +7,6 @@ import timm
 import torch
 from torch import Tensor, nn
 
-from gradskip_lightning.adapters import Capture, find_adapter
 from gradskip_lightning.explainer import Explainer
 from gradskip_lightning.methods import token_relevance
 from tests.adapters.helpers import capture, hooks_on
@@ -41,10 +40,6 @@ def explicit_lrp(model: nn.Module, x0: Tensor, targets: Tensor) -> Tensor:
     return (grad * x0).sum(dim=-1)
 
 
-def find_conservative(model: nn.Module, x: Tensor, targets: Tensor) -> Capture:
-    return find_adapter(model).capture(model, x, targets, conservative=True)
-
-
 def test_one_block_matches_the_explicit_implementation():
     model = vit(depth=1)
     x, targets = torch.randn(3, 3, 32, 32, dtype=torch.float64), torch.tensor([0, 2, 1])
@@ -65,7 +60,7 @@ def test_relevance_over_all_tokens_sums_to_the_logit_without_biases():
             if name.endswith("bias"):
                 parameter.zero_()
     x, targets = torch.randn(4, 3, 32, 32, dtype=torch.float64), torch.tensor([0, 1, 2, 0])
-    cap = find_conservative(model, x, targets)
+    cap = capture(model, x, targets, conservative=True)
     total = token_relevance(cap.block_input[0], cap.input_grad).sum(dim=-1)
     torch.testing.assert_close(total, cap.logits.gather(1, targets[:, None])[:, 0], rtol=1e-9, atol=1e-9)
 
@@ -75,7 +70,7 @@ def test_conservative_capture_leaves_forward_values_unchanged():
     x = torch.randn(2, 3, 32, 32, dtype=torch.float64)
     with torch.no_grad():
         expected = model(x)
-    torch.testing.assert_close(find_conservative(model, x, torch.tensor([0, 1])).logits, expected)
+    torch.testing.assert_close(capture(model, x, torch.tensor([0, 1]), conservative=True).logits, expected)
 
 
 @pytest.mark.parametrize("label", FAMILIES)

@@ -13,7 +13,7 @@ from gradskip_lightning.methods import METHOD_SPECS, METHODS, GradSkipOptions, M
 def test_names_literal_and_specs_agree():
     assert METHODS == get_args(MethodName) == tuple(METHOD_SPECS) == EXPLAINER_METHODS
     assert {n for n, s in METHOD_SPECS.items() if s.needs_backward} == {"gradskip", "chefer", "lrp"}
-    assert {n for n, s in METHOD_SPECS.items() if s.conservative} == {"lrp"}
+    assert {n for n, s in METHOD_SPECS.items() if s.mode == "conservative"} == {"lrp"}
     assert all(dataclasses.is_dataclass(spec.options) for spec in METHOD_SPECS.values())
 
 
