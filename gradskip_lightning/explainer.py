@@ -148,7 +148,9 @@ class Explainer:
             self.check_targets(targets, images.shape[0])
             targets = targets.to(device=device, dtype=torch.long)
         with torch.autocast(device.type, enabled=False):
-            cap = self.adapter.capture(self.model, images.to(dtype), targets, with_gradients=self.spec.needs_backward)
+            cap = self.adapter.capture(
+                self.model, images.to(dtype), targets, self.spec.needs_backward, self.spec.conservative
+            )
             if cap.logits.shape[1] != self.num_classes:
                 raise ValueError(
                     f"{type(self.model).__name__}.forward returned {cap.logits.shape[1]} logits; its backbone's "

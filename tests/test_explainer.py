@@ -6,9 +6,9 @@ import timm
 import torch
 
 from gradskip_lightning import methods
-from tests.adapters.helpers import capture
 from gradskip_lightning.explainer import METHODS, Explainer
 from gradskip_lightning.methods import GradSkipOptions
+from tests.adapters.helpers import capture
 from tests.conftest import make_tiny_vit
 
 
@@ -138,7 +138,7 @@ def test_bad_input_raises_clear_errors(tiny_vit):
     with pytest.raises(ValueError, match="NaN"):
         explainer.explain(x)
     with pytest.raises(ValueError, match="Unknown method"):
-        Explainer(tiny_vit, "lrp")
+        Explainer(tiny_vit, "lime")
     with pytest.raises(ValueError, match="takes no option"):
         Explainer(tiny_vit, "rollout", alpha=0.5)
     with pytest.raises(TypeError, match="ResNet"):

@@ -14,7 +14,8 @@ Per block l = 1..L the capture holds (B images, H heads, N tokens, D channels):
 - ``branch``      a^l, the attention-branch output as added to the residual stream, (B, N, D)
 - ``branch_grad`` dy/du^l (= dy/da^l), u^l = x^{l-1} + a^l, (B, N, D)
 
-plus the last block's output x^L and its gradient, the logits, the explained targets (y = sum_b
+plus the last block's output x^L and its gradient, ``input_grad`` dy/dx^0 (B, N, D) of a
+conservative capture (see :mod:`gradskip_lightning.adapters.conservative`), the logits, the explained targets (y = sum_b
 logit[b, target_b]) and ``readout``, the token distribution the pooling reads. Hooks exist only
 during :meth:`Adapter.capture`; train/eval modes, fused-attention flags and gradient checkpointing
 are restored, and no parameter ``.grad`` is written.
@@ -30,6 +31,8 @@ import torch
 import torch.nn.functional as F
 from timm.models.vision_transformer import init_weights_vit_timm
 from torch import Tensor, nn
+
+from gradskip_lightning.adapters.conservative import constant_hooks
 
 
 @dataclass
@@ -49,6 +52,7 @@ class Capture:
     readout: Tensor
     num_prefix_tokens: int
     grid_size: tuple[int, int]
+    input_grad: Tensor | None = None
 
     @property
     def num_blocks(self) -> int:
@@ -209,8 +213,20 @@ class Adapter:
             if checkpointing is not None:
                 self.backbone.grad_checkpointing = checkpointing
 
+    def norm_scope(self) -> list[nn.Module]:
+        """The backbone's children from the blocks on (blocks, final norms, pooling, head): where a
+        conservative capture holds norm denominators constant."""
+        children = list(self.backbone.children())
+        first = next(i for i, child in enumerate(children) if child is self.backbone.blocks)
+        return children[first:]
+
     def capture(
-        self, model: nn.Module, images: Tensor, targets: Tensor | None = None, with_gradients: bool = True
+        self,
+        model: nn.Module,
+        images: Tensor,
+        targets: Tensor | None = None,
+        with_gradients: bool = True,
+        conservative: bool = False,
     ) -> Capture:
         """Run ``model(images)`` once (and, if ``with_gradients``, one activation-only backward).
 
@@ -220,6 +236,9 @@ class Adapter:
             images: (B, C, H, W), validated and normalised as the model expects.
             targets: (B,) class indices, or None for the predicted classes.
             with_gradients: False skips the backward (methods that only need attention).
+            conservative: hold A^l and the norm denominators constant in the backward (CP-LRP,
+                :func:`~gradskip_lightning.adapters.conservative.constant_hooks`) and take the only
+                gradient ``input_grad`` = dy/dx^0; the per-block gradients are then None.
 
         Raises:
             ValueError: the forward does not return logits (B, C), or does not run the backbone once.
@@ -274,6 +293,8 @@ class Adapter:
                 handles.append(blocks[-1].register_forward_hook(on_output))
                 if self.backbone.global_pool == "map":
                     handles.append(self.backbone.attn_pool.register_forward_pre_hook(on_pool_input))
+                if conservative:  # after the recording hooks: they see A^l before it is detached
+                    handles += constant_hooks([b.attn.attn_drop for b in blocks], self.norm_scope())
                 # A fresh leaf that requires grad: the graph exists even for a frozen model, and the
                 # clone is a normal tensor even when the caller's batch is an inference tensor.
                 x = images.detach().clone().requires_grad_(True)
@@ -290,9 +311,12 @@ class Adapter:
 
             if targets is None:
                 targets = logits.detach().argmax(dim=1)
-            attn_grad = branch_grad = output_grad = None
+            attn_grad = branch_grad = output_grad = input_grad = None
             if with_gradients:
                 y = logits.gather(1, targets[:, None]).sum()
+            if with_gradients and conservative:
+                (input_grad,) = torch.autograd.grad(y, record["block_input"][0])
+            elif with_gradients:
                 grads = torch.autograd.grad(y, [*record["attn"], *record["branch"], record["output"][0]])
                 n_blocks = len(blocks)
                 attn_grad = list(grads[:n_blocks])
@@ -320,6 +344,7 @@ class Adapter:
             readout=readout,
             num_prefix_tokens=self.num_prefix_tokens,
             grid_size=self.grid_size,
+            input_grad=input_grad,
         )
 
 

@@ -19,6 +19,7 @@ from gradskip_lightning.methods.gradskip import (
     skip_gates,
     weighted_attention,
 )
+from gradskip_lightning.methods.lrp import lrp_method, token_relevance
 from gradskip_lightning.methods.output import MethodOutput
 from gradskip_lightning.methods.registry import METHOD_SPECS, METHODS, MethodName, MethodSpec, method_spec
 
@@ -36,6 +37,7 @@ __all__ = [
     "gini",
     "gradskip",
     "head_weights",
+    "lrp_method",
     "method_spec",
     "propagate_block",
     "propagation",
@@ -43,5 +45,6 @@ __all__ = [
     "raw_attention",
     "rollout",
     "skip_gates",
+    "token_relevance",
     "weighted_attention",
 ]

@@ -17,9 +17,10 @@ from gradskip_lightning.methods.baselines import (
     rollout_method,
 )
 from gradskip_lightning.methods.gradskip import GradSkipOptions, gradskip
+from gradskip_lightning.methods.lrp import lrp_method
 from gradskip_lightning.methods.output import MethodOutput
 
-MethodName = Literal["gradskip", "raw_attention", "rollout", "chefer", "random"]
+MethodName = Literal["gradskip", "raw_attention", "rollout", "chefer", "lrp", "random"]
 
 
 @dataclass(frozen=True)
@@ -30,11 +31,14 @@ class MethodSpec:
         fn: (capture, options) -> :class:`~gradskip_lightning.methods.output.MethodOutput`.
         needs_backward: whether the capture must hold gradients.
         options: the frozen dataclass of the method's options (keyword arguments of the Explainer).
+        conservative: whether the capture holds attention and norm denominators constant in the
+            backward and keeps only dy/dx^0 (CP-LRP).
     """
 
     fn: Callable[[Capture, Any], MethodOutput]
     needs_backward: bool
     options: type
+    conservative: bool = False
 
     def make_options(self, method: str, **options: Any) -> Any:
         """The options dataclass built from keyword arguments; ValueError naming unknown ones."""
@@ -50,6 +54,7 @@ METHOD_SPECS: dict[str, MethodSpec] = {
     "raw_attention": MethodSpec(raw_attention_method, needs_backward=False, options=NoOptions),
     "rollout": MethodSpec(rollout_method, needs_backward=False, options=NoOptions),
     "chefer": MethodSpec(chefer_method, needs_backward=True, options=NoOptions),
+    "lrp": MethodSpec(lrp_method, needs_backward=True, options=NoOptions, conservative=True),
     "random": MethodSpec(random_method, needs_backward=False, options=RandomOptions),
 }
 #: Method names, in the order of :data:`MethodName`.

@@ -12,7 +12,8 @@ from gradskip_lightning.methods import METHOD_SPECS, METHODS, GradSkipOptions, M
 
 def test_names_literal_and_specs_agree():
     assert METHODS == get_args(MethodName) == tuple(METHOD_SPECS) == EXPLAINER_METHODS
-    assert {n for n, s in METHOD_SPECS.items() if s.needs_backward} == {"gradskip", "chefer"}
+    assert {n for n, s in METHOD_SPECS.items() if s.needs_backward} == {"gradskip", "chefer", "lrp"}
+    assert {n for n, s in METHOD_SPECS.items() if s.conservative} == {"lrp"}
     assert all(dataclasses.is_dataclass(spec.options) for spec in METHOD_SPECS.values())
 
 
@@ -25,8 +26,8 @@ def test_choice_options_are_literals_a_cli_can_list():
 
 
 def test_unknown_method_and_options_raise():
-    with pytest.raises(ValueError, match="Unknown method 'lrp'.*gradskip"):
-        method_spec("lrp")
+    with pytest.raises(ValueError, match="Unknown method 'lime'.*gradskip"):
+        method_spec("lime")
     with pytest.raises(ValueError, match=r"takes no option\(s\) \['alpha'\]; it takes \[\]"):
         method_spec("rollout").make_options("rollout", alpha=0.5)
     assert method_spec("random").make_options("random", seed=3).seed == 3

@@ -16,11 +16,13 @@ import torch
 from torch import Tensor, nn
 
 from gradskip_lightning.metrics import (
+    class_sensitivity,
     faithfulness_violation,
     insertion_deletion,
     parameter_randomisation,
     pointing_game,
 )
+from gradskip_lightning.metrics.sensitivity import runner_up_classes
 
 from .maps import MapFn
 
@@ -84,6 +86,15 @@ def _randomisation(inputs: ScoreInputs) -> Tensor:
     return curve.similarity.nanmean(dim=0).double()
 
 
+def _class_sensitivity(inputs: ScoreInputs) -> Tensor:
+    """Spearman of each image's maps for its top-1 and top-2 predicted classes (1 = class-agnostic)."""
+    with torch.no_grad():
+        logits = inputs.model(inputs.images)
+    top1 = logits.argmax(dim=1)
+    maps = [inputs.map_fn(inputs.model, inputs.images, t).detach() for t in (top1, runner_up_classes(logits, top1))]
+    return class_sensitivity(*maps).double()
+
+
 @dataclass(frozen=True)
 class Score:
     """A score column.
@@ -120,6 +131,7 @@ SCORES: tuple[Score, ...] = (
     ),
     Score("fvt_violation", "FVT", False, _violations),
     Score("pointing_game", "PG", True, _pointing),
+    Score("class_sensitivity", "class sens.", False, _class_sensitivity, in_ablations=False),
     Score("randomisation_similarity", "rand. sim.", False, _randomisation, in_ablations=False),
 )
 

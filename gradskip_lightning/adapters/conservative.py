@@ -1,0 +1,76 @@
+"""Conservative propagation (CP-LRP, Ali et al. 2022; the basis of AttnLRP, Achtibat et al. 2024).
+
+Gradient x input is a conservative relevance propagation through a transformer once the two
+non-linearities that mix channels or tokens multiplicatively are held constant in the backward:
+the softmax attention probabilities A^l and the denominators of the normalisations (the LayerNorm
+std, the RMSNorm rms). :func:`constant_hooks` installs forward hooks that do exactly that for one
+call (the forward values are unchanged); nothing is patched on any class.
+
+Shapes: (B, N, D) tokens, the norms act on the last axis D.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+from timm.layers import RmsNorm, SimpleNorm
+from torch import Tensor, nn
+from torch.utils.hooks import RemovableHandle
+
+
+def layer_norm_constant_std(norm: nn.LayerNorm, x: Tensor) -> Tensor:
+    """LayerNorm over the last axis with its std detached: (x - mean) / const * weight + bias."""
+    centred = x - x.mean(dim=-1, keepdim=True)
+    std = (x.var(dim=-1, unbiased=False, keepdim=True) + norm.eps).sqrt()
+    y = centred / std.detach()
+    if norm.weight is not None:
+        y = y * norm.weight
+    return y if norm.bias is None else y + norm.bias
+
+
+def rms_norm_constant_rms(norm: nn.Module, x: Tensor) -> Tensor:
+    """RMSNorm (and timm's SimpleNorm, the same formula) with its rms detached: x / const * weight."""
+    eps = norm.eps if norm.eps is not None else torch.finfo(x.dtype).eps
+    rms = (x.pow(2).mean(dim=-1, keepdim=True) + eps).sqrt()
+    y = x / rms.detach()
+    return y if norm.weight is None else y * norm.weight
+
+
+#: Norm class -> its constant-denominator forward (module, input) -> output; subclasses match.
+CONSTANT_DENOMINATOR: dict[type[nn.Module], Callable[[nn.Module, Tensor], Tensor]] = {
+    nn.LayerNorm: layer_norm_constant_std,
+    nn.RMSNorm: rms_norm_constant_rms,
+    RmsNorm: rms_norm_constant_rms,
+    SimpleNorm: rms_norm_constant_rms,
+}
+
+
+def constant_denominator_rule(module: nn.Module) -> Callable[[nn.Module, Tensor], Tensor] | None:
+    """The rule of ``module``'s norm class (or of a parent class), or None for other modules."""
+    return next((rule for cls, rule in CONSTANT_DENOMINATOR.items() if isinstance(module, cls)), None)
+
+
+def _detach_output(_module: nn.Module, _args: tuple, out: Tensor) -> Tensor:
+    return out.detach()
+
+
+def _constant_norm(module: nn.Module, args: tuple, _out: Tensor) -> Tensor:
+    return constant_denominator_rule(module)(module, args[0])
+
+
+def constant_hooks(attention_outputs: list[nn.Module], scope: list[nn.Module]) -> list[RemovableHandle]:
+    """Forward hooks that hold attention and norm denominators constant in the backward.
+
+    Args:
+        attention_outputs: the modules whose output is A^l (each block's ``attn.attn_drop``); their
+            output is detached.
+        scope: modules whose norms (every submodule with a rule in :data:`CONSTANT_DENOMINATOR`)
+            compute their output with a detached denominator.
+
+    Returns:
+        The handles; the caller removes them after its one forward.
+    """
+    handles = [m.register_forward_hook(_detach_output) for m in attention_outputs]
+    norms = {id(m): m for root in scope for m in root.modules() if constant_denominator_rule(m) is not None}
+    handles += [m.register_forward_hook(_constant_norm) for m in norms.values()]
+    return handles

@@ -1,0 +1,35 @@
+"""Conservative LRP (CP-LRP, Ali et al. 2022, "XAI for Transformers: better explanations through
+conservative propagation"; the rule AttnLRP, Achtibat et al. 2024, builds on) as a function of a
+conservative capture: gradient x input at the tokens entering block 0, with the attention
+probabilities and the norm denominators held constant in the backward
+(:mod:`gradskip_lightning.adapters.conservative`). One forward and one activation-only backward.
+
+Shapes: B images, N tokens (prefix tokens first, then P patches), D channels.
+"""
+from __future__ import annotations
+
+from torch import Tensor
+
+from gradskip_lightning.adapters import Capture
+from gradskip_lightning.methods.baselines import NoOptions
+from gradskip_lightning.methods.output import MethodOutput
+
+
+def token_relevance(tokens: Tensor, tokens_grad: Tensor) -> Tensor:
+    """Gradient x input summed over channels, signed: (B, N, D), (B, N, D) -> (B, N).
+
+    Example:
+        >>> import torch
+        >>> token_relevance(torch.tensor([[[1.0, 2.0], [3.0, -1.0]]]), torch.tensor([[[0.5, 1.0], [1.0, 2.0]]]))
+        tensor([[2.5000, 1.0000]])
+    """
+    return (tokens * tokens_grad).sum(dim=-1)
+
+
+def lrp_method(capture: Capture, _options: NoOptions) -> MethodOutput:
+    """CP-LRP relevance of the patch tokens x^0 (signed; prefix tokens dropped), from a capture
+    taken with ``conservative=True``."""
+    if capture.input_grad is None:
+        raise ValueError("LRP needs a conservative capture (Adapter.capture(..., conservative=True))")
+    relevance = token_relevance(capture.block_input[0], capture.input_grad)
+    return MethodOutput(relevance[:, capture.num_prefix_tokens :])
