@@ -61,15 +61,19 @@ def test_first_flag_epoch_compares_the_mean_with_the_clean_95th_percentile():
             [1.0, 1.0, 1.0, 1.0, 1.0],
         ]
     )
-    assert first_flag_epoch(spurious, clean) == 3
+    assert first_flag_epoch(spurious, clean) == 3.0
+    assert first_flag_epoch(spurious, clean, times=torch.tensor([0.25, 0.5, 0.75, 1.0])) == 0.75
     assert first_flag_epoch(spurious[:2], clean) is None
-    assert first_flag_epoch(torch.tensor([[math.nan, 0.9]]), clean) == 1  # NaN probes left out of the mean
-    with pytest.raises(ValueError, match="epochs, probes"):
+    assert first_flag_epoch(torch.tensor([[math.nan, 0.9]]), clean) == 1.0  # NaN probes left out of the mean
+    with pytest.raises(ValueError, match="trace points, probes"):
         first_flag_epoch(torch.zeros(3), clean)
+    with pytest.raises(ValueError, match="times must be"):
+        first_flag_epoch(spurious, clean, times=torch.tensor([1.0, 2.0]))
 
 
 def test_spurious_epoch_is_the_first_epoch_at_the_threshold():
-    assert spurious_epoch(torch.tensor([0.1, 0.84, 0.85, 0.2])) == 3
+    assert spurious_epoch(torch.tensor([0.1, 0.84, 0.85, 0.2])) == 3.0
+    assert spurious_epoch(torch.tensor([0.1, 0.9]), times=torch.tensor([0.5, 1.0])) == 1.0
     assert spurious_epoch(torch.tensor([0.1, 0.84])) is None
 
 
@@ -79,6 +83,7 @@ def test_quick_path_writes_one_record_per_dataset_seed_method(tmp_path):
     doc.write_text(f"# Shortcut\n\nreading\n\n{BEGIN}\nold\n{END}\n\nafter\n")
     out = tmp_path / "shortcut.json"
     argv = ["shortcut", "--quick", "--epochs", "1", "--max-train-batches", "2", "--probes", "4", "--ig-steps", "2"]
+    argv += ["--traces-per-epoch", "2"]
     main(argv + ["--json", str(out), "--markdown", str(doc)])
     records = json.loads(out.read_text())
     assert {f.name for f in fields(DetectionRecord)} == FIELDS
@@ -91,9 +96,11 @@ def test_quick_path_writes_one_record_per_dataset_seed_method(tmp_path):
     for record in records:
         for name in ("tag_mass_spurious", "tag_mass_clean", "tag_rank_spurious", "detection_auroc", "spurious_score"):
             assert 0.0 <= record[name] <= 1.0, (record["method"], name, record[name])
-        assert record["first_flag_epoch"] in (None, 1)
+        assert record["first_flag_epoch"] in (None, 0.5, 1.0)
+        assert record["spurious_epoch"] in (None, 0.5, 1.0)
     random = [r for r in records if r["method"] == "random"]
     assert all(r["tag_mass_spurious"] < 0.3 for r in random)  # 64 of 1024 px: the random floor is near 1/16
     text = doc.read_text()
     assert text.startswith("# Shortcut\n\nreading\n\n") and text.endswith("\n\nafter\n") and "old" not in text
     assert "### planted_shapes control" in text and "| gradskip |" in text
+    assert "\n| 0.5 | " in text and "\n| 1 | " in text  # the curve rows: two trace points

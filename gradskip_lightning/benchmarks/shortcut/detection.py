@@ -6,7 +6,8 @@
 - :func:`spurious_epoch`: the first epoch whose spurious score reaches
   :data:`~gradskip_lightning.data.tags.SPURIOUS_THRESHOLD`.
 
-Epochs are counted from 1 (the state after the first training epoch); None means never.
+Masses and scores are taken at trace points, (T,) times in epochs of training (1.0 = after the first
+epoch; 0.25 = a quarter into it); by default one per epoch, 1, 2, ..., T. None means never.
 """
 
 from __future__ import annotations
@@ -56,35 +57,46 @@ def flag_threshold(clean: Tensor) -> float:
     return torch.nanquantile(clean.double().flatten(), FLAG_QUANTILE).item()
 
 
-def first_flag_epoch(spurious: Tensor, clean: Tensor) -> int | None:
-    """The first epoch (from 1) at which the spurious model's mean tag mass over the probes exceeds
-    :func:`flag_threshold` of the clean model; None when no epoch does.
+def first_flag_epoch(spurious: Tensor, clean: Tensor, times: Tensor | None = None) -> float | None:
+    """The first time (in epochs) at which the spurious model's mean tag mass over the probes exceeds
+    :func:`flag_threshold` of the clean model; None when no trace point does.
 
     Args:
-        spurious: (E, n) tag masses of the spurious model, epochs by probes.
-        clean: (E', n') tag masses of the clean model (any number of epochs and probes).
+        spurious: (T, n) tag masses of the spurious model, trace points by probes.
+        clean: (T', n') tag masses of the clean model (any number of trace points and probes).
+        times: (T,) the trace points in epochs; None: 1, 2, ..., T.
 
     Example:
         >>> clean = torch.tensor([[0.10, 0.20], [0.15, 0.05]])  # 95th percentile 0.1925
         >>> first_flag_epoch(torch.tensor([[0.1, 0.2], [0.2, 0.3], [0.4, 0.4]]), clean)
-        2
+        2.0
     """
     if spurious.ndim != 2 or clean.ndim != 2:
         raise ValueError(
-            f"masses must be (epochs, probes), got spurious {tuple(spurious.shape)} and clean {tuple(clean.shape)}"
+            f"masses must be (trace points, probes), got spurious {tuple(spurious.shape)} and clean {tuple(clean.shape)}"
         )
-    flagged = (spurious.double().nanmean(dim=1) > flag_threshold(clean)).nonzero()
-    return None if len(flagged) == 0 else int(flagged[0, 0]) + 1
+    flagged = spurious.double().nanmean(dim=1) > flag_threshold(clean)
+    return _first(flagged, times)
 
 
-def spurious_epoch(scores: Tensor) -> int | None:
-    """The first epoch (from 1) whose spurious score (E,) reaches the threshold (0.85); None if none.
+def spurious_epoch(scores: Tensor, times: Tensor | None = None) -> float | None:
+    """The first time (in epochs) whose spurious score (T,) reaches the threshold (0.85); None if none.
 
     >>> spurious_epoch(torch.tensor([0.2, 0.9, 0.8])), spurious_epoch(torch.tensor([0.5]))
-    (2, None)
+    (2.0, None)
+    >>> spurious_epoch(torch.tensor([0.2, 0.9]), times=torch.tensor([0.5, 1.0]))
+    1.0
     """
-    reached = (scores >= SPURIOUS_THRESHOLD).nonzero()
-    return None if len(reached) == 0 else int(reached[0, 0]) + 1
+    return _first(scores >= SPURIOUS_THRESHOLD, times)
+
+
+def _first(hits: Tensor, times: Tensor | None) -> float | None:
+    """The time of the first True in ``hits`` (T,) bool, times 1..T by default; None when none."""
+    times = torch.arange(1, len(hits) + 1, dtype=torch.double) if times is None else times.double()
+    if times.shape != hits.shape:
+        raise ValueError(f"times must be (T,) for {len(hits)} trace points, got shape {tuple(times.shape)}")
+    found = hits.nonzero()
+    return None if len(found) == 0 else times[found[0, 0]].item()
 
 
 def _finite(values: Tensor, name: str) -> Tensor:

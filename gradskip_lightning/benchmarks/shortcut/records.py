@@ -1,5 +1,6 @@
 """Typed records of the shortcut benchmark; the JSON of ``--json`` is ``dataclasses.asdict`` of each
-:class:`DetectionRecord`. Masses are relevance mass on the tag in [0, 1]; epochs count from 1."""
+:class:`DetectionRecord`. Masses are relevance mass on the tag in [0, 1]; times are in epochs of training (1.0 = after the
+first epoch), at the trace points."""
 
 from __future__ import annotations
 
@@ -29,8 +30,8 @@ class DetectionRecord:
     tag_mass_clean: float
     tag_rank_spurious: float
     detection_auroc: float
-    first_flag_epoch: int | None
-    spurious_epoch: int | None
+    first_flag_epoch: float | None
+    spurious_epoch: float | None
     spurious_score: float
 
 
@@ -43,7 +44,8 @@ class ModelRecord:
     seed: int
     variant: Variant
     epochs: int
+    traces_per_epoch: int
     val_accuracy: float
     spurious_score: float
-    spurious_epoch: int | None
+    spurious_epoch: float | None
     train_seconds: float

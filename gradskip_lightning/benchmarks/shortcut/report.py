@@ -38,13 +38,13 @@ def spread_cell(values: list[float]) -> str:
     return f"{mean:.3f}" if len(values) == 1 else f"{mean:.3f} [{min(values):.3f}, {max(values):.3f}]"
 
 
-def epochs_cell(epochs: list[int | None]) -> str:
-    """Per-seed epochs, "never" for None.
+def epochs_cell(epochs: list[float | None]) -> str:
+    """Per-seed times in epochs, "never" for None.
 
-    >>> epochs_cell([1, None, 2])
-    '1, never, 2'
+    >>> epochs_cell([1.0, None, 0.25])
+    '1, never, 0.25'
     """
-    return ", ".join("never" if e is None else str(e) for e in epochs)
+    return ", ".join("never" if e is None else f"{e:g}" for e in epochs)
 
 
 def _table(header: list[str], rows: list[list[str]]) -> list[str]:
@@ -68,7 +68,7 @@ def methods_table(records: list[DetectionRecord], control: bool) -> list[str]:
 def models_table(models: list[ModelRecord]) -> list[str]:
     """Every trained model: final validation accuracy, spurious score, first spurious epoch, seconds."""
     rows = [
-        [m.dataset, m.variant, str(m.seed), str(m.epochs), f"{m.val_accuracy:.3f}", f"{m.spurious_score:.3f}",
+        [m.dataset, m.variant, str(m.seed), f"{m.epochs} ({m.traces_per_epoch} traces each)", f"{m.val_accuracy:.3f}", f"{m.spurious_score:.3f}",
          epochs_cell([m.spurious_epoch]), f"{m.train_seconds:.0f}"]
         for m in models
     ]
@@ -76,24 +76,16 @@ def models_table(models: list[ModelRecord]) -> list[str]:
     return _table(header, rows)
 
 
-def curves_table(traces: dict[Variant, list[Trace]]) -> list[str]:
-    """Mean tag mass per epoch (over seeds and probes) of every method, one column per model and epoch."""
-    variants = list(traces)
-    methods = list(traces[variants[0]][0].mass)
-    epochs = len(traces[variants[0]][0].spurious)
-    header = ["method"] + [f"{v} e{e + 1}" for v in variants for e in range(epochs)]
-    rows = []
-    for method in methods:
-        cells = []
-        for variant in variants:
-            stacked = torch.stack([t.masses(method) for t in traces[variant]])  # (S, E, n)
-            cells += [f"{m:.3f}" for m in stacked.double().nanmean(dim=(0, 2)).tolist()]
-        rows.append([method, *cells])
-    score_row = ["spurious score"]
-    for variant in variants:
-        scores = torch.tensor([t.spurious for t in traces[variant]], dtype=torch.double).mean(dim=0)
-        score_row += [f"{s:.3f}" for s in scores.tolist()]
-    return _table(header, rows + [score_row])
+def curves_table(traces: list[Trace]) -> list[str]:
+    """Mean tag mass (over seeds and probes) of every method at each trace point, and the spurious score."""
+    methods = list(traces[0].mass)
+    masses = {m: torch.stack([t.masses(m) for t in traces]).double().nanmean(dim=(0, 2)) for m in methods}  # (T,)
+    scores = torch.tensor([t.spurious for t in traces], dtype=torch.double).mean(dim=0)
+    rows = [
+        [f"{epoch:g}", *(f"{masses[m][i]:.3f}" for m in methods), f"{scores[i]:.3f}"]
+        for i, epoch in enumerate(traces[0].epochs)
+    ]
+    return _table(["epoch", *methods, "spurious score"], rows)
 
 
 def markdown(
@@ -115,11 +107,13 @@ def markdown(
     )
     definitions = (
         f"{probes} probes: the first validation images carrying the tag, explained for the tag's class, the same "
-        "for the three models of a seed. Masses and rank are at the last epoch, mean over probes; a cell is the "
+        "for the three models of a seed. Traces: several times per epoch (evenly over its batches). Masses and rank are at the last trace, mean over probes; a cell is the "
         "mean over seeds with [min, max]. Detection AUROC: P(a probe's tag mass under the spurious model > one "
-        "under the clean model), ties one half. First flag epoch: the first epoch whose mean tag mass exceeds "
-        f"the clean model's {FLAG_QUANTILE:.0%} quantile over its probes and epochs. Spurious epoch: the first "
-        f"epoch whose spurious score reaches 0.85. Integrated Gradients: {ig_steps} steps."
+        "under the clean model), ties one half. First flag epoch: the first trace point (in epochs of training) "
+        f"whose mean tag mass exceeds the clean model's {FLAG_QUANTILE:.0%} quantile over its probes and trace "
+        f"points. Spurious epoch: the first trace point whose spurious score (on the transplanted test set) "
+        f"reaches 0.85. Tag mass: relevance mass accuracy on the tag's pixels (positive relevance only); tag "
+        f"rank: the share of the map's k highest pixels inside the tag, k = the tag's size. Integrated Gradients: {ig_steps} steps."
     )
     lines = [BEGIN, "", f"Command: `{command}`", "", facts, "", definitions, ""]
     for dataset in dict.fromkeys(r.dataset for r in detections):
@@ -128,8 +122,9 @@ def markdown(
         lines += methods_table([r for r in detections if r.dataset == dataset], control)
         if not control:
             lines += ["Models:", ""] + models_table([m for m in models if m.dataset == dataset])
-            traces = {variant: t for (name, variant), t in curves.items() if name == dataset}
-            lines += ["Mean tag mass per epoch (over seeds and probes):", ""] + curves_table(traces)
+            for variant in ("spurious", "clean"):
+                lines += [f"Mean tag mass of the {variant} model at each trace point (over seeds and probes):", ""]
+                lines += curves_table(curves[(dataset, variant)])
     return "\n".join(lines + [END])
 
 

@@ -1,9 +1,10 @@
-"""The per-epoch record of one training run: every method's tag mass and rank on fixed probes, the
-spurious score and the validation accuracy, taken at each training epoch's end by :class:`TagTrace`."""
+"""The record of one training run at trace points (at each epoch's end, or more often): every method's
+tag mass and rank on fixed probes, the spurious score and the validation accuracy (:class:`TagTrace`)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 from lightning.pytorch import Callback, LightningModule, Trainer
@@ -56,48 +57,68 @@ def tagged_probes(datamodule: ImageClassificationDataModule, count: int) -> Prob
 
 @dataclass
 class Trace:
-    """Per-epoch results of one run: ``mass`` and ``rank`` {method: (E, n)} (relevance mass and rank
-    accuracy on the tag, per probe), ``spurious`` (E,) spurious score, ``val_accuracy`` (E,)."""
+    """Results of one run at each trace point: ``epochs`` (T,) training progress in epochs (1.0 = after
+    the first epoch), ``mass`` and ``rank`` {method: (T, n)} (relevance mass and rank accuracy on the
+    tag, per probe), ``spurious`` (T,) spurious score, ``val_accuracy`` (T,)."""
 
+    epochs: list[float] = field(default_factory=list)
     mass: dict[str, list[Tensor]] = field(default_factory=dict)
     rank: dict[str, list[Tensor]] = field(default_factory=dict)
     spurious: list[float] = field(default_factory=list)
     val_accuracy: list[float] = field(default_factory=list)
 
     def masses(self, method: str) -> Tensor:
-        """(E, n) tag masses of ``method``."""
+        """(T, n) tag masses of ``method``."""
         return torch.stack(self.mass[method])
 
     def ranks(self, method: str) -> Tensor:
-        """(E, n) tag rank accuracies of ``method``."""
+        """(T, n) tag rank accuracies of ``method``."""
         return torch.stack(self.rank[method])
+
+    def times(self) -> Tensor:
+        """(T,) float64: the trace points in epochs."""
+        return torch.tensor(self.epochs, dtype=torch.double)
 
 
 class TagTrace(Callback):
-    """At each training epoch's end (model in eval mode): maps of every method on the probes and their
-    tag mass and rank, the spurious score on the transplanted test set, the validation accuracy.
+    """``traces_per_epoch`` times per training epoch, evenly over its batches (the last at its end), with
+    the model in eval mode: maps of every method on the probes and their tag mass and rank, the
+    spurious score on the transplanted test set, the validation accuracy.
 
     Args:
         probes: the tagged probes, explained for the tag's class.
         methods: method name -> map function ``(model, images, targets) -> maps (B, H, W)``.
+        traces_per_epoch: trace points per epoch (1 = at each epoch's end).
     """
 
-    def __init__(self, probes: Probes, methods: dict[str, MapFn]) -> None:
+    def __init__(self, probes: Probes, methods: dict[str, MapFn], traces_per_epoch: int = 1) -> None:
         super().__init__()
         if not methods:
             raise ValueError("methods must name at least one map function")
+        if traces_per_epoch < 1:
+            raise ValueError(f"traces_per_epoch must be a positive integer, got {traces_per_epoch}")
         self.probes = probes
         self.methods = methods
+        self.traces_per_epoch = traces_per_epoch
         self.trace = Trace()
 
     @override
-    def on_train_epoch_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
+    def on_train_batch_end(
+        self, trainer: Trainer, pl_module: LightningModule, outputs: Any, batch: Any, batch_idx: int
+    ) -> None:
+        batches = trainer.num_training_batches
+        ends = {round(j * batches / self.traces_per_epoch): j for j in range(1, self.traces_per_epoch + 1)}
+        if batch_idx + 1 in ends:
+            self._record(trainer, pl_module, trainer.current_epoch + ends[batch_idx + 1] / self.traces_per_epoch)
+
+    def _record(self, trainer: Trainer, pl_module: LightningModule, epoch: float) -> None:
         datamodule = trainer.datamodule
         if datamodule.transplanted_test_dataset is None:
             datamodule.setup("test")
         training = pl_module.training
         pl_module.eval()
         try:
+            self.trace.epochs.append(epoch)
             for name, fn in self.methods.items():
                 maps = fn(pl_module, self.probes.images, self.probes.targets).detach().float()
                 self.trace.mass.setdefault(name, []).append(relevance_mass_accuracy(maps, self.probes.masks))
