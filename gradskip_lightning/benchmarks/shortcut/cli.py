@@ -27,7 +27,6 @@ from .records import VARIANTS, DetectionRecord, ModelRecord, Variant
 from .trace import Probes, TagTrace, Trace, tagged_probes
 
 
-
 @dataclass(frozen=True)
 class ShortcutData:
     """A dataset of the benchmark: the config it trains with, overrides of that config's tag, and the
@@ -53,17 +52,39 @@ DATASETS: dict[str, ShortcutData] = {
 #: Tag frequency, in every class alike, of the negative control.
 CONTROL_P = 0.5
 #: Defaults that ``--quick`` changes (the full run) and what ``--quick`` sets; an option given wins.
-FULL: dict[str, Any] = {"datasets": list(DATASETS), "seeds": [0, 1, 2], "probes": 32, "ig_steps": 16}
-QUICK: dict[str, Any] = {"datasets": ["planted_shapes"], "seeds": [0], "probes": 16, "ig_steps": 8}
+#: ``traces_per_epoch`` None: each dataset's own (:data:`DATASETS`).
+FULL: dict[str, Any] = {
+    "datasets": list(DATASETS),
+    "seeds": [0, 1, 2],
+    "probes": 32,
+    "ig_steps": 16,
+    "traces_per_epoch": None,
+}
+QUICK: dict[str, Any] = {
+    "datasets": ["planted_shapes"],
+    "seeds": [0],
+    "probes": 16,
+    "ig_steps": 8,
+    "traces_per_epoch": 2,
+}
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Options of the ``shortcut`` subcommand."""
     for flag, help_text, kwargs in (
-        ("--datasets", "datasets, each trained with its configs/*shortcut.yaml", {"nargs": "+", "choices": list(DATASETS)}),
+        (
+            "--datasets",
+            "datasets, each trained with its configs/*shortcut.yaml",
+            {"nargs": "+", "choices": list(DATASETS)},
+        ),
         ("--seeds", "training seeds: three models each (spurious, clean, control)", {"nargs": "+", "type": int}),
         ("--probes", "tagged validation images explained every epoch", {"type": int}),
         ("--ig-steps", "Integrated Gradients steps", {"type": int}),
+        (
+            "--traces-per-epoch",
+            "trace points per epoch, evenly over its batches; None: 4 planted shapes, 2 BloodMNIST",
+            {"type": int},
+        ),
     ):
         key = flag.removeprefix("--").replace("-", "_")
         text = f"{help_text} (default {FULL[key]}; --quick: {QUICK[key]})"
@@ -73,17 +94,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--epochs", type=int, default=None, help="training epochs (default: the config's)")
     parser.add_argument("--max-train-batches", type=int, default=None, help="cap on training batches per epoch")
-    parser.add_argument(
-        "--traces-per-epoch", type=int, default=None, help="trace points per epoch (default: 4 planted shapes, 2 BloodMNIST)"
-    )
     parser.add_argument("--methods", nargs="*", default=list(METHODS), choices=list(METHODS))
     parser.add_argument("--peers", nargs="*", default=list(PEERS), choices=list(PEERS))
     parser.add_argument(
         "--control", action=argparse.BooleanOptionalAction, default=True, help="train the negative control too"
     )
-    parser.add_argument("--quick", action="store_true", help="planted shapes, one seed, 16 probes: a few minutes")
     parser.add_argument(
-        "--markdown", type=Path, default=None, help="write the tables into this file (between generated-section markers)"
+        "--quick", action="store_true", help="planted shapes, one seed, 16 probes, 2 traces an epoch: 2-3 minutes"
+    )
+    parser.add_argument(
+        "--markdown",
+        type=Path,
+        default=None,
+        help="write the tables into this file (between generated-section markers)",
     )
 
 
@@ -92,7 +115,11 @@ def make_datamodule(dataset: str, variant: Variant, data_root: Path | None) -> I
     config = DATASETS[dataset].config
     _, data, _ = config_settings(config)
     tag = SpuriousTag(**{**data["tag"], **DATASETS[dataset].tag})
-    probabilities = {"spurious": {}, "clean": {"p_in": 0.0, "p_out": 0.0}, "control": {"p_in": CONTROL_P, "p_out": CONTROL_P}}
+    probabilities = {
+        "spurious": {},
+        "clean": {"p_in": 0.0, "p_out": 0.0},
+        "control": {"p_in": CONTROL_P, "p_out": CONTROL_P},
+    }
     data["tag"] = replace(tag, **probabilities[variant])
     if needs_data_root(config):
         if data_root is None:
@@ -194,7 +221,14 @@ def run(args: argparse.Namespace) -> list[dict]:
     facts = {**machine(), "load_average": os.getloadavg()[0]}
     print(f"\nshortcut benchmark: {wall / 60:.1f} min wall on {facts['threads']} threads")
     section = report.markdown(
-        detections, models, curves, command=_command(), machine=facts, wall_seconds=wall, probes=args.probes, ig_steps=args.ig_steps
+        detections,
+        models,
+        curves,
+        command=_command(),
+        machine=facts,
+        wall_seconds=wall,
+        probes=args.probes,
+        ig_steps=args.ig_steps,
     )
     print(section)
     if args.markdown is not None:

@@ -73,7 +73,8 @@ def first_flag_epoch(spurious: Tensor, clean: Tensor, times: Tensor | None = Non
     """
     if spurious.ndim != 2 or clean.ndim != 2:
         raise ValueError(
-            f"masses must be (trace points, probes), got spurious {tuple(spurious.shape)} and clean {tuple(clean.shape)}"
+            "masses must be (trace points, probes), "
+            f"got spurious {tuple(spurious.shape)} and clean {tuple(clean.shape)}"
         )
     flagged = spurious.double().nanmean(dim=1) > flag_threshold(clean)
     return _first(flagged, times)

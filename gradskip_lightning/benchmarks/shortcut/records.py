@@ -1,6 +1,6 @@
 """Typed records of the shortcut benchmark; the JSON of ``--json`` is ``dataclasses.asdict`` of each
-:class:`DetectionRecord`. Masses are relevance mass on the tag in [0, 1]; times are in epochs of training (1.0 = after the
-first epoch), at the trace points."""
+:class:`DetectionRecord`. Masses are relevance mass on the tag in [0, 1]; times are in epochs of
+training (1.0 = after the first epoch), at the trace points."""
 
 from __future__ import annotations
 

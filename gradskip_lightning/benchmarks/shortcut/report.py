@@ -48,7 +48,12 @@ def epochs_cell(epochs: list[float | None]) -> str:
 
 
 def _table(header: list[str], rows: list[list[str]]) -> list[str]:
-    return ["| " + " | ".join(header) + " |", "|" + "---|" * len(header), *("| " + " | ".join(r) + " |" for r in rows), ""]
+    return [
+        "| " + " | ".join(header) + " |",
+        "|" + "---|" * len(header),
+        *("| " + " | ".join(r) + " |" for r in rows),
+        "",
+    ]
 
 
 def methods_table(records: list[DetectionRecord], control: bool) -> list[str]:
@@ -68,11 +73,28 @@ def methods_table(records: list[DetectionRecord], control: bool) -> list[str]:
 def models_table(models: list[ModelRecord]) -> list[str]:
     """Every trained model: final validation accuracy, spurious score, first spurious epoch, seconds."""
     rows = [
-        [m.dataset, m.variant, str(m.seed), f"{m.epochs} ({m.traces_per_epoch} traces each)", f"{m.val_accuracy:.3f}", f"{m.spurious_score:.3f}",
-         epochs_cell([m.spurious_epoch]), f"{m.train_seconds:.0f}"]
+        [
+            m.dataset,
+            m.variant,
+            str(m.seed),
+            f"{m.epochs} ({m.traces_per_epoch} traces each)",
+            f"{m.val_accuracy:.3f}",
+            f"{m.spurious_score:.3f}",
+            epochs_cell([m.spurious_epoch]),
+            f"{m.train_seconds:.0f}",
+        ]
         for m in models
     ]
-    header = ["dataset", "model", "seed", "epochs", "val accuracy", "spurious score", "spurious epoch", "s (trace incl.)"]
+    header = [
+        "dataset",
+        "model",
+        "seed",
+        "epochs",
+        "val accuracy",
+        "spurious score",
+        "spurious epoch",
+        "s (trace incl.)",
+    ]
     return _table(header, rows)
 
 
@@ -106,14 +128,15 @@ def markdown(
         f"average at the end {machine['load_average']:.1f} (the machine is shared)."
     )
     definitions = (
-        f"{probes} probes: the first validation images carrying the tag, explained for the tag's class, the same "
-        "for the three models of a seed. Traces: several times per epoch (evenly over its batches). Masses and rank are at the last trace, mean over probes; a cell is the "
-        "mean over seeds with [min, max]. Detection AUROC: P(a probe's tag mass under the spurious model > one "
-        "under the clean model), ties one half. First flag epoch: the first trace point (in epochs of training) "
-        f"whose mean tag mass exceeds the clean model's {FLAG_QUANTILE:.0%} quantile over its probes and trace "
-        f"points. Spurious epoch: the first trace point whose spurious score (on the transplanted test set) "
-        f"reaches 0.85. Tag mass: relevance mass accuracy on the tag's pixels (positive relevance only); tag "
-        f"rank: the share of the map's k highest pixels inside the tag, k = the tag's size. Integrated Gradients: {ig_steps} steps."
+        f"{probes} probes: the first validation images carrying the tag, explained for the tag's class, the "
+        "same for the three models of a seed. Trace points: several per epoch, evenly over its batches. Masses "
+        "and rank are at the last trace point, mean over probes; a cell is the mean over seeds with [min, max]. "
+        "Detection AUROC: P(a probe's tag mass under the spurious model > one under the clean model), ties one "
+        "half. First flag epoch: the first trace point (in epochs of training) whose mean tag mass exceeds the "
+        f"clean model's {FLAG_QUANTILE:.0%} quantile over its probes and trace points. Spurious epoch: the first "
+        "trace point whose spurious score (on the transplanted test set) reaches 0.85. Tag mass: relevance mass "
+        "accuracy on the tag's pixels (positive relevance only); tag rank: the share of the map's k highest "
+        f"pixels inside the tag, k = the tag's size. Integrated Gradients: {ig_steps} steps."
     )
     lines = [BEGIN, "", f"Command: `{command}`", "", facts, "", definitions, ""]
     for dataset in dict.fromkeys(r.dataset for r in detections):
