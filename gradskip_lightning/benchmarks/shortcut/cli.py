@@ -100,7 +100,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--control", action=argparse.BooleanOptionalAction, default=True, help="train the negative control too"
     )
     parser.add_argument(
-        "--quick", action="store_true", help="planted shapes, one seed, 16 probes, 2 traces an epoch: 2-3 minutes"
+        "--quick", action="store_true", help="planted shapes, one seed, 16 probes, 2 traces an epoch: under 2 minutes"
     )
     parser.add_argument(
         "--markdown",
