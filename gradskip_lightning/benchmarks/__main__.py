@@ -13,6 +13,7 @@ SUBCOMMANDS = {
     "faithfulness": "every method scored over training seeds, with intervals, paired differences and ablations",
     "gpu": "checks that need a CUDA device: batch = singles, mixed-precision fits, OOM skipped, ms per map",
     "coverage": "which timm ViT-family models are accepted, and the properties on one small one per kind",
+    "shortcut": "do the maps flag a spurious tag (AUROC against a clean model), and how many epochs early",
 }
 
 

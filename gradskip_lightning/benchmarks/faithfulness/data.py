@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-from lightning.pytorch import Trainer, seed_everything
+from lightning.pytorch import Callback, Trainer, seed_everything
 from torch import Tensor
 
 from gradskip_lightning.benchmarks.configs import config_settings, datamodule_class
@@ -91,10 +91,12 @@ def train_or_load(
     epochs: int | None,
     seed: int,
     max_train_batches: int | None = None,
+    callbacks: list[Callback] | None = None,
 ) -> tuple[ViTClassifier, dict]:
     """A ViTClassifier in eval mode, loaded from ``checkpoint`` or trained; and facts about it.
 
-    ``epochs`` None uses the config's; ``max_train_batches`` caps the batches per epoch.
+    ``epochs`` None uses the config's; ``max_train_batches`` caps the batches per epoch; ``callbacks``
+    go to the Trainer.
 
     Returns the model and a dict with ``checkpoint`` (str or None), ``epochs``, ``train_seconds``.
     """
@@ -116,6 +118,7 @@ def train_or_load(
         limit_val_batches=0,
         num_sanity_val_steps=0,
         limit_train_batches=max_train_batches,
+        callbacks=callbacks,
     )
     start = time.perf_counter()
     trainer.fit(model, datamodule=datamodule)

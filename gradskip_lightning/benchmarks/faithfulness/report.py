@@ -151,10 +151,15 @@ def markdown(
 
 def write_markdown(path: Path, records: list[Record], **facts: Any) -> None:
     """Write :func:`markdown` into ``path``: between the markers if they exist, else as a new file."""
-    section = markdown(records, **facts)
+    write_section(path, markdown(records, **facts), BEGIN, END)
+
+
+def write_section(path: Path, section: str, begin: str, end: str) -> None:
+    """Put ``section`` (starting with ``begin``, ending with ``end``) into the markdown file ``path``: in
+    place of the text between the markers if both exist, else appended (a new file if none)."""
     text = path.read_text() if path.exists() else ""
-    if BEGIN in text and END in text:
-        text = text[: text.index(BEGIN)] + section + text[text.index(END) + len(END) :]
+    if begin in text and end in text:
+        text = text[: text.index(begin)] + section + text[text.index(end) + len(end) :]
     else:
         text = (text.rstrip() + "\n\n" if text else "") + section + "\n"
     path.parent.mkdir(parents=True, exist_ok=True)
