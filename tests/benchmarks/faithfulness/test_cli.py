@@ -11,8 +11,9 @@ from gradskip_lightning.benchmarks.__main__ import main
 from gradskip_lightning.benchmarks.faithfulness.ablations import SETTINGS
 from gradskip_lightning.benchmarks.faithfulness.report import BEGIN, END
 from gradskip_lightning.benchmarks.faithfulness.scores import SCORES
+from gradskip_lightning.explainer import METHODS
 
-ENGINE = {"gradskip", "raw_attention", "rollout", "chefer", "random"}
+ENGINE = set(METHODS)  # every registered method is benchmarked
 PEERS = {"integrated_gradients", "input_x_gradient", "grad_cam"}
 TOL = 1e-9
 
