@@ -11,18 +11,15 @@ import pytest  # noqa: E402
 import timm  # noqa: E402
 import torch  # noqa: E402
 
+from tests.callback.wandb_files import use_offline_wandb  # noqa: E402
+
 torch.set_num_threads(1)
 
 
 @pytest.fixture(autouse=True)
 def _offline_wandb(tmp_path, monkeypatch):
     """Every test runs W&B offline, writing only under its own temporary folder."""
-    monkeypatch.setenv("WANDB_MODE", "offline")
-    monkeypatch.setenv("WANDB_SILENT", "true")
-    for var in ("WANDB_DIR", "WANDB_DATA_DIR", "WANDB_CACHE_DIR", "WANDB_CONFIG_DIR", "WANDB_ARTIFACT_DIR"):
-        path = tmp_path / "wandb_env" / var.lower()
-        path.mkdir(parents=True, exist_ok=True)
-        monkeypatch.setenv(var, str(path))
+    use_offline_wandb(monkeypatch, tmp_path / "wandb_env")
     yield
     import wandb
 

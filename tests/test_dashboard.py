@@ -13,7 +13,7 @@ from gradskip_lightning import GradSkipCallback
 from gradskip_lightning.dashboard import FAITHFULNESS_SCORES, build_workspace, main
 from gradskip_lightning.data import SpuriousTag
 from tests.callback.helpers import tiny_data, tiny_module, tiny_trainer
-from tests.callback.wandb_files import find_runs
+from tests.callback.wandb_files import find_runs, use_offline_wandb
 
 pytest.importorskip("wandb_workspaces")
 
@@ -25,11 +25,7 @@ def logged_keys(tmp_path_factory) -> set[str]:
     if wandb.run is not None:  # never reuse a run another test left open
         wandb.finish()
     with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("WANDB_MODE", "offline")
-        mp.setenv("WANDB_SILENT", "true")
-        for var in ("WANDB_DIR", "WANDB_DATA_DIR", "WANDB_CACHE_DIR", "WANDB_CONFIG_DIR", "WANDB_ARTIFACT_DIR"):
-            (root / var).mkdir()
-            mp.setenv(var, str(root / var))
+        use_offline_wandb(mp, root)
         seed_everything(0)
         callback = GradSkipCallback(num_probes=8, insertion_steps=4, compare_methods=["rollout"], transplant=True)
         logger = WandbLogger(save_dir=str(root), offline=True, project="dashboard-test")

@@ -14,7 +14,7 @@ from PIL import Image
 from gradskip_lightning import GradSkipCallback
 
 from .helpers import tiny_data, tiny_module, tiny_trainer
-from .wandb_files import find_runs
+from .wandb_files import find_runs, use_offline_wandb
 
 P = "gradskip/"
 NUM_PROBES = 8
@@ -25,11 +25,7 @@ LAYERS = 2
 def run(tmp_path_factory):
     root = tmp_path_factory.mktemp("wandb_run")
     with pytest.MonkeyPatch.context() as mp:  # module-scoped: set up the offline env here too
-        mp.setenv("WANDB_MODE", "offline")
-        mp.setenv("WANDB_SILENT", "true")
-        for var in ("WANDB_DIR", "WANDB_DATA_DIR", "WANDB_CACHE_DIR", "WANDB_CONFIG_DIR", "WANDB_ARTIFACT_DIR"):
-            (root / var).mkdir()
-            mp.setenv(var, str(root / var))
+        use_offline_wandb(mp, root)
         seed_everything(0)
         callback = GradSkipCallback(num_probes=NUM_PROBES, compare_methods=["rollout"], insertion_steps=8)
         logger = WandbLogger(save_dir=str(root), offline=True, project="gradskip-test")

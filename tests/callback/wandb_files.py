@@ -1,4 +1,4 @@
-"""Read back what an offline W&B run wrote: history rows, artifacts and media files.
+"""Offline W&B for tests, and reading back what a run wrote: history rows, artifacts and media files.
 
 The run file ``run-<id>.wandb`` is a 7-byte W&B header followed by LevelDB-log framed records
 (32 KiB blocks; each chunk: crc32 (4), length (2, little endian), type (1: full, 2: first,
@@ -14,7 +14,22 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import pytest
 from wandb.proto import wandb_internal_pb2
+
+#: The folders W&B writes to, each pointed into a test's own temporary folder.
+WANDB_DIRS = ("WANDB_DIR", "WANDB_DATA_DIR", "WANDB_CACHE_DIR", "WANDB_CONFIG_DIR", "WANDB_ARTIFACT_DIR")
+
+
+def use_offline_wandb(mp: pytest.MonkeyPatch, root: Path) -> None:
+    """W&B offline and silent, with every folder it writes under ``root``."""
+    mp.setenv("WANDB_MODE", "offline")
+    mp.setenv("WANDB_SILENT", "true")
+    for var in WANDB_DIRS:
+        path = root / var.lower()
+        path.mkdir(parents=True, exist_ok=True)
+        mp.setenv(var, str(path))
+
 
 _HEADER = 7
 _BLOCK = 32768
