@@ -36,9 +36,13 @@ def raw_attention(attn_last: Tensor, readout: Tensor) -> Tensor:
     return torch.einsum("bij,bi->bj", attn_last.mean(dim=1), readout)
 
 
-def rollout_matrix(attn: Tensor) -> Tensor:
-    """Rollout's matrix of one block, M = rownorm(mean_h A + I): (B, H, N, N) -> (B, N, N)."""
-    mean = attn.mean(dim=1)
+def rollout_matrix(attn: Tensor, key_to_token: Tensor | None = None) -> Tensor:
+    """Rollout's matrix of one block, M = rownorm(mean_h A + I): (B, H, N, N) -> (B, N, N).
+
+    With ``key_to_token`` S (M, N) (rows summing to 1) for an attention (B, H, N, M) over M
+    reduced keys: M = rownorm(mean_h A S + I).
+    """
+    mean = attn.mean(dim=1) if key_to_token is None else attn.mean(dim=1) @ key_to_token
     return normalise(mean + torch.eye(mean.shape[-1], device=mean.device, dtype=mean.dtype))
 
 

@@ -94,7 +94,7 @@ def head_weights(attn: Tensor, attn_grad: Tensor, options: GradSkipOptions) -> t
     """Head importance of one block.
 
     Args:
-        attn: A, (B, H, N, N); attn_grad: dy/dA, (B, H, N, N).
+        attn: A, (B, H, N, M); attn_grad: dy/dA, (B, H, N, M) (M keys; M = N for a ViT).
 
     Returns:
         (omega, g~, s~), each (B, H); omega sums to 1 over heads (0 where every head is 0).
@@ -121,6 +121,32 @@ GRADIENT_FACTORS: dict[str, Callable[[Tensor, Tensor], Tensor]] = {
 }
 
 
+def mixed_attention(
+    attn: Tensor, attn_grad: Tensor, value_norm: Tensor, omega: Tensor, options: GradSkipOptions
+) -> Tensor:
+    """W~ of one block before row normalisation: the omega-weighted, gradient-weighted attention.
+
+    Args:
+        attn, attn_grad: (B, H, N, M) (M keys: M = N for a ViT); value_norm: ||v_{q,j}||,
+            (B, H, M); omega: (B, H).
+
+    Returns:
+        (B, N, M), non-negative.
+    """
+    per_head = GRADIENT_FACTORS[options.attention_weighting](attn, attn_grad)
+    if options.value_norm:
+        per_head = per_head * value_norm[:, :, None, :]
+    return torch.einsum("bh,bhij->bij", omega, per_head)
+
+
+def rows_or_identity(w: Tensor) -> Tensor:
+    """A square (B, N, N) matrix row-normalised, its all-zero rows replaced by identity rows."""
+    n = w.shape[-1]
+    eye = torch.eye(n, device=w.device, dtype=w.dtype).expand_as(w)
+    empty = w.sum(dim=-1, keepdim=True) <= 0
+    return torch.where(empty, eye, normalise(w))
+
+
 def weighted_attention(
     attn: Tensor, attn_grad: Tensor, value_norm: Tensor, omega: Tensor, options: GradSkipOptions
 ) -> Tensor:
@@ -132,14 +158,7 @@ def weighted_attention(
     Returns:
         (B, N, N), every row summing to 1.
     """
-    per_head = GRADIENT_FACTORS[options.attention_weighting](attn, attn_grad)
-    if options.value_norm:
-        per_head = per_head * value_norm[:, :, None, :]
-    w = torch.einsum("bh,bhij->bij", omega, per_head)
-    n = w.shape[-1]
-    eye = torch.eye(n, device=w.device, dtype=w.dtype).expand_as(w)
-    empty = w.sum(dim=-1, keepdim=True) <= 0
-    return torch.where(empty, eye, normalise(w))
+    return rows_or_identity(mixed_attention(attn, attn_grad, value_norm, omega, options))
 
 
 def skip_gates(block_input: Tensor, branch: Tensor, branch_grad: Tensor, gate: Gate, eps: float = 1e-12) -> Tensor:
@@ -207,11 +226,18 @@ def start_relevance(top: Top, options: GradSkipOptions) -> Tensor:
     return torch.where(start.sum(dim=-1, keepdim=True) > 0, start, uniform)
 
 
-def block_step(relevance: Tensor, tensors: BlockTensors, options: GradSkipOptions) -> BlockStep:
-    """GradSkip through one block: R^l (B, N) and the block's tensors -> :class:`BlockStep`."""
+def block_step(
+    relevance: Tensor, tensors: BlockTensors, options: GradSkipOptions, key_to_token: Tensor | None = None
+) -> BlockStep:
+    """GradSkip through one block: R^l (B, N) and the block's tensors -> :class:`BlockStep`.
+
+    ``key_to_token``: S (M, N), rows summing to 1, for attentions over M reduced keys (SegFormer:
+    W~ becomes rownorm(W S)); None where the keys are the N tokens.
+    """
     attn, attn_grad = tensors.attn, tensors.attn_grad
     omega, g_tilde, s_tilde = head_weights(attn, attn_grad, options)
-    w = weighted_attention(attn, attn_grad, tensors.value_norm, omega, options)
+    w = mixed_attention(attn, attn_grad, tensors.value_norm, omega, options)
+    w = rows_or_identity(w if key_to_token is None else w @ key_to_token)
     if options.gate == "off":
         beta = torch.ones_like(relevance)
     else:

@@ -1,0 +1,205 @@
+"""One explain pass through an HF ``SegformerForSemanticSegmentation``: every block's tensors and
+every stage output the decoder reads, with their gradients.
+
+Shapes: B images, K classes, s a stage, (h_s, w_s) its token grid, N_s = h_s * w_s tokens, M_s =
+N_s / sr_s^2 reduced keys, H_s heads, D_s channels; (h, w) = (h_0, w_0) is the logits grid.
+
+The target of image b is a class c_b and a region Omega_b of logit positions; the pass runs one
+activation-only backward of y = sum_b sum_{p in Omega_b} logit[b, c_b, p]. Hooks exist only
+during one call; eval mode and ``config._attn_implementation`` are restored, no parameter
+``.grad`` is written, and it works inside ``torch.no_grad()`` and ``torch.inference_mode()``.
+"""
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from types import SimpleNamespace
+
+import torch
+from torch import Tensor, nn
+
+from gradskip_lightning.adapters import BlockTensors
+from gradskip_lightning.adapters.base import value_norms
+
+
+@dataclass
+class StageTensors:
+    """Stage s of one pass.
+
+    Attributes:
+        index: s, 0 = the stage next to the pixels.
+        grid: (h_s, w_s), its token grid.
+        stride: stride of its overlapping patch embedding (pixels for stage 0, stage s-1 tokens
+            otherwise).
+        reduction: sr_s, the key/value reduction ratio (keys on a (h_s // sr_s, w_s // sr_s) grid).
+        blocks: its blocks, bottom first; ``attn`` and ``attn_grad`` (B, H_s, N_s, M_s),
+            ``value_norm`` (B, H_s, M_s), ``block_input``, ``branch``, ``branch_grad`` (B, N_s, D_s).
+        output: z_s, the stage output after its LayerNorm (what the decoder and stage s+1 read),
+            (B, N_s, D_s); output_grad: dy/dz_s from the decoder and stage s+1 together.
+    """
+
+    index: int
+    grid: tuple[int, int]
+    stride: int
+    reduction: int
+    blocks: list[BlockTensors]
+    output: Tensor
+    output_grad: Tensor
+
+
+@dataclass
+class SegmentationCapture:
+    """Every stage of one batched pass, bottom stage first, and the target.
+
+    Attributes:
+        logits: (B, K, h, w); targets: c_b, (B,); region: Omega_b, (B, h, w) bool.
+        valid: (B,) False where the default region (positions predicted as c_b) was empty and the
+            whole logits grid was used instead.
+        image_size: (H, W) pixels.
+    """
+
+    stages: list[StageTensors]
+    logits: Tensor
+    targets: Tensor
+    region: Tensor
+    valid: Tensor
+    image_size: tuple[int, int]
+
+
+def check_model(model: nn.Module) -> None:
+    """Raise TypeError unless ``model`` is an HF ``SegformerForSemanticSegmentation``."""
+    from transformers import SegformerForSemanticSegmentation
+
+    if not isinstance(model, SegformerForSemanticSegmentation):
+        raise TypeError(
+            f"model must be a transformers SegformerForSemanticSegmentation, got {type(model).__name__}; "
+            "build one with SegformerForSemanticSegmentation(SegformerConfig(...))."
+        )
+
+
+@contextmanager
+def explain_mode(model: nn.Module) -> Iterator[None]:
+    """Eval mode and eager attention (which returns probabilities) for the call; both restored."""
+    modes = [(m, m.training) for m in model.modules()]
+    implementation = model.config._attn_implementation
+    try:
+        for module, _ in modes:
+            module.training = False
+        model.config._attn_implementation = "eager"
+        yield
+    finally:
+        for module, training in modes:
+            module.training = training
+        model.config._attn_implementation = implementation
+
+
+def target_region(logits: Tensor, targets: Tensor, region: Tensor | None) -> tuple[Tensor, Tensor]:
+    """Omega (B, h, w) bool and valid (B,) bool: ``region``, or the positions predicted as the
+    target class, or (where none is) the whole grid with valid False.
+
+    Raises:
+        ValueError: ``region`` is not a (B, h, w) mask on the logits grid.
+    """
+    b, _, h, w = logits.shape
+    if region is not None:
+        if region.shape != (b, h, w):
+            raise ValueError(
+                f"region must be a (B, h, w) = {(b, h, w)} mask on the logits grid, got {tuple(region.shape)}; "
+                "pass None for the positions predicted as the target class."
+            )
+        return region.to(device=logits.device, dtype=torch.bool), torch.ones(b, dtype=torch.bool, device=logits.device)
+    predicted = logits.argmax(dim=1) == targets[:, None, None]
+    valid = predicted.flatten(1).any(dim=1)
+    return predicted | ~valid[:, None, None], valid
+
+
+def capture_segmentation(
+    model: nn.Module, images: Tensor, targets: Tensor, region: Tensor | None = None
+) -> SegmentationCapture:
+    """Run ``model(images)`` and one activation-only backward of y = sum over Omega of logit_c.
+
+    Args:
+        model: an HF ``SegformerForSemanticSegmentation``.
+        images: (B, C, H, W), normalised as the model expects.
+        targets: (B,) long, the explained class of each image.
+        region: (B, h, w) bool on the logits grid, or None for the positions predicted as the class.
+
+    Returns:
+        The :class:`SegmentationCapture`.
+
+    Raises:
+        TypeError: not a SegFormer model. ValueError: bad targets or region.
+    """
+    check_model(model)
+    if targets.shape != (images.shape[0],) or targets.dtype != torch.long:
+        got = f"{targets.dtype} {tuple(targets.shape)}"
+        raise ValueError(f"targets must be a (B,) = ({images.shape[0]},) long tensor of classes, got {got}")
+    stages = model.segformer.stages
+    kept: list[dict[str, object]] = [{"blocks": [{} for _ in s.blocks]} for s in stages]
+
+    def block_hooks(s: int, j: int, block: nn.Module) -> list:
+        record = kept[s]["blocks"][j]
+
+        def on_block_input(_m: nn.Module, args: tuple, kwargs: dict) -> None:
+            record["block_input"] = args[0]
+            kept[s]["grid"] = (int(args[1]), int(args[2]))
+
+        def on_values(_m: nn.Module, _i: tuple, out: Tensor) -> None:
+            heads = SimpleNamespace(num_heads=block.attention.num_attention_heads)  # the name value_norms reads
+            record["value_norm"] = value_norms(heads, out.detach())
+
+        def on_attention(_m: nn.Module, _i: tuple, out: tuple[Tensor, Tensor]) -> None:
+            record["branch"], record["attn"] = out
+
+        return [
+            block.register_forward_pre_hook(on_block_input, with_kwargs=True),
+            block.attention.v_proj.register_forward_hook(on_values),
+            block.attention.register_forward_hook(on_attention),
+        ]
+
+    def stage_hook(s: int, stage: nn.Module):
+        return stage.layer_norm.register_forward_hook(lambda _m, _i, out: kept[s].__setitem__("output", out))
+
+    handles = []
+    with explain_mode(model), torch.inference_mode(False), torch.enable_grad():
+        try:
+            for s, stage in enumerate(stages):
+                handles.append(stage_hook(s, stage))
+                for j, block in enumerate(stage.blocks):
+                    handles += block_hooks(s, j, block)
+            x = images.detach().clone().requires_grad_(True)
+            logits = model(pixel_values=x).logits
+        finally:
+            for h in handles:
+                h.remove()
+        omega, valid = target_region(logits.detach(), targets, region)
+        y = (logits.gather(1, targets[:, None, None, None].expand(-1, 1, *logits.shape[-2:]))[:, 0] * omega).sum()
+        wanted = [
+            t for stage in kept for t in (stage["output"], *[b[k] for b in stage["blocks"] for k in ("attn", "branch")])
+        ]
+        grads = iter(torch.autograd.grad(y, wanted, allow_unused=True, materialize_grads=True))
+    captured = []
+    for s, (stage, record) in enumerate(zip(stages, kept)):
+        output_grad = next(grads)
+        blocks = []
+        for b in record["blocks"]:
+            attn_grad, branch_grad = next(grads), next(grads)
+            layer = sum(len(x.blocks) for x in stages[:s]) + len(blocks)
+            blocks.append(
+                BlockTensors(
+                    layer,
+                    b["attn"].detach(),
+                    b["value_norm"],
+                    b["block_input"].detach(),
+                    b["branch"].detach(),
+                    attn_grad.detach(),
+                    branch_grad.detach(),
+                )  # fmt: skip
+            )
+        reduction = stage.blocks[0].attention.sequence_reduction_ratio
+        stride = stage.patch_embeddings.proj.stride[0]
+        captured.append(
+            StageTensors(s, record["grid"], stride, reduction, blocks, record["output"].detach(), output_grad.detach())
+        )
+    return SegmentationCapture(captured, logits.detach(), targets, omega, valid, tuple(images.shape[-2:]))

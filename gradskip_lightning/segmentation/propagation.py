@@ -1,0 +1,170 @@
+"""GradSkip and rollout for SegFormer, as pure functions of a :class:`SegmentationCapture`.
+
+Shapes as in :mod:`gradskip_lightning.segmentation.capture`: B images, (h_s, w_s) stage s's
+token grid, N_s its tokens, M_s its reduced keys. Relevance runs from the top stage down, one
+block at a time, then through each stage transition; every step conserves the total (the
+method and every [ours] choice: the "SegFormer" section of ``docs/method.md``).
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Literal
+
+import torch
+from torch import Tensor
+
+from gradskip_lightning.adapters import BlockTensors
+from gradskip_lightning.methods.baselines import rollout_matrix
+from gradskip_lightning.methods.gradskip import BlockStep, GradSkipOptions, block_step, propagate_block
+from gradskip_lightning.methods.output import normalise
+from gradskip_lightning.segmentation.capture import SegmentationCapture, StageTensors
+
+SegmentationMethod = Literal["gradskip", "rollout"]
+
+#: One block down: (R^l (B, N), the block's tensors, S (M, N)) -> R^{l-1} (B, N).
+BlockRule = Callable[[Tensor, BlockTensors, Tensor], Tensor]
+
+
+def cell_spread(
+    coarse: tuple[int, int], fine: tuple[int, int], stride: int, device: torch.device, dtype: torch.dtype
+) -> Tensor:
+    """(N_coarse, N_fine): row i spreads coarse token (a, b) uniformly over the fine tokens of its
+    stride cell [a*stride, (a+1)*stride) x [b*stride, (b+1)*stride), clipped to the fine grid.
+
+    Example:
+        >>> cell_spread((1, 2), (1, 3), 2, torch.device("cpu"), torch.float32)
+        tensor([[0.5000, 0.5000, 0.0000],
+                [0.0000, 0.0000, 1.0000]])
+
+    Raises:
+        ValueError: a coarse token's cell holds no fine token.
+    """
+    rows, cols = (
+        (torch.arange(f, device=device)[None, :] // stride == torch.arange(c, device=device)[:, None]).to(dtype)
+        for c, f in zip(coarse, fine)
+    )
+    cells = torch.einsum("ik,jl->ijkl", rows, cols).reshape(coarse[0] * coarse[1], fine[0] * fine[1])
+    if (cells.sum(dim=-1) == 0).any():
+        raise ValueError(f"A {coarse} grid at stride {stride} over a {fine} grid has cells with no token.")
+    return normalise(cells)
+
+
+def key_to_token(stage: StageTensors) -> Tensor:
+    """S (M_s, N_s): each reduced key spread uniformly over the sr x sr window of tokens it pools."""
+    h, w = stage.grid
+    attn = stage.blocks[0].attn
+    keys = (h // stage.reduction, w // stage.reduction)
+    if keys[0] * keys[1] != attn.shape[-1]:
+        raise ValueError(f"Stage {stage.index}: {attn.shape[-1]} keys, expected {keys} from grid {stage.grid}.")
+    return cell_spread(keys, stage.grid, stage.reduction, attn.device, attn.dtype)
+
+
+def decoder_starts(capture: SegmentationCapture) -> list[Tensor]:
+    """Start relevance of every stage (bottom first), (B, N_s): (dy/dz_s * z_s)^+ summed over
+    channels, all stages divided by their common total, so that together they sum to 1 per image
+    in proportion to their mass; an image whose total is 0 starts uniform over the top stage."""
+    starts = [(s.output_grad * s.output).sum(dim=-1).clamp_min(0) for s in capture.stages]
+    total = torch.stack([s.sum(dim=-1) for s in starts]).sum(dim=0)[:, None]  # (B, 1)
+    scaled = [torch.where(total > 0, s / total.clamp_min(torch.finfo(s.dtype).tiny), 0.0) for s in starts]
+    top = scaled[-1]
+    scaled[-1] = torch.where(total > 0, top, torch.full_like(top, 1.0 / top.shape[-1]))
+    return scaled
+
+
+@dataclass
+class BlockRelevance:
+    """Relevance across one block: R^l above it and R^{l-1} below, (B, N_s)."""
+
+    stage: int
+    layer: int  # the block's index over all stages, 0 = bottom
+    above: Tensor
+    below: Tensor
+
+
+@dataclass
+class StageRelevance:
+    """Relevance through stage s, (B, N_s) unless said.
+
+    Attributes:
+        start: the stage's own decoder start; top: what enters its top block (start plus what
+            came down from stage s+1); bottom: what leaves its bottom block; passed_down: bottom
+            spread onto stage s-1's grid, (B, N_{s-1}), None for stage 0.
+    """
+
+    stage: int
+    start: Tensor
+    top: Tensor
+    bottom: Tensor
+    passed_down: Tensor | None
+
+
+@dataclass
+class SegmentationRelevance:
+    """A method's result: ``token_map`` (B, h_0, w_0) over the stage-0 grid (summing to 1 per
+    image), and every step, top first; ``steps`` holds GradSkip's internals (None for rollout)."""
+
+    token_map: Tensor
+    blocks: list[BlockRelevance]
+    stages: list[StageRelevance]
+    steps: list[BlockStep] | None = None
+
+
+def propagate(capture: SegmentationCapture, rule: BlockRule) -> SegmentationRelevance:
+    """Run ``rule`` down every block from the top stage; stage transitions spread relevance
+    uniformly over each token's stride cell; each stage's start joins at its top block."""
+    starts = decoder_starts(capture)
+    blocks: list[BlockRelevance] = []
+    stages: list[StageRelevance] = []
+    arriving = None
+    for stage in reversed(capture.stages):
+        s = stage.index
+        top = starts[s] if arriving is None else arriving + starts[s]
+        relevance, spread = top, key_to_token(stage)
+        for tensors in reversed(stage.blocks):
+            below = rule(relevance, tensors, spread)
+            blocks.append(BlockRelevance(s, tensors.layer, relevance, below))
+            relevance = below
+        arriving = None
+        if s > 0:
+            cells = cell_spread(stage.grid, capture.stages[s - 1].grid, stage.stride, top.device, top.dtype)
+            arriving = relevance @ cells
+        stages.append(StageRelevance(s, starts[s], top, relevance, arriving))
+    h, w = capture.stages[0].grid
+    return SegmentationRelevance(relevance.reshape(-1, h, w), blocks, stages)
+
+
+def gradskip_segmentation(capture: SegmentationCapture, options: GradSkipOptions) -> SegmentationRelevance:
+    """GradSkip: each block by :func:`~gradskip_lightning.methods.gradskip.block_step` with S;
+    MixFFN passes relevance through.
+
+    Raises:
+        ValueError: ``options.completeness`` (not defined for a region target yet).
+    """
+    if options.completeness:
+        raise ValueError("completeness=True is not supported for segmentation; use completeness=False.")
+    steps: list[BlockStep] = []
+
+    def rule(relevance: Tensor, tensors: BlockTensors, spread: Tensor) -> Tensor:
+        steps.append(block_step(relevance, tensors, options, spread))
+        return steps[-1].relevance_below
+
+    result = propagate(capture, rule)
+    result.steps = steps
+    return result
+
+
+def rollout_segmentation(capture: SegmentationCapture, options: GradSkipOptions | None = None) -> SegmentationRelevance:
+    """Rollout: each block by rownorm(mean_h A S + I), from the same decoder starts (``options``
+    is unused; it keeps the registry's signature)."""
+    return propagate(capture, lambda r, tensors, spread: propagate_block(r, rollout_matrix(tensors.attn, spread)))
+
+
+#: A method's propagation over a capture.
+SegmentationPropagation = Callable[[SegmentationCapture, GradSkipOptions], SegmentationRelevance]
+
+#: Method name -> its propagation.
+SEGMENTATION_METHODS: dict[SegmentationMethod, SegmentationPropagation] = {
+    "gradskip": gradskip_segmentation,
+    "rollout": rollout_segmentation,
+}
