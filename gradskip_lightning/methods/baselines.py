@@ -63,9 +63,14 @@ def rollout(attn: list[Tensor], readout: Tensor) -> Tensor:
     return rollout_down([rollout_matrix(a) for a in attn], readout)
 
 
-def chefer_step(relevance: Tensor, attn: Tensor, attn_grad: Tensor) -> Tensor:
-    """One block down: R + (mean_h (dA * A)^+)^T R; (B, N), (B, H, N, N), (B, H, N, N) -> (B, N)."""
-    return relevance + propagate_block(relevance, (attn_grad * attn).clamp_min(0).mean(dim=1))
+def chefer_step(relevance: Tensor, attn: Tensor, attn_grad: Tensor, key_to_token: Tensor | None = None) -> Tensor:
+    """One block down: R + (mean_h (dA * A)^+)^T R; (B, N), (B, H, N, N), (B, H, N, N) -> (B, N).
+
+    With ``key_to_token`` S (M, N) for an attention (B, H, N, M) over M reduced keys: the matrix
+    is mean_h (dA * A)^+ S.
+    """
+    matrix = (attn_grad * attn).clamp_min(0).mean(dim=1)
+    return relevance + propagate_block(relevance, matrix if key_to_token is None else matrix @ key_to_token)
 
 
 def chefer(attn: list[Tensor], attn_grad: list[Tensor], readout: Tensor) -> Tensor:

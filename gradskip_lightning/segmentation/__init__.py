@@ -7,12 +7,14 @@ from gradskip_lightning.segmentation.capture import (
 )
 from gradskip_lightning.segmentation.explain import SegmentationExplanation, explain_segmentation
 from gradskip_lightning.segmentation.propagation import (
+    CONSERVING,
     SEGMENTATION_METHODS,
     BlockRelevance,
     SegmentationMethod,
     SegmentationRelevance,
     StageRelevance,
     cell_spread,
+    chefer_segmentation,
     decoder_starts,
     gradskip_segmentation,
     key_to_token,
@@ -21,6 +23,7 @@ from gradskip_lightning.segmentation.propagation import (
 )
 
 __all__ = [
+    "CONSERVING",
     "SEGMENTATION_METHODS",
     "BlockRelevance",
     "SegmentationCapture",
@@ -31,6 +34,7 @@ __all__ = [
     "StageTensors",
     "capture_segmentation",
     "cell_spread",
+    "chefer_segmentation",
     "decoder_starts",
     "explain_segmentation",
     "gradskip_segmentation",

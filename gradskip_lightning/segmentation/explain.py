@@ -48,7 +48,7 @@ def explain_segmentation(
         images: (B, C, H, W) float, normalised as the model expects.
         targets_class: (B,) long, c per image.
         region: (B, h, w) bool on the logits grid, or None for the positions predicted as c.
-        method: "gradskip" or "rollout".
+        method: "gradskip", "rollout" or "chefer".
         options: GradSkip's options (default :class:`GradSkipOptions`).
 
     Returns:

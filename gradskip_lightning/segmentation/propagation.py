@@ -15,12 +15,14 @@ import torch
 from torch import Tensor
 
 from gradskip_lightning.adapters import BlockTensors
-from gradskip_lightning.methods.baselines import rollout_matrix
+from gradskip_lightning.methods.baselines import chefer_step, rollout_matrix
 from gradskip_lightning.methods.gradskip import BlockStep, GradSkipOptions, block_step, propagate_block
 from gradskip_lightning.methods.output import normalise
 from gradskip_lightning.segmentation.capture import SegmentationCapture, StageTensors
 
-SegmentationMethod = Literal["gradskip", "rollout"]
+SegmentationMethod = Literal["gradskip", "rollout", "chefer"]
+#: The methods whose every step conserves the total relevance.
+CONSERVING: tuple[SegmentationMethod, ...] = ("gradskip", "rollout")
 
 #: One block down: (R^l (B, N), the block's tensors, S (M, N)) -> R^{l-1} (B, N).
 BlockRule = Callable[[Tensor, BlockTensors, Tensor], Tensor]
@@ -160,6 +162,15 @@ def rollout_segmentation(capture: SegmentationCapture, options: GradSkipOptions 
     return propagate(capture, lambda r, tensors, spread: propagate_block(r, rollout_matrix(tensors.attn, spread)))
 
 
+def chefer_segmentation(capture: SegmentationCapture, options: GradSkipOptions | None = None) -> SegmentationRelevance:
+    """Chefer et al. 2021: each block by R + (mean_h (dA * A)^+ S)^T R, through the same stage
+    transitions and from the same decoder starts (does not conserve; the map is then divided by
+    its total so that it sums to 1 like the others; ``options`` is unused)."""
+    result = propagate(capture, lambda r, tensors, spread: chefer_step(r, tensors.attn, tensors.attn_grad, spread))
+    result.token_map = normalise(result.token_map.flatten(1)).reshape(result.token_map.shape)
+    return result
+
+
 #: A method's propagation over a capture.
 SegmentationPropagation = Callable[[SegmentationCapture, GradSkipOptions], SegmentationRelevance]
 
@@ -167,4 +178,5 @@ SegmentationPropagation = Callable[[SegmentationCapture, GradSkipOptions], Segme
 SEGMENTATION_METHODS: dict[SegmentationMethod, SegmentationPropagation] = {
     "gradskip": gradskip_segmentation,
     "rollout": rollout_segmentation,
+    "chefer": chefer_segmentation,
 }

@@ -6,7 +6,7 @@ from gradskip_lightning.segmentation import explain_segmentation
 TARGETS = torch.tensor([0, 1, 2])
 
 
-@pytest.mark.parametrize("method", ["gradskip", "rollout"])
+@pytest.mark.parametrize("method", ["gradskip", "rollout", "chefer"])
 def test_maps_cover_the_pixels(segformer, images, method):
     out = explain_segmentation(segformer, images, TARGETS, method=method)
     assert out.maps.shape == (3, 64, 64) and out.token_maps.shape == (3, 16, 16)

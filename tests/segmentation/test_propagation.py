@@ -4,9 +4,11 @@ import torch
 from gradskip_lightning.methods import GradSkipOptions
 from gradskip_lightning.methods.baselines import rollout_matrix
 from gradskip_lightning.segmentation import (
+    CONSERVING,
     SEGMENTATION_METHODS,
     capture_segmentation,
     cell_spread,
+    chefer_segmentation,
     decoder_starts,
     gradskip_segmentation,
     key_to_token,
@@ -43,7 +45,7 @@ def test_batch_equals_singles(segformer, images, method):
     torch.testing.assert_close(batch, singles, rtol=1e-5, atol=1e-7)
 
 
-@pytest.mark.parametrize("method", sorted(SEGMENTATION_METHODS))
+@pytest.mark.parametrize("method", CONSERVING)
 def test_conservation_per_block_and_stage(segformer, images, method):
     cap = capture_segmentation(segformer.double(), images.double(), TARGETS)
     starts = decoder_starts(cap)
@@ -97,3 +99,14 @@ def test_rollout_shapes(segformer, images):
     assert result.token_map.shape == (3, 16, 16) and result.steps is None
     assert [b.above.shape[-1] for b in result.blocks] == [4, 16, 64, 64, 256]
     assert [s.passed_down.shape[-1] for s in result.stages[:-1]] == [16, 64, 256]
+
+
+def test_chefer_adds_relevance_down_the_blocks(segformer, images):
+    cap = capture_segmentation(segformer, images, TARGETS)
+    result = chefer_segmentation(cap)
+    assert sorted(SEGMENTATION_METHODS) == ["chefer", "gradskip", "rollout"]
+    for block in result.blocks:  # R + (...)^T R with a non-negative matrix: every entry grows or stays
+        assert (block.below >= block.above).all()
+    assert result.blocks[0].below.sum() > result.blocks[0].above.sum()
+    torch.testing.assert_close(result.token_map.sum(dim=(1, 2)), torch.ones(3))
+    assert not torch.allclose(result.token_map, rollout_segmentation(cap).token_map)
