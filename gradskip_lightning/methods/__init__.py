@@ -31,7 +31,14 @@ from gradskip_lightning.methods.gradskip import (
 )
 from gradskip_lightning.methods.lrp import LrpVisitor, token_relevance
 from gradskip_lightning.methods.output import MethodOutput, MethodVisitor
-from gradskip_lightning.methods.registry import METHOD_SPECS, METHODS, MethodName, MethodSpec, method_spec
+from gradskip_lightning.methods.registry import (
+    METHOD_SPECS,
+    METHODS,
+    MethodName,
+    MethodSpec,
+    build_options,
+    method_spec,
+)
 
 __all__ = [
     "METHODS",
@@ -51,6 +58,7 @@ __all__ = [
     "RawAttentionVisitor",
     "RolloutVisitor",
     "block_step",
+    "build_options",
     "chefer",
     "chefer_step",
     "gini",

@@ -45,12 +45,23 @@ class MethodSpec:
         return self.mode != "forward"
 
     def make_options(self, method: str, **options: Any) -> Any:
-        """The options dataclass built from keyword arguments; ValueError naming unknown ones."""
-        allowed = sorted(f.name for f in fields(self.options))
-        unknown = sorted(set(options) - set(allowed))
-        if unknown:
-            raise ValueError(f"Method {method!r} takes no option(s) {unknown}; it takes {allowed}")
-        return self.options(**options)
+        """The options dataclass built from keyword arguments (see :func:`build_options`)."""
+        return build_options(self.options, method, **options)
+
+
+def build_options(options_type: type, method: str, **options: Any) -> Any:
+    """``options_type(**options)``, a frozen dataclass of ``method``'s options; ValueError naming
+    unknown keywords and the allowed ones.
+
+    Example:
+        >>> build_options(RandomOptions, "random", seed=3)
+        RandomOptions(seed=3)
+    """
+    allowed = sorted(f.name for f in fields(options_type))
+    unknown = sorted(set(options) - set(allowed))
+    if unknown:
+        raise ValueError(f"Method {method!r} takes no option(s) {unknown}; it takes {allowed}")
+    return options_type(**options)
 
 
 METHOD_SPECS: dict[str, MethodSpec] = {

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass
-from typing import Callable, Union
+from typing import Callable, Protocol, Union
 
 import torch
 from torch import Tensor, nn
@@ -13,6 +13,17 @@ from gradskip_lightning.adapters import find_adapter
 from .drift import spearman, topk_iou
 
 ExplainFn = Callable[[nn.Module, Tensor, Tensor], Tensor]
+
+
+class Cascading(Protocol):
+    """What the test needs of a model family: its layers top first and how to re-initialise one
+    (:class:`~gradskip_lightning.adapters.Adapter` for ViTs,
+    :class:`~gradskip_lightning.segmentation.SegformerCascade` for SegFormer)."""
+
+    def cascade(self, model: nn.Module) -> list[tuple[str, list[nn.Module]]]: ...
+
+    def reinitialise(self, layer: nn.Module) -> None: ...
+
 Similarity = Union[str, Callable[[Tensor, Tensor], Tensor]]
 
 
@@ -55,14 +66,15 @@ def parameter_randomisation(
     *,
     similarity: Similarity = "spearman",
     seed: int = 0,
+    cascade_for: Callable[[nn.Module], Cascading] = find_adapter,
 ) -> RandomisationCurve:
     """Cascading randomisation: similarity of maps as more top layers get random weights.
 
     ``model`` is deep-copied and never touched. On the copy: maps are computed, then the classifier
     head is re-initialised (the backbone's and any head outside it), then blocks[L-1], ...,
     blocks[0], one more each step, recomputing maps and comparing them with the copy's original
-    maps. The backbone's adapter names the layers and re-initialises them (timm's ViT init) under
-    a fixed seed without disturbing the global RNG.
+    maps. The backbone's adapter (``cascade_for``) names the layers and re-initialises them
+    (timm's ViT init) under a fixed seed without disturbing the global RNG.
 
     Args:
         model: a supported backbone (:mod:`gradskip_lightning.adapters`), or a module holding one.
@@ -70,13 +82,14 @@ def parameter_randomisation(
         explain_fn: (model, images, targets) -> maps (B, H, W); called with the copy.
         similarity: "spearman", "topk_iou" (top 10 %) or a callable (maps_a, maps_b) -> (B,).
         seed: seed of the re-initialisation.
+        cascade_for: the copy -> its :class:`Cascading` (default: the ViT adapter).
 
     Returns:
         A :class:`RandomisationCurve` with L + 1 steps.
     """
     compare = _similarity_fn(similarity)
     randomised = copy.deepcopy(model)
-    adapter = find_adapter(randomised)  # TypeError naming the model when it is not a supported ViT
+    adapter = cascade_for(randomised)  # find_adapter: TypeError naming the model when it is not a supported ViT
     original = explain_fn(randomised, images, targets)
     layers = adapter.cascade(randomised)
     similarities = []

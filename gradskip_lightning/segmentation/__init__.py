@@ -1,17 +1,25 @@
 """GradSkip for semantic segmentation with HF ``transformers`` SegFormer (imported only here,
 so the classification path never needs ``transformers``)."""
 from gradskip_lightning.segmentation.capture import (
+    SegformerCascade,
     SegmentationCapture,
     StageTensors,
     capture_segmentation,
+    find_segformer,
+    most_predicted_class,
 )
-from gradskip_lightning.segmentation.explain import SegmentationExplanation, explain_segmentation
+from gradskip_lightning.segmentation.explainer import (
+    SegmentationExplainer,
+    SegmentationExplanation,
+    explain_segmentation,
+)
 from gradskip_lightning.segmentation.propagation import (
     CONSERVING,
     SEGMENTATION_METHODS,
     BlockRelevance,
     SegmentationMethod,
     SegmentationRelevance,
+    SegmentationSpec,
     StageRelevance,
     cell_spread,
     chefer_segmentation,
@@ -19,17 +27,23 @@ from gradskip_lightning.segmentation.propagation import (
     gradskip_segmentation,
     key_to_token,
     propagate,
+    random_segmentation,
+    raw_attention_segmentation,
     rollout_segmentation,
+    segmentation_spec,
 )
 
 __all__ = [
     "CONSERVING",
     "SEGMENTATION_METHODS",
     "BlockRelevance",
+    "SegformerCascade",
     "SegmentationCapture",
+    "SegmentationExplainer",
     "SegmentationExplanation",
     "SegmentationMethod",
     "SegmentationRelevance",
+    "SegmentationSpec",
     "StageRelevance",
     "StageTensors",
     "capture_segmentation",
@@ -37,8 +51,13 @@ __all__ = [
     "chefer_segmentation",
     "decoder_starts",
     "explain_segmentation",
+    "find_segformer",
     "gradskip_segmentation",
     "key_to_token",
+    "most_predicted_class",
     "propagate",
+    "random_segmentation",
+    "raw_attention_segmentation",
     "rollout_segmentation",
+    "segmentation_spec",
 ]

@@ -54,7 +54,7 @@ class SegmentationCapture:
 
     Attributes:
         logits: (B, K, h, w); targets: c_b, (B,); region: Omega_b, (B, h, w) bool.
-        valid: (B,) False where the default region (positions predicted as c_b) was empty and the
+        region_found: (B,) False where the default region (positions predicted as c_b) was empty and the
             whole logits grid was used instead.
         image_size: (H, W) pixels.
     """
@@ -63,40 +63,81 @@ class SegmentationCapture:
     logits: Tensor
     targets: Tensor
     region: Tensor
-    valid: Tensor
+    region_found: Tensor
     image_size: tuple[int, int]
 
 
-def check_model(model: nn.Module) -> None:
-    """Raise TypeError unless ``model`` is an HF ``SegformerForSemanticSegmentation``."""
+def find_segformer(model: nn.Module) -> nn.Module:
+    """The HF ``SegformerForSemanticSegmentation`` that ``model`` is or holds (exactly one).
+
+    Raises:
+        TypeError: ``model`` is not and does not hold exactly one SegFormer.
+    """
     from transformers import SegformerForSemanticSegmentation
 
-    if not isinstance(model, SegformerForSemanticSegmentation):
+    found = [m for m in model.modules() if isinstance(m, SegformerForSemanticSegmentation)]
+    if len(found) != 1:
         raise TypeError(
-            f"model must be a transformers SegformerForSemanticSegmentation, got {type(model).__name__}; "
-            "build one with SegformerForSemanticSegmentation(SegformerConfig(...))."
+            f"model must be, or hold exactly one, transformers SegformerForSemanticSegmentation; "
+            f"{type(model).__name__} holds {len(found)}. Build one with "
+            "SegformerForSemanticSegmentation(SegformerConfig(...))."
         )
+    return found[0]
+
+
+def segmentation_logits(model: nn.Module, images: Tensor) -> Tensor:
+    """``model(images)`` as logits (B, K, h, w): the HF output's ``logits``, or the tensor a module
+    around the SegFormer returns.
+
+    Raises:
+        ValueError: the forward returned no (B, K, h, w) tensor.
+    """
+    out = model(pixel_values=images) if model is find_segformer(model) else model(images)
+    logits = getattr(out, "logits", out)
+    if not isinstance(logits, Tensor) or logits.ndim != 4 or logits.shape[0] != images.shape[0]:
+        got = tuple(logits.shape) if isinstance(logits, Tensor) else type(logits).__name__
+        raise ValueError(
+            f"{type(model).__name__}.forward must return segmentation logits (B, K, h, w) for "
+            f"{images.shape[0]} images, got {got}"
+        )
+    return logits
+
+
+def most_predicted_class(logits: Tensor) -> Tensor:
+    """The class predicted at the most positions of each image, (B,) long; ties to the lowest.
+
+    Example:
+        >>> logits = torch.zeros(1, 3, 2, 2)
+        >>> logits[0, 2, :, 1] = logits[0, 1, 0, 0] = 1.0  # class 2 on 2 positions, 1 and 0 on one each
+        >>> most_predicted_class(logits)
+        tensor([2])
+    """
+    predicted = logits.argmax(dim=1).flatten(1)  # (B, h*w)
+    counts = torch.nn.functional.one_hot(predicted, logits.shape[1]).sum(dim=1)  # (B, K)
+    return counts.argmax(dim=1)
 
 
 @contextmanager
 def explain_mode(model: nn.Module) -> Iterator[None]:
-    """Eval mode and eager attention (which returns probabilities) for the call; both restored."""
+    """Eval mode of every module of ``model`` and eager attention (which returns probabilities) in
+    its SegFormer, for the call; both restored."""
     modes = [(m, m.training) for m in model.modules()]
-    implementation = model.config._attn_implementation
+    config = find_segformer(model).config
+    implementation = config._attn_implementation
     try:
         for module, _ in modes:
             module.training = False
-        model.config._attn_implementation = "eager"
+        config._attn_implementation = "eager"
         yield
     finally:
         for module, training in modes:
             module.training = training
-        model.config._attn_implementation = implementation
+        config._attn_implementation = implementation
 
 
 def target_region(logits: Tensor, targets: Tensor, region: Tensor | None) -> tuple[Tensor, Tensor]:
-    """Omega (B, h, w) bool and valid (B,) bool: ``region``, or the positions predicted as the
-    target class, or (where none is) the whole grid with valid False.
+    """Omega (B, h, w) bool and found (B,) bool: ``region``, or the positions predicted as the
+    target class, or (where none is) the whole grid with found False.
 
     Raises:
         ValueError: ``region`` is not a (B, h, w) mask on the logits grid.
@@ -110,19 +151,21 @@ def target_region(logits: Tensor, targets: Tensor, region: Tensor | None) -> tup
             )
         return region.to(device=logits.device, dtype=torch.bool), torch.ones(b, dtype=torch.bool, device=logits.device)
     predicted = logits.argmax(dim=1) == targets[:, None, None]
-    valid = predicted.flatten(1).any(dim=1)
-    return predicted | ~valid[:, None, None], valid
+    found = predicted.flatten(1).any(dim=1)
+    return predicted | ~found[:, None, None], found
 
 
 def capture_segmentation(
-    model: nn.Module, images: Tensor, targets: Tensor, region: Tensor | None = None
+    model: nn.Module, images: Tensor, targets: Tensor | None, region: Tensor | None = None
 ) -> SegmentationCapture:
     """Run ``model(images)`` and one activation-only backward of y = sum over Omega of logit_c.
 
     Args:
-        model: an HF ``SegformerForSemanticSegmentation``.
+        model: an HF ``SegformerForSemanticSegmentation``, or a module holding one whose forward
+            returns its logits (B, K, h, w) (e.g. a LightningModule).
         images: (B, C, H, W), normalised as the model expects.
-        targets: (B,) long, the explained class of each image.
+        targets: (B,) long, the explained class of each image; None for the class predicted at
+            the most positions (:func:`most_predicted_class`).
         region: (B, h, w) bool on the logits grid, or None for the positions predicted as the class.
 
     Returns:
@@ -131,11 +174,11 @@ def capture_segmentation(
     Raises:
         TypeError: not a SegFormer model. ValueError: bad targets or region.
     """
-    check_model(model)
-    if targets.shape != (images.shape[0],) or targets.dtype != torch.long:
+    segformer = find_segformer(model)
+    if targets is not None and (targets.shape != (images.shape[0],) or targets.dtype != torch.long):
         got = f"{targets.dtype} {tuple(targets.shape)}"
         raise ValueError(f"targets must be a (B,) = ({images.shape[0]},) long tensor of classes, got {got}")
-    stages = model.segformer.stages
+    stages = segformer.segformer.stages
     kept: list[dict[str, object]] = [{"blocks": [{} for _ in s.blocks]} for s in stages]
 
     def block_hooks(s: int, j: int, block: nn.Module) -> list:
@@ -169,11 +212,13 @@ def capture_segmentation(
                 for j, block in enumerate(stage.blocks):
                     handles += block_hooks(s, j, block)
             x = images.detach().clone().requires_grad_(True)
-            logits = model(pixel_values=x).logits
+            logits = segmentation_logits(model, x)
         finally:
             for h in handles:
                 h.remove()
-        omega, valid = target_region(logits.detach(), targets, region)
+        if targets is None:
+            targets = most_predicted_class(logits.detach())
+        omega, found = target_region(logits.detach(), targets, region)
         y = (logits.gather(1, targets[:, None, None, None].expand(-1, 1, *logits.shape[-2:]))[:, 0] * omega).sum()
         wanted = [
             t for stage in kept for t in (stage["output"], *[b[k] for b in stage["blocks"] for k in ("attn", "branch")])
@@ -202,4 +247,35 @@ def capture_segmentation(
         captured.append(
             StageTensors(s, record["grid"], stride, reduction, blocks, record["output"].detach(), output_grad.detach())
         )
-    return SegmentationCapture(captured, logits.detach(), targets, omega, valid, tuple(images.shape[-2:]))
+    return SegmentationCapture(captured, logits.detach(), targets, omega, found, tuple(images.shape[-2:]))
+
+
+class SegformerCascade:
+    """The layers of the parameter-randomisation test for a model holding a SegFormer, top first:
+    ``"decode_head"`` (with every module outside the SegFormer that holds parameters), then each
+    block from the top stage's last, ``"stages.<s>.blocks.<j>"``; re-initialised with PyTorch's
+    default init (``reset_parameters`` of each submodule).
+
+    Args:
+        model: the module (a copy, for the test) holding the SegFormer.
+    """
+
+    def __init__(self, model: nn.Module) -> None:
+        self.segformer = find_segformer(model)
+
+    def cascade(self, model: nn.Module) -> list[tuple[str, list[nn.Module]]]:
+        inside = {id(m) for m in self.segformer.modules()}
+        outside = [
+            m for m in model.modules() if id(m) not in inside and next(m.parameters(recurse=False), None) is not None
+        ]
+        blocks = [
+            (f"stages.{s}.blocks.{j}", [block])
+            for s, stage in enumerate(self.segformer.segformer.stages)
+            for j, block in enumerate(stage.blocks)
+        ]
+        return [("decode_head", [self.segformer.decode_head, *outside]), *blocks[::-1]]
+
+    def reinitialise(self, layer: nn.Module) -> None:
+        for module in layer.modules():
+            if hasattr(module, "reset_parameters"):
+                module.reset_parameters()

@@ -1,4 +1,4 @@
-"""GradSkip and rollout for SegFormer, as pure functions of a :class:`SegmentationCapture`.
+"""GradSkip and the baselines for SegFormer, as pure functions of a :class:`SegmentationCapture`.
 
 Shapes as in :mod:`gradskip_lightning.segmentation.capture`: B images, (h_s, w_s) stage s's
 token grid, N_s its tokens, M_s its reduced keys. Relevance runs from the top stage down, one
@@ -9,20 +9,21 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal, get_args
 
 import torch
 from torch import Tensor
 
 from gradskip_lightning.adapters import BlockTensors
-from gradskip_lightning.methods.baselines import chefer_step, rollout_matrix
+from gradskip_lightning.methods.baselines import NoOptions, RandomOptions, chefer_step, random_relevance, rollout_matrix
 from gradskip_lightning.methods.gradskip import BlockStep, GradSkipOptions, block_step, propagate_block
 from gradskip_lightning.methods.output import normalise
+from gradskip_lightning.methods.registry import build_options
 from gradskip_lightning.segmentation.capture import SegmentationCapture, StageTensors
 
-SegmentationMethod = Literal["gradskip", "rollout", "chefer"]
+SegmentationMethod = Literal["gradskip", "raw_attention", "rollout", "chefer", "random"]
 #: The methods whose every step conserves the total relevance.
-CONSERVING: tuple[SegmentationMethod, ...] = ("gradskip", "rollout")
+CONSERVING: tuple[SegmentationMethod, ...] = ("gradskip", "raw_attention", "rollout")
 
 #: One block down: (R^l (B, N), the block's tensors, S (M, N)) -> R^{l-1} (B, N).
 BlockRule = Callable[[Tensor, BlockTensors, Tensor], Tensor]
@@ -104,7 +105,8 @@ class StageRelevance:
 @dataclass
 class SegmentationRelevance:
     """A method's result: ``token_map`` (B, h_0, w_0) over the stage-0 grid (summing to 1 per
-    image), and every step, top first; ``steps`` holds GradSkip's internals (None for rollout)."""
+    image), and every step, top first (none for the random floor); ``steps`` holds GradSkip's
+    internals (None for the baselines)."""
 
     token_map: Tensor
     blocks: list[BlockRelevance]
@@ -156,13 +158,27 @@ def gradskip_segmentation(capture: SegmentationCapture, options: GradSkipOptions
     return result
 
 
-def rollout_segmentation(capture: SegmentationCapture, options: GradSkipOptions | None = None) -> SegmentationRelevance:
+def raw_attention_segmentation(capture: SegmentationCapture, options: NoOptions | None = None) -> SegmentationRelevance:
+    """Raw attention: the top block (last block of the top stage) by rownorm(mean_h A S), every
+    other block passes relevance through; same transitions and decoder starts (the ViT baseline
+    reads the CLS row of that matrix; SegFormer has no CLS token). ``options`` is unused."""
+    top = capture.stages[-1].blocks[-1].layer
+
+    def rule(relevance: Tensor, tensors: BlockTensors, spread: Tensor) -> Tensor:
+        if tensors.layer != top:
+            return relevance
+        return propagate_block(relevance, normalise(tensors.attn.mean(dim=1) @ spread))
+
+    return propagate(capture, rule)
+
+
+def rollout_segmentation(capture: SegmentationCapture, options: NoOptions | None = None) -> SegmentationRelevance:
     """Rollout: each block by rownorm(mean_h A S + I), from the same decoder starts (``options``
-    is unused; it keeps the registry's signature)."""
+    is unused)."""
     return propagate(capture, lambda r, tensors, spread: propagate_block(r, rollout_matrix(tensors.attn, spread)))
 
 
-def chefer_segmentation(capture: SegmentationCapture, options: GradSkipOptions | None = None) -> SegmentationRelevance:
+def chefer_segmentation(capture: SegmentationCapture, options: NoOptions | None = None) -> SegmentationRelevance:
     """Chefer et al. 2021: each block by R + (mean_h (dA * A)^+ S)^T R, through the same stage
     transitions and from the same decoder starts (does not conserve; the map is then divided by
     its total so that it sums to 1 like the others; ``options`` is unused)."""
@@ -171,12 +187,46 @@ def chefer_segmentation(capture: SegmentationCapture, options: GradSkipOptions |
     return result
 
 
-#: A method's propagation over a capture.
-SegmentationPropagation = Callable[[SegmentationCapture, GradSkipOptions], SegmentationRelevance]
+def random_segmentation(capture: SegmentationCapture, options: RandomOptions) -> SegmentationRelevance:
+    """The random floor: a uniform random map over the stage-0 grid, summing to 1 per image
+    (:func:`~gradskip_lightning.methods.baselines.random_relevance`: row b depends only on
+    (seed, b, grid))."""
+    h, w = capture.stages[0].grid
+    batch, device = capture.logits.shape[0], capture.logits.device
+    relevance = normalise(random_relevance(batch, h * w, options.seed, device).to(capture.logits.dtype))
+    return SegmentationRelevance(relevance.reshape(batch, h, w), [], [])
 
-#: Method name -> its propagation.
-SEGMENTATION_METHODS: dict[SegmentationMethod, SegmentationPropagation] = {
-    "gradskip": gradskip_segmentation,
-    "rollout": rollout_segmentation,
-    "chefer": chefer_segmentation,
+
+@dataclass(frozen=True)
+class SegmentationSpec:
+    """One segmentation method: its propagation over a capture and its options dataclass."""
+
+    propagation: Callable[[SegmentationCapture, Any], SegmentationRelevance]
+    options: type
+
+    def make_options(self, method: str, **options: Any) -> Any:
+        """The options dataclass built from keyword arguments (ValueError naming unknown ones)."""
+        return build_options(self.options, method, **options)
+
+
+#: Method name -> its spec, in the order of :data:`SegmentationMethod`.
+SEGMENTATION_METHODS: dict[SegmentationMethod, SegmentationSpec] = {
+    "gradskip": SegmentationSpec(gradskip_segmentation, GradSkipOptions),
+    "raw_attention": SegmentationSpec(raw_attention_segmentation, NoOptions),
+    "rollout": SegmentationSpec(rollout_segmentation, NoOptions),
+    "chefer": SegmentationSpec(chefer_segmentation, NoOptions),
+    "random": SegmentationSpec(random_segmentation, RandomOptions),
 }
+assert tuple(SEGMENTATION_METHODS) == get_args(SegmentationMethod), "the registry must list every method"
+
+
+def segmentation_spec(method: str) -> SegmentationSpec:
+    """The spec of ``method``; ValueError naming the choices for an unknown one.
+
+    Example:
+        >>> segmentation_spec("rollout").options.__name__
+        'NoOptions'
+    """
+    if method not in SEGMENTATION_METHODS:
+        raise ValueError(f"method must be one of {get_args(SegmentationMethod)}, got {method!r}")
+    return SEGMENTATION_METHODS[method]

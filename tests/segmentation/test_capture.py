@@ -33,7 +33,7 @@ def test_default_region_is_the_predicted_positions(segformer, images):
     for b in range(3):
         expected = predicted[b] if predicted[b].any() else torch.ones_like(predicted[b])
         assert torch.equal(cap.region[b], expected)
-        assert cap.valid[b] == predicted[b].any()
+        assert cap.region_found[b] == predicted[b].any()
 
 
 def test_stage_gradient_is_that_of_the_region_sum(segformer, images):

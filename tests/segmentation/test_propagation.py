@@ -19,6 +19,11 @@ TARGETS = torch.tensor([0, 1, 2])
 OPTIONS = GradSkipOptions()
 
 
+def run_method(method, capture):
+    spec = SEGMENTATION_METHODS[method]
+    return spec.propagation(capture, spec.options())
+
+
 def test_cell_spread_is_uniform_over_each_cell():
     cells = cell_spread((2, 2), (4, 3), 2, torch.device("cpu"), torch.float64)
     torch.testing.assert_close(cells.sum(dim=-1), torch.ones(4, dtype=torch.float64))
@@ -37,9 +42,9 @@ def test_key_to_token_covers_each_window(segformer, images):
     torch.testing.assert_close(spread.sum(dim=0), torch.full((256,), 1 / 16))
 
 
-@pytest.mark.parametrize("method", sorted(SEGMENTATION_METHODS))
+@pytest.mark.parametrize("method", sorted(set(SEGMENTATION_METHODS) - {"random"}))  # random: row b is the b-th draw
 def test_batch_equals_singles(segformer, images, method):
-    run = lambda x, t: SEGMENTATION_METHODS[method](capture_segmentation(segformer, x, t), OPTIONS).token_map  # noqa: E731
+    run = lambda x, t: run_method(method, capture_segmentation(segformer, x, t)).token_map  # noqa: E731
     batch = run(images, TARGETS)
     singles = torch.cat([run(images[b : b + 1], TARGETS[b : b + 1]) for b in range(3)])
     torch.testing.assert_close(batch, singles, rtol=1e-5, atol=1e-7)
@@ -50,7 +55,7 @@ def test_conservation_per_block_and_stage(segformer, images, method):
     cap = capture_segmentation(segformer.double(), images.double(), TARGETS)
     starts = decoder_starts(cap)
     torch.testing.assert_close(sum(s.sum(dim=-1) for s in starts), torch.ones(3, dtype=torch.float64))
-    result = SEGMENTATION_METHODS[method](cap, OPTIONS)
+    result = run_method(method, cap)
     assert len(result.blocks) == 5 and [s.stage for s in result.stages] == [3, 2, 1, 0]
     for block in result.blocks:
         torch.testing.assert_close(block.below.sum(dim=-1), block.above.sum(dim=-1))
@@ -104,7 +109,6 @@ def test_rollout_shapes(segformer, images):
 def test_chefer_adds_relevance_down_the_blocks(segformer, images):
     cap = capture_segmentation(segformer, images, TARGETS)
     result = chefer_segmentation(cap)
-    assert sorted(SEGMENTATION_METHODS) == ["chefer", "gradskip", "rollout"]
     for block in result.blocks:  # R + (...)^T R with a non-negative matrix: every entry grows or stays
         assert (block.below >= block.above).all()
     assert result.blocks[0].below.sum() > result.blocks[0].above.sum()

@@ -1,0 +1,208 @@
+"""SegmentationExplainer: GradSkip and the baselines for a SegFormer, behind the interface of
+:class:`~gradskip_lightning.explainer.Explainer` (so the callback and the metrics treat both alike).
+
+One capture (a forward and an activation-only backward), one propagation, maps over the pixels.
+
+Example:
+    >>> import torch
+    >>> from transformers import SegformerConfig, SegformerForSemanticSegmentation
+    >>> config = SegformerConfig(hidden_sizes=[8, 8, 16, 16], num_attention_heads=[1, 1, 2, 2],
+    ...                          depths=[1, 1, 1, 1], decoder_hidden_size=16, num_labels=3)
+    >>> explainer = SegmentationExplainer(SegformerForSemanticSegmentation(config).eval())
+    >>> out = explainer.explain(torch.randn(2, 3, 64, 64), torch.tensor([0, 2]))
+    >>> out.maps.shape, out.token_maps.shape, out.dense_logits.shape, out.logits.shape
+    (torch.Size([2, 64, 64]), torch.Size([2, 16, 16]), torch.Size([2, 3, 16, 16]), torch.Size([2, 3]))
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from gradskip_lightning.explainer import Explanation
+from gradskip_lightning.methods.gradskip import BlockStep
+from gradskip_lightning.segmentation.capture import capture_segmentation, find_segformer
+from gradskip_lightning.segmentation.propagation import SegmentationMethod, segmentation_spec
+
+
+@dataclass
+class SegmentationExplanation(Explanation):
+    """An :class:`~gradskip_lightning.explainer.Explanation` of (class, region) targets.
+
+    ``logits`` (B, K) are the mean logits over each image's region, so ``predictions`` and
+    ``probabilities`` say what the model predicts there. ``token_maps`` (B, h, w) lie on the
+    stage-0 grid (the logits grid), ``maps`` (B, H, W) are them bilinearly upsampled. GradSkip's
+    ``head_weights``, ``grad_flow``, ``sparsity`` (B, L, H_max) and ``gates`` (B, L, N_max) are
+    NaN-padded: stages differ in heads and tokens.
+
+    Attributes:
+        dense_logits: (B, K, h, w) the model's logits.
+        region: (B, h, w) bool, the explained positions Omega.
+        region_found: (B,) False where the default region (positions predicted as the class) was
+            empty and the whole grid was explained instead.
+    """
+
+    dense_logits: Tensor | None = None
+    region: Tensor | None = None
+    region_found: Tensor | None = None
+
+
+def _padded(rows: list[Tensor]) -> Tensor:
+    """Per-layer (B, n_l) tensors -> (B, L, max n_l), NaN past each row's end."""
+    width = max(r.shape[-1] for r in rows)
+    return torch.stack([F.pad(r.float(), (0, width - r.shape[-1]), value=math.nan) for r in rows], dim=1)
+
+
+#: Explanation field -> the :class:`BlockStep` attribute it stacks.
+_INTERNALS = {"head_weights": "omega", "grad_flow": "grad_flow", "sparsity": "sparsity", "gates": "gates"}
+
+
+def _internals(steps: list[BlockStep] | None, batch: int) -> tuple[dict[str, Tensor], Tensor]:
+    """GradSkip's head statistics and gates, bottom block first, NaN-padded ({} for the
+    baselines), and (B,) True where all of them are finite."""
+    finite = torch.ones(batch, dtype=torch.bool)
+    if not steps:
+        return {}, finite
+    bottom_first = steps[::-1]
+    for step in bottom_first:
+        for name in _INTERNALS.values():
+            finite &= torch.isfinite(getattr(step, name)).flatten(1).all(dim=1).cpu()
+    return {field: _padded([getattr(s, name) for s in bottom_first]) for field, name in _INTERNALS.items()}, finite
+
+
+class SegmentationExplainer:
+    """Explain a SegFormer's (class, region) decisions with GradSkip or a baseline.
+
+    Args:
+        model: an HF ``SegformerForSemanticSegmentation``, or a module holding exactly one whose
+            forward maps images to logits (B, K, H/4, W/4) (e.g.
+            :class:`~gradskip_lightning.segmentation.module.SegmentationModule`).
+        method: a :data:`~gradskip_lightning.segmentation.propagation.SegmentationMethod`.
+        **options: the fields of the method's options dataclass (GradSkip:
+            :class:`~gradskip_lightning.methods.GradSkipOptions`; random: ``seed``).
+
+    Raises:
+        TypeError: no SegFormer in ``model``. ValueError: unknown method or option.
+    """
+
+    num_prefix_tokens = 0
+    img_size = None  # any size the stages divide (see size_multiple)
+
+    def __init__(self, model: nn.Module, method: SegmentationMethod = "gradskip", **options) -> None:
+        self.model = model
+        self.segformer = find_segformer(model)
+        self.method = method
+        self.spec = segmentation_spec(method)
+        self.options = self.spec.make_options(method, **options)
+
+    @property
+    def config(self):
+        return self.segformer.config
+
+    @property
+    def in_chans(self) -> int:
+        return self.config.num_channels
+
+    @property
+    def num_classes(self) -> int:
+        return self.config.num_labels
+
+    @property
+    def patch_size(self) -> tuple[int, int]:
+        """Pixels per stage-0 token, (4, 4) for the usual configs: the perturbation metrics' patch."""
+        return (self.config.strides[0], self.config.strides[0])
+
+    @property
+    def size_multiple(self) -> int:
+        """Image sides must be multiples of this: every stage's grid divided by its key reduction.
+
+        32 for the MiT configs (stride 4 then 2, 2, 2; reductions 8, 4, 2, 1).
+        """
+        stride, multiple = 1, 1
+        for s, reduction in zip(self.config.strides, self.config.sr_ratios):
+            stride *= s
+            multiple = max(multiple, stride * reduction)
+        return multiple
+
+    def check_images(self, images: Tensor) -> None:
+        """Raise ValueError unless ``images`` is a finite float (B, C, H, W) batch whose sides are
+        multiples of :attr:`size_multiple`."""
+        if not isinstance(images, Tensor) or images.ndim != 4 or not images.is_floating_point():
+            got = f"{type(images).__name__} {getattr(images, 'dtype', '')} {tuple(getattr(images, 'shape', ()))}"
+            raise ValueError(f"images must be a float tensor (B, C, H, W); got {got}")
+        size = self.size_multiple
+        if images.shape[1] != self.in_chans or images.shape[2] % size or images.shape[3] % size:
+            raise ValueError(
+                f"images must be (B, {self.in_chans}, H, W) with H and W multiples of {size} (the SegFormer's "
+                f"strides times key reductions); got {tuple(images.shape)}"
+            )
+        if not torch.isfinite(images).all():
+            raise ValueError("images contain NaN or infinite values")
+
+    def check_targets(self, targets: Tensor, batch: int) -> None:
+        """Raise ValueError unless ``targets`` is (batch,) of class indices in [0, num_classes)."""
+        if not isinstance(targets, Tensor) or targets.shape != (batch,) or targets.is_floating_point():
+            raise ValueError(f"targets must be an integer tensor of shape ({batch},); got {targets!r}")
+        if batch and (targets.min() < 0 or targets.max() >= self.num_classes):
+            raise ValueError(f"targets must be in [0, {self.num_classes}); got {targets.tolist()}")
+
+    def explain(
+        self, images: Tensor, targets: Tensor | None = None, regions: Tensor | None = None
+    ) -> SegmentationExplanation:
+        """Explain y = sum over the region of logit_c for each image of a batch.
+
+        Args:
+            images: (B, C, H, W), normalised as the model expects; moved to the model's device.
+            targets: (B,) classes; None explains the class predicted at the most positions.
+            regions: (B, h, w) bool on the logits grid; None explains the positions predicted as
+                the class (the whole grid where there are none: ``region_found`` False).
+        """
+        self.check_images(images)
+        parameter = next(self.segformer.parameters())
+        device = parameter.device
+        dtype = torch.float64 if parameter.dtype == torch.float64 else torch.float32  # never half precision
+        if targets is not None:
+            self.check_targets(targets, images.shape[0])
+            targets = targets.to(device=device, dtype=torch.long)
+        if regions is not None:
+            regions = regions.to(device)
+        with torch.autocast(device.type, enabled=False):
+            capture = capture_segmentation(self.model, images.to(device=device, dtype=dtype), targets, regions)
+            relevance = self.spec.propagation(capture, self.options)
+        internals, finite = _internals(relevance.steps, images.shape[0])
+        token_maps = relevance.token_map.float()
+        valid = torch.isfinite(token_maps).flatten(1).all(dim=1) & finite.to(token_maps.device)
+        token_maps = torch.where(valid[:, None, None], token_maps, torch.zeros_like(token_maps))
+        maps = F.interpolate(token_maps[:, None], size=images.shape[-2:], mode="bilinear", align_corners=False)[:, 0]
+        dense = capture.logits.float()
+        region = capture.region
+        mean_logits = (dense * region[:, None]).sum(dim=(2, 3)) / region.sum(dim=(1, 2))[:, None]
+        return SegmentationExplanation(
+            maps=maps,
+            token_maps=token_maps,
+            targets=capture.targets,
+            logits=mean_logits,
+            valid=valid,
+            method=self.method,
+            dense_logits=dense,
+            region=region,
+            region_found=capture.region_found,
+            **internals,
+        )
+
+
+def explain_segmentation(
+    model: nn.Module,
+    images: Tensor,
+    targets_class: Tensor | None,
+    region: Tensor | None = None,
+    method: SegmentationMethod = "gradskip",
+    options: object | None = None,
+) -> SegmentationExplanation:
+    """One call of :class:`SegmentationExplainer`: ``options`` is the method's options dataclass
+    (None: its defaults)."""
+    kwargs = asdict(options) if options is not None else {}
+    return SegmentationExplainer(model, method, **kwargs).explain(images, targets_class, region)
