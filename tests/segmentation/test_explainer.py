@@ -41,7 +41,8 @@ def test_module_around_the_segformer_is_explained_through_its_forward(segformer,
     direct = SegmentationExplainer(segformer).explain(images, TARGETS)
     wrapped = SegmentationExplainer(Wrapped()).explain(images, TARGETS)
     torch.testing.assert_close(wrapped.token_maps, direct.token_maps)
-    region_mean = (direct.dense_logits * direct.region[:, None]).sum(dim=(2, 3)) / direct.region.sum(dim=(1, 2))[:, None]
+    region = direct.region[:, None]
+    region_mean = (direct.dense_logits * region).sum(dim=(2, 3)) / region.sum(dim=(2, 3))
     torch.testing.assert_close(direct.logits, region_mean)
     assert direct.valid.all() and direct.head_weights.shape == (3, 5, 4)  # 5 blocks, at most 4 heads
     assert torch.isnan(direct.head_weights[:, 0, 1:]).all() and torch.isfinite(direct.head_weights[:, 4]).all()
