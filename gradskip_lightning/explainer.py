@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import cached_property
+from typing import TYPE_CHECKING, Union
 
 import torch
 import torch.nn.functional as F
@@ -23,7 +24,10 @@ from gradskip_lightning.adapters import find_adapter
 from gradskip_lightning.adapters.base import check_logits
 from gradskip_lightning.methods import METHODS, MethodName, method_spec
 
-__all__ = ["METHODS", "Explainer", "Explanation", "MethodName"]
+if TYPE_CHECKING:
+    from gradskip_lightning.segmentation.explainer import SegmentationExplainer
+
+__all__ = ["METHODS", "Explainer", "Explanation", "MethodName", "explainer_for"]
 
 
 @dataclass
@@ -177,3 +181,16 @@ class Explainer:
             sparsity=out.sparsity,
             gates=out.gates,
         )
+
+
+def explainer_for(model: nn.Module, method: str = "gradskip", **options) -> Union[Explainer, "SegmentationExplainer"]:
+    """The explainer of ``model``'s family: a
+    :class:`~gradskip_lightning.segmentation.SegmentationExplainer` when it is or holds an HF
+    SegFormer, an :class:`Explainer` (timm ViT classifiers) otherwise. Arguments as for both."""
+    from gradskip_lightning.segmentation.capture import holds_segformer
+
+    if holds_segformer(model):
+        from gradskip_lightning.segmentation.explainer import SegmentationExplainer
+
+        return SegmentationExplainer(model, method, **options)
+    return Explainer(model, method, **options)

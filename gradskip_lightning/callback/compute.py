@@ -19,8 +19,10 @@ from gradskip_lightning.metrics import (
     pointing_game,
     relevance_mass_accuracy,
     relevance_rank_accuracy,
+    segmentation_scores_per_image,
 )
 from gradskip_lightning.metrics.perturbation import Activation, class_probabilities
+from gradskip_lightning.segmentation.explainer import SegmentationExplainer, SegmentationExplanation
 
 from .probes import ProbeSet
 from .record import ProbeRecord
@@ -66,7 +68,11 @@ def _cpu(value: Tensor) -> Tensor:
 
 
 def _explain_chunk(
-    explainer: Explainer, probes: ProbeSet, settings: ScoreSettings, heads: bool, activation: Activation
+    explainer: Explainer | SegmentationExplainer,
+    probes: ProbeSet,
+    settings: ScoreSettings,
+    heads: bool,
+    activation: Activation,
 ) -> ProbeRecord:
     device = next(explainer.model.parameters()).device
     images = probes.images.to(device)
@@ -76,6 +82,8 @@ def _explain_chunk(
         bad = (~exp.valid).nonzero()[:, 0].tolist()
         raise ExplainFailure(f"{exp.method}: non-finite relevance or logits for probes at positions {bad}")
     options = dict(patch_size=explainer.patch_size, batch_size=settings.metrics_batch_size, activation=activation)
+    if isinstance(exp, SegmentationExplanation):  # scored by the mean logit over the explained region
+        options["regions"] = exp.region
     scores = insertion_deletion(
         explainer.model,
         images,
@@ -106,9 +114,11 @@ def _explain_chunk(
             **options,
         ).float()
     if probes.masks is not None:
-        record.pointing_hit = pointing_game(
-            exp.maps, probes.masks.to(device), tolerance=settings.pointing_tolerance
-        ).float()
+        masks = probes.masks.to(device)
+        record.pointing_hit = pointing_game(exp.maps, masks, tolerance=settings.pointing_tolerance).float()
+        scores = segmentation_scores_per_image(exp.maps, masks)
+        record.pixel_accuracy, record.mean_iou = scores["pixel_accuracy"].float(), scores["mean_iou"].float()
+        record.average_precision = scores["average_precision"].float()
     if probes.regions:
         regions = [masks.to(device) for masks in probes.regions.values()]
         record.region_mass = torch.stack([relevance_mass_accuracy(exp.maps, masks) for masks in regions], dim=1)
@@ -120,7 +130,7 @@ def _explain_chunk(
     if heads:
         record.head_weights, record.grad_flow, record.sparsity = exp.head_weights, exp.grad_flow, exp.sparsity
         if exp.gates is not None:
-            record.gates = exp.gates.mean(dim=2)  # (B, L): mean beta_main over tokens
+            record.gates = exp.gates.nanmean(dim=2)  # (B, L): mean beta_main over tokens (NaN: SegFormer padding)
     return ProbeRecord(**{name: _cpu(tensor) for name, tensor in record.values().items()})
 
 
@@ -144,7 +154,7 @@ def _transplant(
 
 
 def explain_probes(
-    explainer: Explainer,
+    explainer: Explainer | SegmentationExplainer,
     probes: ProbeSet,
     settings: ScoreSettings,
     *,
@@ -155,7 +165,8 @@ def explain_probes(
     """Explain and score every probe, ``settings.batch_size`` probes at a time.
 
     Runs the explainer's model in eval mode (the caller restores the mode). Probabilities and
-    perturbation scores use ``activation`` ("sigmoid" for multi-label models). Head statistics
+    perturbation scores use ``activation`` ("sigmoid" for multi-label models); a segmentation
+    model's are scored by the mean logit of the class over the explained region. Head statistics
     and gates are filled only with ``heads`` and for methods that have them.
 
     Raises:

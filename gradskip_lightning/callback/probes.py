@@ -5,6 +5,11 @@ that is rarest among the labels drawn from (the dataset's, or the explicit probe
 lowest class index. It is fixed with the probe, so drift compares maps of the same class, and
 the draw is stratified by it, so rare labels get probes. Images without a positive label are not
 drawn.
+
+Segmentation items ``(image, label map (H, W) int64)`` are drawn the same way over the classes
+present in each map (the dataset's ``labels`` (N, K) multi-hot when it has them, e.g. without
+the background; otherwise every class in the map): each probe explains the rarest class present
+in its image, and its ``"object"`` region is that class's pixels.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ __all__ = [
     "stratified_indices",
     "dataset_labels",
     "explained_labels",
+    "label_presence",
     "load_probes",
     "check_probes",
 ]
@@ -104,11 +110,33 @@ class ProbeSet:
         )
 
 
+def label_presence(label_maps: Tensor) -> Tensor:
+    """Which classes each label map (N, H, W) holds: (N, K) int64 multi-hot, K = the largest class
+    + 1; values of 255 and above (ignore indices) and below 0 count as no class.
+
+    Example:
+        >>> label_presence(torch.tensor([[[0, 2], [2, 255]]]))
+        tensor([[1, 0, 1]])
+    """
+    maps = label_maps.long().flatten(1)
+    valid = (maps >= 0) & (maps < 255)
+    classes = int(maps[valid].max()) + 1 if valid.any() else 1
+    counts = torch.zeros(len(maps), classes + 1, dtype=torch.long)  # the last column collects ignored pixels
+    counts.scatter_add_(1, torch.where(valid, maps, classes), torch.ones_like(maps))
+    return (counts[:, :classes] > 0).long()
+
+
+def _is_label_map(label: Tensor, image: Tensor) -> bool:
+    """A segmentation item's label: an integer (H, W) map of the image's size."""
+    return label.ndim == 2 and not label.is_floating_point() and tuple(label.shape) == tuple(image.shape[-2:])
+
+
 def dataset_labels(dataset: Dataset) -> Tensor:
     """All labels of a dataset, (N,) int64 or (N, C) multi-hot, read without loading images.
 
     Uses the dataset's ``labels`` or ``targets`` (torchvision) attribute, through ``Subset``
-    indices; only a dataset with neither is read item by item.
+    indices; only a dataset with neither is read item by item (label maps then give the classes
+    present, :func:`label_presence`).
     """
     if isinstance(dataset, Subset):
         return dataset_labels(dataset.dataset)[torch.as_tensor(dataset.indices, dtype=torch.long)]
@@ -118,6 +146,8 @@ def dataset_labels(dataset: Dataset) -> Tensor:
     if labels is None:
         labels = torch.stack([torch.as_tensor(_item(dataset, i)[1]) for i in range(len(dataset))])
     labels = torch.as_tensor(labels)
+    if labels.ndim == 3:  # label maps (N, H, W)
+        return label_presence(labels)
     if labels.ndim == 2 and labels.shape[1] == 1:  # MedMNIST-style (N, 1) class labels
         labels = labels[:, 0]
     return labels if labels.ndim == 2 else labels.long().reshape(-1)
@@ -178,12 +208,19 @@ def _item(dataset: Dataset, index: int) -> tuple:
     return tuple(item)
 
 
-def load_probes(dataset: Dataset, indices: Sequence[int] | Tensor, frequency: Tensor | None = None) -> ProbeSet:
-    """Read the probes at ``indices`` from a dataset of ``(image, label[, mask | regions])`` items.
+def load_probes(
+    dataset: Dataset,
+    indices: Sequence[int] | Tensor,
+    frequency: Tensor | None = None,
+    presence: Tensor | None = None,
+) -> ProbeSet:
+    """Read the probes at ``indices`` from a dataset of ``(image, label[, mask | regions])`` or
+    ``(image, label map)`` items.
 
     Reads items by index only: no DataLoader and no iterator is touched. Multi-hot labels (C,)
     explain the label :func:`explained_labels` picks with ``frequency`` (C,) (default: the
-    labels of these probes).
+    labels of these probes); label maps explain the class it picks among ``presence`` (n, K), the
+    classes each may explain (default: those in its map), with the class's pixels as ``"object"``.
     """
     images, labels, regions = [], [], []
     for index in torch.as_tensor(indices).tolist():
@@ -200,6 +237,11 @@ def load_probes(dataset: Dataset, indices: Sequence[int] | Tensor, frequency: Te
             regions.append(_as_regions(item[2]))
     ids = torch.as_tensor(indices).long()
     stacked = torch.stack(labels)
+    if _is_label_map(labels[0], images[0]):
+        presence = label_presence(stacked) if presence is None else presence
+        explained = explained_labels(presence, presence.sum(dim=0) if frequency is None else frequency)
+        objects = {OBJECT: stacked == explained[:, None, None]}
+        return ProbeSet(torch.stack(images), explained, ids, objects)
     multi_hot = None
     if stacked.ndim == 2 and stacked.shape[1] > 1:
         multi_hot = stacked.float()
@@ -275,7 +317,7 @@ class ProbeSource:
             if len(ids) == 0:
                 raise ValueError("no image of the dataset has a positive label to explain: nothing to draw probes from")
         frequency = labels.float().sum(dim=0) if labels.ndim == 2 else None
-        self._drawn = load_probes(dataset, ids, frequency)
+        self._drawn = load_probes(dataset, ids, frequency, labels[ids] if labels.ndim == 2 else None)
         return self._drawn
 
     def restore(self, ids: Tensor | None) -> None:

@@ -81,6 +81,10 @@ class ProbeRecord:
         pointing_hit: (P,) float32 0/1 Pointing Game hits (probes with an "object" region only).
         region_mass: (P, R) float32 relevance mass accuracy on each named region (NaN: empty region).
         region_rank: (P, R) float32 relevance rank accuracy on each named region (NaN: empty region).
+        pixel_accuracy, mean_iou: (P,) float32 the map thresholded at its mean against the
+            "object" region (mIoU: mean of the object's and the rest's IoU); average_precision:
+            (P,) float32 AP of the soft map against it (NaN: empty object). The protocol of the
+            GradSkip paper and Chefer et al. 2021, for segmentation models and any probes with objects.
         transplant_flip: (P,) float32 1 when the probe with the tag pasted in is predicted as the
             tag's class, 0 when not, NaN for probes of that class (see :mod:`.transplant`).
         transplant_mass: (P,) float32 relevance mass accuracy on the pasted tag of the map explaining
@@ -110,6 +114,15 @@ class ProbeRecord:
     )
     region_rank: Tensor | None = value(
         scope="shared", section="regions", scalar="rank", compared=True, table="rank", npz=True, regions=True
+    )
+    pixel_accuracy: Tensor | None = value(
+        scope="shared", section="regions", scalar="pixel_accuracy", compared=True, table="pixel_accuracy", npz=True
+    )
+    mean_iou: Tensor | None = value(
+        scope="shared", section="regions", scalar="mean_iou", compared=True, table="mean_iou", npz=True
+    )
+    average_precision: Tensor | None = value(
+        scope="shared", section="regions", scalar="average_precision", compared=True, table="ap", npz=True
     )
     transplant_flip: Tensor | None = value(
         scope="shared", section="transplant", scalar="flip_rate", table="transplant_flip", npz=True

@@ -163,12 +163,13 @@ def build_report(
             report.overlays[key("probes", prefix, f"overlay/probe_{probe_id}")] = (overlays[i], text)
     report.images[key("probes", prefix, "overlays")] = render.image_grid(overlays)
     for field, part in HEAD_PARTS.items():
-        heads = getattr(main, field)  # (P, L, H)
+        heads = getattr(main, field)  # (P, L, H), NaN-padded for SegFormer (its stages differ in heads)
         if heads is None:
             continue
         report.images[key("heads", prefix, part)] = render.matrix_image(heads.mean(dim=0), cmap="viridis")
         for layer in range(heads.shape[1]):
-            report.histograms[key("heads", prefix, f"{part}/layer_{layer}")] = heads[:, layer].flatten().numpy()
+            values = heads[:, layer].flatten().numpy()
+            report.histograms[key("heads", prefix, f"{part}/layer_{layer}")] = values[np.isfinite(values)]
     for name in compared:
         report.images[key("probes", prefix, "overlays", method=name)] = render.image_grid(
             _overlays(sheet, records[name].maps, settings)

@@ -11,6 +11,7 @@ during one call; eval mode and ``config._attn_implementation`` are restored, no 
 """
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -65,6 +66,16 @@ class SegmentationCapture:
     region: Tensor
     region_found: Tensor
     image_size: tuple[int, int]
+
+
+def holds_segformer(model: nn.Module) -> bool:
+    """True when ``model`` is or holds an HF ``SegformerForSemanticSegmentation`` (never imports
+    ``transformers``: without it imported no model can hold one)."""
+    transformers = sys.modules.get("transformers")
+    if transformers is None:
+        return False
+    segformer = transformers.SegformerForSemanticSegmentation
+    return any(isinstance(m, segformer) for m in model.modules())
 
 
 def find_segformer(model: nn.Module) -> nn.Module:
