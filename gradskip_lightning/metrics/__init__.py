@@ -10,7 +10,13 @@ from .perturbation import CountingModel, gaussian_blur, make_baseline, perturbed
 from .pointing import PointingGame, default_tolerance, pointing_game
 from .randomisation import RandomisationCurve, parameter_randomisation
 from .regions import RelevanceMassAccuracy, RelevanceRankAccuracy, relevance_mass_accuracy, relevance_rank_accuracy
-from .segmentation import SegmentationScores, segmentation_confusion, segmentation_scores
+from .segmentation import (
+    SegmentationScores,
+    average_precision,
+    segmentation_confusion,
+    segmentation_scores,
+    segmentation_scores_per_image,
+)
 from .sensitivity import ClassSensitivity, class_sensitivity, explain_class_sensitivity
 from .violation import FaithfulnessViolation, faithfulness_violation
 
@@ -25,6 +31,7 @@ __all__ = [
     "RelevanceMassAccuracy",
     "RelevanceRankAccuracy",
     "SegmentationScores",
+    "average_precision",
     "average_ranks",
     "class_sensitivity",
     "default_tolerance",
@@ -41,6 +48,7 @@ __all__ = [
     "relevance_rank_accuracy",
     "segmentation_confusion",
     "segmentation_scores",
+    "segmentation_scores_per_image",
     "spearman",
     "topk_iou",
     "trapezoid_auc",
