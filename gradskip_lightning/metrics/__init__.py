@@ -2,15 +2,22 @@
 
 Perturbation metrics take ``(model, images, targets, maps)``: model images (B, C, H, W) -> logits,
 targets (B,) classes, maps (B, H, W) at input resolution. Pass an eval-mode model; its mode is
-left as it is and it is run under ``torch.no_grad()``.
+left as it is and it is run under ``torch.no_grad()``. For a segmentation model (logits
+(B, K, h, w)) they also take ``regions`` (B, h, w) bool and score the mean region logit.
 """
 from .drift import ExplanationDrift, average_ranks, drift, spearman, topk_iou
 from .insertion_deletion import InsertionDeletion, insertion_deletion, trapezoid_auc
-from .perturbation import CountingModel, gaussian_blur, make_baseline, perturbed_probabilities
+from .perturbation import CountingModel, gaussian_blur, make_baseline, perturbed_probabilities, region_scores
 from .pointing import PointingGame, default_tolerance, pointing_game
 from .randomisation import RandomisationCurve, parameter_randomisation
 from .regions import RelevanceMassAccuracy, RelevanceRankAccuracy, relevance_mass_accuracy, relevance_rank_accuracy
-from .segmentation import SegmentationScores, segmentation_confusion, segmentation_scores
+from .segmentation import (
+    SegmentationScores,
+    average_precision,
+    segmentation_confusion,
+    segmentation_scores,
+    segmentation_scores_per_image,
+)
 from .sensitivity import ClassSensitivity, class_sensitivity, explain_class_sensitivity
 from .violation import FaithfulnessViolation, faithfulness_violation
 
@@ -25,6 +32,7 @@ __all__ = [
     "RelevanceMassAccuracy",
     "RelevanceRankAccuracy",
     "SegmentationScores",
+    "average_precision",
     "average_ranks",
     "class_sensitivity",
     "default_tolerance",
@@ -37,10 +45,12 @@ __all__ = [
     "parameter_randomisation",
     "perturbed_probabilities",
     "pointing_game",
+    "region_scores",
     "relevance_mass_accuracy",
     "relevance_rank_accuracy",
     "segmentation_confusion",
     "segmentation_scores",
+    "segmentation_scores_per_image",
     "spearman",
     "topk_iou",
     "trapezoid_auc",

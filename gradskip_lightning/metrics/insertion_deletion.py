@@ -12,6 +12,7 @@ from .perturbation import (
     Activation,
     Baseline,
     check_activation,
+    check_regions,
     gaussian_blur,
     make_baseline,
     patch_relevance,
@@ -34,18 +35,22 @@ def insertion_deletion(
     deletion_baseline: Baseline = "zeros",
     batch_size: int = 256,
     activation: Activation = "softmax",
+    regions: Tensor | None = None,
 ) -> dict[str, Tensor]:
     """Per-image insertion and deletion AUC of relevance maps.
 
     Patches are ranked by the sum of the map over each patch (ties: row-major order). Step k of K
     perturbs the round(k * P / K) most relevant patches: deletion replaces them with the baseline,
     insertion reveals them on a Gaussian-blurred copy. The score is the probability of the target
-    class (softmax, or its sigmoid for multi-label models); the AUC is the trapezoid rule over the
+    class (softmax, or its sigmoid for multi-label models); for a segmentation model (``regions``
+    given) it is the mean over the image's region of the target class's logit, so curves and AUCs
+    are in logit units, not probabilities in [0, 1]. The AUC is the trapezoid rule over the
     fraction k / K in [0, 1], step 0 included.
     All 2 * B * (K + 1) images go through ``model`` in chunks of ``batch_size`` under no_grad.
 
     Args:
-        model: images -> logits (n, num_classes), in eval mode (the mode is left as it is).
+        model: images -> logits (n, num_classes), or (n, K, h, w) with ``regions``; in eval mode
+            (the mode is left as it is).
         images: normalised images (B, C, H, W).
         targets: explained classes (B,).
         maps: relevance (B, H, W) at input resolution, higher = more relevant.
@@ -54,7 +59,9 @@ def insertion_deletion(
         deletion_baseline: "zeros" (the mean colour of the normalised input), "blur" or a tensor
             broadcastable to the images.
         batch_size: images per forward call.
-        activation: "softmax" (multi-class) or "sigmoid" (multi-label).
+        activation: "softmax" (multi-class) or "sigmoid" (multi-label); unused with ``regions``.
+        regions: None (classifier), or bool (B, h, w) on the segmentation model's logits grid: the
+            object whose mean target logit is scored, at least one pixel per image.
 
     Returns:
         ``insertion``, ``deletion``, ``insertion_minus_deletion`` (B,) and the curves
@@ -72,6 +79,7 @@ def insertion_deletion(
         True
     """
     check_images_targets_maps(images, targets, maps)
+    check_regions(regions, len(images))
     patch = resolve_patch_size(model, patch_size, tuple(images.shape[-2:]))
     grid = (images.shape[-2] // patch[0], images.shape[-1] // patch[1])
     order = rank_patches(patch_relevance(maps, patch))
@@ -79,7 +87,7 @@ def insertion_deletion(
     blurred = gaussian_blur(images)
     reuse_blur = isinstance(deletion_baseline, str) and deletion_baseline == "blur"
     deleted = blurred if reuse_blur else make_baseline(images, deletion_baseline)
-    probs = perturbed_probabilities(
+    scores = perturbed_probabilities(
         model,
         base=torch.cat([images, blurred]),
         fill=torch.cat([deleted, images]),
@@ -87,8 +95,9 @@ def insertion_deletion(
         targets=torch.cat([targets, targets]),
         batch_size=batch_size,
         activation=activation,
+        regions=None if regions is None else torch.cat([regions, regions]),
     )
-    deletion_curve, insertion_curve = probs.split(len(images))
+    deletion_curve, insertion_curve = scores.split(len(images))
     insertion, deletion = trapezoid_auc(insertion_curve), trapezoid_auc(deletion_curve)
     return {
         "insertion": insertion,
@@ -108,7 +117,8 @@ class InsertionDeletion(Metric):
     """Mean insertion AUC, deletion AUC and their difference over all updates (DDP-synchronised).
 
     The model is passed to ``update`` (it is not a state and not a submodule, so the metric never
-    moves, saves or syncs it); options are those of :func:`insertion_deletion`.
+    moves, saves or syncs it), with ``regions`` for a segmentation model; options are those of
+    :func:`insertion_deletion`.
 
     Example:
         >>> from torch import nn
@@ -148,9 +158,16 @@ class InsertionDeletion(Metric):
         self.add_state("deletion_sum", torch.tensor(0.0, dtype=torch.float64), dist_reduce_fx="sum")
         self.add_state("count", torch.tensor(0, dtype=torch.long), dist_reduce_fx="sum")
 
-    def update(self, model: Callable[[Tensor], Tensor], images: Tensor, targets: Tensor, maps: Tensor) -> None:
-        """Score a batch: images (B, C, H, W), targets (B,), maps (B, H, W)."""
-        scores = insertion_deletion(model, images, targets, maps, **self.options)
+    def update(
+        self,
+        model: Callable[[Tensor], Tensor],
+        images: Tensor,
+        targets: Tensor,
+        maps: Tensor,
+        regions: Tensor | None = None,
+    ) -> None:
+        """Score a batch: images (B, C, H, W), targets (B,), maps (B, H, W), regions None or (B, h, w) bool."""
+        scores = insertion_deletion(model, images, targets, maps, regions=regions, **self.options)
         self.insertion_sum += scores["insertion"].sum().to(self.insertion_sum)
         self.deletion_sum += scores["deletion"].sum().to(self.deletion_sum)
         self.count += len(images)

@@ -4,6 +4,8 @@ Shared by insertion/deletion and the faithfulness violation test. A perturbation
 patch level: a bool mask (B, S, h, w) says, for each image and each of S perturbation steps, which
 patches are taken from ``fill`` instead of ``base``. The runner builds the B * S images chunk by
 chunk (``batch_size`` images per forward) so memory stays bounded and the model sees large batches.
+A classifier's score is the target's probability; a segmentation model's (``regions`` given) is the
+mean of the target's logit over the object's region on its logits grid.
 """
 from __future__ import annotations
 
@@ -32,8 +34,14 @@ def check_activation(activation: str) -> None:
         raise ValueError(f"activation must be one of {ACTIVATIONS}, got {activation!r}")
 
 
+def check_classes(targets: Tensor, num_classes: int) -> None:
+    """Raise ValueError unless every target (n,) is a class index below ``num_classes``."""
+    if (targets >= num_classes).any():
+        raise ValueError(f"targets must be < num_classes = {num_classes}")
+
+
 def class_probabilities(logits: Tensor, targets: Tensor, activation: Activation = "softmax") -> Tensor:
-    """Probability (n,) of each row's target class from logits (n, num_classes).
+    """Probability (n,) of each row's target class from logits (n, num_classes) (ValueError otherwise).
 
     Example:
         >>> logits = torch.tensor([[2.0, 0.0], [2.0, 0.0]])
@@ -43,8 +51,55 @@ def class_probabilities(logits: Tensor, targets: Tensor, activation: Activation 
         tensor([0.8810, 0.5000])
     """
     check_activation(activation)
+    if not isinstance(logits, Tensor) or logits.ndim != 2 or logits.shape[0] != len(targets):
+        got = tuple(logits.shape) if isinstance(logits, Tensor) else type(logits).__name__
+        raise ValueError(f"model must return logits (n, num_classes) for n = {len(targets)} images, got {got}")
+    check_classes(targets, logits.shape[1])
     probabilities = logits.softmax(dim=1) if activation == "softmax" else logits.sigmoid()
     return probabilities.gather(1, targets[:, None])[:, 0]
+
+
+def check_regions(regions: Tensor | None, batch: int) -> None:
+    """Require ``regions`` to be None or a bool tensor (B, h, w) with a pixel in each image's region."""
+    if regions is None:
+        return
+    if not isinstance(regions, Tensor) or regions.dtype != torch.bool:
+        got = regions.dtype if isinstance(regions, Tensor) else type(regions).__name__
+        raise TypeError(f"regions must be a bool tensor (B, h, w) on the logits grid, got {got}")
+    if regions.ndim != 3 or regions.shape[0] != batch:
+        raise ValueError(f"regions must have shape (B, h, w) with B = {batch}, got {tuple(regions.shape)}")
+    empty = ~regions.flatten(1).any(dim=1)
+    if empty.any():
+        raise ValueError(f"regions {empty.nonzero().flatten().tolist()} are empty: each needs a pixel to score")
+
+
+def region_scores(logits: Tensor, targets: Tensor, regions: Tensor) -> Tensor:
+    """Mean (n,) over each row's region of its target class's logit, from logits (n, K, h, w).
+
+    The score of a segmentation model for one object: no activation, in logit units.
+
+    Args:
+        logits: per-pixel class logits (n, K, h, w).
+        targets: classes (n,).
+        regions: bool (n, h, w) on the logits grid, at least one pixel each.
+
+    Example:
+        >>> logits = torch.arange(8.0).reshape(1, 2, 2, 2)  # class 1: [[4, 5], [6, 7]]
+        >>> region_scores(logits, torch.tensor([1]), torch.tensor([[[True, False], [True, False]]]))
+        tensor([5.])
+    """
+    check_regions(regions, len(targets))
+    if not isinstance(logits, Tensor) or logits.ndim != 4 or logits.shape[:1] + logits.shape[2:] != regions.shape:
+        got = tuple(logits.shape) if isinstance(logits, Tensor) else type(logits).__name__
+        raise ValueError(
+            f"with regions (n, h, w) = {tuple(regions.shape)} the model must return logits (n, K, h, w) "
+            f"on the same grid, got {got}"
+        )
+    check_classes(targets, logits.shape[1])
+    target_logits = logits[torch.arange(len(targets), device=logits.device), targets.to(logits.device)]
+    regions = regions.to(logits.device)
+    inside = torch.where(regions, target_logits, torch.zeros((), dtype=logits.dtype, device=logits.device))
+    return inside.sum(dim=(1, 2)) / regions.sum(dim=(1, 2))
 
 
 class CountingModel(nn.Module):
@@ -159,23 +214,31 @@ def perturbed_probabilities(
     *,
     batch_size: int,
     activation: Activation = "softmax",
+    regions: Tensor | None = None,
 ) -> Tensor:
-    """Probability (softmax or sigmoid) of each target class on every perturbed image.
+    """Score of each target class on every perturbed image: its probability, or its mean region logit.
+
+    Without ``regions`` the score is the target's softmax or sigmoid probability; with ``regions``
+    (segmentation) it is :func:`region_scores`, the mean of the target's logit over the image's
+    region (logit units, ``activation`` unused).
 
     Args:
-        model: images (n, C, H, W) -> logits (n, num_classes); called under ``torch.no_grad()``
-            in whatever mode it is in (pass an eval-mode model).
+        model: images (n, C, H, W) -> logits (n, num_classes), or (n, K, h, w) with ``regions``;
+            called under ``torch.no_grad()`` in whatever mode it is in (pass an eval-mode model).
         base: images (B, C, H, W) that unselected patches come from.
         fill: images (B, C, H, W) that selected patches come from.
         masks: patch selections (B, S, h, w) bool; patches are (H / h) x (W / w) pixels.
         targets: classes (B,).
         batch_size: images per forward call.
         activation: "softmax" (multi-class) or "sigmoid" (multi-label), see :data:`Activation`.
+        regions: None, or bool (B, h, w) on the model's logits grid: the pixels each image's score
+            averages over.
 
     Returns:
-        Probabilities (B, S) in the dtype of the logits.
+        Scores (B, S) in the dtype of the logits: probabilities, or mean logits with ``regions``.
     """
     check_activation(activation)
+    check_regions(regions, base.shape[0])
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
     batch, steps, grid_h, grid_w = masks.shape
@@ -189,10 +252,8 @@ def perturbed_probabilities(
             sample = index // steps
             pixel_mask = flat[index].repeat_interleave(ph, dim=1).repeat_interleave(pw, dim=2)
             logits = model(torch.where(pixel_mask[:, None], fill[sample], base[sample]))
-            if not isinstance(logits, Tensor) or logits.ndim != 2 or logits.shape[0] != index.numel():
-                got = tuple(logits.shape) if isinstance(logits, Tensor) else type(logits).__name__
-                raise ValueError(f"model must return logits (n, num_classes) for n = {index.numel()} images, got {got}")
-            if (targets >= logits.shape[1]).any():
-                raise ValueError(f"targets must be < num_classes = {logits.shape[1]}")
-            chunks.append(class_probabilities(logits, targets[sample], activation))
+            if regions is None:
+                chunks.append(class_probabilities(logits, targets[sample], activation))
+            else:
+                chunks.append(region_scores(logits, targets[sample], regions[sample]))
     return torch.cat(chunks).reshape(batch, steps)

@@ -48,6 +48,27 @@ def one_patch_case(
     return model, images, torch.zeros(batch, dtype=torch.long), maps
 
 
+SEG_STRIDE = 4
+
+
+def mean_cell_segmenter() -> nn.Conv2d:
+    """A "segmentation model" nn.Conv2d(3, 2, 4, stride=4): at each 4 x 4 cell, the logit of class 0 is
+    the mean of channel 0 there and the logit of class 1 its negative (logits (n, 2, H / 4, W / 4))."""
+    model = nn.Conv2d(3, 2, SEG_STRIDE, stride=SEG_STRIDE, bias=False).double().eval()
+    with torch.no_grad():
+        model.weight.zero_()
+        model.weight[0, 0] = 1 / SEG_STRIDE**2
+        model.weight[1, 0] = -1 / SEG_STRIDE**2
+    return model
+
+
+def np_region_score(image: np.ndarray, target: int, region: np.ndarray) -> float:
+    """The mean over a region (h, w) on the logits grid of :func:`mean_cell_segmenter`'s target logit:
+    the mean of channel 0 over the region's pixels, negated for class 1."""
+    pixels = np.kron(region, np.ones((SEG_STRIDE, SEG_STRIDE))).astype(bool)
+    return float(image[0][pixels].mean()) * (1 if target == 0 else -1)
+
+
 # ---------------------------------------------------------------- numpy references (plain loops)
 
 

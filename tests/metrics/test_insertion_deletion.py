@@ -8,7 +8,16 @@ import torch
 from gradskip_lightning.metrics import InsertionDeletion, insertion_deletion
 from tests.conftest import make_tiny_vit
 
-from .helpers import np_default_blur, np_paste, np_patch_relevance, np_softmax_probs, np_trapezoid, one_patch_case
+from .helpers import (
+    mean_cell_segmenter,
+    np_default_blur,
+    np_paste,
+    np_patch_relevance,
+    np_region_score,
+    np_softmax_probs,
+    np_trapezoid,
+    one_patch_case,
+)
 
 
 def np_insertion_deletion(model, images, targets, maps, patch, steps, baseline):
@@ -132,3 +141,82 @@ def test_sigmoid_activation_scores_each_label_alone():
     assert float(metric.compute()["insertion"]) == pytest.approx(insertion.mean(), abs=1e-6)
     with pytest.raises(ValueError, match="activation must be one of"):
         InsertionDeletion(activation="relu")
+
+
+# ---------------------------------------------------------------- segmentation: the mean region logit
+
+
+def np_region_insertion_deletion(images, targets, maps, regions, patch, steps, baseline):
+    """Plain-loop reference for :func:`helpers.mean_cell_segmenter`: curves of the mean region logit."""
+    insertion, deletion = [], []
+    for b in range(len(images)):
+        image, target, region = images[b].numpy(), int(targets[b]), regions[b].numpy()
+        order = np.argsort(-np_patch_relevance(maps[b].numpy(), patch), kind="stable")
+        counts = [int(np.floor(k * len(order) / steps + 0.5)) for k in range(steps + 1)]
+        blurred = np_default_blur(image)
+        removed = {"zeros": np.zeros_like(image), "blur": blurred}[baseline]
+        deletion.append([np_region_score(np_paste(image, removed, order[:n], patch), target, region) for n in counts])
+        insertion.append([np_region_score(np_paste(blurred, image, order[:n], patch), target, region) for n in counts])
+    return np.array(insertion), np.array(deletion)
+
+
+@pytest.mark.parametrize(("steps", "baseline"), [(16, "zeros"), (5, "blur")])
+def test_regions_score_the_mean_region_logit_like_numpy(steps, baseline):
+    generator = torch.Generator().manual_seed(steps)
+    images = torch.randn(3, 3, 32, 32, generator=generator, dtype=torch.float64) + 1
+    maps = torch.randn(3, 32, 32, generator=generator, dtype=torch.float64)
+    regions = torch.rand(3, 8, 8, generator=generator) > 0.7  # on the 8 x 8 logits grid
+    targets = torch.tensor([0, 1, 0])
+    scores = insertion_deletion(
+        mean_cell_segmenter(), images, targets, maps, patch_size=8, steps=steps, deletion_baseline=baseline,
+        batch_size=7, regions=regions,
+    )
+    insertion, deletion = np_region_insertion_deletion(images, targets, maps, regions, 8, steps, baseline)
+    np.testing.assert_allclose(scores["insertion_curve"].numpy(), insertion, atol=1e-12, rtol=0)
+    np.testing.assert_allclose(scores["deletion_curve"].numpy(), deletion, atol=1e-12, rtol=0)
+    np.testing.assert_allclose(scores["deletion"].numpy(), [np_trapezoid(list(c)) for c in deletion], atol=1e-12)
+    assert scores["insertion_curve"][:, -1].abs().max() > 1  # logits, not probabilities
+
+
+def test_regions_deleting_the_object_patch_first_drops_its_logit_to_zero():
+    images = torch.randn(2, 3, 32, 32, dtype=torch.float64)
+    images[:, 0] = 0.0
+    images[:, 0, 8:16, 16:24] = 1.0  # channel 0 is 1 on patch (1, 2) only
+    regions = torch.zeros(2, 8, 8, dtype=torch.bool)
+    regions[:, 2:4, 4:6] = True  # the logit cells of patch (1, 2): target logit 1 until it is deleted
+    maps = torch.rand(2, 32, 32, dtype=torch.float64)
+    maps[:, 8:16, 16:24] = 10.0  # ranked first
+    targets = torch.zeros(2, dtype=torch.long)
+    model = mean_cell_segmenter()
+    right = insertion_deletion(model, images, targets, maps, patch_size=8, steps=16, regions=regions)
+    expected = torch.zeros(2, 17, dtype=torch.float64)
+    expected[:, 0] = 1.0
+    torch.testing.assert_close(right["deletion_curve"], expected)
+    torch.testing.assert_close(right["deletion"], torch.full((2,), 1 / 32, dtype=torch.float64))
+    assert (right["insertion_curve"][:, 0] < 0.9).all()  # blurred: the object's value spread out
+    torch.testing.assert_close(right["insertion_curve"][:, 1:], torch.ones(2, 16, dtype=torch.float64))
+    wrong = insertion_deletion(model, images, targets, -maps, patch_size=8, steps=16, regions=regions)
+    torch.testing.assert_close(wrong["deletion"], torch.full((2,), 1 - 1 / 32, dtype=torch.float64))
+    metric = InsertionDeletion(patch_size=8, steps=16)
+    metric.update(model, images[:1], targets[:1], maps[:1], regions[:1])
+    metric.update(model, images[1:], targets[1:], -maps[1:], regions=regions[1:])
+    assert float(metric.compute()["deletion"]) == pytest.approx(0.5)
+
+
+def test_regions_bad_inputs_raise_clear_errors(tiny_vit):
+    images, targets, maps = torch.randn(2, 3, 32, 32), torch.tensor([0, 1]), torch.rand(2, 32, 32)
+    model, regions = mean_cell_segmenter().float(), torch.ones(2, 8, 8, dtype=torch.bool)
+    with pytest.raises(TypeError, match="regions must be a bool tensor"):
+        insertion_deletion(model, images, targets, maps, patch_size=8, regions=regions.float())
+    with pytest.raises(ValueError, match=r"regions must have shape \(B, h, w\) with B = 2"):
+        insertion_deletion(model, images, targets, maps, patch_size=8, regions=regions[:1])
+    empty = regions.clone()
+    empty[1] = False
+    with pytest.raises(ValueError, match=r"regions \[1\] are empty"):
+        insertion_deletion(model, images, targets, maps, patch_size=8, regions=empty)
+    with pytest.raises(ValueError, match=r"must return logits \(n, K, h, w\) on the same grid, got \(\d+, 4\)"):
+        insertion_deletion(tiny_vit, images, targets, maps, regions=regions)  # a classifier
+    with pytest.raises(ValueError, match=r"on the same grid, got \(\d+, 2, 8, 8\)"):
+        insertion_deletion(model, images, targets, maps, patch_size=8, regions=regions[:, :4, :4])
+    with pytest.raises(ValueError, match="num_classes = 2"):
+        insertion_deletion(model, images, torch.tensor([0, 2]), maps, patch_size=8, regions=regions)

@@ -14,11 +14,12 @@ from gradskip_lightning.metrics import (
     insertion_deletion,
     make_baseline,
     perturbed_probabilities,
+    region_scores,
 )
 from gradskip_lightning.metrics.perturbation import patch_relevance, rank_patches, resolve_patch_size, step_counts
 from tests.conftest import make_tiny_vit
 
-from .helpers import Wrapper, np_gaussian_blur, np_patch_relevance
+from .helpers import Wrapper, mean_cell_segmenter, np_gaussian_blur, np_patch_relevance
 
 
 def test_patch_size_is_read_from_a_vit_or_a_module_containing_one(tiny_vit):
@@ -126,3 +127,35 @@ def test_runner_scores_sigmoid_or_softmax_probabilities(tiny_vit):
         torch.testing.assert_close(class_probabilities(logits, targets, activation), expected[[0, 1], targets])
     with pytest.raises(ValueError, match="activation must be one of"):
         perturbed_probabilities(tiny_vit, images, images, masks, targets, batch_size=4, activation="relu")
+
+
+def test_region_scores_average_the_target_logit_over_the_region_only():
+    logits = torch.randn(3, 4, 6, 5, dtype=torch.float64)
+    regions = torch.rand(3, 6, 5, generator=torch.Generator().manual_seed(0)) > 0.5
+    targets = torch.tensor([3, 0, 2])
+    expected = torch.stack([logits[b, targets[b]][regions[b]].mean() for b in range(3)])
+    torch.testing.assert_close(region_scores(logits, targets, regions), expected)
+    logits[~regions[:, None].expand_as(logits)] = float("inf")  # outside the region: never read
+    torch.testing.assert_close(region_scores(logits, targets, regions), expected)
+
+
+def test_runner_with_regions_chunks_give_the_same_scores():
+    model = CountingModel(mean_cell_segmenter())
+    generator = torch.Generator().manual_seed(1)
+    images = torch.randn(3, 3, 32, 32, generator=generator, dtype=torch.float64)
+    masks = torch.rand(3, 5, 4, 4, generator=generator) > 0.5
+    regions = torch.rand(3, 8, 8, generator=generator) > 0.5
+    targets = torch.tensor([1, 0, 1])
+    scores = [
+        perturbed_probabilities(model, images, torch.zeros_like(images), masks, targets, batch_size=size,
+                                regions=regions)
+        for size in (4, 15)
+    ]
+    torch.testing.assert_close(scores[0], scores[1], atol=1e-12, rtol=0)
+    assert model.calls == 4 + 1
+    with torch.no_grad():  # step by step: the pasted images, then the mean region logit
+        pixels = masks.repeat_interleave(8, dim=2).repeat_interleave(8, dim=3)
+        for s in range(5):
+            perturbed = torch.where(pixels[:, s, None], torch.zeros_like(images), images)
+            expected = region_scores(model.model(perturbed), targets, regions)
+            torch.testing.assert_close(scores[0][:, s], expected, atol=1e-12, rtol=0)

@@ -8,7 +8,14 @@ import torch
 from gradskip_lightning.metrics import FaithfulnessViolation, faithfulness_violation
 from tests.conftest import make_tiny_vit
 
-from .helpers import np_default_blur, np_paste, np_patch_relevance, np_softmax_probs, one_patch_case
+from .helpers import (
+    mean_cell_segmenter,
+    np_default_blur,
+    np_paste,
+    np_patch_relevance,
+    np_softmax_probs,
+    one_patch_case,
+)
 from .test_insertion_deletion import TwoWay
 
 
@@ -87,3 +94,26 @@ def test_sigmoid_activation_tests_each_label_alone():
     assert float(metric.compute()) == pytest.approx(reference.mean())
     with pytest.raises(ValueError, match="activation must be one of"):
         faithfulness_violation(model, images, targets, maps, activation="tanh")
+
+
+def test_regions_score_the_mean_region_logit():
+    images = torch.randn(4, 3, 32, 32, dtype=torch.float64)
+    images[:, 0] = 0.0
+    images[:, 0, 8:16, 16:24] = 1.0  # channel 0 is 1 on patch (1, 2) only: the object
+    regions = torch.zeros(4, 8, 8, dtype=torch.bool)
+    regions[:, 2:4, 4:6] = True
+    maps = torch.rand(4, 32, 32, dtype=torch.float64)
+    maps[:, 8:16, 16:24] = 10.0  # the object carries the largest relevance
+    model = mean_cell_segmenter()
+    # class 0 (logit 1 on the object, 0 once removed): positive relevance agrees, negative disagrees
+    targets = torch.zeros(4, dtype=torch.long)
+    assert not faithfulness_violation(model, images, targets, maps, patch_size=8, regions=regions).any()
+    assert faithfulness_violation(model, images, targets, -maps, patch_size=8, regions=regions).all()
+    # class 1 (logit -1, rises to 0 when the object goes): positive relevance is now the violation
+    assert faithfulness_violation(model, images, 1 - targets, maps, patch_size=8, regions=regions).all()
+    metric = FaithfulnessViolation(patch_size=8)
+    metric.update(model, images[:2], targets[:2], maps[:2], regions[:2])
+    metric.update(model, images[2:], targets[2:], -maps[2:], regions=regions[2:])
+    assert float(metric.compute()) == 0.5
+    with pytest.raises(ValueError, match=r"regions must have shape \(B, h, w\) with B = 4"):
+        faithfulness_violation(model, images, targets, maps, patch_size=8, regions=regions[0])
