@@ -10,7 +10,8 @@ drift, gates, probes, heads, as the callback logs them; see :mod:`gradskip_light
 and has, in this order:
 
 - one line chart per score over the callback's epochs (insertion, deletion, ins-del, FVT; the relevance mass and rank of
-  each region in ``--regions``, the Pointing Game; the transplant's tag mass) with the explained
+  each region in ``--regions``, the Pointing Game and the maps' segmentation of the object: pixel accuracy, mIoU,
+  average precision; the transplant's tag mass) with the explained
   method and every compared method on one chart (picked by a regular expression, so any
   ``compare_methods`` show up), the transplant's flip rate, drift and the gates of every layer;
 - the overlay grid of every method with a step slider, the per-probe table, and the layer x head
@@ -28,10 +29,12 @@ from collections.abc import Sequence
 from gradskip_lightning.callback.keys import key, score_pattern
 from gradskip_lightning.callback.report import HEAD_PARTS
 
-__all__ = ["build_workspace", "main", "FAITHFULNESS_SCORES"]
+__all__ = ["build_workspace", "main", "FAITHFULNESS_SCORES", "OBJECT_SCORES"]
 
 #: The faithfulness scores, each a line chart of every method.
 FAITHFULNESS_SCORES = ("insertion", "deletion", "ins_minus_del", "fvt_violation")
+#: The scores of the maps against the "object" region, each a line chart of every method.
+OBJECT_SCORES = ("pointing_game", "pixel_accuracy", "mean_iou", "average_precision")
 
 
 def _scores(wr, section: str, prefix: str, names: Sequence[str], title: str = "{}") -> list:
@@ -86,7 +89,7 @@ def build_workspace(
         ws.Section(name="faithfulness", panels=_scores(wr, "faithfulness", prefix, FAITHFULNESS_SCORES), is_open=True),
         ws.Section(
             name="regions",
-            panels=_scores(wr, "regions", prefix, [*region_scores, "pointing_game"], title="relevance {}"),
+            panels=_scores(wr, "regions", prefix, [*region_scores, *OBJECT_SCORES], title="relevance {}"),
             is_open=True,
         ),
         ws.Section(

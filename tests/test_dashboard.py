@@ -10,7 +10,7 @@ from lightning.pytorch import seed_everything
 from lightning.pytorch.loggers import WandbLogger
 
 from gradskip_lightning import GradSkipCallback
-from gradskip_lightning.dashboard import FAITHFULNESS_SCORES, build_workspace, main
+from gradskip_lightning.dashboard import FAITHFULNESS_SCORES, OBJECT_SCORES, build_workspace, main
 from gradskip_lightning.data import SpuriousTag
 from tests.callback.helpers import tiny_data, tiny_module, tiny_trainer
 from tests.callback.wandb_files import find_runs, use_offline_wandb
@@ -60,6 +60,7 @@ def test_template_sections_and_panels_name_keys_the_callback_logs(logged_keys):
     assert insertion == {"faithfulness/gradskip/insertion", "faithfulness/gradskip/insertion/rollout"}  # one chart
     assert {f"relevance {m}/{r}" for m in ("mass", "rank") for r in ("object", "tag")} <= set(titles)
     assert set(FAITHFULNESS_SCORES) <= set(titles)
+    assert {f"relevance {score}" for score in OBJECT_SCORES} <= set(titles)  # logged: the probes have objects
     gates = {n for n in logged_keys if re.search(titles["mean gate beta_main per layer"]["metricRegex"], n)}
     assert gates == {"gates/gradskip/layer_0", "gates/gradskip/layer_1"}
     media = [p["config"] for section in panels.values() for p in section if p["viewType"] == "Media Browser"]

@@ -24,7 +24,8 @@ from typing_extensions import override
 
 from gradskip_lightning import render
 from gradskip_lightning.data.tags import SpuriousTag
-from gradskip_lightning.explainer import METHODS, Explainer, MethodName
+from gradskip_lightning.explainer import METHODS, Explainer, MethodName, explainer_for
+from gradskip_lightning.segmentation.explainer import SegmentationExplainer
 
 from .compute import DeletionBaseline, ScoreSettings, Target, explain_probes
 from .distributed import gather_records, shard_positions
@@ -267,7 +268,7 @@ class GradSkipCallback(Callback):
 
         self._source = ProbeSource(given, num_probes, probe_seed)
         self._drift = DriftTracker(top_k=drift_top_k)
-        self._explainers: dict[str, Explainer] = {}
+        self._explainers: dict[str, Explainer | SegmentationExplainer] = {}
         self._multilabel_task = False
         self._class_names: list[str] | None = None
         self._display: tuple[Sequence[float], Sequence[float]] | tuple[None, None] = (mean, std)
@@ -299,11 +300,11 @@ class GradSkipCallback(Callback):
         for name in (self.method, *self.compare_methods):
             options = self.method_options if name == self.method else {}
             try:
-                self._explainers[name] = Explainer(pl_module, method=name, **options)
+                self._explainers[name] = explainer_for(pl_module, method=name, **options)
             except TypeError as err:
                 raise TypeError(
                     f"GradSkipCallback cannot explain {type(pl_module).__name__}: {err}. It needs a timm "
-                    "VisionTransformer, or a LightningModule holding exactly one."
+                    "VisionTransformer or an HF SegFormer, or a LightningModule holding exactly one."
                 ) from err
         if trainer.state.fn == TrainerFn.FITTING:
             if self._fit_trainer is not None and self._fit_trainer is not trainer:
@@ -365,6 +366,8 @@ class GradSkipCallback(Callback):
     def _checked_transplant(self, datamodule_tag: SpuriousTag | None) -> Transplant | None:
         if self.transplant is False:
             return None
+        if isinstance(self._explainers[self.method], SegmentationExplainer):
+            raise ValueError("transplant tests a classifier's shortcut; a segmentation model has none: use False")
         tag = self.transplant if isinstance(self.transplant, SpuriousTag) else datamodule_tag
         if tag is None:
             raise ValueError(
@@ -395,6 +398,7 @@ class GradSkipCallback(Callback):
         explainer = self._explainers[self.method]
         probes = self._source.probes
         check_probes(probes, explainer.in_chans, explainer.img_size, explainer.num_classes)
+        explainer.check_images(probes.images)  # what the family needs besides (SegFormer: sides it divides)
         names = self._class_names or [str(c) for c in range(explainer.num_classes)]
         self._sheet = probe_sheet(probes, names, *self._display, self.render_settings.display_size)
 

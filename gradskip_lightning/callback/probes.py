@@ -253,13 +253,14 @@ def load_probes(
     return ProbeSet(torch.stack(images), stacked.reshape(-1), ids, merged, multi_hot)
 
 
-def check_probes(probes: ProbeSet, in_chans: int, img_size: tuple[int, int], num_classes: int) -> None:
+def check_probes(probes: ProbeSet, in_chans: int, img_size: tuple[int, int] | None, num_classes: int) -> None:
     """Refuse probes the model cannot explain, before any epoch: shape, finiteness, labels.
+    ``img_size`` None: the model takes any size (only the channels are checked here).
 
     Raises:
         ValueError: naming the problem and the fix.
     """
-    expected = (in_chans, *img_size)
+    expected = (in_chans, *(img_size or probes.images.shape[2:]))
     if tuple(probes.images.shape[1:]) != expected:
         raise ValueError(
             f"probe images must be (P, {expected[0]}, {expected[1]}, {expected[2]}) for this model; "

@@ -18,6 +18,9 @@ def test_fields_declare_scope_scalars_table_and_files():
         "pointing_hit": Scalar("regions", "pointing_game"),
         "region_mass": Scalar("regions", "mass", regions=True),
         "region_rank": Scalar("regions", "rank", regions=True),
+        "pixel_accuracy": Scalar("regions", "pixel_accuracy"),
+        "mean_iou": Scalar("regions", "mean_iou"),
+        "average_precision": Scalar("regions", "average_precision"),
         "transplant_flip": Scalar("transplant", "flip_rate"),
         "transplant_mass": Scalar("transplant", "tag_mass"),
     }
@@ -26,6 +29,7 @@ def test_fields_declare_scope_scalars_table_and_files():
     assert table_fields()["region_mass"] == ("mass", True)
     saved = {"targets", "predictions", "probabilities", "insertion", "deletion", "maps", "token_maps"}
     saved |= {"pointing_hit", "region_mass", "region_rank", "transplant_flip", "transplant_mass"}
+    saved |= {"pixel_accuracy", "mean_iou", "average_precision"}
     assert set(npz_fields()) == saved
 
 
