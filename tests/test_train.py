@@ -66,7 +66,7 @@ def test_model_section_without_class_path_is_a_vit_classifier_and_takes_short_ov
 @pytest.mark.parametrize(
     "override,message",
     [
-        (["--data", "gradskip_lightning.data.PlantedShapesDataModule"], "task must be .segmentation.*use .*ViTClassifier"),
+        (["--data", "gradskip_lightning.data.PlantedShapesDataModule"], "task must be .segmentation.*ViTClassifier"),
         (["--model", "gradskip_lightning.model.ViTClassifier"], "segmentation data use .*SegmentationModule"),
     ],
     ids=["classification data, segmentation model", "segmentation data, classifier"],
