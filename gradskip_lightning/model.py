@@ -7,9 +7,9 @@ from collections.abc import Callable
 import timm
 import torch
 import torch.nn.functional as F
-from lightning.pytorch import LightningModule
+from lightning.pytorch import LightningModule, Trainer
 from timm.optim import create_optimizer_v2
-from torch import Tensor
+from torch import Tensor, nn
 from torchmetrics import MetricCollection
 from torchmetrics.classification import MulticlassAccuracy, MulticlassAUROC, MultilabelAccuracy, MultilabelAUROC
 
@@ -22,6 +22,19 @@ def warmup_cosine(step: int, total_steps: int, warmup_steps: int) -> float:
         return (step + 1) / warmup_steps
     progress = min(1.0, (step - warmup_steps) / max(1, total_steps - warmup_steps))
     return 0.5 * (1.0 + math.cos(math.pi * progress))
+
+
+def adamw_warmup_cosine(
+    model: nn.Module, lr: float, weight_decay: float, warmup_fraction: float, trainer: Trainer
+) -> dict:
+    """Lightning's ``configure_optimizers`` answer: AdamW over ``model`` (no weight decay on biases,
+    norms and position embeddings) with a per-step :func:`warmup_cosine` schedule over all of
+    ``trainer``'s optimiser steps, the first ``warmup_fraction`` of them warming up."""
+    optimizer = create_optimizer_v2(model, opt="adamw", lr=lr, weight_decay=weight_decay)
+    total = max(1, int(trainer.estimated_stepping_batches))
+    warmup = int(warmup_fraction * total)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: warmup_cosine(step, total, warmup))
+    return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
 
 
 def multiclass_loss(logits: Tensor, labels: Tensor, label_smoothing: float) -> Tensor:
@@ -127,7 +140,10 @@ class ViTClassifier(LightningModule):
     ) -> None:
         super().__init__()
         if task not in LOSSES:
-            raise ValueError(f"task must be one of {tuple(LOSSES)}, got {task!r}")
+            raise ValueError(
+                f"task must be one of {tuple(LOSSES)} (ViTClassifier classifies images), got {task!r}: for "
+                "segmentation data use gradskip_lightning.segmentation.module.SegmentationModule"
+            )
         if num_classes < (2 if task == "multiclass" else 1):
             raise ValueError(f"num_classes must be >= 2 (>= 1 for multilabel), got {num_classes} for {task}")
         if not 0.0 <= label_smoothing < 1.0:
@@ -182,12 +198,6 @@ class ViTClassifier(LightningModule):
         return self._step(batch, "test")
 
     def configure_optimizers(self) -> dict:
-        optimizer = create_optimizer_v2(
-            self.model, opt="adamw", lr=self.hparams.lr, weight_decay=self.hparams.weight_decay
+        return adamw_warmup_cosine(
+            self.model, self.hparams.lr, self.hparams.weight_decay, self.hparams.warmup_fraction, self.trainer
         )
-        total = max(1, int(self.trainer.estimated_stepping_batches))
-        warmup = int(self.hparams.warmup_fraction * total)
-        scheduler = torch.optim.lr_scheduler.LambdaLR(
-            optimizer, lambda step: warmup_cosine(step, total, warmup)
-        )
-        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}

@@ -1,4 +1,5 @@
-"""train.py: W&B mode default, data-to-model links (classes, size, channels, task), one CLI epoch."""
+"""train.py: W&B mode default, the model class (ViTClassifier unless a config names another), data-to-model
+links (classes, size, channels, task), one CLI epoch."""
 from __future__ import annotations
 
 import os
@@ -10,12 +11,16 @@ import pytest
 import torch
 
 import train
+from gradskip_lightning.data import PlantedShapesSegmentationDataModule
+from gradskip_lightning.model import ViTClassifier
+from gradskip_lightning.segmentation.module import SegmentationModule
 from tests.callback.wandb_files import find_runs
 
 # pytest's own arguments are in sys.argv while the tests pass args= to LightningCLI.
 pytestmark = pytest.mark.filterwarnings("ignore:LightningCLI's args parameter")
 ROOT = Path(__file__).resolve().parents[1]
 PLANTED = ROOT / "configs" / "planted_shapes.yaml"
+SEGFORMER = ROOT / "configs" / "planted_segformer.yaml"
 
 
 @pytest.mark.parametrize("preset,expected", [(None, "offline"), ("online", "online"), ("disabled", "disabled")])
@@ -43,6 +48,32 @@ def test_model_takes_channels_and_task_from_data():
     assert cli.model.hparams.in_chans == 1 and cli.model.hparams.task == "multilabel"
     assert cli.model.loss.__name__ == "multilabel_loss"
     assert cli.model(torch.zeros(2, 1, 28, 28)).shape == (2, 14)
+
+
+def test_segmentation_model_takes_classes_size_and_task_from_segmentation_data():
+    cli = train.main(["--config", str(SEGFORMER), "--data.num_colours", "2", "--data.img_size", "32"], run=False)
+    assert type(cli.model) is SegmentationModule and type(cli.datamodule) is PlantedShapesSegmentationDataModule
+    assert (cli.model.num_classes, cli.model.img_size, cli.model.hparams.task) == (3, 32, "segmentation")
+    assert cli.model(torch.zeros(2, 3, 32, 32)).shape == (2, 3, 8, 8)
+
+
+def test_model_section_without_class_path_is_a_vit_classifier_and_takes_short_overrides():
+    cli = train.main(["--config", str(PLANTED), "--model.depth", "2", "--model.init_args.num_heads", "2"], run=False)
+    assert type(cli.model) is ViTClassifier and cli.model.hparams.model_name == "vit_tiny_patch16_224"
+    assert (cli.model.hparams.depth, cli.model.hparams.num_heads) == (2, 2)
+
+
+@pytest.mark.parametrize(
+    "override,message",
+    [
+        (["--data", "gradskip_lightning.data.PlantedShapesDataModule"], "task must be .segmentation.*ViTClassifier"),
+        (["--model", "gradskip_lightning.model.ViTClassifier"], "segmentation data use .*SegmentationModule"),
+    ],
+    ids=["classification data, segmentation model", "segmentation data, classifier"],
+)
+def test_a_model_paired_with_the_other_task_fails_clearly(override, message):
+    with pytest.raises(ValueError, match=message):
+        train.main(["--config", str(SEGFORMER), *override, "--data.img_size", "64"], run=False)
 
 
 @pytest.mark.slow

@@ -9,7 +9,7 @@ from torch.utils.data import DataLoader, Dataset
 
 from gradskip_lightning.data.tags import SpuriousTag, TagMode
 
-Task = Literal["multiclass", "multilabel"]
+Task = Literal["multiclass", "multilabel", "segmentation"]
 SPLITS = ("train", "val", "test")
 
 
@@ -40,7 +40,9 @@ class ImageClassificationDataModule(LightningDataModule):
     ``in_chans``, ``tag`` when not the defaults) in ``__init__`` and implement :meth:`make_split`.
     Each dataset yields ``(image (C, H, W) float32 normalised, label, ...)`` and has ``labels``: an
     int64 tensor (N,) of class indices (``task="multiclass"``; item labels int64 scalars) or (N, C)
-    multi-hot (``task="multilabel"``; item labels (C,) float32 multi-hot).
+    multi-hot (``task="multilabel"``; item labels (C,) float32 multi-hot). Segmentation datamodules
+    (``task="segmentation"``) yield ``(image, label_map (H, W) int64)`` instead, class 0 the
+    background, and their ``labels`` are (N, C) multi-hot of the classes present besides it.
 
     With a :class:`~gradskip_lightning.data.tags.SpuriousTag`, the train, validation and test splits
     carry it alike, and ``setup("test")`` also builds ``clean_test_dataset`` (the test split, no tag
