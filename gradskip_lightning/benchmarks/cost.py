@@ -54,8 +54,18 @@ def timm_model(name: str) -> Built:
 
 def segformer_model(size: int, **config: Any) -> Built:
     """An HF ``SegformerForSemanticSegmentation(SegformerConfig(**config))``, random weights, on
-    (3, size, size) images (imports the optional ``transformers``)."""
-    from transformers import SegformerConfig, SegformerForSemanticSegmentation
+    (3, size, size) images (imports the optional ``transformers``).
+
+    Raises:
+        ImportError: ``transformers`` is not installed.
+    """
+    try:
+        from transformers import SegformerConfig, SegformerForSemanticSegmentation
+    except ImportError as error:
+        raise ImportError(
+            "The SegFormer cost rows need transformers: pip install 'gradskip-lightning[segmentation]', "
+            "or leave the segformer_* models out of --models."
+        ) from error
 
     return SegformerForSemanticSegmentation(SegformerConfig(**config)).eval(), (3, size, size)
 
