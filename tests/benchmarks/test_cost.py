@@ -51,8 +51,8 @@ def test_segformer_record_counts_the_forward_and_a_ratio_per_method():
     assert records["rollout"]["forward_flops"] == records["floor"]["forward_flops"] == 2_146_560
     # The floor adds one activation-only backward, which stops at the tokens entering stage 0.
     assert 1.5 < records["floor"]["ratio_to_forward"] <= 2.2
-    # Every segmentation method runs the capture's backward: at least the floor.
-    assert records["rollout"]["ratio_to_forward"] >= records["floor"]["ratio_to_forward"]
+    # Every segmentation method runs the capture's activation-only backward (rollout included).
+    assert records["rollout"]["ratio_to_forward"] > 1.5
 
 
 @pytest.mark.xfail(
