@@ -11,6 +11,10 @@ subprocess so that one configuration's peak cannot hide another's. Milliseconds:
 ``--repeats`` rounds per method, the methods interleaved in one fresh process per model. The row ``floor`` is what any
 gradient method pays: one forward with non-fused attention (as explaining runs it) and one
 activation-only backward (dy/dx^0 at the tokens entering block 0, no weight gradients); ``x floor`` divides by it.
+
+Models: timm ViTs, and HF SegFormers (optional ``transformers``, imported only for their rows;
+named with ``--models``): a SegFormer map explains class 0 summed over the whole logits grid
+(random weights: a fixed, non-empty target; the cost does not depend on which).
 """
 from __future__ import annotations
 
@@ -21,6 +25,10 @@ import multiprocessing
 import time
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
+from functools import partial
+from typing import Any, Literal
 
 import timm
 import torch
@@ -29,23 +37,132 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from gradskip_lightning.adapters import find_adapter
 from gradskip_lightning.explainer import METHODS, Explainer
+from gradskip_lightning.segmentation import SEGMENTATION_METHODS, explain_segmentation
+from gradskip_lightning.segmentation.capture import explain_mode as segformer_explain_mode
 
-#: (label, timm name, create_model overrides); random weights: cost does not depend on them.
-MODELS = {
-    "vit_base_patch16_224": ("vit_base_patch16_224", {}),
-    "deit_base_distilled_patch16_224": ("deit_base_distilled_patch16_224", {}),
-    "vit_tiny_patch16_224": ("vit_tiny_patch16_224", {}),
-    "vit_large_patch16_384": ("vit_large_patch16_384", {}),
-}
 #: The pseudo-method of the floor row: forward + activation-only backward, no method.
 FLOOR = "floor"
+#: What a registry entry builds: a model with random weights in eval mode, and its (C, H, W) input.
+Built = tuple[nn.Module, tuple[int, int, int]]
+
+
+def timm_model(name: str) -> Built:
+    """``timm.create_model(name)`` with random weights, at its pretrained input size."""
+    model = timm.create_model(name, pretrained=False).eval()
+    return model, model.pretrained_cfg["input_size"]
+
+
+def segformer_model(size: int, **config: Any) -> Built:
+    """An HF ``SegformerForSemanticSegmentation(SegformerConfig(**config))``, random weights, on
+    (3, size, size) images (imports the optional ``transformers``).
+
+    Raises:
+        ImportError: ``transformers`` is not installed.
+    """
+    try:
+        from transformers import SegformerConfig, SegformerForSemanticSegmentation
+    except ImportError as error:
+        raise ImportError(
+            "The SegFormer cost rows need transformers: pip install 'gradskip-lightning[segmentation]', "
+            "or leave the segformer_* models out of --models."
+        ) from error
+
+    return SegformerForSemanticSegmentation(SegformerConfig(**config)).eval(), (3, size, size)
+
+
+def segformer_map(model: nn.Module, method: str) -> Callable[[Tensor], object]:
+    """images (B, 3, H, W) -> ``explain_segmentation`` of class 0 over the whole logits grid
+    (B, ceil(H / stride_0), ceil(W / stride_0))."""
+    stride = model.config.strides[0]
+
+    def run(images: Tensor) -> object:
+        b, _, h, w = images.shape
+        region = torch.ones(b, -(-h // stride), -(-w // stride), dtype=torch.bool)
+        return explain_segmentation(model, images, torch.zeros(b, dtype=torch.long), region, method)
+
+    return run
+
+
+@dataclass(frozen=True)
+class Family:
+    """How the benchmark runs one kind of model.
+
+    Attributes:
+        methods: its method names (the floor comes on top).
+        eager: model -> context with non-fused attention and eval mode, as explaining runs it.
+        logits: (model, images (B, C, H, W)) -> logits (B, K) or (B, K, h, w).
+        first_block: model -> the block whose input tokens x^0 the floor differentiates.
+        explain: (model, method) -> a call images -> one batched map.
+    """
+
+    methods: tuple[str, ...]
+    eager: Callable[[nn.Module], AbstractContextManager]
+    logits: Callable[[nn.Module, Tensor], Tensor]
+    first_block: Callable[[nn.Module], nn.Module]
+    explain: Callable[[nn.Module, str], Callable[[Tensor], object]]
+
+
+ModelFamily = Literal["vit", "segformer"]
+#: Kind of model -> how it is run.
+FAMILIES: dict[ModelFamily, Family] = {
+    "vit": Family(
+        methods=METHODS,
+        eager=lambda model: find_adapter(model).explain_mode(model),
+        logits=lambda model, images: model(images),
+        first_block=lambda model: find_adapter(model).blocks[0],
+        explain=lambda model, method: Explainer(model, method).explain,
+    ),
+    "segformer": Family(
+        methods=tuple(SEGMENTATION_METHODS),
+        eager=segformer_explain_mode,
+        logits=lambda model, images: model(pixel_values=images).logits,
+        first_block=lambda model: model.segformer.stages[0].blocks[0],
+        explain=segformer_map,
+    ),
+}
+
+#: The SegFormer of ``tests/segmentation/conftest.py`` (64 px: stage grids 16/8/4/2).
+TINY_SEGFORMER = {
+    "hidden_sizes": [8, 8, 16, 16],
+    "num_attention_heads": [1, 2, 2, 4],
+    "depths": [1, 2, 1, 1],
+    "sr_ratios": [4, 2, 1, 1],
+    "mlp_ratios": [2, 2, 2, 2],
+    "decoder_hidden_size": 16,
+    "num_labels": 3,
+}
+
+
+@dataclass(frozen=True)
+class CostModel:
+    """A registry entry: the model's family and how to build it (random weights: cost does not
+    depend on them)."""
+
+    family: ModelFamily
+    build: Callable[[], Built]
+
+
+MODELS: dict[str, CostModel] = {
+    "vit_base_patch16_224": CostModel("vit", partial(timm_model, "vit_base_patch16_224")),
+    "deit_base_distilled_patch16_224": CostModel("vit", partial(timm_model, "deit_base_distilled_patch16_224")),
+    "vit_tiny_patch16_224": CostModel("vit", partial(timm_model, "vit_tiny_patch16_224")),
+    "vit_large_patch16_384": CostModel("vit", partial(timm_model, "vit_large_patch16_384")),
+    # MiT-b0 (the SegformerConfig defaults) with ADE20K's 150 classes, at 512 x 512.
+    "segformer_mit_b0_512": CostModel("segformer", partial(segformer_model, 512, num_labels=150)),
+    "segformer_tiny_64": CostModel("segformer", partial(segformer_model, 64, **TINY_SEGFORMER)),
+}
+#: Measured when --models is not given (the others only when named).
+DEFAULT_MODELS = ("vit_base_patch16_224", "deit_base_distilled_patch16_224", "vit_tiny_patch16_224")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--models", nargs="+", default=[m for m in MODELS if m != "vit_large_patch16_384"],
-                        choices=list(MODELS), help="vit_large_patch16_384 only when named (about 3 GiB per image)")
-    parser.add_argument("--methods", nargs="+", default=[*METHODS, FLOOR], choices=[*METHODS, FLOOR],
-                        help=f"methods to measure; {FLOOR!r} is the forward + activation-only backward row")
+    parser.add_argument("--models", nargs="+", default=list(DEFAULT_MODELS), choices=list(MODELS),
+                        help="vit_large_patch16_384 (about 3 GiB per image) and the SegFormers (need "
+                             "transformers) only when named")
+    every = dict.fromkeys(m for family in FAMILIES.values() for m in (*family.methods, FLOOR))
+    parser.add_argument("--methods", nargs="+", default=None, choices=list(every),
+                        help=f"methods to measure (default: every method of each model's family); {FLOOR!r} "
+                             "is the forward + activation-only backward row; a method a model lacks is skipped")
     parser.add_argument("--batch-size", type=int, default=8, help="batch of the timed and memory-measured calls")
     parser.add_argument("--repeats", type=int, default=2,
                         help="timed rounds (methods interleaved, fastest kept; 0: no timing)")
@@ -58,24 +175,23 @@ def count_flops(fn: Callable[[], object]) -> int:
     return counter.get_total_flops()
 
 
-def forward_flops(model: nn.Module, images: Tensor) -> int:
+def forward_flops(model: nn.Module, family: Family, images: Tensor) -> int:
     """FLOPs of one plain forward with non-fused attention (as counted for the maps)."""
-    with find_adapter(model).explain_mode(model), torch.no_grad():
-        return count_flops(lambda: model(images))
+    with family.eager(model), torch.no_grad():
+        return count_flops(lambda: family.logits(model, images))
 
 
-def floor_pass(model: nn.Module) -> Callable[[Tensor], Tensor]:
-    """images (B, C, H, W) -> dy/dx^0 (B, N, D) at the tokens entering block 0, y the sum of the
-    predicted logits: one forward with non-fused attention and one activation-only backward, the
-    floor of every gradient method."""
-    adapter = find_adapter(model)
+def floor_pass(model: nn.Module, family: Family) -> Callable[[Tensor], Tensor]:
+    """images (B, C, H, W) -> dy/dx^0 (B, N, D) at the tokens entering the first block, y the sum
+    of the predicted logits (over every position for a SegFormer): one forward with non-fused
+    attention and one activation-only backward, the floor of every gradient method."""
 
     def run(images: Tensor) -> Tensor:
         tokens = []
-        hook = adapter.blocks[0].register_forward_pre_hook(lambda _m, args: tokens.append(args[0]))
+        hook = family.first_block(model).register_forward_pre_hook(lambda _m, args: tokens.append(args[0]))
         try:
-            with adapter.explain_mode(model), torch.enable_grad():
-                logits = model(images.detach().clone().requires_grad_(True))
+            with family.eager(model), torch.enable_grad():
+                logits = family.logits(model, images.detach().clone().requires_grad_(True))
         finally:
             hook.remove()
         (grad,) = torch.autograd.grad(logits.max(dim=1).values.sum(), tokens[0])
@@ -116,25 +232,30 @@ def peak_mib(run: Callable[[], object]) -> float:
 
 def load(label: str, batch_size: int) -> tuple[nn.Module, Tensor, Tensor]:
     """The model of ``label`` (random weights, eval), one image and a batch at its input size."""
-    name, overrides = MODELS[label]
     torch.manual_seed(0)
-    model = timm.create_model(name, pretrained=False, **overrides).eval()
-    c, h, w = model.pretrained_cfg["input_size"]
+    model, (c, h, w) = MODELS[label].build()
     return model, torch.randn(1, c, h, w), torch.randn(batch_size, c, h, w)
 
 
-def map_call(model: nn.Module, method: str) -> Callable[[Tensor], object]:
+def map_call(model: nn.Module, family: Family, method: str) -> Callable[[Tensor], object]:
     """images -> one batched map of ``method`` (or the floor's forward + backward)."""
-    return floor_pass(model) if method == FLOOR else Explainer(model, method).explain
+    return floor_pass(model, family) if method == FLOOR else family.explain(model, method)
+
+
+def methods_of(label: str, wanted: list[str] | None) -> list[str]:
+    """The methods measured on model ``label``: ``wanted`` (None: all) that its family has, and the floor."""
+    offered = [*FAMILIES[MODELS[label].family].methods, FLOOR]
+    return offered if wanted is None else [m for m in wanted if m in offered]
 
 
 def measure(label: str, method: str, batch_size: int) -> dict:
     """One row without timing: peak memory of the first batched call, then FLOPs of one image.
     Meant to run alone in a fresh process (see :func:`in_fresh_process`)."""
     model, one, batch = load(label, batch_size)
-    call = map_call(model, method)
+    family = FAMILIES[MODELS[label].family]
+    call = map_call(model, family, method)
     peak = peak_mib(lambda: call(batch))
-    forward, per_map = forward_flops(model, one), count_flops(lambda: call(one))
+    forward, per_map = forward_flops(model, family, one), count_flops(lambda: call(one))
     return {
         "model": label,
         "method": method,
@@ -151,7 +272,8 @@ def measure(label: str, method: str, batch_size: int) -> dict:
 def time_methods(label: str, methods: list[str], batch_size: int, repeats: int) -> dict[str, float]:
     """:func:`ms_per_map` of every method on model ``label``, all in this (fresh) process."""
     model, _, batch = load(label, batch_size)
-    return ms_per_map({method: map_call(model, method) for method in methods}, batch, repeats)
+    family = FAMILIES[MODELS[label].family]
+    return ms_per_map({method: map_call(model, family, method) for method in methods}, batch, repeats)
 
 
 def in_fresh_process(fn: Callable[..., dict], *args: object) -> dict:
@@ -173,9 +295,13 @@ def run(args: argparse.Namespace) -> list[dict]:
     print(f"{'model':32s} {'method':14s} {'fwd GFLOPs':>10s} {'GFLOPs/map':>10s} {'x forward':>9s} "
           f"{'ms/map':>9s} {'MiB/image':>9s} {'x floor':>7s}")
     for label in args.models:
-        rows = [in_fresh_process(measure, label, method, args.batch_size) for method in args.methods]
+        methods = methods_of(label, args.methods)
+        if not methods:
+            print(f"{label}: none of {args.methods} applies to a {MODELS[label].family} model; skipped")
+            continue
+        rows = [in_fresh_process(measure, label, method, args.batch_size) for method in methods]
         timed = args.repeats > 0
-        timings = in_fresh_process(time_methods, label, args.methods, args.batch_size, args.repeats) if timed else {}
+        timings = in_fresh_process(time_methods, label, methods, args.batch_size, args.repeats) if timed else {}
         floor = next((r for r in rows if r["method"] == FLOOR), None)
         for record in rows:
             record["ms_per_map"] = timings.get(record["method"], math.nan)
