@@ -36,13 +36,10 @@ def raw_attention(attn_last: Tensor, readout: Tensor) -> Tensor:
     return torch.einsum("bij,bi->bj", attn_last.mean(dim=1), readout)
 
 
-def rollout_matrix(attn: Tensor, key_to_token: Tensor | None = None) -> Tensor:
-    """Rollout's matrix of one block, M = rownorm(mean_h A + I): (B, H, N, N) -> (B, N, N).
-
-    With ``key_to_token`` S (M, N) (rows summing to 1) for an attention (B, H, N, M) over M
-    reduced keys: M = rownorm(mean_h A S + I).
-    """
-    mean = attn.mean(dim=1) if key_to_token is None else attn.mean(dim=1) @ key_to_token
+def rollout_matrix(attn: Tensor) -> Tensor:
+    """Rollout's matrix of one block, M = rownorm(mean_h A + I): (B, H, N, N) -> (B, N, N)
+    (over M reduced keys: :func:`rollout_step`)."""
+    mean = attn.mean(dim=1)
     return normalise(mean + torch.eye(mean.shape[-1], device=mean.device, dtype=mean.dtype))
 
 
@@ -70,7 +67,17 @@ def chefer_step(relevance: Tensor, attn: Tensor, attn_grad: Tensor, key_to_token
     is mean_h (dA * A)^+ S.
     """
     matrix = (attn_grad * attn).clamp_min(0).mean(dim=1)
-    return relevance + propagate_block(relevance, matrix if key_to_token is None else matrix @ key_to_token)
+    down = propagate_block(relevance, matrix)
+    return relevance + (down if key_to_token is None else down @ key_to_token)
+
+
+def rollout_step(relevance: Tensor, attn: Tensor, key_to_token: Tensor) -> Tensor:
+    """One rollout block down over M reduced keys, without forming rownorm(mean_h A S + I) (N, N):
+    S's rows sum to 1, so the row sums are r = rowsum(mean_h A) + 1 and the step is
+    S^T (mean_h A)^T (R / r) + R / r; (B, N), (B, H, N, M), (M, N) -> (B, N)."""
+    mean = attn.mean(dim=1)
+    scaled = relevance / (mean.sum(dim=-1) + 1.0)
+    return propagate_block(scaled, mean) @ key_to_token + scaled
 
 
 def chefer(attn: list[Tensor], attn_grad: list[Tensor], readout: Tensor) -> Tensor:

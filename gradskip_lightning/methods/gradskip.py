@@ -188,6 +188,23 @@ def propagate_block(relevance: Tensor, matrix: Tensor, beta_main: Tensor | None 
     return torch.einsum("bij,bi->bj", matrix, beta_main * relevance) + (1.0 - beta_main) * relevance
 
 
+def propagate_through_keys(relevance: Tensor, w: Tensor, key_to_token: Tensor, beta_main: Tensor) -> Tensor:
+    """:func:`propagate_block` with M = rows_or_identity(W S), without forming the (N, N) matrix M.
+
+    W >= 0 and S's rows sum to 1, so W S has W's row sums and W's empty rows: rownorm(W S) =
+    rownorm(W) S, and R^{l-1} = S^T rownorm(W)^T (beta R^l) + [empty rows] beta R^l + (1 - beta) R^l,
+    O(B N M) instead of O(B N M N).
+
+    Args:
+        relevance: R^l, (B, N); w: W, (B, N, M), non-negative; key_to_token: S, (M, N);
+            beta_main: (B, N).
+    """
+    kept = beta_main * relevance
+    empty = w.sum(dim=-1) <= 0
+    through = torch.einsum("bij,bi->bj", normalise(w), kept) @ key_to_token
+    return through + torch.where(empty, kept, torch.zeros_like(kept)) + (1.0 - beta_main) * relevance
+
+
 def patch_tokens_only(tensors: BlockTensors, prefix: int) -> BlockTensors:
     """Block tensors restricted to patch tokens, attention rows re-normalised (``cls_mode="paper"``)."""
     cut = lambda t: None if t is None else t[..., prefix:, :]  # noqa: E731 - token axis -2 of (B, N, D)
@@ -237,12 +254,15 @@ def block_step(
     attn, attn_grad = tensors.attn, tensors.attn_grad
     omega, g_tilde, s_tilde = head_weights(attn, attn_grad, options)
     w = mixed_attention(attn, attn_grad, tensors.value_norm, omega, options)
-    w = rows_or_identity(w if key_to_token is None else w @ key_to_token)
     if options.gate == "off":
         beta = torch.ones_like(relevance)
     else:
         beta = skip_gates(tensors.block_input, tensors.branch, tensors.branch_grad, options.gate, options.eps)
-    return BlockStep(tensors.layer, relevance, propagate_block(relevance, w, beta), omega, g_tilde, s_tilde, beta)
+    if key_to_token is None:
+        below = propagate_block(relevance, rows_or_identity(w), beta)
+    else:
+        below = propagate_through_keys(relevance, w, key_to_token, beta)
+    return BlockStep(tensors.layer, relevance, below, omega, g_tilde, s_tilde, beta)
 
 
 class GradSkipVisitor:

@@ -31,6 +31,7 @@ from gradskip_lightning.segmentation.propagation import (
     raw_attention_segmentation,
     rollout_segmentation,
     segmentation_spec,
+    spread_to_cells,
 )
 
 __all__ = [
@@ -60,4 +61,5 @@ __all__ = [
     "raw_attention_segmentation",
     "rollout_segmentation",
     "segmentation_spec",
+    "spread_to_cells",
 ]

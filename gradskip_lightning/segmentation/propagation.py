@@ -15,7 +15,7 @@ import torch
 from torch import Tensor
 
 from gradskip_lightning.adapters import BlockTensors
-from gradskip_lightning.methods.baselines import NoOptions, RandomOptions, chefer_step, random_relevance, rollout_matrix
+from gradskip_lightning.methods.baselines import NoOptions, RandomOptions, chefer_step, random_relevance, rollout_step
 from gradskip_lightning.methods.gradskip import BlockStep, GradSkipOptions, block_step, propagate_block
 from gradskip_lightning.methods.output import normalise
 from gradskip_lightning.methods.registry import build_options
@@ -51,6 +51,26 @@ def cell_spread(
     if (cells.sum(dim=-1) == 0).any():
         raise ValueError(f"A {coarse} grid at stride {stride} over a {fine} grid has cells with no token.")
     return normalise(cells)
+
+
+def spread_to_cells(relevance: Tensor, coarse: tuple[int, int], fine: tuple[int, int], stride: int) -> Tensor:
+    """``relevance @ cell_spread(coarse, fine, stride)`` without the (N_coarse, N_fine) matrix:
+    (B, N_coarse) -> (B, N_fine), each coarse token's relevance split evenly over its stride cell.
+
+    Example:
+        >>> spread_to_cells(torch.tensor([[1.0, 2.0]]), (1, 2), (1, 3), 2)
+        tensor([[0.5000, 0.5000, 2.0000]])
+
+    Raises:
+        ValueError: a coarse token's cell holds no fine token.
+    """
+    rows, cols = (torch.arange(f, device=relevance.device) // stride for f in fine)
+    inside = ((rows < coarse[0])[:, None] & (cols < coarse[1])[None, :]).flatten()
+    cell = (rows[:, None] * coarse[1] + cols[None, :]).flatten().clamp_max(coarse[0] * coarse[1] - 1)
+    counts = torch.bincount(cell[inside], minlength=coarse[0] * coarse[1])
+    if (counts == 0).any():
+        raise ValueError(f"A {coarse} grid at stride {stride} over a {fine} grid has cells with no token.")
+    return torch.where(inside, (relevance / counts.to(relevance.dtype))[:, cell], 0.0)
 
 
 def key_to_token(stage: StageTensors) -> Tensor:
@@ -131,8 +151,7 @@ def propagate(capture: SegmentationCapture, rule: BlockRule) -> SegmentationRele
             relevance = below
         arriving = None
         if s > 0:
-            cells = cell_spread(stage.grid, capture.stages[s - 1].grid, stage.stride, top.device, top.dtype)
-            arriving = relevance @ cells
+            arriving = spread_to_cells(relevance, stage.grid, capture.stages[s - 1].grid, stage.stride)
         stages.append(StageRelevance(s, starts[s], top, relevance, arriving))
     h, w = capture.stages[0].grid
     return SegmentationRelevance(relevance.reshape(-1, h, w), blocks, stages)
@@ -161,25 +180,26 @@ def gradskip_segmentation(capture: SegmentationCapture, options: GradSkipOptions
 def raw_attention_segmentation(capture: SegmentationCapture, options: NoOptions | None = None) -> SegmentationRelevance:
     """Raw attention: the top block (last block of the top stage) by rownorm(mean_h A S), every
     other block passes relevance through; same transitions and decoder starts (the ViT baseline
-    reads the CLS row of that matrix; SegFormer has no CLS token). ``options`` is unused."""
+    reads the CLS row of that matrix; SegFormer has no CLS token). ``options`` is unused. Applied
+    as (R^T mean_h A) S, never forming the (N, N) matrix."""
     top = capture.stages[-1].blocks[-1].layer
 
     def rule(relevance: Tensor, tensors: BlockTensors, spread: Tensor) -> Tensor:
         if tensors.layer != top:
             return relevance
-        return propagate_block(relevance, normalise(tensors.attn.mean(dim=1) @ spread))
+        return propagate_block(relevance, tensors.attn.mean(dim=1)) @ spread  # rows of A and S sum to 1
 
     return propagate(capture, rule)
 
 
 def rollout_segmentation(capture: SegmentationCapture, options: NoOptions | None = None) -> SegmentationRelevance:
-    """Rollout: each block by rownorm(mean_h A S + I), from the same decoder starts (``options``
-    is unused)."""
-    return propagate(capture, lambda r, tensors, spread: propagate_block(r, rollout_matrix(tensors.attn, spread)))
+    """Rollout: each block by rownorm(mean_h A S + I) (:func:`rollout_step`, without the (N, N)
+    matrix), from the same decoder starts (``options`` is unused)."""
+    return propagate(capture, lambda r, tensors, spread: rollout_step(r, tensors.attn, spread))
 
 
 def chefer_segmentation(capture: SegmentationCapture, options: NoOptions | None = None) -> SegmentationRelevance:
-    """Chefer et al. 2021: each block by R + (mean_h (dA * A)^+ S)^T R, through the same stage
+    """Chefer et al. 2021: each block by R + S^T (mean_h (dA * A)^+)^T R, through the same stage
     transitions and from the same decoder starts (does not conserve; the map is then divided by
     its total so that it sums to 1 like the others; ``options`` is unused)."""
     result = propagate(capture, lambda r, tensors, spread: chefer_step(r, tensors.attn, tensors.attn_grad, spread))

@@ -3,20 +3,13 @@ import pytest
 import torch
 from transformers import SegformerConfig, SegformerForSemanticSegmentation
 
+from gradskip_lightning.benchmarks.cost import TINY_SEGFORMER
+
 
 def tiny_segformer(seed: int = 0) -> SegformerForSemanticSegmentation:
     """4 stages (grids 16/8/4/2 on 64 px), reductions 4/2/1/1, widths 8-16, depths 1/2/1/1."""
     torch.manual_seed(seed)
-    config = SegformerConfig(
-        hidden_sizes=[8, 8, 16, 16],
-        num_attention_heads=[1, 2, 2, 4],
-        depths=[1, 2, 1, 1],
-        sr_ratios=[4, 2, 1, 1],
-        mlp_ratios=[2, 2, 2, 2],
-        decoder_hidden_size=16,
-        num_labels=3,
-    )
-    return SegformerForSemanticSegmentation(config).eval()
+    return SegformerForSemanticSegmentation(SegformerConfig(**TINY_SEGFORMER)).eval()  # the cost benchmark's too
 
 
 @pytest.fixture

@@ -2,7 +2,8 @@ import pytest
 import torch
 
 from gradskip_lightning.methods import GradSkipOptions
-from gradskip_lightning.methods.baselines import rollout_matrix
+from gradskip_lightning.methods.baselines import rollout_step
+from gradskip_lightning.methods.gradskip import propagate_block, propagate_through_keys, rows_or_identity
 from gradskip_lightning.segmentation import (
     CONSERVING,
     SEGMENTATION_METHODS,
@@ -13,6 +14,7 @@ from gradskip_lightning.segmentation import (
     gradskip_segmentation,
     key_to_token,
     rollout_segmentation,
+    spread_to_cells,
 )
 
 TARGETS = torch.tensor([0, 1, 2])
@@ -92,11 +94,27 @@ def test_gradskip_internals_have_the_heads_of_each_stage(segformer, images):
         gradskip_segmentation(capture_segmentation(segformer, images, TARGETS), GradSkipOptions(completeness=True))
 
 
-def test_rollout_matrix_of_uniform_attention_over_reduced_keys():
+def test_rollout_step_of_uniform_attention_over_reduced_keys():
     spread = cell_spread((2, 2), (4, 4), 2, torch.device("cpu"), torch.float64)  # 4 keys, 16 tokens
     attn = torch.full((1, 2, 16, 4), 0.25, dtype=torch.float64)
-    expected = (torch.full((16, 16), 1 / 16, dtype=torch.float64) + torch.eye(16, dtype=torch.float64)) / 2
-    torch.testing.assert_close(rollout_matrix(attn, spread)[0], expected)
+    matrix = (torch.full((16, 16), 1 / 16, dtype=torch.float64) + torch.eye(16, dtype=torch.float64)) / 2
+    relevance = torch.rand(1, 16, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+    torch.testing.assert_close(rollout_step(relevance, attn, spread), relevance @ matrix)
+
+
+def test_steps_over_keys_equal_the_dense_n_by_n_matrices():
+    """The key-space steps (no (N, N) matrix) against rownorm(W S) and R @ cell_spread, formed densely."""
+    generator = torch.Generator().manual_seed(0)
+    spread = cell_spread((2, 3), (5, 6), 2, torch.device("cpu"), torch.float64)  # 6 keys, 30 tokens (rows clipped)
+    w = torch.rand(2, 30, 6, dtype=torch.float64, generator=generator)
+    w[0, 3] = 0.0  # a query with no attention passes its relevance on (identity row)
+    relevance, beta = torch.rand(2, 30, dtype=torch.float64, generator=generator), torch.rand(2, 30, dtype=torch.float64)
+    dense = rows_or_identity(w @ spread)
+    expected = propagate_block(relevance, dense, beta)
+    torch.testing.assert_close(propagate_through_keys(relevance, w, spread, beta), expected)
+    coarse = torch.rand(2, 6, dtype=torch.float64, generator=generator)
+    fine = cell_spread((2, 3), (3, 5), 2, torch.device("cpu"), torch.float64)
+    torch.testing.assert_close(spread_to_cells(coarse, (2, 3), (3, 5), 2), coarse @ fine)
 
 
 def test_rollout_shapes(segformer, images):
