@@ -108,7 +108,7 @@ def test_steps_over_keys_equal_the_dense_n_by_n_matrices():
     spread = cell_spread((2, 3), (5, 6), 2, torch.device("cpu"), torch.float64)  # 6 keys, 30 tokens (rows clipped)
     w = torch.rand(2, 30, 6, dtype=torch.float64, generator=generator)
     w[0, 3] = 0.0  # a query with no attention passes its relevance on (identity row)
-    relevance, beta = torch.rand(2, 30, dtype=torch.float64, generator=generator), torch.rand(2, 30, dtype=torch.float64)
+    relevance, beta = torch.rand(2, 2, 30, dtype=torch.float64, generator=generator)
     dense = rows_or_identity(w @ spread)
     expected = propagate_block(relevance, dense, beta)
     torch.testing.assert_close(propagate_through_keys(relevance, w, spread, beta), expected)
