@@ -82,7 +82,9 @@ class GradSkipCallback(Callback):
 
     - ``faithfulness/P{insertion,deletion,ins_minus_del,fvt_violation}``;
     - ``regions/P{pointing_game,mass/<region>,rank/<region>}`` for probes with named regions
-      (relevance mass and rank accuracy, Arras et al. 2022; the Pointing Game on "object");
+      (relevance mass and rank accuracy, Arras et al. 2022; the Pointing Game on "object") and
+      ``regions/P{pixel_accuracy,mean_iou,average_precision}`` (the map thresholded at its mean,
+      and its average precision, against "object"; Chefer et al. 2021);
     - ``transplant/P{flip_rate,tag_mass}`` with ``transplant`` (see :mod:`.transplant`);
     - ``drift/P{prev,first}/{spearman,topk_iou}`` from the second logged epoch on;
     - ``gates/Player_<l>`` (mean beta_main), ``heads/P{omega,grad_flow,sparsity}`` (layer x head
@@ -122,6 +124,16 @@ class GradSkipCallback(Callback):
     Multi-label models (datamodule ``task == "multilabel"`` or multi-hot labels (C,)) explain one
     positive label per probe (the rarest, see :mod:`.probes`) and score it with its sigmoid
     probability.
+
+    Segmentation models (an HF SegFormer, or a LightningModule holding one, such as
+    :class:`~gradskip_lightning.segmentation.module.SegmentationModule`) are explained with
+    :class:`~gradskip_lightning.segmentation.SegmentationExplainer`: each probe explains one class
+    present in its label map (the rarest; drawn from items ``(image, label map)``) over the
+    positions the model predicts as that class, and that class's pixels are its ``"object"``
+    region. Insertion/deletion and the violation test then score the mean logit of the class over
+    those positions (AUCs in logits), and ``regions/P{pixel_accuracy,mean_iou,average_precision}``
+    score the map against the class's pixels (these three are logged for any probes with an
+    ``"object"`` region). ``lrp`` and ``transplant`` are for classifiers only.
 
     Args:
         probe_images: explicit probes (P, C, H, W), normalised as the model expects; None draws

@@ -1,5 +1,9 @@
-"""GradSkip for semantic segmentation with HF ``transformers`` SegFormer (imported only here,
-so the classification path never needs ``transformers``)."""
+"""GradSkip for semantic segmentation with HF ``transformers`` SegFormer: the explainer, the
+methods and :class:`~gradskip_lightning.segmentation.module.SegmentationModule`.
+
+``transformers`` is imported only when a SegFormer is used (``SegmentationModule`` is loaded on
+first access), so the classification path never needs it.
+"""
 from gradskip_lightning.segmentation.capture import (
     SegformerCascade,
     SegmentationCapture,
@@ -39,6 +43,7 @@ __all__ = [
     "SEGMENTATION_METHODS",
     "BlockRelevance",
     "SegformerCascade",
+    "SegmentationModule",
     "SegmentationCapture",
     "SegmentationExplainer",
     "SegmentationExplanation",
@@ -63,3 +68,12 @@ __all__ = [
     "segmentation_spec",
     "spread_to_cells",
 ]
+
+
+def __getattr__(name: str):
+    """``SegmentationModule`` on first access (it imports ``transformers``)."""
+    if name == "SegmentationModule":
+        from gradskip_lightning.segmentation.module import SegmentationModule
+
+        return SegmentationModule
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
