@@ -14,7 +14,7 @@ import torch
 from torch import Tensor, nn
 
 from gradskip_lightning.adapters import find_adapter
-from gradskip_lightning.benchmarks.cost import count_flops, forward_flops
+from gradskip_lightning.benchmarks.cost import FAMILIES, count_flops, forward_flops
 from gradskip_lightning.explainer import Explainer
 
 from .records import Row
@@ -75,4 +75,4 @@ class Cost:
 def cost(fn: MapFn, model: nn.Module, image: Tensor, target: Tensor) -> Cost:
     """GFLOPs per map and the ratio to one forward, for one image (1, C, H, W)."""
     per_map = flops_per_map(fn, model, image, target)
-    return Cost(per_map / 1e9, per_map / forward_flops(model, image))
+    return Cost(per_map / 1e9, per_map / forward_flops(model, FAMILIES["vit"], image))
