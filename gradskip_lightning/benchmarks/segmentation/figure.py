@@ -40,14 +40,15 @@ def write_figure(
     display = to_display(subset.images[:count], datamodule.mean, datamodule.std)
     columns = [("image", display), ("square", overlay(display, subset.masks[:count].float(), alpha=0.6))]
     columns += [(title, overlay(display, maps[name][:count])) for name, title in FIGURE_METHODS.items() if name in maps]
-    figure, axes = plt.subplots(count, len(columns), figsize=(1.15 * len(columns), 1.15 * count + 0.35), squeeze=False)
+    height = 1.15 * count + 0.4
+    figure, axes = plt.subplots(count, len(columns), figsize=(1.15 * len(columns), height), squeeze=False)
     for col, (title, images) in enumerate(columns):
         axes[0, col].set_title(title, fontsize=8)
         for row in range(count):
             axes[row, col].imshow(np.asarray(images[row]), interpolation="nearest")
             axes[row, col].axis("off")
     figure.suptitle(f"planted-shapes SegFormer (training seed {seed}): maps of the square's class", fontsize=8)
-    figure.tight_layout(pad=0.2)
+    figure.tight_layout(pad=0.2, rect=(0.0, 0.0, 1.0, 1.0 - 0.22 / height))
     path.parent.mkdir(parents=True, exist_ok=True)
     figure.savefig(path, dpi=110)
     plt.close(figure)
