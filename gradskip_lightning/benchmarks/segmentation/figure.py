@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+import io
 from pathlib import Path
 
 import numpy as np
 from lightning.pytorch import LightningDataModule
+from PIL import Image
 from torch import Tensor
 
 from gradskip_lightning.render import overlay, to_display
 
 from .models import SegmentationSubset
 
+#: Colours of the saved PNG's palette (a palette image is a third of the size of an RGB one).
+PALETTE_COLOURS = 256
 #: The figure's map columns, in order (those run), with their titles.
 FIGURE_METHODS: dict[str, str] = {
     "gradskip": "GradSkip",
@@ -31,7 +35,8 @@ def write_figure(
     seed: int,
 ) -> None:
     """Save a PNG of the first ``count`` subset images: the image, its square, then each method's map
-    (``maps``: name -> (>= count, H, W), of the model of training seed ``seed``) over the image."""
+    (``maps``: name -> (>= count, H, W), of the model of training seed ``seed``) over the image; the
+    PNG has a palette of ``PALETTE_COLOURS`` colours."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -49,6 +54,8 @@ def write_figure(
             axes[row, col].axis("off")
     figure.suptitle(f"planted-shapes SegFormer (training seed {seed}): maps of the square's class", fontsize=8)
     figure.tight_layout(pad=0.2, rect=(0.0, 0.0, 1.0, 1.0 - 0.22 / height))
-    path.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(path, dpi=110)
+    buffer = io.BytesIO()
+    figure.savefig(buffer, dpi=110)
     plt.close(figure)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    Image.open(buffer).convert("RGB").quantize(colors=PALETTE_COLOURS).save(path, optimize=True)
