@@ -181,7 +181,8 @@ def run(args: argparse.Namespace) -> list[dict]:
     facts = {**machine(), "cpu_seconds": cpu, "load_average": os.getloadavg()[0]}
     print(f"\nsegmentation benchmark: {wall / 60:.1f} min wall, {cpu / 60:.1f} min CPU time on {facts['threads']} threads")
     if args.markdown is not None:
-        command = "python -m gradskip_lightning.benchmarks " + " ".join(sys.argv[1:])
+        threads = f"OMP_NUM_THREADS={os.environ['OMP_NUM_THREADS']} " if "OMP_NUM_THREADS" in os.environ else ""
+        command = f"{threads}python -m gradskip_lightning.benchmarks " + " ".join(sys.argv[1:])
         report.write_markdown(
             args.markdown,
             records,

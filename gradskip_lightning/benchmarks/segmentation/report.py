@@ -112,9 +112,9 @@ def markdown(
         f"wall, {machine['cpu_seconds'] / 60:.1f} min CPU time; 1-minute load average at the end "
         f"{machine['load_average']:.1f} (the machine is shared)."
     )
-    epochs = f"configs/{CONFIG}.yaml's epochs" if settings.epochs is None else f"{settings.epochs} epochs (--epochs)"
+    epochs = "its epochs" if settings.epochs is None else f"{settings.epochs} epochs (--epochs)"
     method = (
-        f"Models trained with configs/{CONFIG}.yaml's model and data settings and {epochs}. "
+        f"Models trained with the model and data settings of configs/{CONFIG}.yaml and {epochs}. "
         f"{settings.test_size} test images (subset seed {settings.subset_seed}), each explained for its square's "
         "class over the positions predicted as that class (the whole grid where none is). PA, mIoU: the map "
         "thresholded at its mean against the square's pixels; AP: the soft map's pixels ranked against them; "
