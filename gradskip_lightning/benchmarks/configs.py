@@ -1,5 +1,6 @@
 """The model and data settings of the repository's ``configs/*.yaml``, so benchmarks train what
 ``train.py`` trains (one source of truth, no copies)."""
+
 from __future__ import annotations
 
 import importlib

@@ -38,7 +38,9 @@ def test_quick_run_writes_records_markdown_figure_and_reloads(tmp_path):
     argv = ["segmentation", "--quick", "--save-checkpoints", str(ckpt), "--markdown", str(doc), "--figure", str(figure)]
     main(argv + ["--json", str(out)])
     records = json.loads(out.read_text())
-    by_kind = {kind: [r for r in records if r["record"] == kind] for kind in ("model", "score", "interval", "difference")}
+    by_kind = {
+        kind: [r for r in records if r["record"] == kind] for kind in ("model", "score", "interval", "difference")
+    }
     assert sum(map(len, by_kind.values())) == len(records)
     assert [(m["seed"], m["images"], m["epochs"]) for m in by_kind["model"]] == [(0, 8, 1), (1, 8, 1)]
     for model in by_kind["model"]:
@@ -53,7 +55,9 @@ def test_quick_run_writes_records_markdown_figure_and_reloads(tmp_path):
         ins, dele = record["scores"]["insertion"], record["scores"]["deletion"]
         assert math.isclose(record["scores"]["insertion_minus_deletion"], ins - dele, abs_tol=1e-9)
     random = [r for r in by_kind["score"] if r["method"] == "random"]
-    assert all(0.3 < r["scores"]["pixel_accuracy"] < 0.7 for r in random)  # half the pixels lie above a noise map's mean
+    assert all(
+        0.3 < r["scores"]["pixel_accuracy"] < 0.7 for r in random
+    )  # half the pixels lie above a noise map's mean
     assert [r["method"] for r in by_kind["interval"]] == list(METHODS)
     for record in by_kind["interval"]:
         assert record["seeds"] == [0, 1]
@@ -116,7 +120,13 @@ def _runs(method: str, value: float) -> list[SeedScores]:
     for seed in (0, 1):
         values = {s.name: torch.full((4,), value, dtype=torch.float64) + 0.01 * seed for s in SCORES}
         record = SegmentationScoreRecord(
-            "d", seed, method, "engine", 4, 1.0 + seed, {k: v.mean().item() for k, v in values.items()},
+            "d",
+            seed,
+            method,
+            "engine",
+            4,
+            1.0 + seed,
+            {k: v.mean().item() for k, v in values.items()},
             {s.name: value for s in POOLED},
         )
         runs.append(SeedScores(record, values))
@@ -130,7 +140,9 @@ def test_differences_give_verdicts_by_direction_and_intervals_span_the_seeds():
     assert [r.method for r in intervals] == ["gradskip", "rollout", "random"]
     gradskip = intervals[0]
     assert gradskip.ms_per_map == 1.5 and gradskip.seeds == (0, 1)
-    assert gradskip.scores["mean_iou"].low == pytest.approx(0.8) and gradskip.scores["mean_iou"].high == pytest.approx(0.81)
+    assert gradskip.scores["mean_iou"].low == pytest.approx(0.8) and gradskip.scores["mean_iou"].high == pytest.approx(
+        0.81
+    )
     verdicts = {(d.reference, d.score): d.verdict for d in paired_differences(runs, settings)}
     assert verdicts[("rollout", "mean_iou")] == "ahead" and verdicts[("rollout", "deletion")] == "behind"
     assert verdicts[("random", "mean_iou")] == "tied"

@@ -100,7 +100,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def score_method(
-    name: str, model: torch.nn.Module, subset: SegmentationSubset, regions: torch.Tensor, args: argparse.Namespace, seed: int
+    name: str,
+    model: torch.nn.Module,
+    subset: SegmentationSubset,
+    regions: torch.Tensor,
+    args: argparse.Namespace,
+    seed: int,
 ) -> tuple[SeedScores, torch.Tensor]:
     """Maps of method ``name`` on the subset, their per-image and pooled scores, and the maps (n, H, W)."""
     spec = METHODS[name]
@@ -179,7 +184,9 @@ def run(args: argparse.Namespace) -> list[dict]:
     print("\n".join(["", *report.section_body(records)]), flush=True)
     wall, cpu = time.perf_counter() - start, time.process_time() - cpu_start
     facts = {**machine(), "cpu_seconds": cpu, "load_average": os.getloadavg()[0]}
-    print(f"\nsegmentation benchmark: {wall / 60:.1f} min wall, {cpu / 60:.1f} min CPU time on {facts['threads']} threads")
+    print(
+        f"\nsegmentation benchmark: {wall / 60:.1f} min wall, {cpu / 60:.1f} min CPU time on {facts['threads']} threads"
+    )
     if args.markdown is not None:
         threads = f"OMP_NUM_THREADS={os.environ['OMP_NUM_THREADS']} " if "OMP_NUM_THREADS" in os.environ else ""
         command = f"{threads}python -m gradskip_lightning.benchmarks " + " ".join(sys.argv[1:])

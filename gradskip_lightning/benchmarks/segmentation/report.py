@@ -123,7 +123,7 @@ def markdown(
         f"Cells: mean [{bootstrap.level:.0%} hierarchical bootstrap interval] over seeds and images "
         f"({bootstrap.resamples} resamples, generator seed {bootstrap.seed}); pooled PA/mIoU: over all the "
         "subset's pixels per seed, mean [lowest, highest seed]. Differences are per image on the same images "
-        "and models; \"tied\" when the interval contains 0."
+        'and models; "tied" when the interval contains 0.'
     )
     lines = [BEGIN, "", f"Command: `{command}`", "", facts, "", method, "", *section_body(records), "", END]
     return "\n".join(lines)
