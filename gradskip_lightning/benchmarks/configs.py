@@ -1,5 +1,6 @@
 """The model and data settings of the repository's ``configs/*.yaml``, so benchmarks train what
 ``train.py`` trains (one source of truth, no copies)."""
+
 from __future__ import annotations
 
 import importlib
@@ -9,6 +10,8 @@ from typing import Any
 import yaml
 
 CONFIGS_DIR = Path(__file__).resolve().parents[2] / "configs"
+#: The model of a config whose ``model`` section names no ``class_path`` (as in train.py).
+DEFAULT_MODEL = "gradskip_lightning.model.ViTClassifier"
 
 
 def _load(name: str) -> dict[str, Any]:
@@ -20,14 +23,41 @@ def _load(name: str) -> dict[str, Any]:
     return yaml.safe_load(path.read_text())
 
 
+def _init_args(section: dict[str, Any]) -> dict[str, Any]:
+    """A config section's init args: its ``init_args`` when it names a ``class_path``, else the section."""
+    return dict(section.get("init_args", {})) if "class_path" in section else dict(section)
+
+
+def _class(path: str) -> type:
+    """The class named by a dotted ``path``, e.g. ``gradskip_lightning.model.ViTClassifier``."""
+    module, _, cls = path.rpartition(".")
+    return getattr(importlib.import_module(module), cls)
+
+
 def config_settings(name: str) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
     """(model init args, data init args, trainer args) of ``configs/<name>.yaml``.
+
+    The model section is either the init args themselves (a ViTClassifier, train.py's default) or a
+    ``class_path`` with ``init_args`` (e.g. the SegFormer config); both give the init args.
+
+    >>> config_settings("planted_segformer")[0]["hidden_sizes"]
+    [16, 32, 48, 64]
 
     Raises:
         FileNotFoundError: outside a clone of the repository (the configs are not packaged).
     """
     config = _load(name)
-    return dict(config["model"]), dict(config["data"]["init_args"]), dict(config["trainer"])
+    return _init_args(config["model"]), _init_args(config["data"]), dict(config["trainer"])
+
+
+def model_class(name: str) -> type:
+    """The model class named by ``model.class_path`` in ``configs/<name>.yaml``; a model section
+    without one is a :class:`~gradskip_lightning.model.ViTClassifier` (train.py's default).
+
+    >>> model_class("planted_segformer").__name__, model_class("planted_shapes").__name__
+    ('SegmentationModule', 'ViTClassifier')
+    """
+    return _class(_load(name)["model"].get("class_path", DEFAULT_MODEL))
 
 
 def datamodule_class(name: str) -> type:
@@ -36,5 +66,4 @@ def datamodule_class(name: str) -> type:
     >>> datamodule_class("planted_shapes").__name__
     'PlantedShapesDataModule'
     """
-    module, _, cls = _load(name)["data"]["class_path"].rpartition(".")
-    return getattr(importlib.import_module(module), cls)
+    return _class(_load(name)["data"]["class_path"])
