@@ -15,10 +15,10 @@ import os
 from lightning.pytorch import LightningDataModule, LightningModule
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 
+from gradskip_lightning.model import DEFAULT_MODEL
+
 #: Datamodule attributes the model takes (data.<name> -> model.<name>), set at instantiation.
 LINKED_FROM_DATA = ("num_classes", "img_size", "in_chans", "task")
-#: The model when a config's ``model`` section gives no ``class_path`` (just its arguments).
-DEFAULT_MODEL = "gradskip_lightning.model.ViTClassifier"
 
 
 class GradSkipCLI(LightningCLI):

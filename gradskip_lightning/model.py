@@ -201,3 +201,8 @@ class ViTClassifier(LightningModule):
         return adamw_warmup_cosine(
             self.model, self.hparams.lr, self.hparams.weight_decay, self.hparams.warmup_fraction, self.trainer
         )
+
+
+#: The model of a LightningCLI config whose ``model`` section names no ``class_path`` (train.py's
+#: default; the benchmarks read the configs the same way).
+DEFAULT_MODEL = f"{ViTClassifier.__module__}.{ViTClassifier.__qualname__}"

@@ -9,9 +9,9 @@ from typing import Any
 
 import yaml
 
+from gradskip_lightning.model import DEFAULT_MODEL
+
 CONFIGS_DIR = Path(__file__).resolve().parents[2] / "configs"
-#: The model of a config whose ``model`` section names no ``class_path`` (as in train.py).
-DEFAULT_MODEL = "gradskip_lightning.model.ViTClassifier"
 
 
 def _load(name: str) -> dict[str, Any]:
