@@ -14,6 +14,7 @@ from typing import Any
 
 import torch
 
+from gradskip_lightning.benchmarks.profiles import Profiles
 from gradskip_lightning.explainer import METHODS
 
 from . import report
@@ -28,46 +29,43 @@ from .summary import SUBJECT, SeedScores, interval_records, paired_differences
 
 #: Defaults of the options that ``--quick`` changes (the full run), and what ``--quick`` sets instead
 #: (a CI-sized run: planted shapes, 2 seeds, 16 images, 1 short epoch). An option given explicitly wins.
-FULL: dict[str, Any] = {
-    "datasets": list(DATASETS),
-    "seeds": [0, 1, 2],
-    "epochs": None,
-    "max_train_batches": None,
-    "test_size": 256,
-    "steps": 16,
-    "randomisation_images": 32,
-    "ig_steps": 50,
-    "ablation_size": 128,
-    "bootstrap_resamples": 2000,
-}
-QUICK: dict[str, Any] = {
-    "datasets": ["planted_shapes"],
-    "seeds": [0, 1],
-    "epochs": 1,
-    "max_train_batches": 4,
-    "test_size": 16,
-    "steps": 4,
-    "randomisation_images": 4,
-    "ig_steps": 4,
-    "ablation_size": 8,
-    "bootstrap_resamples": 500,
-}
+PROFILES = Profiles(
+    full={
+        "datasets": list(DATASETS),
+        "seeds": [0, 1, 2],
+        "epochs": None,
+        "max_train_batches": None,
+        "test_size": 256,
+        "steps": 16,
+        "randomisation_images": 32,
+        "ig_steps": 50,
+        "ablation_size": 128,
+        "bootstrap_resamples": 2000,
+    },
+    quick={
+        "datasets": ["planted_shapes"],
+        "seeds": [0, 1],
+        "epochs": 1,
+        "max_train_batches": 4,
+        "test_size": 16,
+        "steps": 4,
+        "randomisation_images": 4,
+        "ig_steps": 4,
+        "ablation_size": 8,
+        "bootstrap_resamples": 500,
+    },
+)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Options of the ``faithfulness`` subcommand."""
-
-    def profiled(flag: str, help_text: str, **kwargs: Any) -> None:
-        """An option whose default comes from FULL or, under ``--quick``, from QUICK."""
-        key = flag.removeprefix("--").replace("-", "_")
-        text = f"{help_text} (default {FULL[key]}; --quick: {QUICK[key]})"
-        parser.add_argument(flag, default=argparse.SUPPRESS, help=text, **kwargs)
-
-    profiled("--datasets", "datasets, each trained with configs/<name>.yaml", nargs="+", choices=list(DATASETS))
+    PROFILES.add(
+        parser, "--datasets", "datasets, each trained with configs/<name>.yaml", nargs="+", choices=list(DATASETS)
+    )
     parser.add_argument(
         "--data-root", type=Path, default=None, help="folder holding bloodmnist.npz (BloodMNIST is skipped without it)"
     )
-    profiled("--seeds", "training seeds: one model each", nargs="+", type=int)
+    PROFILES.add(parser, "--seeds", "training seeds: one model each", nargs="+", type=int)
     parser.add_argument(
         "--subset-seed", type=int, default=0, help="seed of the fixed test subset (the same for every model)"
     )
@@ -81,14 +79,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--save-checkpoints", type=Path, default=None, metavar="DIR", help="save each trained model there"
     )
-    profiled("--epochs", "training epochs (None: the config's, except 4 for BloodMNIST)", type=int)
-    profiled("--max-train-batches", "cap on training batches per epoch", type=int)
-    profiled("--test-size", "images in the fixed test subset", type=int)
-    profiled("--steps", "insertion/deletion steps K", type=int)
-    profiled("--randomisation-images", "first images of the subset used for the randomisation test", type=int)
+    PROFILES.add(parser, "--epochs", "training epochs (None: the config's, except 4 for BloodMNIST)", type=int)
+    PROFILES.add(parser, "--max-train-batches", "cap on training batches per epoch", type=int)
+    PROFILES.add(parser, "--test-size", "images in the fixed test subset", type=int)
+    PROFILES.add(parser, "--steps", "insertion/deletion steps K", type=int)
+    PROFILES.add(
+        parser, "--randomisation-images", "first images of the subset used for the randomisation test", type=int
+    )
     parser.add_argument("--methods", nargs="*", default=list(METHODS), choices=list(METHODS))
     parser.add_argument("--peers", nargs="*", default=list(PEERS), choices=list(PEERS))
-    profiled("--ig-steps", "Integrated Gradients steps", type=int)
+    PROFILES.add(parser, "--ig-steps", "Integrated Gradients steps", type=int)
     parser.add_argument(
         "--gradskip",
         nargs="*",
@@ -99,8 +99,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--ablations", action=argparse.BooleanOptionalAction, default=True, help="run the GradSkip ablations"
     )
-    profiled("--ablation-size", "first images of the subset used for the ablations", type=int)
-    profiled("--bootstrap-resamples", "resamples of the interval bootstrap", type=int)
+    PROFILES.add(parser, "--ablation-size", "first images of the subset used for the ablations", type=int)
+    PROFILES.add(parser, "--bootstrap-resamples", "resamples of the interval bootstrap", type=int)
     parser.add_argument("--bootstrap-seed", type=int, default=0, help="generator seed of the interval bootstrap")
     parser.add_argument("--explain-batch", type=int, default=64, help="images per explain call")
     parser.add_argument("--metric-batch", type=int, default=512, help="perturbed images per forward in the metrics")
@@ -234,8 +234,7 @@ def machine() -> dict[str, Any]:
 def run(args: argparse.Namespace) -> list[dict]:
     """Every requested dataset and seed; print the tables, optionally write them as markdown; return the
     records as dicts (``dataclasses.asdict``), each with its ``record`` kind."""
-    for key, value in (QUICK if args.quick else FULL).items():
-        vars(args).setdefault(key, value)
+    PROFILES.apply(args)
     bootstrap = BootstrapSettings(args.bootstrap_resamples, args.bootstrap_seed)
     start, cpu_start = time.perf_counter(), time.process_time()
     records: list[report.Record] = []

@@ -8,13 +8,13 @@ import sys
 import time
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
 
 import torch
 
 from gradskip_lightning.benchmarks.faithfulness.bootstrap import BootstrapSettings
 from gradskip_lightning.benchmarks.faithfulness.cli import machine
 from gradskip_lightning.benchmarks.faithfulness.maps import compute_maps
+from gradskip_lightning.benchmarks.profiles import Profiles
 
 from . import report
 from .figure import FIGURE_METHODS, write_figure
@@ -34,36 +34,31 @@ from .summary import SeedScores, interval_records, paired_differences, per_image
 
 #: Defaults of the options that ``--quick`` changes (the full run), and what ``--quick`` sets instead
 #: (a CI-sized run: 2 seeds, 1 epoch of 3 batches, 8 images). An option given explicitly wins.
-FULL: dict[str, Any] = {
-    "seeds": [0, 1, 2],
-    "epochs": None,
-    "max_train_batches": None,
-    "eval_batches": None,
-    "test_size": 128,
-    "steps": 16,
-    "bootstrap_resamples": 2000,
-}
-QUICK: dict[str, Any] = {
-    "seeds": [0, 1],
-    "epochs": 1,
-    "max_train_batches": 3,
-    "eval_batches": 1,
-    "test_size": 8,
-    "steps": 4,
-    "bootstrap_resamples": 200,
-}
+PROFILES = Profiles(
+    full={
+        "seeds": [0, 1, 2],
+        "epochs": None,
+        "max_train_batches": None,
+        "eval_batches": None,
+        "test_size": 128,
+        "steps": 16,
+        "bootstrap_resamples": 2000,
+    },
+    quick={
+        "seeds": [0, 1],
+        "epochs": 1,
+        "max_train_batches": 3,
+        "eval_batches": 1,
+        "test_size": 8,
+        "steps": 4,
+        "bootstrap_resamples": 200,
+    },
+)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Options of the ``segmentation`` subcommand."""
-
-    def profiled(flag: str, help_text: str, **kwargs: Any) -> None:
-        """An option whose default comes from FULL or, under ``--quick``, from QUICK."""
-        key = flag.removeprefix("--").replace("-", "_")
-        text = f"{help_text} (default {FULL[key]}; --quick: {QUICK[key]})"
-        parser.add_argument(flag, default=argparse.SUPPRESS, help=text, **kwargs)
-
-    profiled("--seeds", "training seeds: one model each", nargs="+", type=int)
+    PROFILES.add(parser, "--seeds", "training seeds: one model each", nargs="+", type=int)
     parser.add_argument("--subset-seed", type=int, default=0, help="seed of the fixed test subset (same for all)")
     parser.add_argument(
         "--checkpoints",
@@ -75,14 +70,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--save-checkpoints", type=Path, default=None, metavar="DIR", help="save each trained model there"
     )
-    profiled("--epochs", f"training epochs (None: configs/{CONFIG}.yaml's)", type=int)
-    profiled("--max-train-batches", "cap on training batches per epoch", type=int)
-    profiled("--eval-batches", "cap on validation and test batches for the models' mIoU", type=int)
-    profiled("--test-size", "images in the fixed test subset", type=int)
-    profiled("--steps", "insertion/deletion steps K", type=int)
+    PROFILES.add(parser, "--epochs", f"training epochs (None: configs/{CONFIG}.yaml's)", type=int)
+    PROFILES.add(parser, "--max-train-batches", "cap on training batches per epoch", type=int)
+    PROFILES.add(parser, "--eval-batches", "cap on validation and test batches for the models' mIoU", type=int)
+    PROFILES.add(parser, "--test-size", "images in the fixed test subset", type=int)
+    PROFILES.add(parser, "--steps", "insertion/deletion steps K", type=int)
     parser.add_argument("--patch-size", type=int, default=4, help="pixels per insertion/deletion patch")
     parser.add_argument("--methods", nargs="*", default=list(METHODS), choices=list(METHODS))
-    profiled("--bootstrap-resamples", "resamples of the interval bootstrap", type=int)
+    PROFILES.add(parser, "--bootstrap-resamples", "resamples of the interval bootstrap", type=int)
     parser.add_argument("--bootstrap-seed", type=int, default=0, help="generator seed of the interval bootstrap")
     parser.add_argument("--explain-batch", type=int, default=64, help="images per explain call")
     parser.add_argument("--metric-batch", type=int, default=512, help="perturbed images per forward in the metrics")
@@ -163,8 +158,7 @@ def run_seed(
 def run(args: argparse.Namespace) -> list[dict]:
     """Every requested seed; print the tables, optionally write the markdown and the figure; return the
     records as dicts (``dataclasses.asdict``), each with its ``record`` kind."""
-    for key, value in (QUICK if args.quick else FULL).items():
-        vars(args).setdefault(key, value)
+    PROFILES.apply(args)
     bootstrap = BootstrapSettings(args.bootstrap_resamples, args.bootstrap_seed)
     methods = available_methods(args.methods)
     start, cpu_start = time.perf_counter(), time.process_time()

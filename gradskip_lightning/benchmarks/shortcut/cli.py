@@ -8,11 +8,11 @@ import sys
 import time
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import Any
 
 import torch
 
 from gradskip_lightning.benchmarks.configs import config_settings, datamodule_class
+from gradskip_lightning.benchmarks.profiles import Profiles
 from gradskip_lightning.data.base import ImageClassificationDataModule
 from gradskip_lightning.data.tags import SpuriousTag
 from gradskip_lightning.explainer import METHODS
@@ -48,20 +48,22 @@ DATASETS: dict[str, ShortcutData] = {
 CONTROL_P = 0.5
 #: Defaults that ``--quick`` changes (the full run) and what ``--quick`` sets; an option given wins.
 #: ``traces_per_epoch`` None: each dataset's own (:data:`DATASETS`).
-FULL: dict[str, Any] = {
-    "datasets": list(DATASETS),
-    "seeds": [0, 1, 2],
-    "probes": 32,
-    "ig_steps": 16,
-    "traces_per_epoch": None,
-}
-QUICK: dict[str, Any] = {
-    "datasets": ["planted_shapes"],
-    "seeds": [0],
-    "probes": 16,
-    "ig_steps": 8,
-    "traces_per_epoch": 2,
-}
+PROFILES = Profiles(
+    full={
+        "datasets": list(DATASETS),
+        "seeds": [0, 1, 2],
+        "probes": 32,
+        "ig_steps": 16,
+        "traces_per_epoch": None,
+    },
+    quick={
+        "datasets": ["planted_shapes"],
+        "seeds": [0],
+        "probes": 16,
+        "ig_steps": 8,
+        "traces_per_epoch": 2,
+    },
+)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -81,9 +83,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
             {"type": int},
         ),
     ):
-        key = flag.removeprefix("--").replace("-", "_")
-        text = f"{help_text} (default {FULL[key]}; --quick: {QUICK[key]})"
-        parser.add_argument(flag, default=argparse.SUPPRESS, help=text, **kwargs)
+        PROFILES.add(parser, flag, help_text, **kwargs)
     parser.add_argument(
         "--data-root", type=Path, default=None, help="folder holding bloodmnist.npz (BloodMNIST is skipped without it)"
     )
@@ -191,8 +191,7 @@ def detection_records(dataset: str, seed: int, subject: Trace, clean: Trace) -> 
 def run(args: argparse.Namespace) -> list[dict]:
     """Every requested dataset and seed; print the tables, optionally write them as markdown; return the
     detection records as dicts (``dataclasses.asdict``)."""
-    for key, value in (QUICK if args.quick else FULL).items():
-        vars(args).setdefault(key, value)
+    PROFILES.apply(args)
     start = time.perf_counter()
     detections: list[DetectionRecord] = []
     models: list[ModelRecord] = []
