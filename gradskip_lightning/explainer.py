@@ -56,6 +56,23 @@ class Explanation:
         return self.logits.argmax(dim=1)
 
 
+def check_image_batch(images: Tensor) -> None:
+    """Raise ValueError unless ``images`` is a finite float tensor (B, C, H, W)."""
+    if not isinstance(images, Tensor) or images.ndim != 4 or not images.is_floating_point():
+        got = f"{type(images).__name__} {getattr(images, 'dtype', '')} {tuple(getattr(images, 'shape', ()))}"
+        raise ValueError(f"images must be a float tensor (B, C, H, W); got {got}")
+    if not torch.isfinite(images).all():
+        raise ValueError("images contain NaN or infinite values")
+
+
+def check_class_targets(targets: Tensor, batch: int, num_classes: int) -> None:
+    """Raise ValueError unless ``targets`` is an integer tensor (batch,) of classes in [0, num_classes)."""
+    if not isinstance(targets, Tensor) or targets.shape != (batch,) or targets.is_floating_point():
+        raise ValueError(f"targets must be an integer tensor of shape ({batch},); got {targets!r}")
+    if batch and (targets.min() < 0 or targets.max() >= num_classes):
+        raise ValueError(f"targets must be in [0, {num_classes}); got {targets.tolist()}")
+
+
 class Explainer:
     """Explain a ViT classifier's decisions with GradSkip or a baseline.
 
@@ -119,22 +136,15 @@ class Explainer:
 
     def check_images(self, images: Tensor) -> None:
         """Raise ValueError unless ``images`` is a finite float (B, C, H, W) batch the model accepts."""
-        if not isinstance(images, Tensor) or images.ndim != 4 or not images.is_floating_point():
-            got = f"{type(images).__name__} {getattr(images, 'dtype', '')} {tuple(getattr(images, 'shape', ()))}"
-            raise ValueError(f"images must be a float tensor (B, C, H, W); got {got}")
+        check_image_batch(images)
         c, h, w = images.shape[1:]
         if c != self.in_chans or (h, w) != self.img_size:
             expected = ", ".join(str(d) for d in (self.in_chans, *self.img_size))
             raise ValueError(f"images must be (B, {expected}); got {tuple(images.shape)}")
-        if not torch.isfinite(images).all():
-            raise ValueError("images contain NaN or infinite values")
 
     def check_targets(self, targets: Tensor, batch: int) -> None:
         """Raise ValueError unless ``targets`` is (batch,) of class indices in [0, num_classes)."""
-        if not isinstance(targets, Tensor) or targets.shape != (batch,) or targets.is_floating_point():
-            raise ValueError(f"targets must be an integer tensor of shape ({batch},); got {targets!r}")
-        if batch and (targets.min() < 0 or targets.max() >= self.num_classes):
-            raise ValueError(f"targets must be in [0, {self.num_classes}); got {targets.tolist()}")
+        check_class_targets(targets, batch, self.num_classes)
 
     def explain(self, images: Tensor, targets: Tensor | None = None) -> Explanation:
         """Explain a batch in one forward (and one activation-only backward for gradient methods),

@@ -7,7 +7,7 @@ from collections.abc import Callable
 import timm
 import torch
 import torch.nn.functional as F
-from lightning.pytorch import LightningModule, Trainer
+from lightning.pytorch import LightningModule
 from timm.optim import create_optimizer_v2
 from torch import Tensor, nn
 from torchmetrics import MetricCollection
@@ -24,17 +24,35 @@ def warmup_cosine(step: int, total_steps: int, warmup_steps: int) -> float:
     return 0.5 * (1.0 + math.cos(math.pi * progress))
 
 
-def adamw_warmup_cosine(
-    model: nn.Module, lr: float, weight_decay: float, warmup_fraction: float, trainer: Trainer
-) -> dict:
-    """Lightning's ``configure_optimizers`` answer: AdamW over ``model`` (no weight decay on biases,
-    norms and position embeddings) with a per-step :func:`warmup_cosine` schedule over all of
-    ``trainer``'s optimiser steps, the first ``warmup_fraction`` of them warming up."""
-    optimizer = create_optimizer_v2(model, opt="adamw", lr=lr, weight_decay=weight_decay)
-    total = max(1, int(trainer.estimated_stepping_batches))
-    warmup = int(warmup_fraction * total)
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: warmup_cosine(step, total, warmup))
-    return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
+class TrainedModule(LightningModule):
+    """What the project's LightningModules share: ``self.model`` trained with AdamW (no weight
+    decay on biases, norms and position embeddings) and a per-step :func:`warmup_cosine` schedule
+    over all the Trainer's optimiser steps (hyperparameters ``lr``, ``weight_decay``,
+    ``warmup_fraction``), and one ``_step(batch, stage)`` for the train, val and test batches."""
+
+    model: nn.Module
+
+    def _step(self, batch: tuple[Tensor, ...], stage: str) -> Tensor:
+        """The loss of one batch of ``stage`` ("train", "val", "test"), its metrics logged."""
+        raise NotImplementedError
+
+    def training_step(self, batch: tuple[Tensor, ...], batch_idx: int) -> Tensor:
+        return self._step(batch, "train")
+
+    def validation_step(self, batch: tuple[Tensor, ...], batch_idx: int) -> Tensor:
+        return self._step(batch, "val")
+
+    def test_step(self, batch: tuple[Tensor, ...], batch_idx: int) -> Tensor:
+        return self._step(batch, "test")
+
+    def configure_optimizers(self) -> dict:
+        optimizer = create_optimizer_v2(
+            self.model, opt="adamw", lr=self.hparams.lr, weight_decay=self.hparams.weight_decay
+        )
+        total = max(1, int(self.trainer.estimated_stepping_batches))
+        warmup = int(self.hparams.warmup_fraction * total)
+        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: warmup_cosine(step, total, warmup))
+        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
 
 
 def multiclass_loss(logits: Tensor, labels: Tensor, label_smoothing: float) -> Tensor:
@@ -86,7 +104,7 @@ PROBABILITIES: dict[Task, Callable[[Tensor], Tensor]] = {
 }
 
 
-class ViTClassifier(LightningModule):
+class ViTClassifier(TrainedModule):
     """Image classifier: a timm Vision Transformer trained with AdamW.
 
     ``task="multiclass"``: cross-entropy; logs ``{train,val,test}/loss``, ``/acc`` (top-1 accuracy)
@@ -187,20 +205,6 @@ class ViTClassifier(LightningModule):
         self.log(f"{stage}/loss", loss, on_step=stage == "train", on_epoch=True, prog_bar=True, sync_dist=True)
         self.log_dict(metrics, on_step=False, on_epoch=True, prog_bar=stage != "train")
         return loss
-
-    def training_step(self, batch: tuple[Tensor, ...], batch_idx: int) -> Tensor:
-        return self._step(batch, "train")
-
-    def validation_step(self, batch: tuple[Tensor, ...], batch_idx: int) -> Tensor:
-        return self._step(batch, "val")
-
-    def test_step(self, batch: tuple[Tensor, ...], batch_idx: int) -> Tensor:
-        return self._step(batch, "test")
-
-    def configure_optimizers(self) -> dict:
-        return adamw_warmup_cosine(
-            self.model, self.hparams.lr, self.hparams.weight_decay, self.hparams.warmup_fraction, self.trainer
-        )
 
 
 #: The model of a LightningCLI config whose ``model`` section names no ``class_path`` (train.py's

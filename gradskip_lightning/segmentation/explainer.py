@@ -22,7 +22,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from gradskip_lightning.explainer import Explanation
+from gradskip_lightning.explainer import Explanation, check_class_targets, check_image_batch
 from gradskip_lightning.methods.gradskip import BlockStep
 from gradskip_lightning.segmentation.capture import capture_segmentation, find_segformer
 from gradskip_lightning.segmentation.propagation import SegmentationMethod, segmentation_spec
@@ -130,24 +130,17 @@ class SegmentationExplainer:
     def check_images(self, images: Tensor) -> None:
         """Raise ValueError unless ``images`` is a finite float (B, C, H, W) batch whose sides are
         multiples of :attr:`size_multiple`."""
-        if not isinstance(images, Tensor) or images.ndim != 4 or not images.is_floating_point():
-            got = f"{type(images).__name__} {getattr(images, 'dtype', '')} {tuple(getattr(images, 'shape', ()))}"
-            raise ValueError(f"images must be a float tensor (B, C, H, W); got {got}")
+        check_image_batch(images)
         size = self.size_multiple
         if images.shape[1] != self.in_chans or images.shape[2] % size or images.shape[3] % size:
             raise ValueError(
                 f"images must be (B, {self.in_chans}, H, W) with H and W multiples of {size} (the SegFormer's "
                 f"strides times key reductions); got {tuple(images.shape)}"
             )
-        if not torch.isfinite(images).all():
-            raise ValueError("images contain NaN or infinite values")
 
     def check_targets(self, targets: Tensor, batch: int) -> None:
         """Raise ValueError unless ``targets`` is (batch,) of class indices in [0, num_classes)."""
-        if not isinstance(targets, Tensor) or targets.shape != (batch,) or targets.is_floating_point():
-            raise ValueError(f"targets must be an integer tensor of shape ({batch},); got {targets!r}")
-        if batch and (targets.min() < 0 or targets.max() >= self.num_classes):
-            raise ValueError(f"targets must be in [0, {self.num_classes}); got {targets.tolist()}")
+        check_class_targets(targets, batch, self.num_classes)
 
     def explain(
         self, images: Tensor, targets: Tensor | None = None, regions: Tensor | None = None

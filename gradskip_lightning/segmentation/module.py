@@ -2,14 +2,13 @@
 from __future__ import annotations
 
 import torch.nn.functional as F
-from lightning.pytorch import LightningModule
 from torch import Tensor, nn
 from torchmetrics.classification import MulticlassAccuracy
 from torchmetrics.segmentation import MeanIoU
 from transformers import SegformerConfig, SegformerForSemanticSegmentation
 
 from gradskip_lightning.data.base import Task
-from gradskip_lightning.model import adamw_warmup_cosine
+from gradskip_lightning.model import TrainedModule
 
 #: Label-map value of pixels that count for neither the loss nor the metrics.
 IGNORE_INDEX = 255
@@ -47,7 +46,7 @@ def segmentation_metrics(num_classes: int) -> nn.ModuleDict:
     )
 
 
-class SegmentationModule(LightningModule):
+class SegmentationModule(TrainedModule):
     """Semantic segmentation: a random-initialised HF ``SegformerForSemanticSegmentation`` trained
     with AdamW (warm-up, then cosine decay, per step; as :class:`~gradskip_lightning.model.ViTClassifier`).
 
@@ -167,17 +166,3 @@ class SegmentationModule(LightningModule):
         for name, metric in metrics.items():
             self.log(f"{stage}/{name}", metric, on_step=False, on_epoch=True, prog_bar=stage != "train")
         return loss
-
-    def training_step(self, batch: tuple[Tensor, ...], batch_idx: int) -> Tensor:
-        return self._step(batch, "train")
-
-    def validation_step(self, batch: tuple[Tensor, ...], batch_idx: int) -> Tensor:
-        return self._step(batch, "val")
-
-    def test_step(self, batch: tuple[Tensor, ...], batch_idx: int) -> Tensor:
-        return self._step(batch, "test")
-
-    def configure_optimizers(self) -> dict:
-        return adamw_warmup_cosine(
-            self.model, self.hparams.lr, self.hparams.weight_decay, self.hparams.warmup_fraction, self.trainer
-        )
