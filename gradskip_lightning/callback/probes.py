@@ -6,10 +6,12 @@ lowest class index. It is fixed with the probe, so drift compares maps of the sa
 the draw is stratified by it, so rare labels get probes. Images without a positive label are not
 drawn.
 
-Segmentation items ``(image, label map (H, W) int64)`` are drawn the same way over the classes
-present in each map (the dataset's ``labels`` (N, K) multi-hot when it has them, e.g. without
-the background; otherwise every class in the map): each probe explains the rarest class present
-in its image, and its ``"object"`` region is that class's pixels.
+Segmentation items ``(image, label map (H, W) int64)`` give one candidate probe per (image, class
+present): the dataset's ``labels`` (N, K) multi-hot when it has them (e.g. without the
+background), otherwise every class in the map. The draw is stratified over those pairs by class,
+each probe explains its class over the positions the model predicts as it, and its ``"object"``
+region is that class's pixels. Such a probe's id is ``index * K + class`` (an image with two
+classes gives two probes).
 """
 
 from __future__ import annotations
@@ -29,6 +31,8 @@ __all__ = [
     "explained_labels",
     "label_presence",
     "load_probes",
+    "load_segmentation_probes",
+    "segmentation_pairs",
     "check_probes",
 ]
 
@@ -208,19 +212,12 @@ def _item(dataset: Dataset, index: int) -> tuple:
     return tuple(item)
 
 
-def load_probes(
-    dataset: Dataset,
-    indices: Sequence[int] | Tensor,
-    frequency: Tensor | None = None,
-    presence: Tensor | None = None,
-) -> ProbeSet:
-    """Read the probes at ``indices`` from a dataset of ``(image, label[, mask | regions])`` or
-    ``(image, label map)`` items.
+def load_probes(dataset: Dataset, indices: Sequence[int] | Tensor, frequency: Tensor | None = None) -> ProbeSet:
+    """Read the probes at ``indices`` from a dataset of ``(image, label[, mask | regions])`` items.
 
     Reads items by index only: no DataLoader and no iterator is touched. Multi-hot labels (C,)
     explain the label :func:`explained_labels` picks with ``frequency`` (C,) (default: the
-    labels of these probes); label maps explain the class it picks among ``presence`` (n, K), the
-    classes each may explain (default: those in its map), with the class's pixels as ``"object"``.
+    labels of these probes).
     """
     images, labels, regions = [], [], []
     for index in torch.as_tensor(indices).tolist():
@@ -237,11 +234,6 @@ def load_probes(
             regions.append(_as_regions(item[2]))
     ids = torch.as_tensor(indices).long()
     stacked = torch.stack(labels)
-    if _is_label_map(labels[0], images[0]):
-        presence = label_presence(stacked) if presence is None else presence
-        explained = explained_labels(presence, presence.sum(dim=0) if frequency is None else frequency)
-        objects = {OBJECT: stacked == explained[:, None, None]}
-        return ProbeSet(torch.stack(images), explained, ids, objects)
     multi_hot = None
     if stacked.ndim == 2 and stacked.shape[1] > 1:
         multi_hot = stacked.float()
@@ -251,6 +243,36 @@ def load_probes(
         common = [name for name in regions[0] if all(name in r for r in regions)]
         merged = {name: torch.stack([r[name] for r in regions]) for name in common}
     return ProbeSet(torch.stack(images), stacked.reshape(-1), ids, merged, multi_hot)
+
+
+def is_segmentation_dataset(dataset: Dataset) -> bool:
+    """True when the dataset's items are ``(image, label map)`` (read from its first item)."""
+    item = _item(dataset, 0)
+    image, label = torch.as_tensor(item[0]), torch.as_tensor(item[1])
+    return len(item) == 2 and _is_label_map(label, image)
+
+
+def segmentation_pairs(presence: Tensor) -> tuple[Tensor, Tensor]:
+    """Every (image, class present) of a (N, K) multi-hot: their ids ``index * K + class`` and
+    classes, each (Q,) int64, by image then class.
+
+    Example:
+        >>> segmentation_pairs(torch.tensor([[0, 1, 1], [0, 0, 1]]))
+        (tensor([1, 2, 5]), tensor([1, 2, 2]))
+    """
+    index, classes = presence.nonzero(as_tuple=True)
+    return index * presence.shape[1] + classes, classes
+
+
+def load_segmentation_probes(dataset: Dataset, pair_ids: Sequence[int] | Tensor, num_classes: int) -> ProbeSet:
+    """Read the (image, class) probes ``pair_ids`` (``index * num_classes + class``) from a dataset
+    of ``(image, label map)`` items: each explains its class, its ``"object"`` region the class's
+    pixels. Reads items by index only."""
+    pair_ids = torch.as_tensor(pair_ids).long()
+    images, maps = zip(*(_item(dataset, int(i))[:2] for i in pair_ids // num_classes))
+    classes = pair_ids % num_classes
+    label_maps = torch.stack([torch.as_tensor(m) for m in maps])
+    return ProbeSet(torch.stack(images), classes, pair_ids, {OBJECT: label_maps == classes[:, None, None]})
 
 
 def check_probes(probes: ProbeSet, in_chans: int, img_size: tuple[int, int] | None, num_classes: int) -> None:
@@ -312,13 +334,18 @@ class ProbeSource:
             return self.probes
         self.dataset = dataset
         labels = dataset_labels(dataset)
+        segmentation = labels.ndim == 2 and is_segmentation_dataset(dataset)
+        pair_ids, strata = segmentation_pairs(labels) if segmentation else (None, labels)
         ids = self.restored_ids
         if ids is None:
-            ids = stratified_indices(labels, self.num_probes, self.seed)
-            if len(ids) == 0:
-                raise ValueError("no image of the dataset has a positive label to explain: nothing to draw probes from")
-        frequency = labels.float().sum(dim=0) if labels.ndim == 2 else None
-        self._drawn = load_probes(dataset, ids, frequency, labels[ids] if labels.ndim == 2 else None)
+            drawn = stratified_indices(strata, self.num_probes, self.seed)
+            if len(drawn) == 0:
+                raise ValueError("no item of the dataset has a label or class to explain: nothing to draw probes from")
+            ids = pair_ids[drawn] if segmentation else drawn
+        if segmentation:
+            self._drawn = load_segmentation_probes(dataset, ids, labels.shape[1])
+        else:
+            self._drawn = load_probes(dataset, ids, labels.float().sum(dim=0) if labels.ndim == 2 else None)
         return self._drawn
 
     def restore(self, ids: Tensor | None) -> None:

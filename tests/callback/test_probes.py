@@ -121,3 +121,45 @@ def test_multi_hot_labels_explain_their_rarest_positive_label_and_stratify_by_it
     probes = ProbeSource(None, 3, seed=0).draw(MultiLabel())
     assert probes.multi_hot.shape == (3, 3) and sorted(probes.labels.tolist()) == [0, 1, 2]
     assert torch.equal(probes.multi_hot, multi_hot[probes.ids])
+
+
+class _LabelMaps(torch.utils.data.Dataset):
+    """Three 8 px images: classes {1, 2}, {2} and background only (class 0 everywhere)."""
+
+    def __init__(self, with_labels: bool = True):
+        self.maps = torch.zeros(3, 8, 8, dtype=torch.long)
+        self.maps[0, :4] = 1
+        self.maps[0, 6:, 6:] = 2
+        self.maps[1, 2:5, 2:5] = 2
+        if with_labels:  # the classes to explain, without the background
+            self.labels = torch.tensor([[0, 1, 1], [0, 0, 1], [0, 0, 0]])
+
+    def __len__(self):
+        return 3
+
+    def __getitem__(self, index):
+        return torch.full((3, 8, 8), float(index)), self.maps[index]
+
+
+def test_segmentation_items_give_one_probe_per_image_and_class_present():
+    from gradskip_lightning.callback.probes import ProbeSource
+
+    dataset = _LabelMaps()
+    probes = ProbeSource(None, num_probes=10, seed=0).draw(dataset)
+    assert probes.ids.tolist() == [1, 2, 5]  # index * 3 + class: (0, 1), (0, 2), (1, 2), by class
+    assert probes.labels.tolist() == [1, 2, 2] and probes.images[:, 0, 0, 0].tolist() == [0.0, 0.0, 1.0]
+    assert torch.equal(probes.masks, torch.stack([dataset.maps[0] == 1, dataset.maps[0] == 2, dataset.maps[1] == 2]))
+    restored = ProbeSource(None, num_probes=10, seed=0)
+    restored.restore(torch.tensor([5, 1]))  # a checkpoint's ids read back the same (image, class) pairs
+    again = restored.draw(dataset)
+    assert again.labels.tolist() == [2, 1] and torch.equal(again.masks[0], dataset.maps[1] == 2)
+    one_per_class = ProbeSource(None, num_probes=2, seed=0).draw(dataset)
+    assert sorted(one_per_class.labels.tolist()) == [1, 2]  # stratified by class
+
+
+def test_segmentation_items_without_labels_explain_every_class_in_their_maps():
+    from gradskip_lightning.callback.probes import ProbeSource
+
+    probes = ProbeSource(None, num_probes=10, seed=0).draw(_LabelMaps(with_labels=False))
+    assert probes.ids.tolist() == [0, 3, 6, 1, 2, 5]  # the background (class 0) of every image too
+    assert probes.labels.tolist() == [0, 0, 0, 1, 2, 2]
