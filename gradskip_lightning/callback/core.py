@@ -130,10 +130,11 @@ class GradSkipCallback(Callback):
     :class:`~gradskip_lightning.segmentation.SegmentationExplainer`: each probe is an (image, class
     present in its label map) pair, drawn from items ``(image, label map)`` stratified by class
     (id ``index * K + class``; see :mod:`.probes`), and explains that class over the positions the
-    model predicts as it; the class's pixels are its ``"object"`` region. Insertion/deletion and the violation test then score the mean logit of the class over
-    those positions (AUCs in logits), and ``regions/P{pixel_accuracy,mean_iou,average_precision}``
-    score the map against the class's pixels (these three are logged for any probes with an
-    ``"object"`` region). ``lrp`` and ``transplant`` are for classifiers only.
+    model predicts as it; the class's pixels are its ``"object"`` region. Insertion/deletion and
+    the violation test then score the mean logit of the class over those positions (AUCs in
+    logits), and ``regions/P{pixel_accuracy,mean_iou,average_precision}`` score the map against
+    the class's pixels (these three are logged for any probes with an ``"object"`` region).
+    ``lrp`` and ``transplant`` are for classifiers only.
 
     Args:
         probe_images: explicit probes (P, C, H, W), normalised as the model expects; None draws
