@@ -1,10 +1,13 @@
 """SegmentationModule: a LightningModule around a random-initialised HF SegFormer."""
 from __future__ import annotations
 
+from typing import Any
+
+import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+from torchmetrics import Metric
 from torchmetrics.classification import MulticlassAccuracy
-from torchmetrics.segmentation import MeanIoU
 from transformers import SegformerConfig, SegformerForSemanticSegmentation
 
 from gradskip_lightning.data.base import Task
@@ -27,20 +30,52 @@ def segmentation_loss(logits: Tensor, label_maps: Tensor) -> Tensor:
     return F.cross_entropy(logits, label_maps, ignore_index=IGNORE_INDEX)
 
 
-def valid_one_hot(label_maps: Tensor, valid: Tensor, num_classes: int) -> Tensor:
-    """Label maps (B, H, W) int64 -> one-hot (B, K, H, W) bool, all False at pixels where ``valid``
-    (B, H, W) bool is False (so they join neither an intersection nor a union)."""
-    one_hot = F.one_hot(label_maps.where(valid, 0), num_classes).permute(0, 3, 1, 2).bool()
-    return one_hot & valid[:, None]
+class PooledMeanIoU(Metric):
+    """Segmentation mIoU: each class's IoU over all pixels seen (DDP-synchronised sums), averaged
+    over the classes present in the predictions or the labels; pixels labelled ``ignore_index``
+    do not count.
+
+    (torchmetrics' ``MeanIoU`` averages per image and ``MulticlassJaccardIndex`` counts an absent
+    class as 0; both update their states in place, which fails in ``fit`` after a ``validate``
+    made them under inference mode. These states are replaced, not updated in place.)
+
+    Example:
+        >>> metric = PooledMeanIoU(3)
+        >>> metric.update(torch.tensor([[0, 1], [1, 1]]), torch.tensor([[0, 1], [1, 255]]))
+        >>> round(float(metric.compute()), 3)  # background 1/1, class 1 2/2; class 2 absent
+        1.0
+    """
+
+    is_differentiable = False
+    higher_is_better = True
+    full_state_update = False
+
+    def __init__(self, num_classes: int, ignore_index: int = IGNORE_INDEX, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.num_classes, self.ignore_index = num_classes, ignore_index
+        self.add_state("intersection", torch.zeros(num_classes, dtype=torch.long), dist_reduce_fx="sum")
+        self.add_state("union", torch.zeros(num_classes, dtype=torch.long), dist_reduce_fx="sum")
+
+    def update(self, predictions: Tensor, label_maps: Tensor) -> None:
+        """Add predicted and true label maps (B, H, W) int64."""
+        valid = label_maps != self.ignore_index
+        predicted, true = predictions[valid], label_maps[valid]
+        count = lambda x: torch.bincount(x, minlength=self.num_classes)  # noqa: E731 - pixels per class
+        intersection = count(true[predicted == true])
+        self.intersection = self.intersection + intersection
+        self.union = self.union + count(predicted) + count(true) - intersection
+
+    def compute(self) -> Tensor:
+        present = self.union > 0
+        return (self.intersection[present].double() / self.union[present]).mean()
 
 
 def segmentation_metrics(num_classes: int) -> nn.ModuleDict:
-    """``miou``: torchmetrics ``MeanIoU`` (per image, the IoU of each class present in the prediction
-    or the label map, averaged over all such (image, class) pairs, background included), fed
-    one-hot maps; ``pixel_acc``: the fraction of labelled pixels predicted right, fed index maps."""
+    """``miou``: :class:`PooledMeanIoU`; ``pixel_acc``: the fraction of labelled pixels predicted
+    right. Both fed index maps (B, H, W); pixels labelled ``IGNORE_INDEX`` do not count."""
     return nn.ModuleDict(
         {
-            "miou": MeanIoU(num_classes, input_format="one-hot"),
+            "miou": PooledMeanIoU(num_classes),
             "pixel_acc": MulticlassAccuracy(num_classes, average="micro", ignore_index=IGNORE_INDEX),
         }
     )
@@ -156,12 +191,9 @@ class SegmentationModule(TrainedModule):
         logits = upsample_logits(self(images), label_maps.shape[-2:])  # (B, K, H, W)
         loss = segmentation_loss(logits, label_maps)
         predictions = logits.detach().argmax(dim=1)  # (B, H, W)
-        valid = label_maps != IGNORE_INDEX
         metrics: nn.ModuleDict = getattr(self, f"{stage}_metrics")
-        metrics["miou"].update(
-            valid_one_hot(predictions, valid, self.num_classes), valid_one_hot(label_maps, valid, self.num_classes)
-        )
-        metrics["pixel_acc"].update(predictions, label_maps)
+        for metric in metrics.values():
+            metric.update(predictions, label_maps)
         self.log(f"{stage}/loss", loss, on_step=stage == "train", on_epoch=True, prog_bar=True, sync_dist=True)
         for name, metric in metrics.items():
             self.log(f"{stage}/{name}", metric, on_step=False, on_epoch=True, prog_bar=stage != "train")

@@ -1,10 +1,11 @@
-"""Run by test_ddp.py in a subprocess: validate, then fit one epoch, with the callback under DDP.
+"""Run by test_ddp.py in a subprocess: validate, then fit one epoch, with the callback under DDP,
+for a ViT classifier or (``segformer``) a SegFormer segmentation model.
 
-Each rank writes ``forwards_rank<r>.txt``: how many times its first ViT block ran (under FSDP or
+Each rank writes ``forwards_rank<r>.txt``: how many times its first block ran (under FSDP or
 DeepSpeed ZeRO-3 each of those is a collective, so the counts must be equal), and
 ``callback_metrics_rank<r>.json``: the callback's scalars in its ``trainer.callback_metrics``.
 
-Usage: python tests/callback/ddp_run.py OUT_DIR DEVICES
+Usage: python tests/callback/ddp_run.py OUT_DIR DEVICES [vit|segformer]
 (Lightning's ``ddp`` re-runs this same command for the second process.)
 """
 
@@ -20,13 +21,19 @@ from lightning.pytorch import seed_everything  # noqa: E402
 from lightning.pytorch.loggers import CSVLogger  # noqa: E402
 
 from gradskip_lightning import GradSkipCallback  # noqa: E402
-from tests.callback.helpers import tiny_data, tiny_module, tiny_trainer  # noqa: E402
+from tests.callback.helpers import (  # noqa: E402
+    tiny_data,
+    tiny_module,
+    tiny_segmentation_data,
+    tiny_segmentation_module,
+    tiny_trainer,
+)
 
 #: Odd probe count and a small explain batch: uneven shards and several chunks per rank.
 CALLBACK = dict(num_probes=9, explain_batch_size=2, insertion_steps=4, compare_methods=["rollout"], progress=False)
 
 
-def main(out: Path, devices: int) -> None:
+def main(out: Path, devices: int, family: str = "vit") -> None:
     seed_everything(0)
     logger = CSVLogger(save_dir=str(out), name=f"devices_{devices}", version=0)
     strategy = "ddp" if devices > 1 else "auto"
@@ -39,10 +46,14 @@ def main(out: Path, devices: int) -> None:
         max_epochs=1,
         deterministic=False,
     )
-    data = tiny_data(train_size=32, val_size=16)
-    module = tiny_module()
+    if family == "segformer":
+        data, module = tiny_segmentation_data(), tiny_segmentation_module()
+        first_block = module.model.segformer.stages[0].blocks[0]
+    else:
+        data, module = tiny_data(train_size=32, val_size=16), tiny_module()
+        first_block = module.model.blocks[0]
     forwards = []
-    module.model.blocks[0].register_forward_hook(lambda *args: forwards.append(1))
+    first_block.register_forward_hook(lambda *args: forwards.append(1))
     trainer.validate(module, datamodule=data)  # untrained weights: comparable across process counts
     trainer.fit(module, datamodule=data)
     folder = out / f"devices_{devices}"
@@ -52,4 +63,4 @@ def main(out: Path, devices: int) -> None:
 
 
 if __name__ == "__main__":
-    main(Path(sys.argv[1]), int(sys.argv[2]))
+    main(Path(sys.argv[1]), int(sys.argv[2]), *sys.argv[3:])

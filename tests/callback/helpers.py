@@ -1,4 +1,5 @@
-"""Small real parts for the callback tests: a 2-block ViT classifier and planted-shapes data at 32 px."""
+"""Small real parts for the callback tests: a 2-block ViT classifier and planted-shapes data at 32 px;
+a tiny SegFormer and planted-shapes segmentation data at 64 px."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from typing import Any
 
 from lightning.pytorch import Trainer
 
-from gradskip_lightning.data import PlantedShapesDataModule
+from gradskip_lightning.data import PlantedShapesDataModule, PlantedShapesSegmentationDataModule
 from gradskip_lightning.model import ViTClassifier
 
 
@@ -24,6 +25,24 @@ def tiny_data(**kwargs: Any) -> PlantedShapesDataModule:
     options = dict(num_classes=4, img_size=32, train_size=64, val_size=32, test_size=8, batch_size=16)
     options.update(kwargs)
     return PlantedShapesDataModule(**options)
+
+
+def tiny_segmentation_module(seed: int = 0):
+    """A SegmentationModule holding a 4-block SegFormer (widths 8-16) for 5 classes on 64 px images."""
+    import torch
+
+    from gradskip_lightning.segmentation.module import SegmentationModule
+
+    torch.manual_seed(seed)
+    sizes = dict(hidden_sizes=[8, 8, 16, 16], depths=[1, 1, 1, 1], decoder_hidden_size=16)
+    return SegmentationModule(num_classes=5, img_size=64, task="segmentation", **sizes)
+
+
+def tiny_segmentation_data(**kwargs: Any) -> PlantedShapesSegmentationDataModule:
+    """Planted-shapes segmentation data (4 square colours + background), 64 px."""
+    options = dict(num_colours=4, img_size=64, train_size=32, val_size=16, test_size=8, batch_size=16)
+    options.update(kwargs)
+    return PlantedShapesSegmentationDataModule(**options)
 
 
 def tiny_trainer(root: Path, **kwargs: Any) -> Trainer:

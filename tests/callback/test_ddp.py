@@ -1,4 +1,5 @@
-"""A real 2-process DDP run on CPU: no hang, rank zero logs, figures equal a single-process run."""
+"""A real 2-process DDP run on CPU, for a ViT classifier and a SegFormer: no hang, rank zero logs,
+figures equal a single-process run."""
 
 from __future__ import annotations
 
@@ -21,27 +22,28 @@ def _rows(log_dir: Path, key: str) -> list[dict[str, float]]:
         return [{k: float(v) for k, v in row.items() if v} for row in csv.DictReader(handle) if row.get(key)]
 
 
-@pytest.fixture(scope="module")
-def ddp_out(tmp_path_factory) -> Path:
-    """The output folder of one real 2-process DDP run of ddp_run.py."""
-    out = tmp_path_factory.mktemp("ddp")
+@pytest.fixture(scope="module", params=["vit", "segformer"])
+def ddp_out(request, tmp_path_factory) -> tuple[Path, str]:
+    """The output folder of one real 2-process DDP run of ddp_run.py, and the model family."""
+    out = tmp_path_factory.mktemp(f"ddp_{request.param}")
     done = subprocess.run(
-        [sys.executable, str(SCRIPT), str(out), "2"],
+        [sys.executable, str(SCRIPT), str(out), "2", request.param],
         env=dict(os.environ),
         capture_output=True,
         text=True,
         timeout=240,
     )
     assert done.returncode == 0, done.stderr[-3000:]
-    return out
+    return out, request.param
 
 
 @pytest.mark.slow
 def test_ddp_two_processes_log_once_and_match_one_process(ddp_out, tmp_path):
     import shutil
 
-    shutil.copytree(ddp_out, tmp_path, dirs_exist_ok=True)
-    ddp_run.main(tmp_path, devices=1)  # the single-process reference, in this process
+    out, family = ddp_out
+    shutil.copytree(out, tmp_path, dirs_exist_ok=True)
+    ddp_run.main(tmp_path, devices=1, family=family)  # the single-process reference, in this process
     ddp_dir, single_dir = tmp_path / "devices_2" / "version_0", tmp_path / "devices_1" / "version_0"
     for key in ("faithfulness/gradskip/validate/insertion", "faithfulness/gradskip/insertion"):  # validate, then fit
         assert len(_rows(ddp_dir, key)) == len(_rows(single_dir, key)) == 1, key
@@ -57,6 +59,8 @@ def test_ddp_two_processes_log_once_and_match_one_process(ddp_out, tmp_path):
         "regions/gradskip/validate/pointing_game",
         "regions/gradskip/validate/mass/object",
         "regions/gradskip/validate/rank/object/rollout",
+        "regions/gradskip/validate/mean_iou",
+        "regions/gradskip/validate/average_precision/rollout",
     } <= set(keys)
     assert set(keys) <= set(validate_ddp)
     for key in keys:
@@ -71,7 +75,7 @@ def test_ddp_two_processes_log_once_and_match_one_process(ddp_out, tmp_path):
 @pytest.mark.slow
 def test_ddp_ranks_run_the_same_number_of_forwards_with_an_uneven_probe_count(ddp_out):
     """9 probes on 2 ranks: shards are padded to 5 each, so sharded strategies (FSDP) cannot hang."""
-    counts = [int((ddp_out / "devices_2" / f"forwards_rank{r}.txt").read_text()) for r in (0, 1)]
+    counts = [int((ddp_out[0] / "devices_2" / f"forwards_rank{r}.txt").read_text()) for r in (0, 1)]
     assert counts[0] == counts[1] > 0, counts
 
 
@@ -80,6 +84,6 @@ def test_ddp_every_rank_holds_the_same_monitorable_scalars(ddp_out):
     """EarlyStopping/ModelCheckpoint read ``callback_metrics`` on every rank: the values must agree."""
     import json
 
-    ranks = [json.loads((ddp_out / "devices_2" / f"callback_metrics_rank{r}.json").read_text()) for r in (0, 1)]
+    ranks = [json.loads((ddp_out[0] / "devices_2" / f"callback_metrics_rank{r}.json").read_text()) for r in (0, 1)]
     assert "regions/gradskip/mass/object" in ranks[0] and "faithfulness/gradskip/insertion/rollout" in ranks[0]
     assert ranks[0] == ranks[1]

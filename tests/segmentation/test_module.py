@@ -14,7 +14,6 @@ from gradskip_lightning.segmentation.module import (
     segmentation_loss,
     segmentation_metrics,
     upsample_logits,
-    valid_one_hot,
 )
 
 #: As tests/segmentation/conftest.py's tiny SegFormer.
@@ -59,9 +58,8 @@ def test_miou_and_pixel_accuracy_skip_ignored_pixels():
     metrics = segmentation_metrics(3)
     target = torch.tensor([[[0, 0, 1, 1], [0, 0, 1, 1], [2, 2, IGNORE_INDEX, IGNORE_INDEX]]])  # (1, 3, 4)
     preds = torch.tensor([[[0, 0, 1, 0], [0, 0, 1, 1], [2, 2, 1, 1]]])
-    valid = target != IGNORE_INDEX
-    metrics["miou"].update(valid_one_hot(preds, valid, 3), valid_one_hot(target, valid, 3))
-    metrics["pixel_acc"].update(preds, target)
+    for metric in metrics.values():
+        metric.update(preds, target)
     # IoU: background 4/5, class 1 3/4, class 2 2/2 (the ignored pixels predicted 1 do not count)
     assert float(metrics["miou"].compute()) == pytest.approx((4 / 5 + 3 / 4 + 1) / 3)
     assert float(metrics["pixel_acc"].compute()) == pytest.approx(9 / 10)
@@ -119,3 +117,26 @@ def test_a_real_trainer_fit_lowers_the_loss_and_logs_every_stage():
     # test/loss and test/pixel_acc are the real figures of the trained model on the whole test split
     assert results["test/loss"] == pytest.approx(float(segmentation_loss(logits, label_maps)), rel=1e-4)
     assert results["test/pixel_acc"] == pytest.approx(float((logits.argmax(dim=1) == label_maps).float().mean()))
+
+
+def test_miou_pools_each_class_over_all_images_and_skips_absent_classes():
+    metrics = segmentation_metrics(4)  # class 3 appears nowhere: left out of the mean
+    target = torch.tensor([[[0, 1], [1, 1]], [[0, 0], [2, 2]]])
+    preds = torch.tensor([[[1, 1], [1, 1]], [[0, 2], [2, 2]]])
+    metrics["miou"].update(preds[:1], target[:1])
+    metrics["miou"].update(preds[1:], target[1:])
+    # pooled over both images: background 1/3, class 1 3/4, class 2 2/3 (per image, the background
+    # would be 0/1 and 1/2)
+    assert float(metrics["miou"].compute()) == pytest.approx((1 / 3 + 3 / 4 + 2 / 3) / 3)
+
+
+def test_validate_before_fit_works():
+    """Metric states made under ``validate()``'s inference mode must not break a following ``fit()``."""
+    torch.manual_seed(0)
+    data = PlantedShapesSegmentationDataModule(num_colours=2, img_size=32, object_size=8, train_size=16, val_size=16)
+    module = SegmentationModule(num_classes=data.num_classes, img_size=32, **TINY)
+    options = dict(accelerator="cpu", logger=False, enable_checkpointing=False, enable_progress_bar=False)
+    trainer = Trainer(max_epochs=1, enable_model_summary=False, **options)
+    trainer.validate(module, datamodule=data, verbose=False)
+    trainer.fit(module, datamodule=data)
+    assert 0.0 <= float(trainer.callback_metrics["val/miou"]) <= 1.0
