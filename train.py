@@ -15,10 +15,7 @@ import os
 from lightning.pytorch import LightningDataModule, LightningModule
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 
-from gradskip_lightning.model import DEFAULT_MODEL
-
-#: Datamodule attributes the model takes (data.<name> -> model.<name>), set at instantiation.
-LINKED_FROM_DATA = ("num_classes", "img_size", "in_chans", "task")
+from gradskip_lightning.model import DEFAULT_MODEL, LINKED_FROM_DATA
 
 
 class GradSkipCLI(LightningCLI):

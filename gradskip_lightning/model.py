@@ -207,6 +207,10 @@ class ViTClassifier(TrainedModule):
         return loss
 
 
+#: Datamodule attributes the model takes (data.<name> -> model.<name>): train.py links them, the
+#: benchmarks pass them.
+LINKED_FROM_DATA = ("num_classes", "img_size", "in_chans", "task")
+
 #: The model of a LightningCLI config whose ``model`` section names no ``class_path`` (train.py's
 #: default; the benchmarks read the configs the same way).
 DEFAULT_MODEL = f"{ViTClassifier.__module__}.{ViTClassifier.__qualname__}"

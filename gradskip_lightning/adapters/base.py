@@ -29,6 +29,28 @@ class UnsupportedModel(TypeError):
     """A model (or one of its settings) no adapter can explain; the message says which and why."""
 
 
+
+
+@contextmanager
+def eval_mode(*models: nn.Module) -> Iterator[None]:
+    """Every module of ``models`` in eval mode inside the block; each module's own mode restored on
+    exit (``model.train()`` afterwards would flip modules a user froze in eval)."""
+    modules = {id(m): m for model in models for m in model.modules()}.values()
+    modes = [(m, m.training) for m in modules]
+    try:
+        for module, _ in modes:
+            module.training = False
+        yield
+    finally:
+        for module, training in modes:
+            module.training = training
+
+def parameter_holders_outside(model: nn.Module, inner: nn.Module) -> list[nn.Module]:
+    """The modules of ``model`` outside ``inner`` that hold parameters of their own (e.g. a head in
+    the LightningModule around a backbone): what the randomisation test re-initialises with the head."""
+    inside = {id(m) for m in inner.modules()}
+    return [m for m in model.modules() if id(m) not in inside and next(m.parameters(recurse=False), None) is not None]
+
 class Adapter:
     """Access to one backbone family: its blocks, token grid, prefix tokens and pooling.
 
@@ -116,10 +138,7 @@ class Adapter:
         """Layers of the parameter-randomisation test, top first: ``"head"`` (the backbone's own
         head and every module of ``model`` outside the backbone that holds parameters), then
         ``"blocks.{L-1}"`` down to ``"blocks.0"``."""
-        inside = {id(m) for m in self.backbone.modules()}
-        outside = [
-            m for m in model.modules() if id(m) not in inside and next(m.parameters(recurse=False), None) is not None
-        ]
+        outside = parameter_holders_outside(model, self.backbone)
         head = [self.backbone.head] if self.num_classes > 0 else []
         blocks = [(f"blocks.{i}", [block]) for i, block in reversed(list(enumerate(self.blocks)))]
         return [("head", head + outside), *blocks]
@@ -159,21 +178,16 @@ class Adapter:
         """Eval mode (of ``model``, default the backbone), non-fused attention, no gradient
         checkpointing; everything restored on exit."""
         model = self.backbone if model is None else model
-        modules = {id(m): m for m in (*model.modules(), *self.backbone.modules())}.values()
-        modes = [(m, m.training) for m in modules]
         fused = [(b.attn, b.attn.fused_attn) for b in self.blocks]
         checkpointing = getattr(self.backbone, "grad_checkpointing", None)
         try:
-            for module, _ in modes:
-                module.training = False
             for attn, _ in fused:
                 attn.fused_attn = False
             if checkpointing is not None:
                 self.backbone.grad_checkpointing = False
-            yield
+            with eval_mode(model, self.backbone):
+                yield
         finally:
-            for module, training in modes:
-                module.training = training
             for attn, flag in fused:
                 attn.fused_attn = flag
             if checkpointing is not None:

@@ -23,6 +23,7 @@ from torch import Tensor
 from typing_extensions import override
 
 from gradskip_lightning import render
+from gradskip_lightning.adapters.base import eval_mode
 from gradskip_lightning.data.tags import SpuriousTag
 from gradskip_lightning.explainer import METHODS, Explainer, MethodName, explainer_for
 from gradskip_lightning.segmentation.explainer import SegmentationExplainer
@@ -477,27 +478,24 @@ class GradSkipCallback(Callback):
         records: dict[str, ProbeRecord] = {}
         error = None
         with isolate_rng(include_cuda=True), torch.inference_mode(False):
-            modes = [(module, module.training) for module in pl_module.modules()]
             try:
                 part = probes.subset(shard.positions)
                 part.images = part.images.clone()  # a normal tensor, even under inference mode
                 progress = self.progress and trainer.is_global_zero
-                for name, explainer in self._explainers.items():
-                    records[name] = explain_probes(
-                        explainer,
-                        part,
-                        self.scores,
-                        heads=name == self.method,
-                        activation=self._activation,
-                        progress=progress,
-                    )
+                with eval_mode(pl_module):  # every module's own mode back afterwards
+                    for name, explainer in self._explainers.items():
+                        records[name] = explain_probes(
+                            explainer,
+                            part,
+                            self.scores,
+                            heads=name == self.method,
+                            activation=self._activation,
+                            progress=progress,
+                        )
             except Exception as err:  # noqa: BLE001 - isolation: torch.OutOfMemoryError, non-finite maps, ...
                 error, records = f"{type(err).__name__}: {err}", {}
                 if torch.cuda.is_available():
                     torch.cuda.empty_cache()
-            finally:
-                for module, mode in modes:
-                    module.training = mode
             merged, error = gather_records(records, shard, len(probes), error)
         if error is None:
             drift = self._drift.update(merged[self.method].token_maps, store=trained)

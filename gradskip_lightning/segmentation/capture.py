@@ -21,7 +21,7 @@ import torch
 from torch import Tensor, nn
 
 from gradskip_lightning.adapters import BlockTensors
-from gradskip_lightning.adapters.base import value_norms
+from gradskip_lightning.adapters.base import eval_mode, parameter_holders_outside, value_norms
 
 
 @dataclass
@@ -132,17 +132,13 @@ def most_predicted_class(logits: Tensor) -> Tensor:
 def explain_mode(model: nn.Module) -> Iterator[None]:
     """Eval mode of every module of ``model`` and eager attention (which returns probabilities) in
     its SegFormer, for the call; both restored."""
-    modes = [(m, m.training) for m in model.modules()]
     config = find_segformer(model).config
     implementation = config._attn_implementation
     try:
-        for module, _ in modes:
-            module.training = False
         config._attn_implementation = "eager"
-        yield
+        with eval_mode(model):
+            yield
     finally:
-        for module, training in modes:
-            module.training = training
         config._attn_implementation = implementation
 
 
@@ -275,10 +271,7 @@ class SegformerCascade:
         self.segformer = find_segformer(model)
 
     def cascade(self, model: nn.Module) -> list[tuple[str, list[nn.Module]]]:
-        inside = {id(m) for m in self.segformer.modules()}
-        outside = [
-            m for m in model.modules() if id(m) not in inside and next(m.parameters(recurse=False), None) is not None
-        ]
+        outside = parameter_holders_outside(model, self.segformer)
         blocks = [
             (f"stages.{s}.blocks.{j}", [block])
             for s, stage in enumerate(self.segformer.segformer.stages)

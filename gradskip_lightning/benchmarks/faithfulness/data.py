@@ -13,14 +13,15 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
-from lightning.pytorch import Callback, Trainer, seed_everything
+from lightning.pytorch import Callback, LightningDataModule, LightningModule, Trainer, seed_everything
 from torch import Tensor
 
-from gradskip_lightning.benchmarks.configs import config_settings, datamodule_class
+from gradskip_lightning.benchmarks.configs import config_settings, datamodule_class, model_class
 from gradskip_lightning.data.base import ImageClassificationDataModule
-from gradskip_lightning.model import ViTClassifier
+from gradskip_lightning.model import LINKED_FROM_DATA
 
 #: Datasets; each trains with ``configs/<name>.yaml``.
 DATASETS = ("planted_shapes", "planted_shapes_deep", "bloodmnist")
@@ -83,38 +84,42 @@ def checkpoint_path(folder: Path, name: str, seed: int) -> Path:
     return folder / f"{name}-seed{seed}.ckpt"
 
 
+def quiet_trainer(**kwargs: Any) -> Trainer:
+    """A CPU Trainer of one device with no logger, checkpoints, progress bar or summary; ``kwargs``
+    add to it."""
+    options = dict(logger=False, enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False)
+    return Trainer(accelerator="cpu", devices=1, **options, **kwargs)
+
+
 def train_or_load(
     name: str,
-    datamodule: ImageClassificationDataModule,
+    datamodule: LightningDataModule,
     *,
     checkpoint: Path | None,
     epochs: int | None,
     seed: int,
     max_train_batches: int | None = None,
     callbacks: list[Callback] | None = None,
-) -> tuple[ViTClassifier, dict]:
-    """A ViTClassifier in eval mode, loaded from ``checkpoint`` or trained; and facts about it.
+) -> tuple[LightningModule, dict]:
+    """The model of ``configs/<name>.yaml`` in eval mode, loaded from ``checkpoint`` or trained (no
+    validation); and facts about it.
 
-    ``epochs`` None uses the config's; ``max_train_batches`` caps the batches per epoch; ``callbacks``
-    go to the Trainer.
+    The model takes the config's init args and the datamodule's :data:`~gradskip_lightning.model.LINKED_FROM_DATA`,
+    as train.py gives them. ``epochs`` None uses the config's (fewer for BloodMNIST, :data:`EPOCHS`);
+    ``max_train_batches`` caps the batches per epoch; ``callbacks`` go to the Trainer.
 
     Returns the model and a dict with ``checkpoint`` (str or None), ``epochs``, ``train_seconds``.
     """
+    cls = model_class(name)
     if checkpoint is not None:
-        model = ViTClassifier.load_from_checkpoint(checkpoint, map_location="cpu")
+        model = cls.load_from_checkpoint(checkpoint, map_location="cpu")
         return model.eval(), {"checkpoint": str(checkpoint), "epochs": None, "train_seconds": 0.0}
     settings, _, trainer_args = config_settings(name)
     epochs = EPOCHS.get(name, trainer_args["max_epochs"]) if epochs is None else epochs
     seed_everything(seed, verbose=False)
-    model = ViTClassifier(num_classes=datamodule.num_classes, img_size=datamodule.img_size, **settings)
-    trainer = Trainer(
-        accelerator="cpu",
-        devices=1,
+    model = cls(**settings, **{link: getattr(datamodule, link) for link in LINKED_FROM_DATA})
+    trainer = quiet_trainer(
         max_epochs=epochs,
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
         limit_val_batches=0,
         num_sanity_val_steps=0,
         limit_train_batches=max_train_batches,

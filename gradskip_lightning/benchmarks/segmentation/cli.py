@@ -13,6 +13,7 @@ import torch
 
 from gradskip_lightning.benchmarks.faithfulness.bootstrap import BootstrapSettings
 from gradskip_lightning.benchmarks.faithfulness.cli import machine
+from gradskip_lightning.benchmarks.faithfulness.data import train_or_load
 from gradskip_lightning.benchmarks.faithfulness.maps import compute_maps
 from gradskip_lightning.benchmarks.profiles import Profiles
 
@@ -27,7 +28,6 @@ from .models import (
     make_datamodule,
     split_scores,
     square_subset,
-    train_or_load,
 )
 from .records import SegmentationModelRecord, SegmentationScoreRecord
 from .summary import SeedScores, interval_records, paired_differences, per_image_scores, pooled_scores
@@ -135,7 +135,12 @@ def run_seed(
     """Train (or load) the model of one seed, score every method; also the maps of the figure's images."""
     checkpoint = None if args.checkpoints is None else checkpoint_path(args.checkpoints, seed)
     model, facts = train_or_load(
-        datamodule, checkpoint=checkpoint, epochs=args.epochs, seed=seed, max_train_batches=args.max_train_batches
+        CONFIG,
+        datamodule,
+        checkpoint=checkpoint,
+        epochs=args.epochs,
+        seed=seed,
+        max_train_batches=args.max_train_batches,
     )
     if args.save_checkpoints is not None and checkpoint is None:
         args.save_checkpoints.mkdir(parents=True, exist_ok=True)

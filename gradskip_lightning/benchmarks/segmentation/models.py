@@ -1,23 +1,22 @@
 """The SegFormers of the segmentation benchmark and its fixed test subset.
 
 Each training seed trains a :class:`~gradskip_lightning.segmentation.module.SegmentationModule` from
-scratch with the model, data and epoch settings of ``configs/planted_segformer.yaml`` (Lightning
-Trainer on CPU, no logger, no validation during training), unless a checkpoint is given; then one
-pass over the validation and test splits gives its mIoU and pixel accuracy.
+scratch with the model, data and epoch settings of ``configs/planted_segformer.yaml``
+(:func:`~gradskip_lightning.benchmarks.faithfulness.data.train_or_load`), unless a checkpoint is
+given; then one pass over the validation and test splits gives its mIoU and pixel accuracy.
 """
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-from lightning.pytorch import LightningDataModule, LightningModule, Trainer, seed_everything
+from lightning.pytorch import LightningDataModule, LightningModule
 from torch import Tensor
 
-from gradskip_lightning.benchmarks.configs import config_settings, datamodule_class, model_class
-from gradskip_lightning.benchmarks.faithfulness.data import fixed_subset
+from gradskip_lightning.benchmarks.configs import config_settings, datamodule_class
+from gradskip_lightning.benchmarks.faithfulness.data import fixed_subset, quiet_trainer
 from gradskip_lightning.segmentation.capture import target_region
 
 #: The config whose model, data and epochs the benchmark trains.
@@ -60,51 +59,10 @@ def checkpoint_path(folder: Path, seed: int) -> Path:
     return folder / f"{CONFIG}-seed{seed}.ckpt"
 
 
-def _quiet_trainer(**kwargs) -> Trainer:
-    return Trainer(
-        accelerator="cpu",
-        devices=1,
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        **kwargs,
-    )
-
-
-def train_or_load(
-    datamodule: LightningDataModule,
-    *,
-    checkpoint: Path | None,
-    epochs: int | None,
-    seed: int,
-    max_train_batches: int | None = None,
-) -> tuple[LightningModule, dict]:
-    """A SegmentationModule in eval mode, loaded from ``checkpoint`` or trained (``epochs`` None: the
-    config's; ``max_train_batches`` caps the batches per epoch); and a dict with ``checkpoint``
-    (str or None), ``epochs`` and ``train_seconds``."""
-    cls = model_class(CONFIG)
-    if checkpoint is not None:
-        model = cls.load_from_checkpoint(checkpoint, map_location="cpu")
-        return model.eval(), {"checkpoint": str(checkpoint), "epochs": None, "train_seconds": 0.0}
-    settings, _, trainer_args = config_settings(CONFIG)
-    epochs = trainer_args["max_epochs"] if epochs is None else epochs
-    seed_everything(seed, verbose=False)
-    model = cls(
-        num_classes=datamodule.num_classes, in_chans=datamodule.in_chans, img_size=datamodule.img_size, **settings
-    )
-    trainer = _quiet_trainer(
-        max_epochs=epochs, limit_val_batches=0, num_sanity_val_steps=0, limit_train_batches=max_train_batches
-    )
-    start = time.perf_counter()
-    trainer.fit(model, datamodule=datamodule)
-    return model.eval(), {"checkpoint": None, "epochs": epochs, "train_seconds": time.perf_counter() - start}
-
-
 def split_scores(model: LightningModule, datamodule: LightningDataModule, batches: int | None) -> dict[str, float]:
     """``val_miou``, ``val_pixel_accuracy``, ``test_miou``, ``test_pixel_accuracy`` of ``model`` (the
     module's own metrics) on the first ``batches`` batches of each split (None: all of it)."""
-    trainer = _quiet_trainer(limit_val_batches=batches, limit_test_batches=batches)
+    trainer = quiet_trainer(limit_val_batches=batches, limit_test_batches=batches)
     val = trainer.validate(model, datamodule=datamodule, verbose=False)[0]
     test = trainer.test(model, datamodule=datamodule, verbose=False)[0]
     model.eval()
