@@ -2,6 +2,8 @@
 logged from a Lightning callback."""
 
 from gradskip_lightning.callback import GradSkipCallback
-from gradskip_lightning.explainer import Explainer, Explanation, explainer_for
+from gradskip_lightning.explainer import Explainer
+from gradskip_lightning.explanation import Explanation, ModelExplainer
+from gradskip_lightning.families import explainer_for, register_family
 
-__all__ = ["Explainer", "Explanation", "GradSkipCallback", "explainer_for"]
+__all__ = ["Explainer", "Explanation", "GradSkipCallback", "ModelExplainer", "explainer_for", "register_family"]

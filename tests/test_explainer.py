@@ -127,8 +127,10 @@ def test_bad_input_raises_clear_errors(tiny_vit):
         explainer.explain(torch.randn(2, 1, 32, 32))
     with pytest.raises(ValueError, match=r"\(B, 3, 32, 32\).*\(2, 3, 28, 28\)"):
         explainer.explain(torch.randn(2, 3, 28, 28))
-    with pytest.raises(ValueError, match="float tensor"):
+    with pytest.raises(TypeError, match="floating tensor"):  # a dtype mistake is a TypeError everywhere
         explainer.explain(torch.zeros(2, 3, 32, 32, dtype=torch.uint8))
+    with pytest.raises(ValueError, match="regions are for segmentation"):
+        explainer.explain(torch.randn(2, 3, 32, 32), regions=torch.ones(2, 4, 4, dtype=torch.bool))
     with pytest.raises(ValueError, match=r"in \[0, 4\)"):
         explainer.explain(torch.randn(2, 3, 32, 32), torch.tensor([0, 4]))
     with pytest.raises(ValueError, match=r"shape \(2,\)"):

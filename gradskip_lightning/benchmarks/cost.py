@@ -37,7 +37,7 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from gradskip_lightning.adapters import find_adapter
 from gradskip_lightning.explainer import METHODS, Explainer
-from gradskip_lightning.segmentation import SEGMENTATION_METHODS, explain_segmentation
+from gradskip_lightning.segmentation import SEGMENTATION_METHODS, SegmentationExplainer
 from gradskip_lightning.segmentation.capture import explain_mode as segformer_explain_mode
 
 #: The pseudo-method of the floor row: forward + activation-only backward, no method.
@@ -71,14 +71,15 @@ def segformer_model(size: int, **config: Any) -> Built:
 
 
 def segformer_map(model: nn.Module, method: str) -> Callable[[Tensor], object]:
-    """images (B, 3, H, W) -> ``explain_segmentation`` of class 0 over the whole logits grid
+    """images (B, 3, H, W) -> the explanation of class 0 over the whole logits grid
     (B, ceil(H / stride_0), ceil(W / stride_0))."""
     stride = model.config.strides[0]
+    explainer = SegmentationExplainer(model, method)
 
     def run(images: Tensor) -> object:
         b, _, h, w = images.shape
         region = torch.ones(b, -(-h // stride), -(-w // stride), dtype=torch.bool)
-        return explain_segmentation(model, images, torch.zeros(b, dtype=torch.long), region, method)
+        return explainer.explain(images, torch.zeros(b, dtype=torch.long), region)
 
     return run
 

@@ -12,7 +12,7 @@ from typing import Literal
 import torch
 from torch import Tensor
 
-from gradskip_lightning.explainer import Explainer
+from gradskip_lightning.explanation import ModelExplainer
 from gradskip_lightning.metrics import (
     faithfulness_violation,
     insertion_deletion,
@@ -22,7 +22,6 @@ from gradskip_lightning.metrics import (
     segmentation_scores_per_image,
 )
 from gradskip_lightning.metrics.perturbation import Activation, class_probabilities
-from gradskip_lightning.segmentation.explainer import SegmentationExplainer, SegmentationExplanation
 
 from .probes import ProbeSet
 from .record import ProbeRecord
@@ -68,7 +67,7 @@ def _cpu(value: Tensor) -> Tensor:
 
 
 def _explain_chunk(
-    explainer: Explainer | SegmentationExplainer,
+    explainer: ModelExplainer,
     probes: ProbeSet,
     settings: ScoreSettings,
     heads: bool,
@@ -82,7 +81,7 @@ def _explain_chunk(
         bad = (~exp.valid).nonzero()[:, 0].tolist()
         raise ExplainFailure(f"{exp.method}: non-finite relevance or logits for probes at positions {bad}")
     options = dict(patch_size=explainer.patch_size, batch_size=settings.metrics_batch_size, activation=activation)
-    if isinstance(exp, SegmentationExplanation):  # scored by the mean logit over the explained region
+    if exp.region is not None:  # scored by the mean logit over the explained region
         options["regions"] = exp.region
     scores = insertion_deletion(
         explainer.model,
@@ -135,7 +134,7 @@ def _explain_chunk(
 
 
 def _transplant(
-    explainer: Explainer, images: Tensor, probes: ProbeSet, transplant: Transplant, multilabel: bool
+    explainer: ModelExplainer, images: Tensor, probes: ProbeSet, transplant: Transplant, multilabel: bool
 ) -> tuple[Tensor, Tensor]:
     """Per-probe (B,) flips to the tag's class and relevance mass on the tag; NaN for probes of its class."""
     flips = torch.full((len(images),), float("nan"), device=images.device)
@@ -154,7 +153,7 @@ def _transplant(
 
 
 def explain_probes(
-    explainer: Explainer | SegmentationExplainer,
+    explainer: ModelExplainer,
     probes: ProbeSet,
     settings: ScoreSettings,
     *,

@@ -25,8 +25,9 @@ from typing_extensions import override
 from gradskip_lightning import render
 from gradskip_lightning.adapters.base import eval_mode
 from gradskip_lightning.data.tags import SpuriousTag
-from gradskip_lightning.explainer import METHODS, Explainer, MethodName, explainer_for
-from gradskip_lightning.segmentation.explainer import SegmentationExplainer
+from gradskip_lightning.explanation import ModelExplainer
+from gradskip_lightning.families import all_methods, explainer_for
+from gradskip_lightning.methods import MethodName
 
 from .compute import DeletionBaseline, ScoreSettings, Target, explain_probes
 from .distributed import gather_records, shard_positions
@@ -227,12 +228,13 @@ class GradSkipCallback(Callback):
             ("display_size", display_size),
         ):
             _positive(name, value)
-        if method not in METHODS:
-            raise ValueError(f"method must be one of {METHODS}, got {method!r}")
+        methods = all_methods()
+        if method not in methods:
+            raise ValueError(f"method must be one of {methods}, got {method!r}")
         compare_methods = list(compare_methods)
         for other in compare_methods:
-            if other not in METHODS or other == method:
-                raise ValueError(f"compare_methods must be names from {METHODS} other than {method!r}, got {other!r}")
+            if other not in methods or other == method:
+                raise ValueError(f"compare_methods must be names from {methods} other than {method!r}, got {other!r}")
         if target not in _TARGETS:
             raise ValueError(f"target must be one of {_TARGETS}, got {target!r}")
         if deletion_baseline not in _BASELINES:
@@ -282,7 +284,7 @@ class GradSkipCallback(Callback):
 
         self._source = ProbeSource(given, num_probes, probe_seed)
         self._drift = DriftTracker(top_k=drift_top_k)
-        self._explainers: dict[str, Explainer | SegmentationExplainer] = {}
+        self._explainers: dict[str, ModelExplainer] = {}
         self._multilabel_task = False
         self._class_names: list[str] | None = None
         self._display: tuple[Sequence[float], Sequence[float]] | tuple[None, None] = (mean, std)
@@ -380,18 +382,19 @@ class GradSkipCallback(Callback):
     def _checked_transplant(self, datamodule_tag: SpuriousTag | None) -> Transplant | None:
         if self.transplant is False:
             return None
-        if isinstance(self._explainers[self.method], SegmentationExplainer):
-            raise ValueError("transplant tests a classifier's shortcut; a segmentation model has none: use False")
+        explainer = self._explainers[self.method]
+        if explainer.task != "classification":
+            raise ValueError(f"transplant tests a classifier's shortcut; a {explainer.task} model has none: use False")
         tag = self.transplant if isinstance(self.transplant, SpuriousTag) else datamodule_tag
         if tag is None:
             raise ValueError(
                 "transplant=True uses the datamodule's tag, but the datamodule has none: give the tag "
                 "(transplant: {target_class: ..., position: ...}) or use a datamodule with a tag"
             )
-        explainer = self._explainers[self.method]
         if not 0 <= tag.target_class < explainer.num_classes:
             raise ValueError(f"transplant tag's target_class {tag.target_class} is not in [0, {explainer.num_classes})")
-        tag.check_fits(*explainer.img_size)
+        if explainer.img_size is not None:
+            tag.check_fits(*explainer.img_size)
         mean, std = self._display
         if mean is None:
             raise ValueError(

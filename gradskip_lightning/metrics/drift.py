@@ -9,7 +9,7 @@ from torch import Tensor
 from torchmetrics import Metric
 from torchmetrics.utilities import dim_zero_cat
 
-from ._checks import check_maps
+from gradskip_lightning.validation import check_maps
 
 
 def _check_pair(maps_a: Tensor, maps_b: Tensor) -> None:

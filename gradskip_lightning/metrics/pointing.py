@@ -7,7 +7,7 @@ import torch
 from torch import Tensor
 from torchmetrics import Metric
 
-from ._checks import as_bool_masks, check_maps, check_targets
+from gradskip_lightning.validation import as_bool_masks, check_maps, check_targets
 
 
 def default_tolerance(image_size: tuple[int, int]) -> float:

@@ -15,7 +15,7 @@ import torch
 from torch import Tensor
 from torchmetrics import Metric
 
-from ._checks import as_bool_masks, check_maps
+from gradskip_lightning.validation import as_bool_masks, check_maps
 
 
 def per_image_confusion(maps: Tensor, masks: Tensor) -> Tensor:

@@ -7,7 +7,8 @@ import torch
 from torch import Tensor
 from torchmetrics import Metric
 
-from ._checks import check_images_targets_maps
+from gradskip_lightning.validation import check_images_targets_maps
+
 from .perturbation import (
     Activation,
     Baseline,

@@ -16,23 +16,27 @@ Example:
 from __future__ import annotations
 
 import math
+import warnings
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass
+from typing import Any, ClassVar
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from gradskip_lightning.explainer import Explanation, check_class_targets, check_image_batch
+from gradskip_lightning.explanation import ExplainerBase, Explanation, Task, relevance_maps
 from gradskip_lightning.methods.gradskip import BlockStep
 from gradskip_lightning.segmentation.capture import capture_segmentation, find_segformer
-from gradskip_lightning.segmentation.propagation import SegmentationMethod, segmentation_spec
+from gradskip_lightning.segmentation.propagation import SEGMENTATION_METHODS, SegmentationMethod, segmentation_spec
+from gradskip_lightning.validation import check_image_batch
 
 
 @dataclass
 class SegmentationExplanation(Explanation):
-    """An :class:`~gradskip_lightning.explainer.Explanation` of (class, region) targets.
+    """An :class:`~gradskip_lightning.explanation.Explanation` of (class, region) targets.
 
-    ``logits`` (B, K) are the mean logits over each image's region, so ``predictions`` and
+    ``logits`` (B, K) are the mean logits over each image's ``region`` (B, h, w), so ``predictions`` and
     ``probabilities`` say what the model predicts there. ``token_maps`` (B, h, w) lie on the
     stage-0 grid (the logits grid), ``maps`` (B, H, W) are them bilinearly upsampled. GradSkip's
     ``head_weights``, ``grad_flow``, ``sparsity`` (B, L, H_max) and ``gates`` (B, L, N_max) are
@@ -40,13 +44,11 @@ class SegmentationExplanation(Explanation):
 
     Attributes:
         dense_logits: (B, K, h, w) the model's logits.
-        region: (B, h, w) bool, the explained positions Omega.
         region_found: (B,) False where the default region (positions predicted as the class) was
             empty and the whole grid was explained instead.
     """
 
     dense_logits: Tensor | None = None
-    region: Tensor | None = None
     region_found: Tensor | None = None
 
 
@@ -73,7 +75,7 @@ def _internals(steps: list[BlockStep] | None, batch: int) -> tuple[dict[str, Ten
     return {field: _padded([getattr(s, name) for s in bottom_first]) for field, name in _INTERNALS.items()}, finite
 
 
-class SegmentationExplainer:
+class SegmentationExplainer(ExplainerBase):
     """Explain a SegFormer's (class, region) decisions with GradSkip or a baseline.
 
     Args:
@@ -88,10 +90,12 @@ class SegmentationExplainer:
         TypeError: no SegFormer in ``model``. ValueError: unknown method or option.
     """
 
+    family: ClassVar[str] = "segformer"
+    task: ClassVar[Task] = "segmentation"
+    methods: ClassVar[tuple[str, ...]] = SEGMENTATION_METHODS.names
     num_prefix_tokens = 0
-    img_size = None  # any size the stages divide (see size_multiple)
 
-    def __init__(self, model: nn.Module, method: SegmentationMethod = "gradskip", **options) -> None:
+    def __init__(self, model: nn.Module, method: SegmentationMethod = "gradskip", **options: Any) -> None:
         self.model = model
         self.segformer = find_segformer(model)
         self.method = method
@@ -99,8 +103,14 @@ class SegmentationExplainer:
         self.options = self.spec.make_options(method, **options)
 
     @property
-    def config(self):
+    def config(self) -> Any:
+        """The SegFormer's ``transformers`` config."""
         return self.segformer.config
+
+    @property
+    def img_size(self) -> None:
+        """None: the model takes any size whose sides are multiples of :attr:`size_multiple`."""
+        return None
 
     @property
     def in_chans(self) -> int:
@@ -138,38 +148,18 @@ class SegmentationExplainer:
                 f"strides times key reductions); got {tuple(images.shape)}"
             )
 
-    def check_targets(self, targets: Tensor, batch: int) -> None:
-        """Raise ValueError unless ``targets`` is (batch,) of class indices in [0, num_classes)."""
-        check_class_targets(targets, batch, self.num_classes)
+    def check_regions(self, regions: Tensor, images: Tensor) -> None:
+        """Regions are checked by the capture, against the logits grid the forward returns."""
 
-    def explain(
-        self, images: Tensor, targets: Tensor | None = None, regions: Tensor | None = None
-    ) -> SegmentationExplanation:
-        """Explain y = sum over the region of logit_c for each image of a batch.
+    def _parameters(self) -> Iterator[nn.Parameter]:
+        return self.segformer.parameters()
 
-        Args:
-            images: (B, C, H, W), normalised as the model expects; moved to the model's device.
-            targets: (B,) classes; None explains the class predicted at the most positions.
-            regions: (B, h, w) bool on the logits grid; None explains the positions predicted as
-                the class (the whole grid where there are none: ``region_found`` False).
-        """
-        self.check_images(images)
-        parameter = next(self.segformer.parameters())
-        device = parameter.device
-        dtype = torch.float64 if parameter.dtype == torch.float64 else torch.float32  # never half precision
-        if targets is not None:
-            self.check_targets(targets, images.shape[0])
-            targets = targets.to(device=device, dtype=torch.long)
-        if regions is not None:
-            regions = regions.to(device)
-        with torch.autocast(device.type, enabled=False):
-            capture = capture_segmentation(self.model, images.to(device=device, dtype=dtype), targets, regions)
-            relevance = self.spec.propagation(capture, self.options)
+    def _explain(self, images: Tensor, targets: Tensor | None, regions: Tensor | None) -> SegmentationExplanation:
+        """Explain y = sum over the region of logit_c: one capture, one propagation."""
+        capture = capture_segmentation(self.model, images, targets, regions)
+        relevance = self.spec.propagation(capture, self.options)
         internals, finite = _internals(relevance.steps, images.shape[0])
-        token_maps = relevance.token_map.float()
-        valid = torch.isfinite(token_maps).flatten(1).all(dim=1) & finite.to(token_maps.device)
-        token_maps = torch.where(valid[:, None, None], token_maps, torch.zeros_like(token_maps))
-        maps = F.interpolate(token_maps[:, None], size=images.shape[-2:], mode="bilinear", align_corners=False)[:, 0]
+        maps, token_maps, valid = relevance_maps(relevance.token_map, finite, images.shape[-2:])
         dense = capture.logits.float()
         region = capture.region
         mean_logits = (dense * region[:, None]).sum(dim=(2, 3)) / region.sum(dim=(1, 2))[:, None]
@@ -180,8 +170,8 @@ class SegmentationExplainer:
             logits=mean_logits,
             valid=valid,
             method=self.method,
-            dense_logits=dense,
             region=region,
+            dense_logits=dense,
             region_found=capture.region_found,
             **internals,
         )
@@ -194,8 +184,12 @@ def explain_segmentation(
     region: Tensor | None = None,
     method: SegmentationMethod = "gradskip",
     options: object | None = None,
-) -> SegmentationExplanation:
-    """One call of :class:`SegmentationExplainer`: ``options`` is the method's options dataclass
-    (None: its defaults)."""
-    kwargs = asdict(options) if options is not None else {}
+) -> Explanation:
+    """Deprecated: use ``SegmentationExplainer(model, method, **options).explain(images, targets, region)``."""
+    warnings.warn(
+        "explain_segmentation is deprecated: use SegmentationExplainer(model, method, **options).explain(...)",
+        DeprecationWarning,
+        stacklevel=2,
+    )
+    kwargs = asdict(options) if options is not None else {}  # type: ignore[call-overload]
     return SegmentationExplainer(model, method, **kwargs).explain(images, targets_class, region)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Literal, get_args
+from typing import Any, Literal
 
 import torch
 from torch import Tensor
@@ -19,6 +19,7 @@ from gradskip_lightning.methods.baselines import NoOptions, RandomOptions, chefe
 from gradskip_lightning.methods.gradskip import BlockStep, GradSkipOptions, block_step, propagate_block
 from gradskip_lightning.methods.output import normalise
 from gradskip_lightning.methods.registry import build_options
+from gradskip_lightning.registry import Registry
 from gradskip_lightning.segmentation.capture import SegmentationCapture, StageTensors
 
 SegmentationMethod = Literal["gradskip", "raw_attention", "rollout", "chefer", "random"]
@@ -229,15 +230,13 @@ class SegmentationSpec:
         return build_options(self.options, method, **options)
 
 
-#: Method name -> its spec, in the order of :data:`SegmentationMethod`.
-SEGMENTATION_METHODS: dict[SegmentationMethod, SegmentationSpec] = {
-    "gradskip": SegmentationSpec(gradskip_segmentation, GradSkipOptions),
-    "raw_attention": SegmentationSpec(raw_attention_segmentation, NoOptions),
-    "rollout": SegmentationSpec(rollout_segmentation, NoOptions),
-    "chefer": SegmentationSpec(chefer_segmentation, NoOptions),
-    "random": SegmentationSpec(random_segmentation, RandomOptions),
-}
-assert tuple(SEGMENTATION_METHODS) == get_args(SegmentationMethod), "the registry must list every method"
+#: The SegFormer family's methods, in the order of :data:`SegmentationMethod` (a test checks both agree).
+SEGMENTATION_METHODS: Registry[SegmentationSpec] = Registry("segmentation method")
+SEGMENTATION_METHODS.register("gradskip", SegmentationSpec(gradskip_segmentation, GradSkipOptions))
+SEGMENTATION_METHODS.register("raw_attention", SegmentationSpec(raw_attention_segmentation, NoOptions))
+SEGMENTATION_METHODS.register("rollout", SegmentationSpec(rollout_segmentation, NoOptions))
+SEGMENTATION_METHODS.register("chefer", SegmentationSpec(chefer_segmentation, NoOptions))
+SEGMENTATION_METHODS.register("random", SegmentationSpec(random_segmentation, RandomOptions))
 
 
 def segmentation_spec(method: str) -> SegmentationSpec:
@@ -247,6 +246,4 @@ def segmentation_spec(method: str) -> SegmentationSpec:
         >>> segmentation_spec("rollout").options.__name__
         'NoOptions'
     """
-    if method not in SEGMENTATION_METHODS:
-        raise ValueError(f"method must be one of {get_args(SegmentationMethod)}, got {method!r}")
     return SEGMENTATION_METHODS[method]

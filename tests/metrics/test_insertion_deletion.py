@@ -105,7 +105,7 @@ def test_bad_inputs_raise_clear_errors(tiny_vit):
         insertion_deletion(tiny_vit, images, targets, maps.masked_fill(maps > 0.9, float("nan")))
     with pytest.raises(ValueError, match="steps must be in"):
         insertion_deletion(tiny_vit, images, targets, maps, steps=17)
-    with pytest.raises(ValueError, match=r"targets must be a tensor \(2,\)"):
+    with pytest.raises(ValueError, match=r"targets must have shape \(2,\)"):
         insertion_deletion(tiny_vit, images, targets[:1], maps)
     with pytest.raises(ValueError, match="not a multiple of the patch size"):
         insertion_deletion(tiny_vit, images, targets, maps, patch_size=6)

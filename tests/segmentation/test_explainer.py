@@ -9,7 +9,7 @@ TARGETS = torch.tensor([0, 1, 2])
 
 @pytest.mark.parametrize("method", sorted(SEGMENTATION_METHODS))
 def test_maps_cover_the_pixels(segformer, images, method):
-    out = explain_segmentation(segformer, images, TARGETS, method=method)
+    out = SegmentationExplainer(segformer, method).explain(images, TARGETS)
     assert out.maps.shape == (3, 64, 64) and out.token_maps.shape == (3, 16, 16)
     torch.testing.assert_close(out.token_maps.sum(dim=(1, 2)), torch.ones(3))
     torch.testing.assert_close(out.maps.mean(dim=(1, 2)) * 256, torch.ones(3), rtol=0.05, atol=0)
@@ -19,14 +19,17 @@ def test_maps_cover_the_pixels(segformer, images, method):
 def test_region_changes_the_map(segformer, images):
     left = torch.zeros(3, 16, 16, dtype=torch.bool)
     left[:, :, :8] = True
-    a = explain_segmentation(segformer, images, TARGETS, left).token_maps
-    b = explain_segmentation(segformer, images, TARGETS, ~left).token_maps
+    a = SegmentationExplainer(segformer).explain(images, TARGETS, left).token_maps
+    b = SegmentationExplainer(segformer).explain(images, TARGETS, ~left).token_maps
     assert not torch.allclose(a, b)
+    with pytest.warns(DeprecationWarning, match="SegmentationExplainer"):
+        deprecated = explain_segmentation(segformer, images, TARGETS, left)
+    torch.testing.assert_close(deprecated.token_maps, a)
 
 
 def test_unknown_method_is_refused(segformer, images):
-    with pytest.raises(ValueError, match="method must be one of"):
-        explain_segmentation(segformer, images, TARGETS, method="lrp")  # a ViT-only method
+    with pytest.raises(ValueError, match="Unknown segmentation method 'lrp'"):
+        SegmentationExplainer(segformer, "lrp")  # a ViT-only method
 
 
 def test_module_around_the_segformer_is_explained_through_its_forward(segformer, images):
