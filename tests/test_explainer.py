@@ -61,7 +61,7 @@ def test_identity_block_passes_relevance_through_untouched():
     assert torch.all(beta == 0)
     options = GradSkipOptions()
     omega, _, _ = methods.head_weights(cap.attn[1], cap.attn_grad[1], options)
-    w = methods.weighted_attention(cap.attn[1], cap.attn_grad[1], cap.value_norm[1], omega, options)
+    w = methods.rows_or_identity(methods.mixed_attention(cap.attn[1], cap.attn_grad[1], cap.value_norm[1], omega, options))
     relevance = torch.rand(3, 17)
     assert torch.equal(methods.propagate_block(relevance, w, beta), relevance)
     assert torch.all(Explainer(model).explain(torch.randn(3, 3, 32, 32)).gates[:, 1] == 0)
@@ -75,7 +75,7 @@ def test_relevance_is_conserved_at_every_block(gate):
     relevance = cap.readout
     for layer in reversed(range(3)):
         omega, _, _ = methods.head_weights(cap.attn[layer], cap.attn_grad[layer], options)
-        w = methods.weighted_attention(cap.attn[layer], cap.attn_grad[layer], cap.value_norm[layer], omega, options)
+        w = methods.rows_or_identity(methods.mixed_attention(cap.attn[layer], cap.attn_grad[layer], cap.value_norm[layer], omega, options))
         beta = methods.skip_gates(cap.block_input[layer], cap.branch[layer], cap.branch_grad[layer], gate)
         below = methods.propagate_block(relevance, w, beta)
         torch.testing.assert_close(below.sum(-1), relevance.sum(-1))

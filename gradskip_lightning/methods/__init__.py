@@ -8,11 +8,9 @@ from gradskip_lightning.methods.baselines import (
     RandomVisitor,
     RawAttentionVisitor,
     RolloutVisitor,
-    chefer,
     chefer_step,
     random_relevance,
     raw_attention,
-    rollout,
     rollout_down,
     rollout_matrix,
     rollout_step,
@@ -23,13 +21,13 @@ from gradskip_lightning.methods.gradskip import (
     GradSkipVisitor,
     block_step,
     gini,
-    gradskip,
     head_weights,
+    mixed_attention,
     propagate_block,
     propagate_through_keys,
     propagation,
+    rows_or_identity,
     skip_gates,
-    weighted_attention,
 )
 from gradskip_lightning.methods.lrp import LrpVisitor, token_relevance
 from gradskip_lightning.methods.output import MethodOutput, MethodVisitor
@@ -61,22 +59,53 @@ __all__ = [
     "RolloutVisitor",
     "block_step",
     "build_options",
-    "chefer",
     "chefer_step",
     "gini",
-    "gradskip",
     "head_weights",
+    "mixed_attention",
     "method_spec",
     "propagate_block",
     "propagate_through_keys",
     "propagation",
+    "rows_or_identity",
     "random_relevance",
     "raw_attention",
-    "rollout",
     "rollout_down",
     "rollout_matrix",
     "rollout_step",
     "skip_gates",
     "token_relevance",
-    "weighted_attention",
 ]
+
+
+#: Removed names -> what replaces them, for one release of deprecation warnings.
+_DEPRECATED = {
+    "weighted_attention": "rows_or_identity(mixed_attention(...))",
+    "rollout": "Explainer(model, 'rollout') or rollout_down([rollout_matrix(a) for a in attn], readout)",
+    "chefer": "Explainer(model, 'chefer') or chefer_step per block",
+}
+
+
+def __getattr__(name: str) -> object:
+    """The list-based reference versions were test-only: each now warns and is built from the steps."""
+    if name not in _DEPRECATED:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import warnings
+
+    warnings.warn(f"methods.{name} is deprecated: use {_DEPRECATED[name]}", DeprecationWarning, stacklevel=2)
+    return _deprecated_functions()[name]
+
+
+def _deprecated_functions() -> dict[str, object]:
+    def weighted_attention(attn, attn_grad, value_norm, omega, options):  # type: ignore[no-untyped-def]
+        return rows_or_identity(mixed_attention(attn, attn_grad, value_norm, omega, options))
+
+    def rollout(attn, readout):  # type: ignore[no-untyped-def]
+        return rollout_down([rollout_matrix(a) for a in attn], readout)
+
+    def chefer(attn, attn_grad, readout):  # type: ignore[no-untyped-def]
+        for a, g in zip(reversed(attn), reversed(attn_grad)):
+            readout = chefer_step(readout, a, g)
+        return readout
+
+    return {"weighted_attention": weighted_attention, "rollout": rollout, "chefer": chefer}

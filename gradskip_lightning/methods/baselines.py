@@ -51,15 +51,6 @@ def rollout_down(matrices: list[Tensor], readout: Tensor) -> Tensor:
     return relevance
 
 
-def rollout(attn: list[Tensor], readout: Tensor) -> Tensor:
-    """Attention rollout (Abnar & Zuidema 2020): readout^T M_L ... M_1, M = rownorm(mean_h A + I).
-
-    Args:
-        attn: L tensors (B, H, N, N), bottom block first; readout: (B, N). Returns (B, N).
-    """
-    return rollout_down([rollout_matrix(a) for a in attn], readout)
-
-
 def chefer_step(relevance: Tensor, attn: Tensor, attn_grad: Tensor, key_to_token: Tensor | None = None) -> Tensor:
     """One block down: R + (mean_h (dA * A)^+)^T R; (B, N), (B, H, N, N), (B, H, N, N) -> (B, N).
 
@@ -78,18 +69,6 @@ def rollout_step(relevance: Tensor, attn: Tensor, key_to_token: Tensor) -> Tenso
     mean = attn.mean(dim=1)
     scaled = relevance / (mean.sum(dim=-1) + 1.0)
     return propagate_block(scaled, mean) @ key_to_token + scaled
-
-
-def chefer(attn: list[Tensor], attn_grad: list[Tensor], readout: Tensor) -> Tensor:
-    """Chefer et al. 2021 generic attention explainability: readout^T prod_l (I + mean_h (dA * A)^+).
-
-    Args:
-        attn, attn_grad: L tensors (B, H, N, N), bottom block first; readout: (B, N). Returns (B, N).
-    """
-    relevance = readout
-    for a, g in zip(reversed(attn), reversed(attn_grad)):
-        relevance = chefer_step(relevance, a, g)
-    return relevance
 
 
 def random_relevance(batch: int, num_patches: int, seed: int, device: torch.device) -> Tensor:

@@ -74,7 +74,7 @@ class GradSkipOptions:
 
 def sort_rows(rows: Tensor) -> Tensor:
     """``rows`` sorted ascending along the last axis, values only; float32/float64 CPU tensors go
-    through NumPy's SIMD sort (about 60x faster than ``torch.sort`` on (8, 12, 197, 197) here)."""
+    through NumPy's SIMD sort (faster than ``torch.sort`` on CPU: see the cost notes in docs/benchmarks.md)."""
     if rows.device.type == "cpu" and rows.dtype in (torch.float32, torch.float64):
         return torch.from_numpy(np.sort(rows.detach().numpy(), axis=-1))
     return rows.sort(dim=-1).values
@@ -145,20 +145,6 @@ def rows_or_identity(w: Tensor) -> Tensor:
     eye = torch.eye(n, device=w.device, dtype=w.dtype).expand_as(w)
     empty = w.sum(dim=-1, keepdim=True) <= 0
     return torch.where(empty, eye, normalise(w))
-
-
-def weighted_attention(
-    attn: Tensor, attn_grad: Tensor, value_norm: Tensor, omega: Tensor, options: GradSkipOptions
-) -> Tensor:
-    """W~ of one block, row-normalised, all-zero rows replaced by identity rows.
-
-    Args:
-        attn, attn_grad: (B, H, N, N); value_norm: ||v_{q,j}||, (B, H, N); omega: (B, H).
-
-    Returns:
-        (B, N, N), every row summing to 1.
-    """
-    return rows_or_identity(mixed_attention(attn, attn_grad, value_norm, omega, options))
 
 
 def skip_gates(block_input: Tensor, branch: Tensor, branch_grad: Tensor, gate: Gate, eps: float = 1e-12) -> Tensor:
@@ -309,10 +295,3 @@ def propagation(capture: Capture, options: GradSkipOptions) -> list[BlockStep]:
     visitor = GradSkipVisitor(options)
     capture.replay(visitor)
     return visitor.steps
-
-
-def gradskip(capture: Capture, options: GradSkipOptions) -> MethodOutput:
-    """GradSkip relevance of the patches, with head weights and gates, from a full capture."""
-    visitor = GradSkipVisitor(options)
-    capture.replay(visitor)
-    return visitor.result()
