@@ -116,7 +116,7 @@ class Explainer(ExplainerBase):
         out = visitor.result()
         token_maps = out.patch_relevance.reshape(-1, *top.grid_size)
         finite = all_finite(out.head_weights, out.gates, token_maps)
-        maps, token_maps, valid = relevance_maps(token_maps, finite, images.shape[-2:])
+        maps, token_maps, valid = relevance_maps(token_maps, finite, (images.shape[2], images.shape[3]))
         return Explanation(
             maps=maps,
             token_maps=token_maps,

@@ -3,11 +3,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from typing import Any
 
 import timm
 import torch
 import torch.nn.functional as F
 from lightning.pytorch import LightningModule
+from lightning.pytorch.utilities.types import OptimizerLRSchedulerConfig
 from timm.optim import create_optimizer_v2
 from torch import Tensor, nn
 from torchmetrics import MetricCollection
@@ -45,12 +47,12 @@ class TrainedModule(LightningModule):
     def test_step(self, batch: tuple[Tensor, ...], batch_idx: int) -> Tensor:
         return self._step(batch, "test")
 
-    def configure_optimizers(self) -> dict:
+    def configure_optimizers(self) -> OptimizerLRSchedulerConfig:
         optimizer = create_optimizer_v2(
-            self.model, opt="adamw", lr=self.hparams.lr, weight_decay=self.hparams.weight_decay
+            self.model, opt="adamw", lr=self.hparams["lr"], weight_decay=self.hparams["weight_decay"]
         )
         total = max(1, int(self.trainer.estimated_stepping_batches))
-        warmup = int(self.hparams.warmup_fraction * total)
+        warmup = int(self.hparams["warmup_fraction"] * total)
         scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: warmup_cosine(step, total, warmup))
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
 
@@ -174,7 +176,7 @@ class ViTClassifier(TrainedModule):
             raise ValueError(f"lr must be > 0, got {lr}")
         self.save_hyperparameters()
         sizes = {"embed_dim": embed_dim, "depth": depth, "num_heads": num_heads}
-        overrides = {name: value for name, value in sizes.items() if value is not None}
+        overrides: dict[str, Any] = {name: value for name, value in sizes.items() if value is not None}
         self.model = timm.create_model(
             model_name,
             pretrained=pretrained,
@@ -199,7 +201,7 @@ class ViTClassifier(TrainedModule):
     def _step(self, batch: tuple[Tensor, ...], stage: str) -> Tensor:
         images, labels = batch[0], batch[1]  # items may add regions: (image, label, mask or {name: mask})
         logits = self(images)
-        loss = self.loss(logits, labels, self.hparams.label_smoothing)
+        loss = self.loss(logits, labels, self.hparams["label_smoothing"])
         metrics = getattr(self, f"{stage}_metrics")
         metrics.update(self.probabilities(logits.detach()), labels.long())
         self.log(f"{stage}/loss", loss, on_step=stage == "train", on_epoch=True, prog_bar=True, sync_dist=True)

@@ -49,13 +49,13 @@ def _numpy(x: torch.Tensor | np.ndarray) -> np.ndarray:
 
 def normalize_maps(maps: torch.Tensor | np.ndarray) -> np.ndarray:
     """Min-max normalise each map of (B, H, W) to [0, 1]; a constant map becomes zeros."""
-    maps = _numpy(maps).astype(np.float32)
-    if maps.ndim != 3:
-        raise ValueError(f"maps must be (B, H, W), got shape {maps.shape}")
-    maps = np.nan_to_num(maps, nan=0.0, posinf=0.0, neginf=0.0)
-    low = maps.min(axis=(1, 2), keepdims=True)
-    span = maps.max(axis=(1, 2), keepdims=True) - low
-    return np.where(span > 0, (maps - low) / np.where(span > 0, span, 1.0), 0.0).astype(np.float32)
+    values = _numpy(maps).astype(np.float32)
+    if values.ndim != 3:
+        raise ValueError(f"maps must be (B, H, W), got shape {values.shape}")
+    values = np.nan_to_num(values, nan=0.0, posinf=0.0, neginf=0.0)
+    low = values.min(axis=(1, 2), keepdims=True)
+    span = values.max(axis=(1, 2), keepdims=True) - low
+    return np.where(span > 0, (values - low) / np.where(span > 0, span, 1.0), 0.0).astype(np.float32)
 
 
 def apply_colormap(values: np.ndarray, cmap: str = "inferno") -> np.ndarray:
@@ -75,26 +75,25 @@ def to_display(
     and clipped to [0, 1]; without them each image is min-max scaled. One channel is repeated
     to three; more than three channels keep the first three.
     """
-    images = _numpy(images).astype(np.float32)
-    if images.ndim != 4:
-        raise ValueError(f"images must be (B, C, H, W), got shape {images.shape}")
-    channels = images.shape[1]
-    if (mean is None) != (std is None):
-        raise ValueError("give both mean and std, or neither")
-    if mean is not None:
+    pixels = _numpy(images).astype(np.float32)
+    if pixels.ndim != 4:
+        raise ValueError(f"images must be (B, C, H, W), got shape {pixels.shape}")
+    channels = pixels.shape[1]
+    if mean is not None and std is not None:
         mean_a = np.asarray(mean, dtype=np.float32).reshape(1, -1, 1, 1)
         std_a = np.asarray(std, dtype=np.float32).reshape(1, -1, 1, 1)
         if mean_a.shape[1] not in (1, channels) or std_a.shape[1] not in (1, channels):
             raise ValueError(f"mean/std need 1 or {channels} values, got {len(mean)} and {len(std)}")
-        images = np.clip(images * std_a + mean_a, 0.0, 1.0)
+        pixels = np.clip(pixels * std_a + mean_a, 0.0, 1.0)
+    elif mean is not None or std is not None:
+        raise ValueError("give both mean and std, or neither")
     else:
-        low = images.min(axis=(1, 2, 3), keepdims=True)
-        span = images.max(axis=(1, 2, 3), keepdims=True) - low
-        images = np.where(span > 0, (images - low) / np.where(span > 0, span, 1.0), 0.0)
+        low = pixels.min(axis=(1, 2, 3), keepdims=True)
+        span = pixels.max(axis=(1, 2, 3), keepdims=True) - low
+        pixels = np.where(span > 0, (pixels - low) / np.where(span > 0, span, 1.0), 0.0)
     if channels == 1:
-        images = np.repeat(images, 3, axis=1)
-    images = images[:, :3].transpose(0, 2, 3, 1)
-    return np.round(images * 255.0).astype(np.uint8)
+        pixels = np.repeat(pixels, 3, axis=1)
+    return np.round(pixels[:, :3].transpose(0, 2, 3, 1) * 255.0).astype(np.uint8)
 
 
 def overlay(

@@ -77,7 +77,7 @@ def region_curves(record: MapsRecord) -> tuple[list[int], dict[str, np.ndarray]]
     epochs = [int(arrays["epoch"]) for arrays in record.epochs]
     curves: dict[str, list[float]] = {}
     for index, arrays in enumerate(record.epochs):
-        means = {}
+        means: dict[str, float] = {}
         if "region_mass" in arrays:
             names = [str(n) for n in arrays["region_names"]]
             means.update(zip(names, _nanmean(arrays["region_mass"].astype(np.float64)).tolist()))

@@ -1,7 +1,7 @@
 """What every image-classification datamodule of the project shares: loaders, splits and the data interface."""
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal, Protocol
 
 from lightning.pytorch import LightningDataModule
 from torch import Tensor
@@ -13,6 +13,16 @@ Task = Literal["multiclass", "multilabel", "segmentation"]
 SPLITS = ("train", "val", "test")
 
 
+class LabelledDataset(Protocol):
+    """A map-style dataset with its ``labels`` tensor: (N,) int64 classes or (N, C) multi-hot."""
+
+    labels: Tensor
+
+    def __getitem__(self, index: int) -> Any: ...
+
+    def __len__(self) -> int: ...
+
+
 class LabelledSubset(Dataset):
     """The items of ``dataset`` at ``indices``, with their ``labels`` ((n,) or (n, C)).
 
@@ -21,7 +31,7 @@ class LabelledSubset(Dataset):
         indices: (n,) int64 positions in ``dataset``.
     """
 
-    def __init__(self, dataset: Dataset, indices: Tensor) -> None:
+    def __init__(self, dataset: LabelledDataset, indices: Tensor) -> None:
         self.dataset = dataset
         self.indices = indices
         self.labels = dataset.labels[indices]
@@ -77,7 +87,7 @@ class ImageClassificationDataModule(LightningDataModule):
         self.clean_test_dataset: Dataset | None = None
         self.transplanted_test_dataset: Dataset | None = None
 
-    def make_split(self, split: str, tag_mode: TagMode) -> Dataset:
+    def make_split(self, split: str, tag_mode: TagMode) -> LabelledDataset:
         """The dataset of ``split`` ("train", "val" or "test") with the tag put on as ``tag_mode`` says."""
         raise NotImplementedError
 

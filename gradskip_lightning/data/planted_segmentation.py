@@ -60,6 +60,7 @@ class PlantedShapesSegmentationDataset(Dataset):
 
     def __getitem__(self, index: int) -> tuple[Tensor, Tensor]:
         image, label, mask = self.shapes[index]
+        assert isinstance(mask, Tensor), "the shapes have no tag, so their third item is the object mask"
         label_map = torch.full(mask.shape, BACKGROUND_CLASS, dtype=torch.int64)
         label_map[mask] = label + 1
         return image, label_map
@@ -122,4 +123,4 @@ class PlantedShapesSegmentationDataModule(PlantedShapesDataModule):
 
     def make_split(self, split: str, tag_mode: TagMode) -> PlantedShapesSegmentationDataset:
         """The ``split`` dataset ("train", "val" or "test"): the classification split's images, label maps."""
-        return PlantedShapesSegmentationDataset(super().make_split(split, tag_mode))
+        return PlantedShapesSegmentationDataset(self.shapes_split(split, tag_mode))

@@ -13,13 +13,14 @@ depends only on ``(s, i)`` and the dataset's options.
 from __future__ import annotations
 
 from dataclasses import asdict
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 from torch.utils.data import Dataset
 
-from gradskip_lightning.data.base import SPLITS, ImageClassificationDataModule
+from gradskip_lightning.data.base import SPLITS, ImageClassificationDataModule, LabelledDataset
 from gradskip_lightning.data.tags import SpuriousTag, TagMode
 
 #: (name, RGB in [0, 1]) of the class colours; class k is a filled square of colour k.
@@ -241,7 +242,7 @@ class PlantedShapesDataModule(ImageClassificationDataModule):
         self.num_classes = num_classes
         self.img_size = img_size
         self.tag = tag
-        self._options = {
+        self._options: dict[str, Any] = {
             "num_classes": num_classes,
             "img_size": img_size,
             "object_size": object_size,
@@ -254,9 +255,12 @@ class PlantedShapesDataModule(ImageClassificationDataModule):
         self._sizes = {"train": train_size, "val": val_size, "test": test_size}
         self.seed = seed
         # Built eagerly (cheap: labels only) so bad options fail at construction.
-        self.class_names = self.make_split("val", "sampled").class_names
+        self.class_names = self.shapes_split("val", "sampled").class_names
 
-    def make_split(self, split: str, tag_mode: TagMode) -> PlantedShapesDataset:
+    def make_split(self, split: str, tag_mode: TagMode) -> LabelledDataset:
+        return self.shapes_split(split, tag_mode)
+
+    def shapes_split(self, split: str, tag_mode: TagMode) -> PlantedShapesDataset:
         """The ``split`` dataset ("train", "val" or "test"), the tag put on as ``tag_mode`` says."""
         offset = SPLITS.index(split)
         return PlantedShapesDataset(

@@ -11,7 +11,7 @@ from torch import Tensor
 
 from gradskip_lightning.adapters import BlockTensors, CaptureMode, Top
 from gradskip_lightning.methods.gradskip import propagate_block
-from gradskip_lightning.methods.output import MethodOutput, normalise
+from gradskip_lightning.methods.output import MethodOutput, normalise, present
 
 
 @dataclass(frozen=True)
@@ -149,7 +149,7 @@ class CheferVisitor(BaselineVisitor):
         self.relevance = top.readout
 
     def block(self, tensors: BlockTensors) -> None:
-        self.relevance = chefer_step(self.relevance, tensors.attn, tensors.attn_grad)
+        self.relevance = chefer_step(self.relevance, tensors.attn, present(tensors.attn_grad, "attn_grad", "chefer"))
 
     def token_relevance(self) -> Tensor:
         return self.relevance
@@ -160,7 +160,11 @@ class RandomVisitor(BaselineVisitor):
 
     mode: CaptureMode = "forward"
 
+    def __init__(self, options: RandomOptions) -> None:
+        super().__init__(options)
+        self.seed = options.seed
+
     def result(self) -> MethodOutput:
         h, w = self.top.grid_size
         batch, device = self.top.logits.shape[0], self.top.logits.device
-        return MethodOutput(random_relevance(batch, h * w, self.options.seed, device))
+        return MethodOutput(random_relevance(batch, h * w, self.seed, device))

@@ -15,7 +15,7 @@ import torch
 from torch import Tensor
 
 from gradskip_lightning.adapters import BlockTensors, Capture, CaptureMode, Top
-from gradskip_lightning.methods.output import MethodOutput, normalise
+from gradskip_lightning.methods.output import MethodOutput, normalise, present
 
 AttentionWeighting = Literal["abs_grad", "pos_grad", "none"]
 Gate = Literal["token", "layer", "off"]
@@ -122,20 +122,20 @@ GRADIENT_FACTORS: dict[str, Callable[[Tensor, Tensor], Tensor]] = {
 
 
 def mixed_attention(
-    attn: Tensor, attn_grad: Tensor, value_norm: Tensor, omega: Tensor, options: GradSkipOptions
+    attn: Tensor, attn_grad: Tensor, value_norm: Tensor | None, omega: Tensor, options: GradSkipOptions
 ) -> Tensor:
     """W~ of one block before row normalisation: the omega-weighted, gradient-weighted attention.
 
     Args:
         attn, attn_grad: (B, H, N, M) (M keys: M = N for a ViT); value_norm: ||v_{q,j}||,
-            (B, H, M); omega: (B, H).
+            (B, H, M), needed with ``options.value_norm``; omega: (B, H).
 
     Returns:
         (B, N, M), non-negative.
     """
     per_head = GRADIENT_FACTORS[options.attention_weighting](attn, attn_grad)
     if options.value_norm:
-        per_head = per_head * value_norm[:, :, None, :]
+        per_head = per_head * present(value_norm, "value_norm", "gradskip (value_norm=True)")[:, :, None, :]
     return torch.einsum("bh,bhij->bij", omega, per_head)
 
 
@@ -224,7 +224,8 @@ def start_relevance(top: Top, options: GradSkipOptions) -> Tensor:
     if options.cls_mode == "readout":
         return top.readout
     p = top.num_prefix_tokens
-    start = (top.output_grad[:, p:] * top.output[:, p:]).sum(dim=-1).clamp_min(0)
+    output_grad = present(top.output_grad, "output_grad", "gradskip (cls_mode='paper')")
+    start = (output_grad[:, p:] * top.output[:, p:]).sum(dim=-1).clamp_min(0)
     uniform = torch.full_like(start, 1.0 / start.shape[-1])
     return torch.where(start.sum(dim=-1, keepdim=True) > 0, start, uniform)
 
@@ -237,13 +238,15 @@ def block_step(
     ``key_to_token``: S (M, N), rows summing to 1, for attentions over M reduced keys (SegFormer:
     W~ becomes rownorm(W S)); None where the keys are the N tokens.
     """
-    attn, attn_grad = tensors.attn, tensors.attn_grad
+    attn, attn_grad = tensors.attn, present(tensors.attn_grad, "attn_grad", "gradskip")
     omega, g_tilde, s_tilde = head_weights(attn, attn_grad, options)
     w = mixed_attention(attn, attn_grad, tensors.value_norm, omega, options)
     if options.gate == "off":
         beta = torch.ones_like(relevance)
     else:
-        beta = skip_gates(tensors.block_input, tensors.branch, tensors.branch_grad, options.gate, options.eps)
+        block_input, branch = present(tensors.block_input, "block_input", "gradskip"), tensors.branch
+        branch_grad = present(tensors.branch_grad, "branch_grad", "gradskip")
+        beta = skip_gates(block_input, present(branch, "branch", "gradskip"), branch_grad, options.gate, options.eps)
     if key_to_token is None:
         below = propagate_block(relevance, rows_or_identity(w), beta)
     else:

@@ -12,6 +12,7 @@ from torch import Tensor
 
 from gradskip_lightning.adapters import CaptureMode
 from gradskip_lightning.methods.baselines import BaselineVisitor
+from gradskip_lightning.methods.output import present
 
 
 def token_relevance(tokens: Tensor, tokens_grad: Tensor) -> Tensor:
@@ -31,4 +32,5 @@ class LrpVisitor(BaselineVisitor):
     mode: CaptureMode = "conservative"
 
     def token_relevance(self) -> Tensor:
-        return token_relevance(self.top.input_tokens, self.top.input_grad)
+        tokens = present(self.top.input_tokens, "input_tokens", "lrp")
+        return token_relevance(tokens, present(self.top.input_grad, "input_grad", "lrp"))

@@ -30,6 +30,18 @@ class MethodVisitor(BlockVisitor, Protocol):
     def result(self) -> MethodOutput: ...
 
 
+def present(value: Tensor | None, name: str, method: str) -> Tensor:
+    """``value``, or a ValueError saying that ``method`` needs the pass to record ``name``.
+
+    Example:
+        >>> present(torch.ones(1), "attn_grad", "chefer")
+        tensor([1.])
+    """
+    if value is None:
+        raise ValueError(f"{method} needs the block's {name}: the pass ran in a mode that does not record it")
+    return value
+
+
 def normalise(x: Tensor, dim: int = -1) -> Tensor:
     """x / sum(x) along ``dim``; 0 where the sum is 0.
 

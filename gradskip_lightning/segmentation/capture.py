@@ -15,10 +15,12 @@ import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Any
 from types import SimpleNamespace
 
 import torch
 from torch import Tensor, nn
+from torch.utils.hooks import RemovableHandle
 
 from gradskip_lightning.adapters import BlockTensors
 from gradskip_lightning.adapters.base import eval_mode, parameter_holders_outside, value_norms
@@ -78,8 +80,9 @@ def holds_segformer(model: nn.Module) -> bool:
     return any(isinstance(m, segformer) for m in model.modules())
 
 
-def find_segformer(model: nn.Module) -> nn.Module:
-    """The HF ``SegformerForSemanticSegmentation`` that ``model`` is or holds (exactly one).
+def find_segformer(model: nn.Module) -> Any:
+    """The HF ``SegformerForSemanticSegmentation`` that ``model`` is or holds (exactly one; typed
+    ``Any``: its submodules are reached by their ``transformers`` attribute names).
 
     Raises:
         TypeError: ``model`` is not and does not hold exactly one SegFormer.
@@ -186,9 +189,9 @@ def capture_segmentation(
         got = f"{targets.dtype} {tuple(targets.shape)}"
         raise ValueError(f"targets must be a (B,) = ({images.shape[0]},) long tensor of classes, got {got}")
     stages = segformer.segformer.stages
-    kept: list[dict[str, object]] = [{"blocks": [{} for _ in s.blocks]} for s in stages]
+    kept: list[dict[str, Any]] = [{"blocks": [{} for _ in s.blocks]} for s in stages]
 
-    def block_hooks(s: int, j: int, block: nn.Module) -> list:
+    def block_hooks(s: int, j: int, block: Any) -> list[RemovableHandle]:
         record = kept[s]["blocks"][j]
 
         def on_block_input(_m: nn.Module, args: tuple, kwargs: dict) -> None:
@@ -196,7 +199,7 @@ def capture_segmentation(
             kept[s]["grid"] = (int(args[1]), int(args[2]))
 
         def on_values(_m: nn.Module, _i: tuple, out: Tensor) -> None:
-            heads = SimpleNamespace(num_heads=block.attention.num_attention_heads)  # the name value_norms reads
+            heads: Any = SimpleNamespace(num_heads=block.attention.num_attention_heads)  # what value_norms reads
             record["value_norm"] = value_norms(heads, out.detach())
 
         def on_attention(_m: nn.Module, _i: tuple, out: tuple[Tensor, Tensor]) -> None:
@@ -208,10 +211,10 @@ def capture_segmentation(
             block.attention.register_forward_hook(on_attention),
         ]
 
-    def stage_hook(s: int, stage: nn.Module):
+    def stage_hook(s: int, stage: Any) -> RemovableHandle:
         return stage.layer_norm.register_forward_hook(lambda _m, _i, out: kept[s].__setitem__("output", out))
 
-    handles = []
+    handles: list[RemovableHandle] = []
     with explain_mode(model), torch.inference_mode(False), torch.enable_grad():
         try:
             for s, stage in enumerate(stages):
@@ -234,7 +237,7 @@ def capture_segmentation(
     captured = []
     for s, (stage, record) in enumerate(zip(stages, kept)):
         output_grad = next(grads)
-        blocks = []
+        blocks: list[BlockTensors] = []
         for b in record["blocks"]:
             attn_grad, branch_grad = next(grads), next(grads)
             layer = sum(len(x.blocks) for x in stages[:s]) + len(blocks)
@@ -254,7 +257,8 @@ def capture_segmentation(
         captured.append(
             StageTensors(s, record["grid"], stride, reduction, blocks, record["output"].detach(), output_grad.detach())
         )
-    return SegmentationCapture(captured, logits.detach(), targets, omega, found, tuple(images.shape[-2:]))
+    height, width = images.shape[-2:]
+    return SegmentationCapture(captured, logits.detach(), targets, omega, found, (height, width))
 
 
 class SegformerCascade:
@@ -281,5 +285,6 @@ class SegformerCascade:
 
     def reinitialise(self, layer: nn.Module) -> None:
         for module in layer.modules():
-            if hasattr(module, "reset_parameters"):
-                module.reset_parameters()
+            reset = getattr(module, "reset_parameters", None)
+            if callable(reset):
+                reset()

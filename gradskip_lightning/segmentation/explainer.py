@@ -159,7 +159,7 @@ class SegmentationExplainer(ExplainerBase):
         capture = capture_segmentation(self.model, images, targets, regions)
         relevance = self.spec.propagation(capture, self.options)
         internals, finite = _internals(relevance.steps, images.shape[0])
-        maps, token_maps, valid = relevance_maps(relevance.token_map, finite, images.shape[-2:])
+        maps, token_maps, valid = relevance_maps(relevance.token_map, finite, (images.shape[2], images.shape[3]))
         dense = capture.logits.float()
         region = capture.region
         mean_logits = (dense * region[:, None]).sum(dim=(2, 3)) / region.sum(dim=(1, 2))[:, None]

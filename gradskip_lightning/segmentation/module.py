@@ -53,6 +53,8 @@ class PooledMeanIoU(Metric):
     def __init__(self, num_classes: int, ignore_index: int = IGNORE_INDEX, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.num_classes, self.ignore_index = num_classes, ignore_index
+        self.intersection: Tensor  # (K,) pixels in both, per class
+        self.union: Tensor  # (K,) pixels in either, per class
         self.add_state("intersection", torch.zeros(num_classes, dtype=torch.long), dist_reduce_fx="sum")
         self.add_state("union", torch.zeros(num_classes, dtype=torch.long), dist_reduce_fx="sum")
 
@@ -161,7 +163,7 @@ class SegmentationModule(TrainedModule):
         if lr <= 0:
             raise ValueError(f"lr must be > 0, got {lr}")
         self.save_hyperparameters()
-        config = SegformerConfig(
+        config = SegformerConfig(  # type: ignore[call-arg]  # num_labels: a PretrainedConfig keyword
             num_channels=in_chans,
             num_labels=num_classes,
             num_encoder_blocks=len(hidden_sizes),
@@ -188,10 +190,10 @@ class SegmentationModule(TrainedModule):
 
     def _step(self, batch: tuple[Tensor, ...], stage: str) -> Tensor:
         images, label_maps = batch[0], batch[1]
-        logits = upsample_logits(self(images), label_maps.shape[-2:])  # (B, K, H, W)
+        logits = upsample_logits(self(images), (label_maps.shape[-2], label_maps.shape[-1]))  # (B, K, H, W)
         loss = segmentation_loss(logits, label_maps)
         predictions = logits.detach().argmax(dim=1)  # (B, H, W)
-        metrics: nn.ModuleDict = getattr(self, f"{stage}_metrics")
+        metrics: dict[str, Metric] = getattr(self, f"{stage}_metrics")
         for metric in metrics.values():
             metric.update(predictions, label_maps)
         self.log(f"{stage}/loss", loss, on_step=stage == "train", on_epoch=True, prog_bar=True, sync_dist=True)

@@ -17,7 +17,7 @@ from torch import Tensor
 from gradskip_lightning.adapters import BlockTensors
 from gradskip_lightning.methods.baselines import NoOptions, RandomOptions, chefer_step, random_relevance, rollout_step
 from gradskip_lightning.methods.gradskip import BlockStep, GradSkipOptions, block_step, propagate_block
-from gradskip_lightning.methods.output import normalise
+from gradskip_lightning.methods.output import normalise, present
 from gradskip_lightning.methods.registry import build_options
 from gradskip_lightning.registry import Registry
 from gradskip_lightning.segmentation.capture import SegmentationCapture, StageTensors
@@ -203,7 +203,10 @@ def chefer_segmentation(capture: SegmentationCapture, options: NoOptions | None 
     """Chefer et al. 2021: each block by R + S^T (mean_h (dA * A)^+)^T R, through the same stage
     transitions and from the same decoder starts (does not conserve; the map is then divided by
     its total so that it sums to 1 like the others; ``options`` is unused)."""
-    result = propagate(capture, lambda r, tensors, spread: chefer_step(r, tensors.attn, tensors.attn_grad, spread))
+    def step(relevance: Tensor, tensors: BlockTensors, spread: Tensor) -> Tensor:
+        return chefer_step(relevance, tensors.attn, present(tensors.attn_grad, "attn_grad", "chefer"), spread)
+
+    result = propagate(capture, step)
     result.token_map = normalise(result.token_map.flatten(1)).reshape(result.token_map.shape)
     return result
 
