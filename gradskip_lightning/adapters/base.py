@@ -9,6 +9,7 @@ and metrics never see the model. :meth:`Adapter.capture` keeps every block inste
 :class:`Capture`, for tests). Hooks exist only during one call; train/eval modes, fused-attention
 flags and gradient checkpointing are restored, and no parameter ``.grad`` is written.
 """
+
 from __future__ import annotations
 
 from collections.abc import Iterator
@@ -19,16 +20,12 @@ import torch
 import torch.nn.functional as F
 from timm.models.vision_transformer import init_weights_vit_timm
 from torch import Tensor, nn
-from torch.utils.hooks import RemovableHandle
 
-from gradskip_lightning.adapters.conservative import constant_hooks
-from gradskip_lightning.adapters.tensors import BlockTensors, BlockVisitor, Capture, CaptureMode, Recorder, Top
+from gradskip_lightning.adapters.tensors import BlockVisitor, Capture, CaptureMode, Recorder, Top
 
 
 class UnsupportedModel(TypeError):
     """A model (or one of its settings) no adapter can explain; the message says which and why."""
-
-
 
 
 @contextmanager
@@ -45,11 +42,13 @@ def eval_mode(*models: nn.Module) -> Iterator[None]:
         for module, training in modes:
             module.training = training
 
+
 def parameter_holders_outside(model: nn.Module, inner: nn.Module) -> list[nn.Module]:
     """The modules of ``model`` outside ``inner`` that hold parameters of their own (e.g. a head in
     the LightningModule around a backbone): what the randomisation test re-initialises with the head."""
     inside = {id(m) for m in inner.modules()}
     return [m for m in model.modules() if id(m) not in inside and next(m.parameters(recurse=False), None) is not None]
+
 
 class Adapter:
     """Access to one backbone family: its blocks, token grid, prefix tokens and pooling.
@@ -228,7 +227,8 @@ class Adapter:
 
         Each block's tensors go to ``visitor.block`` as soon as they exist and are dropped here
         right after (order: :mod:`gradskip_lightning.adapters.tensors`); mode "forward" runs
-        without autograd graph. Hooks exist only during this call.
+        without autograd graph. Hooks exist only during this call, whose state is a fresh
+        :class:`~gradskip_lightning.adapters.streaming.StreamedPass`.
 
         Args:
             model: the module whose forward maps images to logits (B, num_classes); it holds
@@ -246,132 +246,9 @@ class Adapter:
 
         Works inside ``torch.no_grad()`` and ``torch.inference_mode()``.
         """
-        blocks, mode = self.blocks, visitor.mode
-        streaming = mode == "gradients"  # blocks go out in the backward, else in the forward
-        attn: dict[int, Tensor] = {}
-        value_norm: dict[int, Tensor] = {}
-        attn_input: dict[int, Tensor] = {}
-        block_input: dict[int, Tensor] = {}
-        branch: dict[int, Tensor] = {}
-        branch_grad: dict[int, Tensor] = {}
-        seen: dict[str, object] = {"calls": 0, "blocks": 0}  # attention calls, blocks delivered; tensors
+        from gradskip_lightning.adapters.streaming import StreamedPass  # here: streaming imports this module
 
-        def deliver(i: int, attn_grad: Tensor | None = None) -> None:
-            tensors = BlockTensors(
-                i, attn.pop(i), value_norm.pop(i, None), block_input.pop(i, None), branch.pop(i, None),
-                attn_grad, branch_grad.pop(i, None),
-            )  # fmt: skip
-            seen["blocks"] += 1
-            with torch.no_grad():
-                visitor.block(tensors)
-
-        def hooks(i: int, block: nn.Module) -> list[RemovableHandle]:
-            def on_block_input(_m: nn.Module, args: tuple, kwargs: dict) -> None:
-                if visitor.needs_branch:
-                    block_input[i] = (args[0] if args else kwargs["x"]).detach()
-
-            def on_attn_input(_m: nn.Module, args: tuple, kwargs: dict) -> None:
-                attn_input[i] = (args[0] if args else kwargs["x"]).detach()
-
-            def on_values(_m: nn.Module, _i: tuple, out: Tensor) -> None:
-                with torch.no_grad():
-                    value_norm[i] = value_norms(block.attn, values_from_projection(block.attn, out))
-
-            def on_attn(_m: nn.Module, _i: tuple, out: Tensor) -> None:
-                seen["calls"] += 1
-                attn[i] = out.detach()
-                x = attn_input.pop(i, None)
-                if visitor.needs_value_norm and i not in value_norm:
-                    with torch.no_grad():
-                        value_norm[i] = value_norms(block.attn, values_from_input(block.attn, x))
-                if streaming:
-                    out.register_hook(lambda grad: deliver(i, grad.detach()))
-                    seen.setdefault("bottom", out)  # the backward runs down to block 0's A
-
-            def on_branch(_m: nn.Module, _i: tuple, out: Tensor) -> None:
-                if visitor.needs_branch:
-                    branch[i] = out.detach()
-                    if streaming:
-                        out.register_hook(lambda grad: branch_grad.__setitem__(i, grad.detach()))
-                if not streaming:
-                    deliver(i)
-
-            handles = [
-                block.register_forward_pre_hook(on_block_input, with_kwargs=True),
-                block.attn.attn_drop.register_forward_hook(on_attn),
-                block.drop_path1.register_forward_hook(on_branch),
-            ]
-            if visitor.needs_value_norm:
-                handles += [
-                    block.attn.register_forward_pre_hook(on_attn_input, with_kwargs=True),
-                    value_projection(block.attn).register_forward_hook(on_values),
-                ]
-            return handles
-
-        def on_output(_m: nn.Module, _i: tuple, out: Tensor) -> None:
-            seen["output"] = out
-
-        def on_pool_input(_m: nn.Module, args: tuple) -> None:
-            seen["pool_input"] = args[0].detach()
-
-        def on_input(_m: nn.Module, args: tuple, kwargs: dict) -> None:
-            seen["input"] = args[0] if args else kwargs["x"]
-
-        handles = []
-        graph = torch.enable_grad() if mode != "forward" else torch.no_grad()
-        with self.explain_mode(model), torch.inference_mode(False), graph:
-            try:
-                for i, block in enumerate(blocks):
-                    handles += hooks(i, block)
-                handles.append(blocks[-1].register_forward_hook(on_output))
-                handles.append(blocks[0].register_forward_pre_hook(on_input, with_kwargs=True))
-                if self.backbone.global_pool == "map":
-                    handles.append(self.backbone.attn_pool.register_forward_pre_hook(on_pool_input))
-                if mode == "conservative":  # after the recording hooks: they see A^l before it is detached
-                    handles += constant_hooks([b.attn.attn_drop for b in blocks], self.norm_scope())
-                # A fresh leaf that requires grad: the graph exists even for a frozen model, and the
-                # clone is a normal tensor even when the caller's batch is an inference tensor.
-                x = images.detach().clone().requires_grad_(mode != "forward")
-                logits = model(x)
-            finally:
-                for h in handles:
-                    h.remove()
-            check_logits(model, logits, images.shape[0])
-            ran = seen["calls"]
-            if ran != len(blocks) or "output" not in seen:
-                raise ValueError(
-                    f"{type(model).__name__}.forward must run its {type(self.backbone).__name__} once, through all "
-                    f"{len(blocks)} blocks; {ran} block attentions ran."
-                )
-            if targets is None:
-                targets = logits.detach().argmax(dim=1)
-            with torch.no_grad():
-                readout = self.readout(images.shape[0], seen.get("pool_input"), images.device, images.dtype)
-            output = seen.pop("output")
-            top = Top(logits.detach(), targets, readout, output.detach(), self.num_prefix_tokens, self.grid_size)
-            if mode == "forward":
-                visitor.start(top)  # in the no-grad context of the pass
-                return top
-            y = logits.gather(1, targets[:, None]).sum()
-            if mode == "conservative":
-                (top.input_grad,) = torch.autograd.grad(y, seen["input"])
-                top.input_tokens = seen.pop("input").detach()
-                with torch.no_grad():
-                    visitor.start(top)
-                return top
-
-            def on_output_grad(grad: Tensor) -> None:
-                top.output_grad = grad.detach()
-                with torch.no_grad():
-                    visitor.start(top)
-
-            output.register_hook(on_output_grad)
-            bottom = seen.pop("bottom")
-            del output, logits, x  # the graph holds what the backward needs
-            torch.autograd.grad(y, bottom)
-            if seen["blocks"] != len(blocks):
-                raise ValueError(f"Only {seen['blocks']} of {len(blocks)} block attentions got a gradient.")
-        return top
+        return StreamedPass(self, model, visitor).run(images, targets)
 
 
 def check_logits(model: nn.Module, logits: object, batch: int) -> None:

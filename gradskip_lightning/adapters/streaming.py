@@ -1,0 +1,286 @@
+"""One pass of :meth:`Adapter.run <gradskip_lightning.adapters.Adapter.run>`: hooks, forward, backward.
+
+A :class:`StreamedPass` lives for one call. Its forward hooks keep each block's tensors in a
+:class:`PassState` until the block is complete; :meth:`StreamedPass.deliver` then hands them to the
+visitor and drops them: during the forward (modes "forward" and "conservative", bottom block
+first) or as each dy/dA^l arrives in the backward (mode "gradients", top block first). Order and
+meaning of the tensors: :mod:`gradskip_lightning.adapters.tensors`.
+
+Shapes: B images, H heads, N tokens (prefix tokens first), D channels, C classes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import partial
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+from torch.utils.hooks import RemovableHandle
+
+from gradskip_lightning.adapters.base import (
+    Adapter,
+    check_logits,
+    value_norms,
+    value_projection,
+    values_from_input,
+    values_from_projection,
+)
+from gradskip_lightning.adapters.conservative import constant_hooks
+from gradskip_lightning.adapters.tensors import BlockTensors, BlockVisitor, CaptureMode, Top
+
+
+@dataclass
+class PassState:
+    """What one pass holds between its hooks; a block's tensors wait here until it is delivered.
+
+    Attributes:
+        calls: attention calls seen (one per block when the forward runs the backbone once).
+        delivered: blocks handed to the visitor.
+        bottom: A^1 as the forward made it, in the graph, (B, H, N, N): where the backward of mode
+            "gradients" stops.
+        output: x^L, the last block's output, in the graph (outside mode "forward"), (B, N, D).
+        pool_input: the tokens entering attention pooling (pooling "map"), (B, N or P, D).
+        input_tokens: x^0, block 0's input, in the graph (outside mode "forward"), (B, N, D).
+        attn: A^l by block index, (B, H, N, N).
+        value_norm: ||v^l|| by block index, (B, H, N).
+        attn_input: the attention's input by block index, (B, N, D), until its A^l exists.
+        block_input: x^{l-1} by block index, (B, N, D).
+        branch: a^l by block index, (B, N, D).
+        branch_grad: dy/du^l by block index, (B, N, D) (mode "gradients").
+    """
+
+    calls: int = 0
+    delivered: int = 0
+    bottom: Tensor | None = None
+    output: Tensor | None = None
+    pool_input: Tensor | None = None
+    input_tokens: Tensor | None = None
+    attn: dict[int, Tensor] = field(default_factory=dict)
+    value_norm: dict[int, Tensor] = field(default_factory=dict)
+    attn_input: dict[int, Tensor] = field(default_factory=dict)
+    block_input: dict[int, Tensor] = field(default_factory=dict)
+    branch: dict[int, Tensor] = field(default_factory=dict)
+    branch_grad: dict[int, Tensor] = field(default_factory=dict)
+
+
+class StreamedPass:
+    """One call of :meth:`Adapter.run`: hooks on the backbone, ``model(images)``, the backward.
+
+    Args:
+        adapter: the adapter of the backbone inside ``model``.
+        model: the module whose forward maps images to logits (B, C).
+        visitor: the consumer; its ``mode`` picks the pass.
+    """
+
+    def __init__(self, adapter: Adapter, model: nn.Module, visitor: BlockVisitor) -> None:
+        self.adapter = adapter
+        self.model = model
+        self.visitor = visitor
+        self.mode: CaptureMode = visitor.mode
+        self.streaming = self.mode == "gradients"  # blocks go out in the backward, else in the forward
+        self.blocks: list[nn.Module] = adapter.blocks
+        self.attentions = [block.get_submodule("attn") for block in self.blocks]  # each block's ``attn``
+        self.state = PassState()
+
+    def run(self, images: Tensor, targets: Tensor | None) -> Top:
+        """The whole pass, once per object; arguments, result and errors as in :meth:`Adapter.run`."""
+        graph = torch.enable_grad() if self.mode != "forward" else torch.no_grad()
+        with self.adapter.explain_mode(self.model), torch.inference_mode(False), graph:
+            logits = self.forward(images)
+            self.check(logits, images.shape[0])
+            top = self.make_top(logits, targets, images)
+            if self.mode == "forward":
+                self.finish_forward(top)
+                return top
+            y = logits.gather(1, top.targets[:, None]).sum()
+            del logits  # the graph holds what the backward needs
+            if self.mode == "conservative":
+                self.backward_conservative(top, y)
+            else:
+                self.backward_gradients(top, y)
+        return top
+
+    # -- the steps of the pass -------------------------------------------------------------------
+    def forward(self, images: Tensor) -> Tensor:
+        """``model`` on a copy of ``images`` (B, C, H, W) with the hooks installed (removed on any exit).
+
+        Returns:
+            What the model returns, the logits (B, C) unless :meth:`check` refuses it.
+        """
+        handles: list[RemovableHandle] = []
+        try:
+            self.install(handles)
+            # A fresh leaf that requires grad: the graph exists even for a frozen model, and the
+            # clone is a normal tensor even when the caller's batch is an inference tensor.
+            x = images.detach().clone().requires_grad_(self.mode != "forward")
+            return self.model(x)
+        finally:
+            for handle in handles:
+                handle.remove()
+
+    def install(self, handles: list[RemovableHandle]) -> None:
+        """Register the hooks of the pass, appending each handle to ``handles`` as soon as it exists,
+        so that the caller removes every one, also after a failure half-way."""
+        for i, (block, attn) in enumerate(zip(self.blocks, self.attentions)):
+            handles.append(block.register_forward_pre_hook(partial(self.on_block_input, i), with_kwargs=True))
+            handles.append(attn.get_submodule("attn_drop").register_forward_hook(partial(self.on_attn, i)))
+            handles.append(block.get_submodule("drop_path1").register_forward_hook(partial(self.on_branch, i)))
+            if self.visitor.needs_value_norm:
+                handles.append(attn.register_forward_pre_hook(partial(self.on_attn_input, i), with_kwargs=True))
+                handles.append(value_projection(attn).register_forward_hook(partial(self.on_values, i)))
+        handles.append(self.blocks[-1].register_forward_hook(self.on_output))
+        handles.append(self.blocks[0].register_forward_pre_hook(self.on_input, with_kwargs=True))
+        backbone = self.adapter.backbone
+        if backbone.global_pool == "map":
+            handles.append(backbone.get_submodule("attn_pool").register_forward_pre_hook(self.on_pool_input))
+        if self.mode == "conservative":  # after the recording hooks: they see A^l before it is detached
+            attention_outputs = [attn.get_submodule("attn_drop") for attn in self.attentions]
+            handles += constant_hooks(attention_outputs, self.adapter.norm_scope())
+
+    def check(self, logits: Tensor, batch: int) -> None:
+        """Raise ValueError unless the forward returned logits (batch, C) and ran each block once."""
+        check_logits(self.model, logits, batch)
+        ran = self.state.calls
+        if ran != len(self.blocks) or self.state.output is None:
+            raise ValueError(
+                f"{type(self.model).__name__}.forward must run its {type(self.adapter.backbone).__name__} once, "
+                f"through all {len(self.blocks)} blocks; {ran} block attentions ran."
+            )
+
+    def make_top(self, logits: Tensor, targets: Tensor | None, images: Tensor) -> Top:
+        """The :class:`Top` of the checked forward: logits (B, C), ``targets`` (B,) or the predicted classes,
+        the pooling's readout (B, N) and x^L (B, N, D)."""
+        if targets is None:
+            targets = logits.detach().argmax(dim=1)
+        with torch.no_grad():
+            readout = self.adapter.readout(images.shape[0], self.state.pool_input, images.device, images.dtype)
+        output = self.state.output
+        assert output is not None  # check() refuses a forward without it
+        return Top(
+            logits.detach(), targets, readout, output.detach(), self.adapter.num_prefix_tokens, self.adapter.grid_size
+        )
+
+    def finish_forward(self, top: Top) -> None:
+        """Mode "forward": the blocks went out during the forward; start the visitor, still without graph."""
+        self.visitor.start(top)
+
+    def backward_conservative(self, top: Top, y: Tensor) -> None:
+        """Mode "conservative": the blocks went out during the forward; dy/dx^0 and x^0 (B, N, D) into
+        ``top``, then ``visitor.start``."""
+        x0 = self.state.input_tokens
+        assert x0 is not None  # check(): block 0 ran
+        (top.input_grad,) = torch.autograd.grad(y, x0)
+        top.input_tokens = x0.detach()
+        with torch.no_grad():
+            self.visitor.start(top)
+
+    def backward_gradients(self, top: Top, y: Tensor) -> None:
+        """Mode "gradients": one activation-only backward of ``y`` down to A^1, streaming: ``visitor.start``
+        when dy/dx^L arrives, then each block as soon as its dy/dA^l exists (top block first).
+
+        Raises:
+            ValueError: a block's attention got no gradient.
+        """
+        output, bottom = self.state.output, self.state.bottom
+        assert output is not None and bottom is not None  # check(): every block ran
+        output.register_hook(partial(self.on_output_grad, top))
+        # The graph holds what the backward needs. The gradient hooks on x^L and A^1 hold this pass:
+        # the state keeping them would be a reference cycle, alive after the call until a garbage collection.
+        del output
+        self.state.output = self.state.bottom = None
+        torch.autograd.grad(y, bottom)
+        delivered = self.state.delivered
+        if delivered != len(self.blocks):
+            raise ValueError(f"Only {delivered} of {len(self.blocks)} block attentions got a gradient.")
+
+    def deliver(self, i: int, attn_grad: Tensor | None = None) -> None:
+        """Hand block ``i``'s tensors to ``visitor.block`` (without graph) and drop them here.
+
+        Args:
+            i: the block index (0 = bottom).
+            attn_grad: dy/dA^l (B, H, N, N) in mode "gradients", else None.
+        """
+        s = self.state
+        tensors = BlockTensors(
+            i,
+            attn=s.attn.pop(i),
+            value_norm=s.value_norm.pop(i, None),
+            block_input=s.block_input.pop(i, None),
+            branch=s.branch.pop(i, None),
+            attn_grad=attn_grad,
+            branch_grad=s.branch_grad.pop(i, None),
+        )
+        s.delivered += 1
+        with torch.no_grad():
+            self.visitor.block(tensors)
+
+    # -- forward hooks: block i's tensors as the forward makes them ------------------------------
+    def on_block_input(self, i: int, _module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        """Block pre-hook: x^{l-1} (B, N, D), when the visitor needs the branch."""
+        if self.visitor.needs_branch:
+            self.state.block_input[i] = (args[0] if args else kwargs["x"]).detach()
+
+    def on_attn_input(self, i: int, _module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        """Attention pre-hook: its input (B, N, D), for values it projects functionally (see :meth:`on_attn`)."""
+        self.state.attn_input[i] = (args[0] if args else kwargs["x"]).detach()
+
+    def on_values(self, i: int, _module: nn.Module, _args: tuple[Any, ...], out: Tensor) -> None:
+        """Value-projection hook: ||v^l|| (B, H, N) from the projection's output."""
+        attn = self.attentions[i]
+        with torch.no_grad():
+            self.state.value_norm[i] = value_norms(attn, values_from_projection(attn, out))
+
+    def on_attn(self, i: int, _module: nn.Module, _args: tuple[Any, ...], out: Tensor) -> None:
+        """``attn_drop`` hook: A^l (B, H, N, N); ||v^l|| from the attention's input when no projection
+        hook caught the values; in mode "gradients", the hook of dy/dA^l."""
+        s = self.state
+        s.calls += 1
+        s.attn[i] = out.detach()
+        x = s.attn_input.pop(i, None)  # kept only when the visitor needs ||v||
+        if x is not None and i not in s.value_norm:
+            attn = self.attentions[i]
+            with torch.no_grad():
+                s.value_norm[i] = value_norms(attn, values_from_input(attn, x))
+        if self.streaming:
+            out.register_hook(partial(self.on_attn_grad, i))
+            if s.bottom is None:
+                s.bottom = out  # the backward runs down to block 0's A
+
+    def on_branch(self, i: int, _module: nn.Module, _args: tuple[Any, ...], out: Tensor) -> None:
+        """``drop_path1`` hook: a^l (B, N, D) and the hook of its gradient, when the visitor needs the
+        branch; outside mode "gradients", block ``i`` is complete: delivered."""
+        if self.visitor.needs_branch:
+            self.state.branch[i] = out.detach()
+            if self.streaming:
+                out.register_hook(partial(self.on_branch_grad, i))
+        if not self.streaming:
+            self.deliver(i)
+
+    def on_output(self, _module: nn.Module, _args: tuple[Any, ...], out: Tensor) -> None:
+        """Last block's hook: x^L (B, N, D)."""
+        self.state.output = out
+
+    def on_pool_input(self, _module: nn.Module, args: tuple[Any, ...]) -> None:
+        """Attention-pool pre-hook: the tokens it reads (B, N or P, D)."""
+        self.state.pool_input = args[0].detach()
+
+    def on_input(self, _module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        """Block 0 pre-hook: x^0 (B, N, D), in the graph."""
+        self.state.input_tokens = args[0] if args else kwargs["x"]
+
+    # -- gradient hooks (mode "gradients") -------------------------------------------------------
+    def on_output_grad(self, top: Top, grad: Tensor) -> None:
+        """dy/dx^L (B, N, D), the first gradient of the backward: into ``top``, then ``visitor.start``."""
+        top.output_grad = grad.detach()
+        with torch.no_grad():
+            self.visitor.start(top)
+
+    def on_attn_grad(self, i: int, grad: Tensor) -> None:
+        """dy/dA^l (B, H, N, N): block ``i`` is complete: delivered."""
+        self.deliver(i, grad.detach())
+
+    def on_branch_grad(self, i: int, grad: Tensor) -> None:
+        """dy/du^l (B, N, D); it arrives before block ``i``'s dy/dA^l."""
+        self.state.branch_grad[i] = grad.detach()
