@@ -60,9 +60,7 @@ class Family:
 FAMILIES: Registry[Family] = Registry("model family")
 
 
-def register_family(
-    *, matches: Callable[[nn.Module], bool], explainer: type[ModelExplainer], describe: str
-) -> Family:
+def register_family(*, matches: Callable[[nn.Module], bool], explainer: type[ModelExplainer], describe: str) -> Family:
     """Register a model family under its explainer's ``family`` name (see :class:`Family`); returns it."""
     return FAMILIES.register(explainer.family, Family(matches, explainer, describe))
 

@@ -1,4 +1,5 @@
 """Explainer: batching, the method doc's properties 1-4, and clear errors for bad input."""
+
 from __future__ import annotations
 
 import pytest
@@ -34,8 +35,9 @@ def test_batch_of_16_equals_16_single_calls(method):
 def test_random_floor_is_fixed_by_its_seed(tiny_vit):
     x = torch.randn(4, 3, 32, 32)
     first = Explainer(tiny_vit, "random", seed=3).explain(x).token_maps
-    torch.testing.assert_close(Explainer(tiny_vit, "random", seed=3).explain(torch.randn(4, 3, 32, 32)).token_maps,
-                               first, rtol=0, atol=0)  # same seed: the same maps, whatever the images
+    torch.testing.assert_close(
+        Explainer(tiny_vit, "random", seed=3).explain(torch.randn(4, 3, 32, 32)).token_maps, first, rtol=0, atol=0
+    )  # same seed: the same maps, whatever the images
     other = Explainer(tiny_vit, "random", seed=4).explain(x).token_maps
     assert (other - first).abs().min() > 0  # a different seed: every value differs
     assert ((first >= 0) & (first < 1)).all() and first.std() > 0.2  # uniform on [0, 1): std 0.29
@@ -61,7 +63,9 @@ def test_identity_block_passes_relevance_through_untouched():
     assert torch.all(beta == 0)
     options = GradSkipOptions()
     omega, _, _ = methods.head_weights(cap.attn[1], cap.attn_grad[1], options)
-    w = methods.rows_or_identity(methods.mixed_attention(cap.attn[1], cap.attn_grad[1], cap.value_norm[1], omega, options))
+    w = methods.rows_or_identity(
+        methods.mixed_attention(cap.attn[1], cap.attn_grad[1], cap.value_norm[1], omega, options)
+    )
     relevance = torch.rand(3, 17)
     assert torch.equal(methods.propagate_block(relevance, w, beta), relevance)
     assert torch.all(Explainer(model).explain(torch.randn(3, 3, 32, 32)).gates[:, 1] == 0)
@@ -75,7 +79,9 @@ def test_relevance_is_conserved_at_every_block(gate):
     relevance = cap.readout
     for layer in reversed(range(3)):
         omega, _, _ = methods.head_weights(cap.attn[layer], cap.attn_grad[layer], options)
-        w = methods.rows_or_identity(methods.mixed_attention(cap.attn[layer], cap.attn_grad[layer], cap.value_norm[layer], omega, options))
+        w = methods.rows_or_identity(
+            methods.mixed_attention(cap.attn[layer], cap.attn_grad[layer], cap.value_norm[layer], omega, options)
+        )
         beta = methods.skip_gates(cap.block_input[layer], cap.branch[layer], cap.branch_grad[layer], gate)
         below = methods.propagate_block(relevance, w, beta)
         torch.testing.assert_close(below.sum(-1), relevance.sum(-1))

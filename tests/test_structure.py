@@ -55,7 +55,9 @@ def _imports(path: Path) -> list[tuple[str, bool]]:
     tree = ast.parse(path.read_text())
     module = _module(path)
     package = module if path.name == "__init__.py" else module.rsplit(".", 1)[0]
-    shims = {id(n) for f in tree.body if isinstance(f, ast.FunctionDef) and f.name == "__getattr__" for n in ast.walk(f)}
+    shims = {
+        id(n) for f in tree.body if isinstance(f, ast.FunctionDef) and f.name == "__getattr__" for n in ast.walk(f)
+    }
     top = {id(n) for n in tree.body}
     found = []
     for node in ast.walk(tree):
@@ -68,7 +70,9 @@ def _imports(path: Path) -> list[tuple[str, bool]]:
             if node.level:
                 parent = package.split(".")[: len(package.split(".")) - node.level + 1]
                 base = ".".join([*parent, *([node.module] if node.module else [])])
-            names = [f"{base}.{a.name}" if base == "gradskip_lightning" and _is_room(a.name) else base for a in node.names]
+            names = [
+                f"{base}.{a.name}" if base == "gradskip_lightning" and _is_room(a.name) else base for a in node.names
+            ]
         else:
             continue
         found += [(name, id(node) in top) for name in names if name.startswith("gradskip_lightning")]
@@ -76,10 +80,7 @@ def _imports(path: Path) -> list[tuple[str, bool]]:
 
 
 def _graph() -> dict[str, set[str]]:
-    return {
-        _module(p): {name for name, at_top in _imports(p) if at_top}
-        for p in PACKAGE.rglob("*.py")
-    }
+    return {_module(p): {name for name, at_top in _imports(p) if at_top} for p in PACKAGE.rglob("*.py")}
 
 
 def test_every_room_has_a_layer():

@@ -21,6 +21,7 @@ import torch.nn.functional as F
 from timm.models.vision_transformer import init_weights_vit_timm
 from torch import Tensor, nn
 
+from gradskip_lightning.adapters.streaming import StreamedPass
 from gradskip_lightning.adapters.tensors import BlockVisitor, Capture, CaptureMode, Recorder, Top
 
 
@@ -246,54 +247,7 @@ class Adapter:
 
         Works inside ``torch.no_grad()`` and ``torch.inference_mode()``.
         """
-        from gradskip_lightning.adapters.streaming import StreamedPass  # here: streaming imports this module
-
         return StreamedPass(self, model, visitor).run(images, targets)
-
-
-def check_logits(model: nn.Module, logits: object, batch: int) -> None:
-    """Raise ValueError unless ``logits`` is a float (batch, C) tensor, C >= 1."""
-    if not isinstance(logits, Tensor) or logits.ndim != 2 or logits.shape[0] != batch or not logits.shape[1]:
-        got = f"{type(logits).__name__} {tuple(getattr(logits, 'shape', ()))}"
-        raise ValueError(
-            f"{type(model).__name__}.forward must return logits of shape (B={batch}, num_classes); got {got}. "
-            "Pass the module whose forward maps images to class logits."
-        )
-
-
-def value_projection(attn: nn.Module) -> nn.Module:
-    """The module whose output holds the value vectors: ``v_proj``, or the fused ``qkv``."""
-    v_proj = getattr(attn, "v_proj", None)
-    return attn.qkv if v_proj is None else v_proj
-
-
-def values_from_projection(attn: nn.Module, out: Tensor) -> Tensor:
-    """The values (B, N, A) in the output of :func:`value_projection`, copied (some attentions add
-    their bias in place afterwards); a bias-free ``qkv`` gets the attention's ``v_bias``."""
-    if getattr(attn, "v_proj", None) is not None:
-        return out.detach().clone()
-    width = out.shape[-1] // 3
-    v = out.detach()[..., 2 * width :].clone()
-    v_bias = getattr(attn, "v_bias", None)
-    return v + v_bias.detach() if attn.qkv.bias is None and v_bias is not None else v
-
-
-def values_from_input(attn: nn.Module, x: Tensor) -> Tensor:
-    """The values (B, N, A) recomputed from the attention's input x (B, N, D), for attentions that
-    apply their ``qkv`` weight functionally (BEiT, EVA with a separate q/v bias)."""
-    weight = attn.qkv.weight
-    width = weight.shape[0] // 3
-    bias = attn.qkv.bias[2 * width :] if attn.qkv.bias is not None else getattr(attn, "v_bias", None)
-    return F.linear(x.detach(), weight[2 * width :].detach(), None if bias is None else bias.detach())
-
-
-def value_norms(attn: nn.Module, v: Tensor) -> Tensor:
-    """||v_{q,j}|| per head, (B, H, N), from values (B, N, A); grouped-query value heads are
-    repeated to the query heads."""
-    b, n, _ = v.shape
-    value_heads = getattr(attn, "num_kv_heads", None) or attn.num_heads
-    norms = v.reshape(b, n, value_heads, -1).norm(dim=-1).transpose(1, 2)
-    return norms.repeat_interleave(attn.num_heads // value_heads, dim=1)
 
 
 def latent_attention(pool: nn.Module, x: Tensor) -> Tensor:

@@ -13,22 +13,19 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import Tensor, nn
 from torch.utils.hooks import RemovableHandle
 
-from gradskip_lightning.adapters.base import (
-    Adapter,
-    check_logits,
-    value_norms,
-    value_projection,
-    values_from_input,
-    values_from_projection,
-)
 from gradskip_lightning.adapters.conservative import constant_hooks
 from gradskip_lightning.adapters.tensors import BlockTensors, BlockVisitor, CaptureMode, Top
+from gradskip_lightning.adapters.values import value_norms, value_projection, values_from_input, values_from_projection
+from gradskip_lightning.validation import check_logits
+
+if TYPE_CHECKING:
+    from gradskip_lightning.adapters.base import Adapter
 
 
 @dataclass

@@ -15,15 +15,16 @@ import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
 from types import SimpleNamespace
+from typing import Any
 
 import torch
 from torch import Tensor, nn
 from torch.utils.hooks import RemovableHandle
 
 from gradskip_lightning.adapters import BlockTensors
-from gradskip_lightning.adapters.base import eval_mode, parameter_holders_outside, value_norms
+from gradskip_lightning.adapters.base import eval_mode, parameter_holders_outside
+from gradskip_lightning.adapters.values import value_norms
 
 
 @dataclass

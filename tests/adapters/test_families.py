@@ -14,7 +14,7 @@ import torch
 from torch import nn
 
 from gradskip_lightning.adapters import find_adapter
-from gradskip_lightning.adapters.base import value_norms, values_from_input
+from gradskip_lightning.adapters.values import value_norms, values_from_input
 from gradskip_lightning.explainer import Explainer
 from gradskip_lightning.methods import GradSkipOptions, propagation
 from tests.adapters.helpers import capture, hooks_on, split_head

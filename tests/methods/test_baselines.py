@@ -1,5 +1,6 @@
 """Known answers for the baselines on small hand-built tensors (the dense oracles the streamed
 steps are checked against elsewhere, and the package's per-block steps)."""
+
 from __future__ import annotations
 
 import torch
