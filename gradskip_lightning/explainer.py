@@ -48,7 +48,7 @@ class Explainer(ExplainerBase):
     task: ClassVar[Task] = "classification"
     methods: ClassVar[tuple[str, ...]] = METHODS
 
-    def __init__(self, model: nn.Module, method: MethodName = "gradskip", **options: Any) -> None:
+    def __init__(self, model: nn.Module, method: str = "gradskip", **options: Any) -> None:
         self.model = model  # images -> logits; what the metrics run
         self.adapter = find_adapter(model)
         if self.adapter.backbone is model and self.adapter.num_classes <= 0:

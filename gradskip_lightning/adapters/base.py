@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import torch
 import torch.nn.functional as F
@@ -68,7 +68,7 @@ class Adapter:
     pools: ClassVar[tuple[str, ...]] = ("token", "avg", "map")
 
     def __init__(self, backbone: nn.Module) -> None:
-        self.backbone = backbone
+        self.backbone: Any = backbone  # the family's timm class: its attributes are checked by check()
         self.check()
 
     # -- what a family adapter may override -------------------------------------------------
@@ -93,7 +93,7 @@ class Adapter:
                 )
 
     @property
-    def blocks(self) -> list[nn.Module]:
+    def blocks(self) -> list[Any]:
         """The transformer blocks, bottom first."""
         return list(self.backbone.blocks)
 
@@ -105,12 +105,14 @@ class Adapter:
     @property
     def grid_size(self) -> tuple[int, int]:
         """Patch grid (h, w)."""
-        return tuple(self.backbone.patch_embed.grid_size)
+        h, w = self.backbone.patch_embed.grid_size
+        return (int(h), int(w))
 
     @property
     def img_size(self) -> tuple[int, int]:
         """Input size (H, W) in pixels."""
-        return tuple(self.backbone.patch_embed.img_size)
+        h, w = self.backbone.patch_embed.img_size
+        return (int(h), int(w))
 
     @property
     def in_chans(self) -> int:
@@ -127,7 +129,8 @@ class Adapter:
     @property
     def patch_size(self) -> tuple[int, int]:
         """Pixels per token (ph, pw): image size over grid size (a hybrid stem counts as its stride)."""
-        return tuple(s // g for s, g in zip(self.img_size, self.grid_size))
+        (h, w), (gh, gw) = self.img_size, self.grid_size
+        return (h // gh, w // gw)
 
     @property
     def num_classes(self) -> int:
@@ -163,6 +166,8 @@ class Adapter:
         prefix = self.num_prefix_tokens
         n = prefix + self.grid_size[0] * self.grid_size[1]
         if pool == "map":  # a pool fed the patches only reads 0 from the prefix tokens
+            if pool_input is None:
+                raise ValueError("attention pooling reads the tokens entering the pool: pass pool_input")
             read = latent_attention(self.backbone.attn_pool, pool_input)
             return F.pad(read, (n - read.shape[1], 0))
         r = torch.zeros(batch, n, device=device, dtype=dtype)
@@ -250,7 +255,7 @@ class Adapter:
         return StreamedPass(self, model, visitor).run(images, targets)
 
 
-def latent_attention(pool: nn.Module, x: Tensor) -> Tensor:
+def latent_attention(pool: Any, x: Tensor) -> Tensor:
     """What timm's ``AttentionPoolLatent`` reads: softmax(q k^T) of its latent queries over the
     tokens x (B, N, D), mean over heads and queries, (B, N), rows summing to 1."""
     b, n, _ = x.shape

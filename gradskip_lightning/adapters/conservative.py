@@ -11,6 +11,7 @@ Shapes: (B, N, D) tokens, the norms act on the last axis D.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import torch
 from timm.layers import RmsNorm, SimpleNorm
@@ -28,7 +29,7 @@ def layer_norm_constant_std(norm: nn.LayerNorm, x: Tensor) -> Tensor:
     return y if norm.bias is None else y + norm.bias
 
 
-def rms_norm_constant_rms(norm: nn.Module, x: Tensor) -> Tensor:
+def rms_norm_constant_rms(norm: Any, x: Tensor) -> Tensor:
     """RMSNorm with its rms detached: x / const * weight."""
     eps = norm.eps if norm.eps is not None else torch.finfo(x.dtype).eps
     rms = (x.pow(2).mean(dim=-1, keepdim=True) + eps).sqrt()
@@ -36,7 +37,7 @@ def rms_norm_constant_rms(norm: nn.Module, x: Tensor) -> Tensor:
     return y if norm.weight is None else y * norm.weight
 
 
-def simple_norm_constant_std(norm: SimpleNorm, x: Tensor) -> Tensor:
+def simple_norm_constant_std(norm: Any, x: Tensor) -> Tensor:
     """timm's SimpleNorm (x scaled by its std, unbiased, not centred) with the std detached."""
     std = (x.var(dim=-1, keepdim=True) + norm.eps).sqrt()
     y = x / std.detach()
@@ -44,7 +45,7 @@ def simple_norm_constant_std(norm: SimpleNorm, x: Tensor) -> Tensor:
 
 
 #: Norm class -> its constant-denominator forward (module, input) -> output; subclasses match.
-CONSTANT_DENOMINATOR: dict[type[nn.Module], Callable[[nn.Module, Tensor], Tensor]] = {
+CONSTANT_DENOMINATOR: dict[type[nn.Module], Callable[[Any, Tensor], Tensor]] = {
     nn.LayerNorm: layer_norm_constant_std,
     nn.RMSNorm: rms_norm_constant_rms,
     RmsNorm: rms_norm_constant_rms,
@@ -52,7 +53,7 @@ CONSTANT_DENOMINATOR: dict[type[nn.Module], Callable[[nn.Module, Tensor], Tensor
 }
 
 
-def constant_denominator_rule(module: nn.Module) -> Callable[[nn.Module, Tensor], Tensor] | None:
+def constant_denominator_rule(module: nn.Module) -> Callable[[Any, Tensor], Tensor] | None:
     """The rule of ``module``'s norm class (or of a parent class), or None for other modules."""
     return next((rule for cls, rule in CONSTANT_DENOMINATOR.items() if isinstance(module, cls)), None)
 
@@ -61,8 +62,9 @@ def _detach_output(_module: nn.Module, _args: tuple, out: Tensor) -> Tensor:
     return out.detach()
 
 
-def _constant_norm(module: nn.Module, args: tuple, _out: Tensor) -> Tensor:
-    return constant_denominator_rule(module)(module, args[0])
+def _constant_norm(module: nn.Module, args: tuple, out: Tensor) -> Tensor:
+    rule = constant_denominator_rule(module)
+    return out if rule is None else rule(module, args[0])
 
 
 def constant_hooks(attention_outputs: list[nn.Module], scope: list[nn.Module]) -> list[RemovableHandle]:

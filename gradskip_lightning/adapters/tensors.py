@@ -102,7 +102,7 @@ class Capture:
 
     @property
     def attn(self) -> list[Tensor]:
-        return self._field("attn")
+        return [b.attn for b in self.blocks]
 
     @property
     def attn_grad(self) -> list[Tensor] | None:
@@ -193,4 +193,6 @@ class Recorder:
 
     def capture(self) -> Capture:
         """The recorded pass, bottom block first."""
+        if self.top is None:
+            raise RuntimeError("Recorder.capture() before the pass started: no top was recorded")
         return Capture(sorted(self.blocks, key=lambda b: b.layer), self.top, self.mode)

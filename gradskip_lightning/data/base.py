@@ -1,7 +1,7 @@
 """What every image-classification datamodule of the project shares: loaders, splits and the data interface."""
 from __future__ import annotations
 
-from typing import Any, Literal, Protocol
+from typing import Literal
 
 from lightning.pytorch import LightningDataModule
 from torch import Tensor
@@ -13,17 +13,17 @@ Task = Literal["multiclass", "multilabel", "segmentation"]
 SPLITS = ("train", "val", "test")
 
 
-class LabelledDataset(Protocol):
-    """A map-style dataset with its ``labels`` tensor: (N,) int64 classes or (N, C) multi-hot."""
+class LabelledDataset(Dataset):
+    """A map-style dataset with its ``labels`` tensor: (N,) int64 classes or (N, C) multi-hot,
+    what stratified probe drawing and the tag's splits read without loading images."""
 
     labels: Tensor
 
-    def __getitem__(self, index: int) -> Any: ...
+    def __len__(self) -> int:
+        raise NotImplementedError
 
-    def __len__(self) -> int: ...
 
-
-class LabelledSubset(Dataset):
+class LabelledSubset(LabelledDataset):
     """The items of ``dataset`` at ``indices``, with their ``labels`` ((n,) or (n, C)).
 
     Args:
@@ -81,11 +81,11 @@ class ImageClassificationDataModule(LightningDataModule):
             raise ValueError(f"num_workers must be >= 0, got {num_workers}")
         self.batch_size = batch_size
         self.num_workers = num_workers
-        self.train_dataset: Dataset | None = None
-        self.val_dataset: Dataset | None = None
-        self.test_dataset: Dataset | None = None
-        self.clean_test_dataset: Dataset | None = None
-        self.transplanted_test_dataset: Dataset | None = None
+        self.train_dataset: LabelledDataset | None = None
+        self.val_dataset: LabelledDataset | None = None
+        self.test_dataset: LabelledDataset | None = None
+        self.clean_test_dataset: LabelledDataset | None = None
+        self.transplanted_test_dataset: LabelledDataset | None = None
 
     def make_split(self, split: str, tag_mode: TagMode) -> LabelledDataset:
         """The dataset of ``split`` ("train", "val" or "test") with the tag put on as ``tag_mode`` says."""

@@ -11,10 +11,9 @@ import numpy as np
 import torch
 from medmnist import INFO
 from torch import Tensor
-from torch.utils.data import Dataset
 from torchvision import transforms as T
 
-from gradskip_lightning.data.base import SPLITS, ImageClassificationDataModule, Task
+from gradskip_lightning.data.base import SPLITS, ImageClassificationDataModule, LabelledDataset, Task
 from gradskip_lightning.data.tags import SpuriousTag, TagMode
 
 MedMNISTFlag = Literal[
@@ -61,7 +60,7 @@ def medmnist_filename(flag: str, size: int) -> str:
     return f"{flag}.npz" if size == 28 else f"{flag}_{size}.npz"
 
 
-class MedMNISTSplit(Dataset):
+class MedMNISTSplit(LabelledDataset):
     """One split of a medmnist 2D dataset, normalised, optionally with a spurious tag.
 
     Items are ``(image (C, H, W) float32 normalised, label)`` without a tag and

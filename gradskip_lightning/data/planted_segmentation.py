@@ -11,9 +11,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 from torch import Tensor
-from torch.utils.data import Dataset
 
-from gradskip_lightning.data.base import Task
+from gradskip_lightning.data.base import LabelledDataset, Task
 from gradskip_lightning.data.planted_shapes import PlantedShapesDataModule, PlantedShapesDataset
 from gradskip_lightning.data.tags import TagMode
 
@@ -21,7 +20,7 @@ from gradskip_lightning.data.tags import TagMode
 BACKGROUND_CLASS = 0
 
 
-class PlantedShapesSegmentationDataset(Dataset):
+class PlantedShapesSegmentationDataset(LabelledDataset):
     """The items of a :class:`PlantedShapesDataset` with label maps instead of labels.
 
     Items are ``(image (3, H, W) float32 normalised, label_map (H, W) int64)``, the label map
@@ -120,6 +119,7 @@ class PlantedShapesSegmentationDataModule(PlantedShapesDataModule):
         )
         self.save_hyperparameters(ignore=["num_classes", "tag"])  # drops the parent's: this class takes neither
         self.num_classes = num_colours + 1
+        self.class_names = ["background", *self.class_names]
 
     def make_split(self, split: str, tag_mode: TagMode) -> PlantedShapesSegmentationDataset:
         """The ``split`` dataset ("train", "val" or "test"): the classification split's images, label maps."""

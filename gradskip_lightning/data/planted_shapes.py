@@ -18,7 +18,6 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from torch import Tensor
-from torch.utils.data import Dataset
 
 from gradskip_lightning.data.base import SPLITS, ImageClassificationDataModule, LabelledDataset
 from gradskip_lightning.data.tags import SpuriousTag, TagMode
@@ -41,7 +40,7 @@ _MAX_PLACEMENT_TRIES = 1000
 _DEFAULT_TAG = SpuriousTag()
 
 
-class PlantedShapesDataset(Dataset):
+class PlantedShapesDataset(LabelledDataset):
     """Images with one class-deciding filled square among same-palette distractor rings.
 
     Items are ``(image (3, H, W) float32 normalised, label int64 scalar, mask (H, W) bool)``, the

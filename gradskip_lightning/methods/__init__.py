@@ -97,13 +97,13 @@ def __getattr__(name: str) -> object:
 
 
 def _deprecated_functions() -> dict[str, object]:
-    def weighted_attention(attn, attn_grad, value_norm, omega, options):  # type: ignore[no-untyped-def]
+    def weighted_attention(attn, attn_grad, value_norm, omega, options):
         return rows_or_identity(mixed_attention(attn, attn_grad, value_norm, omega, options))
 
-    def rollout(attn, readout):  # type: ignore[no-untyped-def]
+    def rollout(attn, readout):
         return rollout_down([rollout_matrix(a) for a in attn], readout)
 
-    def chefer(attn, attn_grad, readout):  # type: ignore[no-untyped-def]
+    def chefer(attn, attn_grad, readout):
         for a, g in zip(reversed(attn), reversed(attn_grad)):
             readout = chefer_step(readout, a, g)
         return readout

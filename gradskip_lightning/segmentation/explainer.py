@@ -95,7 +95,7 @@ class SegmentationExplainer(ExplainerBase):
     methods: ClassVar[tuple[str, ...]] = SEGMENTATION_METHODS.names
     num_prefix_tokens = 0
 
-    def __init__(self, model: nn.Module, method: SegmentationMethod = "gradskip", **options: Any) -> None:
+    def __init__(self, model: nn.Module, method: str = "gradskip", **options: Any) -> None:
         self.model = model
         self.segformer = find_segformer(model)
         self.method = method
