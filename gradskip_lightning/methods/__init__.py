@@ -31,14 +31,10 @@ from gradskip_lightning.methods.gradskip import (
 )
 from gradskip_lightning.methods.lrp import LrpVisitor, token_relevance
 from gradskip_lightning.methods.output import MethodOutput, MethodVisitor
-from gradskip_lightning.methods.registry import (
-    METHOD_SPECS,
-    METHODS,
-    MethodName,
-    MethodSpec,
-    build_options,
-    method_spec,
-)
+from gradskip_lightning.methods.registry import METHOD_SPECS, MethodName, MethodSpec, build_options, method_spec
+
+#: Method names of the timm ViT family, in registration order (the modules above register them).
+METHODS: tuple[str, ...] = METHOD_SPECS.names
 
 __all__ = [
     "METHODS",

@@ -12,6 +12,7 @@ from torch import Tensor
 from gradskip_lightning.adapters import BlockTensors, CaptureMode, Top
 from gradskip_lightning.methods.gradskip import propagate_block
 from gradskip_lightning.methods.output import MethodOutput, normalise, present
+from gradskip_lightning.methods.registry import METHOD_SPECS, MethodSpec
 
 
 @dataclass(frozen=True)
@@ -168,3 +169,9 @@ class RandomVisitor(BaselineVisitor):
         h, w = self.top.grid_size
         batch, device = self.top.logits.shape[0], self.top.logits.device
         return MethodOutput(random_relevance(batch, h * w, self.seed, device))
+
+
+METHOD_SPECS.register("raw_attention", MethodSpec(RawAttentionVisitor, NoOptions))
+METHOD_SPECS.register("rollout", MethodSpec(RolloutVisitor, NoOptions))
+METHOD_SPECS.register("chefer", MethodSpec(CheferVisitor, NoOptions))
+METHOD_SPECS.register("random", MethodSpec(RandomVisitor, RandomOptions))

@@ -16,6 +16,7 @@ from torch import Tensor
 
 from gradskip_lightning.adapters import BlockTensors, Capture, CaptureMode, Top
 from gradskip_lightning.methods.output import MethodOutput, normalise, present
+from gradskip_lightning.methods.registry import METHOD_SPECS, MethodSpec
 
 AttentionWeighting = Literal["abs_grad", "pos_grad", "none"]
 Gate = Literal["token", "layer", "off"]
@@ -298,3 +299,6 @@ def propagation(capture: Capture, options: GradSkipOptions) -> list[BlockStep]:
     visitor = GradSkipVisitor(options)
     capture.replay(visitor)
     return visitor.steps
+
+
+METHOD_SPECS.register("gradskip", MethodSpec(GradSkipVisitor, GradSkipOptions))

@@ -11,8 +11,9 @@ from __future__ import annotations
 from torch import Tensor
 
 from gradskip_lightning.adapters import CaptureMode
-from gradskip_lightning.methods.baselines import BaselineVisitor
+from gradskip_lightning.methods.baselines import BaselineVisitor, NoOptions
 from gradskip_lightning.methods.output import present
+from gradskip_lightning.methods.registry import METHOD_SPECS, MethodSpec
 
 
 def token_relevance(tokens: Tensor, tokens_grad: Tensor) -> Tensor:
@@ -34,3 +35,6 @@ class LrpVisitor(BaselineVisitor):
     def token_relevance(self) -> Tensor:
         tokens = present(self.top.input_tokens, "input_tokens", "lrp")
         return token_relevance(tokens, present(self.top.input_grad, "input_grad", "lrp"))
+
+
+METHOD_SPECS.register("lrp", MethodSpec(LrpVisitor, NoOptions))

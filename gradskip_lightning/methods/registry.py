@@ -1,7 +1,8 @@
 """The timm ViT family's methods: name -> :class:`MethodSpec` (the method's visitor of one pass,
-which gives the pass it needs, and its options dataclass). The
-:class:`~gradskip_lightning.explainer.Explainer` looks methods up here; :data:`MethodName` types the
-same names (a test checks that both agree).
+which gives the pass it needs, and its options dataclass). Each method's module registers itself
+(``METHOD_SPECS.register(name, MethodSpec(...))`` at its end; :mod:`gradskip_lightning.methods`
+imports them all); the :class:`~gradskip_lightning.explainer.Explainer` looks methods up here;
+:data:`MethodName` types the same names, in registration order (a test checks that both agree).
 """
 from __future__ import annotations
 
@@ -9,20 +10,10 @@ from dataclasses import dataclass, fields
 from typing import Any, Literal
 
 from gradskip_lightning.adapters import CaptureMode
-from gradskip_lightning.methods.baselines import (
-    CheferVisitor,
-    NoOptions,
-    RandomOptions,
-    RandomVisitor,
-    RawAttentionVisitor,
-    RolloutVisitor,
-)
-from gradskip_lightning.methods.gradskip import GradSkipOptions, GradSkipVisitor
-from gradskip_lightning.methods.lrp import LrpVisitor
 from gradskip_lightning.methods.output import MethodVisitor
 from gradskip_lightning.registry import Registry
 
-MethodName = Literal["gradskip", "raw_attention", "rollout", "chefer", "lrp", "random"]
+MethodName = Literal["gradskip", "raw_attention", "rollout", "chefer", "random", "lrp"]
 
 
 @dataclass(frozen=True)
@@ -57,8 +48,12 @@ def build_options(options_type: type, method: str, **options: Any) -> Any:
     unknown keywords and the allowed ones.
 
     Example:
-        >>> build_options(RandomOptions, "random", seed=3)
-        RandomOptions(seed=3)
+        >>> from dataclasses import dataclass
+        >>> @dataclass(frozen=True)
+        ... class Seeded:
+        ...     seed: int = 0
+        >>> build_options(Seeded, "random", seed=3)
+        Seeded(seed=3)
     """
     allowed = sorted(f.name for f in fields(options_type))
     unknown = sorted(set(options) - set(allowed))
@@ -67,22 +62,15 @@ def build_options(options_type: type, method: str, **options: Any) -> Any:
     return options_type(**options)
 
 
-#: The methods of the timm ViT family, in the order of :data:`MethodName`.
+#: The methods of the timm ViT family, in registration order (that of :data:`MethodName`).
 METHOD_SPECS: Registry[MethodSpec] = Registry("method")
-METHOD_SPECS.register("gradskip", MethodSpec(GradSkipVisitor, GradSkipOptions))
-METHOD_SPECS.register("raw_attention", MethodSpec(RawAttentionVisitor, NoOptions))
-METHOD_SPECS.register("rollout", MethodSpec(RolloutVisitor, NoOptions))
-METHOD_SPECS.register("chefer", MethodSpec(CheferVisitor, NoOptions))
-METHOD_SPECS.register("lrp", MethodSpec(LrpVisitor, NoOptions))
-METHOD_SPECS.register("random", MethodSpec(RandomVisitor, RandomOptions))
-#: Method names, in registration order.
-METHODS: tuple[str, ...] = METHOD_SPECS.names
 
 
 def method_spec(name: str) -> MethodSpec:
     """The spec of method ``name``; ValueError naming the choices for an unknown one.
 
     Example:
+        >>> import gradskip_lightning.methods  # registers the methods
         >>> method_spec("rollout").needs_backward, method_spec("gradskip").options.__name__
         (False, 'GradSkipOptions')
     """
