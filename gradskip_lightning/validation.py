@@ -17,16 +17,25 @@ Example:
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from numbers import Integral, Real
+
 import torch
 from torch import Tensor, nn
 
 __all__ = [
     "as_bool_masks",
+    "as_patch_size",
+    "check_choice",
     "check_class_targets",
+    "check_fraction",
     "check_image_batch",
     "check_images_targets_maps",
+    "check_int",
     "check_logits",
+    "check_map_pair",
     "check_maps",
+    "check_regions",
     "check_targets",
 ]
 
@@ -35,6 +44,74 @@ def _describe(value: object) -> str:
     if isinstance(value, Tensor):
         return f"{value.dtype} {tuple(value.shape)}"
     return type(value).__name__
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, Integral) and not isinstance(value, bool)
+
+
+def check_int(value: object, name: str, low: int = 1, high: int | None = None, unit: str = "") -> None:
+    """Require an int in [low, high] (no upper bound when ``high`` is None); ``unit`` follows the range
+    in the message, e.g. " patches".
+
+    Example:
+        >>> check_int(3, "steps", high=16)
+        >>> check_int(17, "steps", high=16, unit=" (one per patch at most)")
+        Traceback (most recent call last):
+        ...
+        ValueError: steps must be in [1, 16] (one per patch at most); got 17
+    """
+    if not _is_int(value):
+        raise TypeError(f"{name} must be an int; got {_describe(value)}")
+    if value < low or (high is not None and value > high):
+        expected = f">= {low}" if high is None else f"in [{low}, {high}]"
+        raise ValueError(f"{name} must be {expected}{unit}; got {value}")
+
+
+def check_fraction(value: object, name: str) -> None:
+    """Require a real number in (0, 1]."""
+    if not isinstance(value, Real) or isinstance(value, bool):
+        raise TypeError(f"{name} must be a fraction in (0, 1]; got {_describe(value)}")
+    if not 0 < value <= 1:
+        raise ValueError(f"{name} must be a fraction in (0, 1]; got {value}")
+
+
+def check_choice(value: object, choices: tuple[str, ...], name: str) -> None:
+    """Require one of the strings ``choices``."""
+    if not isinstance(value, str):
+        raise TypeError(f"{name} must be one of {choices}; got {_describe(value)}")
+    if value not in choices:
+        raise ValueError(f"{name} must be one of {choices}; got {value!r}")
+
+
+def as_patch_size(patch_size: object, image_size: tuple[int, int] | None = None) -> tuple[int, int]:
+    """The patch size (ph, pw) in pixels of an int or a pair of ints, each side >= 1 and, with
+    ``image_size`` (H, W), dividing it.
+
+    Example:
+        >>> as_patch_size(8, (32, 32)), as_patch_size((4, 8))
+        ((8, 8), (4, 8))
+        >>> as_patch_size(None)
+        Traceback (most recent call last):
+        ...
+        TypeError: patch_size is required: an int or a pair (ph, pw) of ints, e.g. explainer.patch_size; got NoneType
+    """
+    expected = "an int or a pair (ph, pw) of ints, e.g. explainer.patch_size"
+    if _is_int(patch_size):
+        patch_size = (patch_size, patch_size)
+    if not isinstance(patch_size, Sequence) or isinstance(patch_size, str):
+        given = "patch_size is required" if patch_size is None else "patch_size must be"
+        raise TypeError(f"{given}: {expected}; got {_describe(patch_size)}")
+    if len(patch_size) != 2:
+        raise ValueError(f"patch_size must be {expected}; got {len(patch_size)} values {tuple(patch_size)}")
+    if not all(_is_int(side) for side in patch_size):
+        raise TypeError(f"patch_size must be {expected}; got {tuple(patch_size)!r}")
+    ph, pw = (int(side) for side in patch_size)
+    if ph < 1 or pw < 1:
+        raise ValueError(f"patch_size must be positive; got {(ph, pw)}")
+    if image_size is not None and (image_size[0] % ph or image_size[1] % pw):
+        raise ValueError(f"image size {tuple(image_size)} is not a multiple of the patch size {(ph, pw)}")
+    return ph, pw
 
 
 def check_image_batch(images: Tensor, name: str = "images") -> None:
@@ -89,6 +166,27 @@ def check_maps(maps: Tensor, name: str = "maps") -> None:
         raise ValueError(f"{name} is empty: expected at least one map")
     if not torch.isfinite(maps).all():
         raise ValueError(f"{name} contains NaN or infinite values")
+
+
+def check_map_pair(maps_a: Tensor, maps_b: Tensor) -> None:
+    """Require two finite floating tensors (B, H, W) of the same shape, ``maps_a`` and ``maps_b``."""
+    check_maps(maps_a, "maps_a")
+    check_maps(maps_b, "maps_b")
+    if maps_a.shape != maps_b.shape:
+        raise ValueError(f"maps_a {tuple(maps_a.shape)} and maps_b {tuple(maps_b.shape)} must have the same shape")
+
+
+def check_regions(regions: Tensor | None, batch: int) -> None:
+    """Require None or a bool tensor (batch, h, w) with at least one pixel in each image's region."""
+    if regions is None:
+        return
+    if not isinstance(regions, Tensor) or regions.dtype != torch.bool:
+        raise TypeError(f"regions must be a bool tensor (B, h, w) on the logits grid; got {_describe(regions)}")
+    if regions.ndim != 3 or regions.shape[0] != batch:
+        raise ValueError(f"regions must have shape (B, h, w) with B = {batch}; got {tuple(regions.shape)}")
+    empty = ~regions.flatten(1).any(dim=1)
+    if empty.any():
+        raise ValueError(f"regions {empty.nonzero().flatten().tolist()} are empty: each needs a pixel to score")
 
 
 def check_images_targets_maps(images: Tensor, targets: Tensor, maps: Tensor) -> None:

@@ -12,6 +12,7 @@ import time
 import timm
 import torch
 
+from gradskip_lightning.adapters import find_adapter
 from gradskip_lightning.metrics import CountingModel, insertion_deletion
 
 
@@ -44,10 +45,11 @@ def run(args: argparse.Namespace) -> list[dict]:
     images = torch.randn(args.images, 3, args.img_size, args.img_size)
     targets = torch.randint(0, 8, (args.images,))
     maps = torch.rand(args.images, args.img_size, args.img_size)
+    options = dict(patch_size=find_adapter(model).patch_size, steps=args.steps, batch_size=args.batch_size)
 
     def score() -> int:
         counted = CountingModel(model)
-        insertion_deletion(counted, images, targets, maps, steps=args.steps, batch_size=args.batch_size)
+        insertion_deletion(counted, images, targets, maps, **options)
         return counted.calls
 
     forward_calls = score()  # warm-up

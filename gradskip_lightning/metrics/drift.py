@@ -9,14 +9,7 @@ from torch import Tensor
 from torchmetrics import Metric
 from torchmetrics.utilities import dim_zero_cat
 
-from gradskip_lightning.validation import check_maps
-
-
-def _check_pair(maps_a: Tensor, maps_b: Tensor) -> None:
-    check_maps(maps_a, "maps_a")
-    check_maps(maps_b, "maps_b")
-    if maps_a.shape != maps_b.shape:
-        raise ValueError(f"maps_a {tuple(maps_a.shape)} and maps_b {tuple(maps_b.shape)} must have the same shape")
+from gradskip_lightning.validation import check_fraction, check_map_pair
 
 
 def average_ranks(values: Tensor) -> Tensor:
@@ -38,7 +31,7 @@ def spearman(maps_a: Tensor, maps_b: Tensor) -> Tensor:
         >>> spearman(maps, maps.exp()), spearman(maps, -maps)
         (tensor([1.], dtype=torch.float64), tensor([-1.], dtype=torch.float64))
     """
-    _check_pair(maps_a, maps_b)
+    check_map_pair(maps_a, maps_b)
     ranks_a = average_ranks(maps_a.flatten(1))
     ranks_b = average_ranks(maps_b.to(maps_a.device).flatten(1))
     ranks_a = ranks_a - ranks_a.mean(dim=1, keepdim=True)
@@ -61,8 +54,7 @@ def top_count_pixels(maps: Tensor, counts: Tensor) -> Tensor:
 
 def top_pixels(maps: Tensor, fraction: float) -> Tensor:
     """Masks (B, N) bool of the ceil(fraction * N) highest pixels of maps (B, H, W); ties: row-major order."""
-    if not 0 < fraction <= 1:
-        raise ValueError(f"top_k must be a fraction in (0, 1], got {fraction}")
+    check_fraction(fraction, "top_k")
     count = math.ceil(round(fraction * maps[0].numel(), 6))
     return top_count_pixels(maps, torch.full((maps.shape[0],), count, device=maps.device))
 
@@ -75,7 +67,7 @@ def topk_iou(maps_a: Tensor, maps_b: Tensor, *, top_k: float = 0.1) -> Tensor:
         >>> topk_iou(maps, maps.flip(-1), top_k=0.25)  # top 4 = the last row in both
         tensor([1.], dtype=torch.float64)
     """
-    _check_pair(maps_a, maps_b)
+    check_map_pair(maps_a, maps_b)
     top_a, top_b = top_pixels(maps_a, top_k), top_pixels(maps_b.to(maps_a.device), top_k)
     return (top_a & top_b).sum(1).double() / (top_a | top_b).sum(1)
 
@@ -98,8 +90,7 @@ class ExplanationDrift(Metric):
 
     def __init__(self, *, top_k: float = 0.1, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        if not 0 < top_k <= 1:
-            raise ValueError(f"top_k must be a fraction in (0, 1], got {top_k}")
+        check_fraction(top_k, "top_k")
         self.top_k = top_k
         self.add_state("spearman", [], dist_reduce_fx="cat")
         self.add_state("topk_iou", [], dist_reduce_fx="cat")

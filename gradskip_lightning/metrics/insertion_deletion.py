@@ -1,26 +1,24 @@
 """Insertion and Deletion AUC (Petsiuk et al. 2018, RISE) on patches."""
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any, Callable, ClassVar
 
 import torch
 from torch import Tensor
-from torchmetrics import Metric
 
-from gradskip_lightning.validation import check_images_targets_maps
+from gradskip_lightning.validation import as_patch_size, check_images_targets_maps, check_int, check_regions
 
 from .perturbation import (
     Activation,
     Baseline,
-    check_activation,
-    check_regions,
+    PatchSize,
+    PerturbationMetric,
     gaussian_blur,
     make_baseline,
     patch_relevance,
     perturbed_probabilities,
     rank_patches,
     ranked_masks,
-    resolve_patch_size,
     step_counts,
 )
 
@@ -31,7 +29,7 @@ def insertion_deletion(
     targets: Tensor,
     maps: Tensor,
     *,
-    patch_size: int | tuple[int, int] | None = None,
+    patch_size: PatchSize,
     steps: int = 16,
     deletion_baseline: Baseline = "zeros",
     batch_size: int = 256,
@@ -55,7 +53,8 @@ def insertion_deletion(
         images: normalised images (B, C, H, W).
         targets: explained classes (B,).
         maps: relevance (B, H, W) at input resolution, higher = more relevant.
-        patch_size: pixels per patch; None reads it from the timm ViT in ``model``.
+        patch_size: pixels per patch, an int or (ph, pw) dividing (H, W): the explainer's
+            ``patch_size`` (required; TypeError when missing).
         steps: K, between 1 and the number of patches.
         deletion_baseline: "zeros" (the mean colour of the normalised input), "blur" or a tensor
             broadcastable to the images.
@@ -81,7 +80,7 @@ def insertion_deletion(
     """
     check_images_targets_maps(images, targets, maps)
     check_regions(regions, len(images))
-    patch = resolve_patch_size(model, patch_size, tuple(images.shape[-2:]))
+    patch = as_patch_size(patch_size, tuple(images.shape[-2:]))
     grid = (images.shape[-2] // patch[0], images.shape[-1] // patch[1])
     order = rank_patches(patch_relevance(maps, patch))
     masks = ranked_masks(order, step_counts(order.shape[1], steps)).reshape(len(images), steps + 1, *grid)
@@ -114,12 +113,11 @@ def trapezoid_auc(curve: Tensor) -> Tensor:
     return torch.trapezoid(curve, dx=1.0 / (curve.shape[1] - 1), dim=1)
 
 
-class InsertionDeletion(Metric):
+class InsertionDeletion(PerturbationMetric):
     """Mean insertion AUC, deletion AUC and their difference over all updates (DDP-synchronised).
 
-    The model is passed to ``update`` (it is not a state and not a submodule, so the metric never
-    moves, saves or syncs it), with ``regions`` for a segmentation model; options are those of
-    :func:`insertion_deletion`.
+    ``update(model, images, targets, maps, regions=None)`` as in :class:`PerturbationMetric`;
+    options are those of :func:`insertion_deletion`.
 
     Example:
         >>> from torch import nn
@@ -131,49 +129,34 @@ class InsertionDeletion(Metric):
         ['deletion', 'insertion', 'insertion_minus_deletion']
     """
 
-    is_differentiable = False
-    full_state_update = False
+    sums: ClassVar[dict[str, torch.dtype]] = {"insertion_sum": torch.float64, "deletion_sum": torch.float64}
 
     def __init__(
         self,
         *,
-        patch_size: int | tuple[int, int] | None = None,
+        patch_size: PatchSize,
         steps: int = 16,
         deletion_baseline: Baseline = "zeros",
         batch_size: int = 256,
         activation: Activation = "softmax",
         **kwargs: Any,
     ) -> None:
-        super().__init__(**kwargs)
-        if steps < 1:
-            raise ValueError(f"steps must be >= 1, got {steps}")
-        check_activation(activation)
-        self.options = dict(
+        check_int(steps, "steps")
+        super().__init__(
             patch_size=patch_size,
-            steps=steps,
-            deletion_baseline=deletion_baseline,
             batch_size=batch_size,
             activation=activation,
+            options=dict(steps=steps, deletion_baseline=deletion_baseline),
+            **kwargs,
         )
-        self.add_state("insertion_sum", torch.tensor(0.0, dtype=torch.float64), dist_reduce_fx="sum")
-        self.add_state("deletion_sum", torch.tensor(0.0, dtype=torch.float64), dist_reduce_fx="sum")
-        self.add_state("count", torch.tensor(0, dtype=torch.long), dist_reduce_fx="sum")
 
-    def update(
-        self,
-        model: Callable[[Tensor], Tensor],
-        images: Tensor,
-        targets: Tensor,
-        maps: Tensor,
-        regions: Tensor | None = None,
-    ) -> None:
-        """Score a batch: images (B, C, H, W), targets (B,), maps (B, H, W), regions None or (B, h, w) bool."""
+    def _scores(
+        self, model: Callable[[Tensor], Tensor], images: Tensor, targets: Tensor, maps: Tensor, regions: Tensor | None
+    ) -> dict[str, Tensor]:
         scores = insertion_deletion(model, images, targets, maps, regions=regions, **self.options)
-        self.insertion_sum += scores["insertion"].sum().to(self.insertion_sum)
-        self.deletion_sum += scores["deletion"].sum().to(self.deletion_sum)
-        self.count += len(images)
+        return {"insertion_sum": scores["insertion"], "deletion_sum": scores["deletion"]}
 
     def compute(self) -> dict[str, Tensor]:
         """Means over all images seen: ``insertion``, ``deletion``, ``insertion_minus_deletion``."""
-        insertion, deletion = self.insertion_sum / self.count, self.deletion_sum / self.count
+        insertion, deletion = self._mean("insertion_sum"), self._mean("deletion_sum")
         return {"insertion": insertion, "deletion": deletion, "insertion_minus_deletion": insertion - deletion}

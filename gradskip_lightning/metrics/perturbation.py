@@ -1,22 +1,26 @@
-"""Patch ranking, perturbation baselines and the batched perturbed-forward runner.
+"""Patch ranking, perturbation baselines, the batched perturbed-forward runner and the metrics' base class.
 
-Shared by insertion/deletion and the faithfulness violation test. A perturbation is described at
-patch level: a bool mask (B, S, h, w) says, for each image and each of S perturbation steps, which
-patches are taken from ``fill`` instead of ``base``. The runner builds the B * S images chunk by
-chunk (``batch_size`` images per forward) so memory stays bounded and the model sees large batches.
+Shared by insertion/deletion and the faithfulness violation test (their base: :class:`PerturbationMetric`).
+A perturbation is described at patch level: a bool mask (B, S, h, w) says, for each image and each
+of S perturbation steps, which patches are taken from ``fill`` instead of ``base``. The runner
+builds the B * S images chunk by chunk (``batch_size`` images per forward) so memory stays bounded
+and the model sees large batches.
 A classifier's score is the target's probability; a segmentation model's (``regions`` given) is the
 mean of the target's logit over the object's region on its logits grid.
 """
 from __future__ import annotations
 
 import math
-from typing import Callable, Literal, Union
+import warnings
+from functools import partial
+from typing import Any, Callable, ClassVar, Literal, Union
 
 import torch
 import torchvision.transforms.v2.functional as TF
 from torch import Tensor, nn
+from torchmetrics import Metric
 
-from gradskip_lightning.adapters import find_adapter
+from gradskip_lightning.validation import as_patch_size, check_choice, check_class_targets, check_int, check_regions
 
 Baseline = Union[str, Tensor]
 """``"zeros"`` (zeros of the normalised input: the mean colour), ``"blur"`` or a tensor broadcastable to the images."""
@@ -27,17 +31,8 @@ class's own ``"sigmoid"`` (multi-label)."""
 
 ACTIVATIONS: tuple[str, ...] = ("softmax", "sigmoid")
 
-
-def check_activation(activation: str) -> None:
-    """Raise ValueError unless ``activation`` is one of :data:`ACTIVATIONS`."""
-    if activation not in ACTIVATIONS:
-        raise ValueError(f"activation must be one of {ACTIVATIONS}, got {activation!r}")
-
-
-def check_classes(targets: Tensor, num_classes: int) -> None:
-    """Raise ValueError unless every target (n,) is a class index below ``num_classes``."""
-    if (targets >= num_classes).any():
-        raise ValueError(f"targets must be < num_classes = {num_classes}")
+PatchSize = Union[int, tuple[int, int]]
+"""Pixels per patch: one side, or (ph, pw); the explainer's ``patch_size`` (the model's token grid)."""
 
 
 def class_probabilities(logits: Tensor, targets: Tensor, activation: Activation = "softmax") -> Tensor:
@@ -50,27 +45,13 @@ def class_probabilities(logits: Tensor, targets: Tensor, activation: Activation 
         >>> class_probabilities(logits, torch.tensor([0, 1]), "sigmoid").round(decimals=3)
         tensor([0.8810, 0.5000])
     """
-    check_activation(activation)
+    check_choice(activation, ACTIVATIONS, "activation")
     if not isinstance(logits, Tensor) or logits.ndim != 2 or logits.shape[0] != len(targets):
         got = tuple(logits.shape) if isinstance(logits, Tensor) else type(logits).__name__
         raise ValueError(f"model must return logits (n, num_classes) for n = {len(targets)} images, got {got}")
-    check_classes(targets, logits.shape[1])
+    check_class_targets(targets, len(targets), logits.shape[1])
     probabilities = logits.softmax(dim=1) if activation == "softmax" else logits.sigmoid()
     return probabilities.gather(1, targets[:, None])[:, 0]
-
-
-def check_regions(regions: Tensor | None, batch: int) -> None:
-    """Require ``regions`` to be None or a bool tensor (B, h, w) with a pixel in each image's region."""
-    if regions is None:
-        return
-    if not isinstance(regions, Tensor) or regions.dtype != torch.bool:
-        got = regions.dtype if isinstance(regions, Tensor) else type(regions).__name__
-        raise TypeError(f"regions must be a bool tensor (B, h, w) on the logits grid, got {got}")
-    if regions.ndim != 3 or regions.shape[0] != batch:
-        raise ValueError(f"regions must have shape (B, h, w) with B = {batch}, got {tuple(regions.shape)}")
-    empty = ~regions.flatten(1).any(dim=1)
-    if empty.any():
-        raise ValueError(f"regions {empty.nonzero().flatten().tolist()} are empty: each needs a pixel to score")
 
 
 def region_scores(logits: Tensor, targets: Tensor, regions: Tensor) -> Tensor:
@@ -95,7 +76,7 @@ def region_scores(logits: Tensor, targets: Tensor, regions: Tensor) -> Tensor:
             f"with regions (n, h, w) = {tuple(regions.shape)} the model must return logits (n, K, h, w) "
             f"on the same grid, got {got}"
         )
-    check_classes(targets, logits.shape[1])
+    check_class_targets(targets, len(targets), logits.shape[1])
     target_logits = logits[torch.arange(len(targets), device=logits.device), targets.to(logits.device)]
     regions = regions.to(logits.device)
     inside = torch.where(regions, target_logits, torch.zeros((), dtype=logits.dtype, device=logits.device))
@@ -126,27 +107,6 @@ class CountingModel(nn.Module):
         self.calls += 1
         self.images += images.shape[0]
         return self.model(images)
-
-
-def resolve_patch_size(
-    model: object, patch_size: int | tuple[int, int] | None, image_size: tuple[int, int]
-) -> tuple[int, int]:
-    """Patch size (ph, pw) in pixels: the given one, or the one of the backbone in ``model``.
-
-    Raises ValueError when it cannot be found or does not divide the image size (H, W).
-    """
-    if patch_size is None:
-        try:
-            patch_size = find_adapter(model).patch_size
-        except TypeError as error:
-            raise ValueError(f"patch_size is required: the model's patch size is unknown. {error}") from None
-    ph, pw = (patch_size, patch_size) if isinstance(patch_size, int) else tuple(patch_size)
-    if ph < 1 or pw < 1:
-        raise ValueError(f"patch_size must be positive, got {(ph, pw)}")
-    height, width = image_size
-    if height % ph or width % pw:
-        raise ValueError(f"image size {(height, width)} is not a multiple of the patch size {(ph, pw)}")
-    return ph, pw
 
 
 def patch_relevance(maps: Tensor, patch_size: tuple[int, int]) -> Tensor:
@@ -191,6 +151,8 @@ def make_baseline(images: Tensor, baseline: Baseline) -> Tensor:
             raise ValueError(
                 f"baseline tensor {tuple(baseline.shape)} does not broadcast to images {tuple(images.shape)}"
             ) from err
+    if not isinstance(baseline, str):
+        raise TypeError(f'baseline must be "zeros", "blur" or a tensor, got {type(baseline).__name__}')
     if baseline == "zeros":
         return torch.zeros_like(images)
     if baseline == "blur":
@@ -200,8 +162,7 @@ def make_baseline(images: Tensor, baseline: Baseline) -> Tensor:
 
 def step_counts(num_patches: int, steps: int) -> Tensor:
     """Patches perturbed at each of the K + 1 steps (K + 1,): round(k * P / K), halves rounded up."""
-    if not 1 <= steps <= num_patches:
-        raise ValueError(f"steps must be in [1, {num_patches}] (one per patch at most), got {steps}")
+    check_int(steps, "steps", high=num_patches, unit=" (one per patch at most)")
     return torch.tensor([math.floor(k * num_patches / steps + 0.5) for k in range(steps + 1)])
 
 
@@ -237,10 +198,9 @@ def perturbed_probabilities(
     Returns:
         Scores (B, S) in the dtype of the logits: probabilities, or mean logits with ``regions``.
     """
-    check_activation(activation)
+    check_choice(activation, ACTIVATIONS, "activation")
     check_regions(regions, base.shape[0])
-    if batch_size < 1:
-        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    check_int(batch_size, "batch_size")
     batch, steps, grid_h, grid_w = masks.shape
     ph, pw = base.shape[-2] // grid_h, base.shape[-1] // grid_w
     flat = masks.reshape(batch * steps, grid_h, grid_w).to(base.device)
@@ -257,3 +217,86 @@ def perturbed_probabilities(
             else:
                 chunks.append(region_scores(logits, targets[sample], regions[sample]))
     return torch.cat(chunks).reshape(batch, steps)
+
+
+class PerturbationMetric(Metric):
+    """Base of the perturbation metrics: per-image scores of each batch summed over images, with their count.
+
+    The model (and, for a segmentation model, ``regions``) is passed to ``update``, not held: the
+    metric never moves, saves or syncs it. Every state is reduced with "sum", so the synced
+    figures equal one process's over the union of the data. A subclass names its sums and their
+    dtypes in :attr:`sums`, returns a batch's per-image (B,) values for each from :meth:`_scores`
+    (with :attr:`options`, the patch size, batch size, activation and its own options) and
+    computes its result from :meth:`_mean`.
+    """
+
+    is_differentiable = False
+    full_state_update = False
+    sums: ClassVar[dict[str, torch.dtype]]
+    """State name -> dtype of each per-image score summed over images."""
+
+    def __init__(
+        self, *, patch_size: PatchSize, batch_size: int, activation: Activation, options: dict[str, Any], **kwargs: Any
+    ) -> None:
+        super().__init__(**kwargs)
+        check_int(batch_size, "batch_size")
+        check_choice(activation, ACTIVATIONS, "activation")
+        self.options = dict(
+            patch_size=as_patch_size(patch_size), batch_size=batch_size, activation=activation, **options
+        )
+        for name, dtype in self.sums.items():
+            self.add_state(name, torch.zeros((), dtype=dtype), dist_reduce_fx="sum")
+        self.add_state("count", torch.zeros((), dtype=torch.long), dist_reduce_fx="sum")
+
+    def _scores(
+        self, model: Callable[[Tensor], Tensor], images: Tensor, targets: Tensor, maps: Tensor, regions: Tensor | None
+    ) -> dict[str, Tensor]:
+        """Per-image values (B,) of a batch for each state of :attr:`sums`."""
+        raise NotImplementedError
+
+    def update(
+        self,
+        model: Callable[[Tensor], Tensor],
+        images: Tensor,
+        targets: Tensor,
+        maps: Tensor,
+        regions: Tensor | None = None,
+    ) -> None:
+        """Score a batch: images (B, C, H, W), targets (B,), maps (B, H, W), regions None or (B, h, w) bool."""
+        for name, scores in self._scores(model, images, targets, maps, regions).items():
+            state = getattr(self, name)
+            state += scores.sum().to(state)
+        self.count += len(images)
+
+    def _mean(self, name: str) -> Tensor:
+        """The mean (float64 scalar) over all images seen of the scores summed in state ``name``."""
+        return getattr(self, name).double() / self.count
+
+
+_DEPRECATED: dict[str, tuple[str, Callable[..., Any]]] = {
+    "check_activation": (
+        "gradskip_lightning.validation.check_choice(activation, ACTIVATIONS, 'activation')",
+        partial(check_choice, choices=ACTIVATIONS, name="activation"),
+    ),
+    "check_classes": (
+        "gradskip_lightning.validation.check_class_targets(targets, len(targets), num_classes)",
+        lambda targets, num_classes: check_class_targets(targets, len(targets), num_classes),
+    ),
+    "resolve_patch_size": (
+        "gradskip_lightning.validation.as_patch_size(patch_size, image_size) with the explainer's patch_size",
+        lambda model, patch_size, image_size: as_patch_size(patch_size, image_size),
+    ),
+}
+
+
+def __getattr__(name: str) -> Any:
+    """The checks that moved to :mod:`gradskip_lightning.validation`, with a DeprecationWarning (one release)."""
+    if name not in _DEPRECATED:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    replacement, function = _DEPRECATED[name]
+    warnings.warn(
+        f"{__name__}.{name} is deprecated and will be removed in the next release; use {replacement}",
+        DeprecationWarning,
+        stacklevel=2,
+    )
+    return function

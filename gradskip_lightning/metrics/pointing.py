@@ -7,7 +7,7 @@ import torch
 from torch import Tensor
 from torchmetrics import Metric
 
-from gradskip_lightning.validation import as_bool_masks, check_maps, check_targets
+from gradskip_lightning.validation import as_bool_masks, check_class_targets, check_int, check_maps
 
 
 def default_tolerance(image_size: tuple[int, int]) -> float:
@@ -62,8 +62,7 @@ class PointingGame(Metric):
 
     def __init__(self, num_classes: int, *, tolerance: float | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        if not isinstance(num_classes, int) or num_classes < 1:
-            raise ValueError(f"num_classes must be a positive int, got {num_classes!r}")
+        check_int(num_classes, "num_classes")
         self.num_classes = num_classes
         self.tolerance = tolerance
         self.add_state("hits", torch.zeros(num_classes, dtype=torch.long), dist_reduce_fx="sum")
@@ -72,9 +71,7 @@ class PointingGame(Metric):
     def update(self, maps: Tensor, masks: Tensor, targets: Tensor) -> None:
         """Score a batch: maps (B, H, W), masks (B, H, W), targets (B,) classes."""
         hits = pointing_game(maps, masks, tolerance=self.tolerance)
-        check_targets(targets, len(maps))
-        if (targets >= self.num_classes).any():
-            raise ValueError(f"targets must be < num_classes = {self.num_classes}")
+        check_class_targets(targets, len(maps), self.num_classes)
         targets = targets.to(self.hits.device)
         self.hits += torch.bincount(targets[hits.to(targets.device)], minlength=self.num_classes)
         self.total += torch.bincount(targets, minlength=self.num_classes)

@@ -8,8 +8,6 @@ from typing import Callable, Protocol, Union
 import torch
 from torch import Tensor, nn
 
-from gradskip_lightning.adapters import find_adapter
-
 from .drift import spearman, topk_iou
 
 ExplainFn = Callable[[nn.Module, Tensor, Tensor], Tensor]
@@ -17,12 +15,17 @@ ExplainFn = Callable[[nn.Module, Tensor, Tensor], Tensor]
 
 class Cascading(Protocol):
     """What the test needs of a model family: its layers top first and how to re-initialise one
-    (:class:`~gradskip_lightning.adapters.Adapter` for ViTs,
-    :class:`~gradskip_lightning.segmentation.SegformerCascade` for SegFormer)."""
+    (the ViT adapter ``gradskip_lightning.adapters.find_adapter(model)``,
+    ``gradskip_lightning.segmentation.SegformerCascade(model)`` for SegFormer)."""
 
     def cascade(self, model: nn.Module) -> list[tuple[str, list[nn.Module]]]: ...
 
     def reinitialise(self, layer: nn.Module) -> None: ...
+
+
+CascadeFor = Callable[[nn.Module], Cascading]
+"""A model -> its :class:`Cascading`, e.g. ``find_adapter`` or ``SegformerCascade``: called with the test's
+copy of the model, so the layers it names and re-initialises are the copy's."""
 
 Similarity = Union[str, Callable[[Tensor, Tensor], Tensor]]
 
@@ -49,6 +52,9 @@ class RandomisationCurve:
 def _similarity_fn(similarity: Similarity) -> Callable[[Tensor, Tensor], Tensor]:
     if callable(similarity):
         return similarity
+    if not isinstance(similarity, str):
+        kind = type(similarity).__name__
+        raise TypeError(f'similarity must be "spearman", "topk_iou" or a callable (maps_a, maps_b) -> (B,), got {kind}')
     if similarity == "spearman":
         return spearman
     if similarity == "topk_iou":
@@ -66,32 +72,38 @@ def parameter_randomisation(
     *,
     similarity: Similarity = "spearman",
     seed: int = 0,
-    cascade_for: Callable[[nn.Module], Cascading] = find_adapter,
+    cascade_for: CascadeFor,
 ) -> RandomisationCurve:
     """Cascading randomisation: similarity of maps as more top layers get random weights.
 
     ``model`` is deep-copied and never touched. On the copy: maps are computed, then the classifier
     head is re-initialised (the backbone's and any head outside it), then blocks[L-1], ...,
     blocks[0], one more each step, recomputing maps and comparing them with the copy's original
-    maps. The backbone's adapter (``cascade_for``) names the layers and re-initialises them
-    (timm's ViT init) under a fixed seed without disturbing the global RNG.
+    maps. The family's :class:`Cascading` (``cascade_for`` of the copy) names the layers and
+    re-initialises them (timm's ViT init for the ViT adapter) under a fixed seed without
+    disturbing the global RNG.
 
     Args:
-        model: a supported backbone (:mod:`gradskip_lightning.adapters`), or a module holding one.
+        model: a module that ``cascade_for`` accepts (a backbone, or a module holding one).
         images: (B, C, H, W); targets: (B,) classes explained at every step.
         explain_fn: (model, images, targets) -> maps (B, H, W); called with the copy.
         similarity: "spearman", "topk_iou" (top 10 %) or a callable (maps_a, maps_b) -> (B,).
         seed: seed of the re-initialisation.
-        cascade_for: the copy -> its :class:`Cascading` (default: the ViT adapter).
+        cascade_for: the copy -> its :class:`Cascading` (see :data:`CascadeFor`), found by the
+            caller: ``gradskip_lightning.adapters.find_adapter`` for a timm ViT (required).
 
     Returns:
         A :class:`RandomisationCurve` with L + 1 steps.
     """
+    if not callable(cascade_for):
+        raise TypeError(
+            f"cascade_for must be a callable model -> Cascading (e.g. find_adapter), got {type(cascade_for).__name__}"
+        )
     compare = _similarity_fn(similarity)
     randomised = copy.deepcopy(model)
-    adapter = cascade_for(randomised)  # find_adapter: TypeError naming the model when it is not a supported ViT
+    cascading = cascade_for(randomised)
     original = explain_fn(randomised, images, targets)
-    layers = adapter.cascade(randomised)
+    layers = cascading.cascade(randomised)
     similarities = []
     cuda_devices = sorted({p.device.index or 0 for p in randomised.parameters() if p.is_cuda})
     with torch.random.fork_rng(devices=cuda_devices):
@@ -99,6 +111,6 @@ def parameter_randomisation(
         for _, modules in layers:
             with torch.no_grad():
                 for module in modules:
-                    adapter.reinitialise(module)
+                    cascading.reinitialise(module)
             similarities.append(compare(original, explain_fn(randomised, images, targets)))
     return RandomisationCurve(layers=tuple(name for name, _ in layers), similarity=torch.stack(similarities))

@@ -6,15 +6,12 @@ one.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from torch import Tensor
+
+from gradskip_lightning.explanation import ModelExplainer
 
 from ._mean import ImageMean
 from .drift import spearman
-
-if TYPE_CHECKING:
-    from gradskip_lightning.explainer import Explainer
 
 
 def class_sensitivity(maps_top1: Tensor, maps_top2: Tensor) -> Tensor:
@@ -36,13 +33,13 @@ def runner_up_classes(logits: Tensor, top1: Tensor) -> Tensor:
     return logits.scatter(1, top1[:, None], float("-inf")).argmax(dim=1)
 
 
-def explain_class_sensitivity(explainer: Explainer, images: Tensor) -> Tensor:
+def explain_class_sensitivity(explainer: ModelExplainer, images: Tensor) -> Tensor:
     """Explain each image's top-1 and top-2 classes and return their :func:`class_sensitivity` (B,).
 
     Two explain calls: the predicted class first, then the runner-up from the same logits.
 
     Args:
-        explainer: an :class:`~gradskip_lightning.explainer.Explainer` of a model with >= 2 classes.
+        explainer: any :class:`~gradskip_lightning.explanation.ModelExplainer` of a model with >= 2 classes.
         images: (B, C, H, W), normalised as the model expects.
 
     Returns:

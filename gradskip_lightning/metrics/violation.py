@@ -1,25 +1,23 @@
 """Faithfulness Violation Test (Liu et al., ICML 2022) on patches."""
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any, Callable, ClassVar
 
 import torch
 from torch import Tensor
-from torchmetrics import Metric
 
-from gradskip_lightning.validation import check_images_targets_maps
+from gradskip_lightning.validation import as_patch_size, check_images_targets_maps, check_int, check_regions
 
 from .perturbation import (
     Activation,
     Baseline,
-    check_activation,
-    check_regions,
+    PatchSize,
+    PerturbationMetric,
     make_baseline,
     patch_relevance,
     perturbed_probabilities,
     rank_patches,
     ranked_masks,
-    resolve_patch_size,
 )
 
 
@@ -29,7 +27,7 @@ def faithfulness_violation(
     targets: Tensor,
     maps: Tensor,
     *,
-    patch_size: int | tuple[int, int] | None = None,
+    patch_size: PatchSize,
     top_k: int = 1,
     baseline: Baseline = "zeros",
     batch_size: int = 256,
@@ -56,11 +54,10 @@ def faithfulness_violation(
     """
     check_images_targets_maps(images, targets, maps)
     check_regions(regions, len(images))
-    patch = resolve_patch_size(model, patch_size, tuple(images.shape[-2:]))
+    patch = as_patch_size(patch_size, tuple(images.shape[-2:]))
     grid = (images.shape[-2] // patch[0], images.shape[-1] // patch[1])
     relevance = patch_relevance(maps, patch)
-    if not 1 <= top_k <= relevance.shape[1]:
-        raise ValueError(f"top_k must be in [1, {relevance.shape[1]}] patches, got {top_k}")
+    check_int(top_k, "top_k", high=relevance.shape[1], unit=" patches")
     order = rank_patches(relevance.abs())
     removed_relevance = relevance.gather(1, order[:, :top_k]).sum(1)
     masks = ranked_masks(order, torch.tensor([0, top_k])).reshape(len(images), 2, *grid)
@@ -78,51 +75,49 @@ def faithfulness_violation(
     return removed_relevance.to(delta.device) * delta < 0
 
 
-class FaithfulnessViolation(Metric):
+class FaithfulnessViolation(PerturbationMetric):
     """Violation ratio (lower is better) over all updates, DDP-synchronised.
 
-    The model (and, for a segmentation model, ``regions``) is passed to ``update``, as in
-    :class:`InsertionDeletion`; options are those of
-    :func:`faithfulness_violation`. ``compute()`` returns a scalar in [0, 1].
+    ``update(model, images, targets, maps, regions=None)`` as in :class:`PerturbationMetric`;
+    options are those of :func:`faithfulness_violation`. ``compute()`` returns a scalar in [0, 1].
+
+    Example:
+        >>> from torch import nn
+        >>> _ = torch.manual_seed(0)
+        >>> model = nn.Sequential(nn.Flatten(), nn.Linear(3 * 16 * 16, 4)).eval()
+        >>> metric = FaithfulnessViolation(patch_size=8, top_k=2)
+        >>> metric.update(model, torch.randn(4, 3, 16, 16), torch.tensor([0, 1, 2, 3]), torch.randn(4, 16, 16))
+        >>> bool(0 <= metric.compute() <= 1)
+        True
     """
 
-    is_differentiable = False
     higher_is_better = False
-    full_state_update = False
+    sums: ClassVar[dict[str, torch.dtype]] = {"violations": torch.long}
 
     def __init__(
         self,
         *,
-        patch_size: int | tuple[int, int] | None = None,
+        patch_size: PatchSize,
         top_k: int = 1,
         baseline: Baseline = "zeros",
         batch_size: int = 256,
         activation: Activation = "softmax",
         **kwargs: Any,
     ) -> None:
-        super().__init__(**kwargs)
-        if top_k < 1:
-            raise ValueError(f"top_k must be >= 1, got {top_k}")
-        check_activation(activation)
-        self.options = dict(
-            patch_size=patch_size, top_k=top_k, baseline=baseline, batch_size=batch_size, activation=activation
+        check_int(top_k, "top_k")
+        super().__init__(
+            patch_size=patch_size,
+            batch_size=batch_size,
+            activation=activation,
+            options=dict(top_k=top_k, baseline=baseline),
+            **kwargs,
         )
-        self.add_state("violations", torch.tensor(0, dtype=torch.long), dist_reduce_fx="sum")
-        self.add_state("count", torch.tensor(0, dtype=torch.long), dist_reduce_fx="sum")
 
-    def update(
-        self,
-        model: Callable[[Tensor], Tensor],
-        images: Tensor,
-        targets: Tensor,
-        maps: Tensor,
-        regions: Tensor | None = None,
-    ) -> None:
-        """Test a batch: images (B, C, H, W), targets (B,), maps (B, H, W), regions None or (B, h, w) bool."""
-        violations = faithfulness_violation(model, images, targets, maps, regions=regions, **self.options)
-        self.violations += violations.sum().to(self.violations)
-        self.count += len(images)
+    def _scores(
+        self, model: Callable[[Tensor], Tensor], images: Tensor, targets: Tensor, maps: Tensor, regions: Tensor | None
+    ) -> dict[str, Tensor]:
+        return {"violations": faithfulness_violation(model, images, targets, maps, regions=regions, **self.options)}
 
     def compute(self) -> Tensor:
         """Fraction of images whose attribution sign disagreed with the removal effect."""
-        return self.violations.double() / self.count
+        return self._mean("violations")

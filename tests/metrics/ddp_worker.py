@@ -24,15 +24,15 @@ from gradskip_lightning.metrics import (
 )
 from tests.conftest import make_tiny_vit
 
-from .helpers import ddp_dataset
+from .helpers import PATCH, ddp_dataset
 
 NUM_CLASSES = 4
 
 
 def make_metrics() -> dict:
     return {
-        "insertion_deletion": InsertionDeletion(steps=4, batch_size=64),
-        "violation": FaithfulnessViolation(top_k=2),
+        "insertion_deletion": InsertionDeletion(patch_size=PATCH, steps=4, batch_size=64),
+        "violation": FaithfulnessViolation(patch_size=PATCH, top_k=2),
         "pointing": PointingGame(num_classes=NUM_CLASSES),
         "segmentation": SegmentationScores(),
         "drift": ExplanationDrift(top_k=0.2),

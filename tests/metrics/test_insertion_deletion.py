@@ -44,7 +44,9 @@ def test_matches_numpy_reference_on_random_inputs(steps, baseline):
     images = torch.randn(3, 3, 32, 32, generator=generator, dtype=torch.float64)
     maps = torch.randn(3, 32, 32, generator=generator, dtype=torch.float64)
     targets = torch.tensor([0, 2, 3])
-    scores = insertion_deletion(model, images, targets, maps, steps=steps, deletion_baseline=baseline, batch_size=64)
+    scores = insertion_deletion(
+        model, images, targets, maps, patch_size=8, steps=steps, deletion_baseline=baseline, batch_size=64
+    )
     insertion, deletion = np_insertion_deletion(model, images, targets, maps, 8, steps, baseline)
     np.testing.assert_allclose(scores["insertion"].numpy(), insertion, atol=1e-6, rtol=0)
     np.testing.assert_allclose(scores["deletion"].numpy(), deletion, atol=1e-6, rtol=0)
@@ -85,10 +87,10 @@ def test_metric_class_averages_over_updates():
     images = torch.randn(6, 3, 32, 32, dtype=torch.float64)
     maps = torch.rand(6, 32, 32, dtype=torch.float64)
     targets = torch.tensor([0, 1, 2, 3, 0, 1])
-    metric = InsertionDeletion(steps=8)
+    metric = InsertionDeletion(patch_size=8, steps=8)
     metric.update(model, images[:4], targets[:4], maps[:4])
     metric.update(model, images[4:], targets[4:], maps[4:])
-    whole = insertion_deletion(model, images, targets, maps, steps=8)
+    whole = insertion_deletion(model, images, targets, maps, patch_size=8, steps=8)
     result = metric.compute()
     assert set(result) == {"insertion", "deletion", "insertion_minus_deletion"}
     for key in result:
@@ -98,19 +100,25 @@ def test_metric_class_averages_over_updates():
 def test_bad_inputs_raise_clear_errors(tiny_vit):
     images, targets, maps = torch.randn(2, 3, 32, 32), torch.tensor([0, 1]), torch.rand(2, 32, 32)
     with pytest.raises(ValueError, match=r"maps \(B, H, W\) must match images"):
-        insertion_deletion(tiny_vit, images, targets, maps[:, :16])
+        insertion_deletion(tiny_vit, images, targets, maps[:, :16], patch_size=8)
     with pytest.raises(ValueError, match=r"maps \(B, H, W\) must match images"):
-        insertion_deletion(tiny_vit, images, targets, maps[:1])
+        insertion_deletion(tiny_vit, images, targets, maps[:1], patch_size=8)
     with pytest.raises(ValueError, match="NaN"):
-        insertion_deletion(tiny_vit, images, targets, maps.masked_fill(maps > 0.9, float("nan")))
+        insertion_deletion(tiny_vit, images, targets, maps.masked_fill(maps > 0.9, float("nan")), patch_size=8)
     with pytest.raises(ValueError, match="steps must be in"):
-        insertion_deletion(tiny_vit, images, targets, maps, steps=17)
+        insertion_deletion(tiny_vit, images, targets, maps, patch_size=8, steps=17)
     with pytest.raises(ValueError, match=r"targets must have shape \(2,\)"):
-        insertion_deletion(tiny_vit, images, targets[:1], maps)
+        insertion_deletion(tiny_vit, images, targets[:1], maps, patch_size=8)
     with pytest.raises(ValueError, match="not a multiple of the patch size"):
         insertion_deletion(tiny_vit, images, targets, maps, patch_size=6)
-    with pytest.raises(ValueError, match="patch_size is required"):
-        insertion_deletion(lambda x: tiny_vit(x), images, targets, maps)
+    with pytest.raises(TypeError, match="patch_size"):  # no longer guessed from the model
+        insertion_deletion(tiny_vit, images, targets, maps)
+    with pytest.raises(TypeError, match="patch_size is required"):
+        insertion_deletion(tiny_vit, images, targets, maps, patch_size=None)
+    with pytest.raises(TypeError, match="patch_size"):
+        InsertionDeletion(steps=4)
+    with pytest.raises(TypeError, match="steps must be an int"):
+        InsertionDeletion(patch_size=8, steps=4.0)
 
 
 class TwoWay(torch.nn.Module):
@@ -130,17 +138,18 @@ def test_sigmoid_activation_scores_each_label_alone():
     generator = torch.Generator().manual_seed(0)
     images = torch.randn(3, 3, 32, 32, generator=generator, dtype=torch.float64)
     maps = torch.randn(3, 32, 32, generator=generator, dtype=torch.float64)
-    scores = insertion_deletion(model, images, torch.full((3,), 2), maps, steps=4, activation="sigmoid")
+    targets = torch.full((3,), 2)
+    scores = insertion_deletion(model, images, targets, maps, patch_size=8, steps=4, activation="sigmoid")
     insertion, deletion = np_insertion_deletion(TwoWay(model, 2), images, torch.zeros(3), maps, 8, 4, "zeros")
     np.testing.assert_allclose(scores["insertion"].numpy(), insertion, atol=1e-6, rtol=0)
     np.testing.assert_allclose(scores["deletion"].numpy(), deletion, atol=1e-6, rtol=0)
-    softmax = insertion_deletion(model, images, torch.full((3,), 2), maps, steps=4)
+    softmax = insertion_deletion(model, images, targets, maps, patch_size=8, steps=4)
     assert not torch.allclose(softmax["insertion"], scores["insertion"])
-    metric = InsertionDeletion(steps=4, activation="sigmoid")
-    metric.update(model, images, torch.full((3,), 2), maps)
+    metric = InsertionDeletion(patch_size=8, steps=4, activation="sigmoid")
+    metric.update(model, images, targets, maps)
     assert float(metric.compute()["insertion"]) == pytest.approx(insertion.mean(), abs=1e-6)
     with pytest.raises(ValueError, match="activation must be one of"):
-        InsertionDeletion(activation="relu")
+        InsertionDeletion(patch_size=8, activation="relu")
 
 
 # ---------------------------------------------------------------- segmentation: the mean region logit
@@ -215,8 +224,8 @@ def test_regions_bad_inputs_raise_clear_errors(tiny_vit):
     with pytest.raises(ValueError, match=r"regions \[1\] are empty"):
         insertion_deletion(model, images, targets, maps, patch_size=8, regions=empty)
     with pytest.raises(ValueError, match=r"must return logits \(n, K, h, w\) on the same grid, got \(\d+, 4\)"):
-        insertion_deletion(tiny_vit, images, targets, maps, regions=regions)  # a classifier
+        insertion_deletion(tiny_vit, images, targets, maps, patch_size=8, regions=regions)  # a classifier
     with pytest.raises(ValueError, match=r"on the same grid, got \(\d+, 2, 8, 8\)"):
         insertion_deletion(model, images, targets, maps, patch_size=8, regions=regions[:, :4, :4])
-    with pytest.raises(ValueError, match="num_classes = 2"):
+    with pytest.raises(ValueError, match=r"targets must be in \[0, 2\)"):
         insertion_deletion(model, images, torch.tensor([0, 2]), maps, patch_size=8, regions=regions)

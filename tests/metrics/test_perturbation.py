@@ -8,28 +8,49 @@ import pytest
 import torch
 from torch import nn
 
+from gradskip_lightning import validation
 from gradskip_lightning.metrics import (
     CountingModel,
     gaussian_blur,
     insertion_deletion,
     make_baseline,
+    perturbation,
     perturbed_probabilities,
     region_scores,
 )
-from gradskip_lightning.metrics.perturbation import patch_relevance, rank_patches, resolve_patch_size, step_counts
+from gradskip_lightning.metrics.perturbation import patch_relevance, rank_patches, step_counts
+from gradskip_lightning.validation import as_patch_size
 from tests.conftest import make_tiny_vit
 
-from .helpers import Wrapper, mean_cell_segmenter, np_gaussian_blur, np_patch_relevance
+from .helpers import mean_cell_segmenter, np_gaussian_blur, np_patch_relevance
 
 
-def test_patch_size_is_read_from_a_vit_or_a_module_containing_one(tiny_vit):
-    assert resolve_patch_size(tiny_vit, None, (32, 32)) == (8, 8)
-    assert resolve_patch_size(CountingModel(Wrapper(tiny_vit)), None, (32, 32)) == (8, 8)
-    assert resolve_patch_size(lambda x: x, 4, (32, 32)) == (4, 4)
-    with pytest.raises(ValueError, match="patch_size is required"):
-        resolve_patch_size(nn.Linear(3, 2), None, (32, 32))
-    with pytest.raises(ValueError, match="not a multiple of the patch size"):
-        resolve_patch_size(tiny_vit, 5, (32, 32))
+def test_patch_size_is_an_int_or_a_pair_given_by_the_caller():
+    assert as_patch_size(8, (32, 32)) == (8, 8)
+    assert as_patch_size((4, 8), (32, 32)) == as_patch_size([4, 8]) == (4, 8)
+    assert as_patch_size(np.int64(8)) == (8, 8)
+    for bad in (None, 8.0, "8", True, (8, 8.0)):
+        with pytest.raises(TypeError, match="patch_size"):
+            as_patch_size(bad, (32, 32))
+    with pytest.raises(ValueError, match="got 3 values"):
+        as_patch_size((8, 8, 8))
+    with pytest.raises(ValueError, match="must be positive"):
+        as_patch_size((0, 8))
+    with pytest.raises(ValueError, match=r"image size \(32, 32\) is not a multiple of the patch size \(5, 5\)"):
+        as_patch_size(5, (32, 32))
+
+
+def test_moved_checks_still_import_with_a_deprecation_warning():
+    assert perturbation.check_regions is validation.check_regions  # imported there: the same function
+    for name in ("check_activation", "check_classes", "resolve_patch_size"):
+        with pytest.warns(DeprecationWarning, match=f"perturbation.{name} is deprecated"):
+            getattr(perturbation, name)
+    with pytest.warns(DeprecationWarning), pytest.raises(ValueError, match="activation must be one of"):
+        perturbation.check_activation("relu")
+    with pytest.warns(DeprecationWarning):
+        assert perturbation.resolve_patch_size(nn.Linear(3, 2), 4, (32, 32)) == (4, 4)
+    with pytest.raises(AttributeError):
+        perturbation.no_such_name
 
 
 def test_step_counts_round_k_p_over_k():
@@ -96,7 +117,7 @@ def test_insertion_deletion_batches_forwards_and_leaves_the_model_alone():
     images, targets, maps = torch.randn(5, 3, 32, 32), torch.zeros(5, dtype=torch.long), torch.rand(5, 32, 32)
     counted = CountingModel(vit)
     before = {k: v.clone() for k, v in vit.state_dict().items()}
-    insertion_deletion(counted, images, targets, maps, steps=16, batch_size=50)
+    insertion_deletion(counted, images, targets, maps, patch_size=8, steps=16, batch_size=50)
     assert counted.images == 2 * 5 * 17 and counted.calls == math.ceil(2 * 5 * 17 / 50)
     assert vit.training and all(p.grad is None for p in vit.parameters())
     assert all(torch.equal(before[k], v) for k, v in vit.state_dict().items())
@@ -107,7 +128,7 @@ def test_runner_rejects_bad_model_output_and_targets(tiny_vit):
     masks = torch.zeros(1, 1, 4, 4, dtype=torch.bool)
     with pytest.raises(ValueError, match=r"logits \(n, num_classes\)"):
         perturbed_probabilities(lambda x: x.sum(), base, base, masks, torch.tensor([0]), batch_size=8)
-    with pytest.raises(ValueError, match="num_classes = 4"):
+    with pytest.raises(ValueError, match=r"targets must be in \[0, 4\); got \[4\]"):
         perturbed_probabilities(tiny_vit, base, base, masks, torch.tensor([4]), batch_size=8)
     with pytest.raises(ValueError, match="batch_size"):
         perturbed_probabilities(tiny_vit, base, base, masks, torch.tensor([0]), batch_size=0)

@@ -77,5 +77,5 @@ def test_bad_inputs_raise_clear_errors():
         pointing_game(maps, masks.float() * 2)
     with pytest.raises(ValueError, match=r"shape \(B, H, W\)"):
         pointing_game(maps[0], masks[0])
-    with pytest.raises(ValueError, match="targets must be < num_classes = 2"):
+    with pytest.raises(ValueError, match=r"targets must be in \[0, 2\); got \[0, 2\]"):
         PointingGame(num_classes=2).update(maps, masks, torch.tensor([0, 2]))

@@ -41,7 +41,7 @@ def test_matches_numpy_reference_on_random_inputs(top_k, baseline):
     images = torch.randn(12, 3, 32, 32, generator=generator, dtype=torch.float64)
     maps = torch.randn(12, 32, 32, generator=generator, dtype=torch.float64)  # signed relevance
     targets = torch.arange(12) % 4
-    violations = faithfulness_violation(model, images, targets, maps, top_k=top_k, baseline=baseline)
+    violations = faithfulness_violation(model, images, targets, maps, patch_size=8, top_k=top_k, baseline=baseline)
     reference = np_violation(model, images, targets, maps, 8, top_k, baseline)
     assert violations.dtype == torch.bool
     np.testing.assert_array_equal(violations.numpy(), reference)
@@ -61,23 +61,23 @@ def test_metric_ratio_over_updates():
     images = torch.randn(10, 3, 32, 32, dtype=torch.float64)
     maps = torch.randn(10, 32, 32, dtype=torch.float64)
     targets = torch.arange(10) % 4
-    metric = FaithfulnessViolation()
+    metric = FaithfulnessViolation(patch_size=8)
     metric.update(model, images[:6], targets[:6], maps[:6])
     metric.update(model, images[6:], targets[6:], maps[6:])
-    expected = faithfulness_violation(model, images, targets, maps).double().mean()
+    expected = faithfulness_violation(model, images, targets, maps, patch_size=8).double().mean()
     torch.testing.assert_close(metric.compute(), expected)
 
 
 def test_bad_inputs_raise_clear_errors(tiny_vit):
     images, targets, maps = torch.randn(2, 3, 32, 32), torch.tensor([0, 1]), torch.rand(2, 32, 32)
     with pytest.raises(ValueError, match="must match images"):
-        faithfulness_violation(tiny_vit, images, targets, maps.transpose(0, 1)[:2])
+        faithfulness_violation(tiny_vit, images, targets, maps.transpose(0, 1)[:2], patch_size=8)
     with pytest.raises(ValueError, match="NaN"):
-        faithfulness_violation(tiny_vit, images, targets, maps / 0 * 0)
+        faithfulness_violation(tiny_vit, images, targets, maps / 0 * 0, patch_size=8)
     with pytest.raises(ValueError, match=r"top_k must be in \[1, 16\]"):
-        faithfulness_violation(tiny_vit, images, targets, maps, top_k=17)
+        faithfulness_violation(tiny_vit, images, targets, maps, patch_size=8, top_k=17)
     with pytest.raises(ValueError, match="top_k must be >= 1"):
-        FaithfulnessViolation(top_k=0)
+        FaithfulnessViolation(patch_size=8, top_k=0)
 
 
 def test_sigmoid_activation_tests_each_label_alone():
@@ -86,14 +86,14 @@ def test_sigmoid_activation_tests_each_label_alone():
     images = torch.randn(12, 3, 32, 32, generator=generator, dtype=torch.float64)
     maps = torch.randn(12, 32, 32, generator=generator, dtype=torch.float64)
     targets = torch.full((12,), 1)
-    violations = faithfulness_violation(model, images, targets, maps, activation="sigmoid")
+    violations = faithfulness_violation(model, images, targets, maps, patch_size=8, activation="sigmoid")
     reference = np_violation(TwoWay(model, 1), images, torch.zeros(12), maps, 8, 1, "zeros")
     np.testing.assert_array_equal(violations.numpy(), reference)
-    metric = FaithfulnessViolation(activation="sigmoid")
+    metric = FaithfulnessViolation(patch_size=8, activation="sigmoid")
     metric.update(model, images, targets, maps)
     assert float(metric.compute()) == pytest.approx(reference.mean())
     with pytest.raises(ValueError, match="activation must be one of"):
-        faithfulness_violation(model, images, targets, maps, activation="tanh")
+        faithfulness_violation(model, images, targets, maps, patch_size=8, activation="tanh")
 
 
 def test_regions_score_the_mean_region_logit():

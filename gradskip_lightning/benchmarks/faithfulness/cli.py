@@ -14,6 +14,7 @@ from typing import Any
 
 import torch
 
+from gradskip_lightning.adapters import find_adapter
 from gradskip_lightning.benchmarks.profiles import Profiles
 from gradskip_lightning.explainer import METHODS
 
@@ -141,6 +142,7 @@ def _score(
         map_fn=method.fn,
         steps=args.steps,
         batch_size=args.metric_batch,
+        patch_size=find_adapter(model).patch_size,
         randomisation_images=args.randomisation_images,
         seed=seed,
     )

@@ -15,6 +15,7 @@ from functools import cached_property
 import torch
 from torch import Tensor, nn
 
+from gradskip_lightning.adapters import find_adapter
 from gradskip_lightning.metrics import (
     class_sensitivity,
     faithfulness_violation,
@@ -37,6 +38,7 @@ class ScoreInputs:
         masks: (n, H, W) bool object masks, or None when the dataset has none.
         map_fn: the method, for scores that explain again (randomisation).
         steps: insertion/deletion steps K; batch_size: perturbed images per forward.
+        patch_size: pixels per perturbed patch (ph, pw), the model's (its adapter's ``patch_size``).
         randomisation_images: the first this many images are used by the randomisation score.
         seed: seed of the re-initialisation in the randomisation score.
     """
@@ -49,6 +51,7 @@ class ScoreInputs:
     map_fn: MapFn
     steps: int
     batch_size: int
+    patch_size: tuple[int, int]
     randomisation_images: int
     seed: int
 
@@ -57,14 +60,25 @@ class ScoreInputs:
         """Per-image insertion, deletion and their difference (n,), computed once for three columns."""
         with torch.no_grad():
             return insertion_deletion(
-                self.model, self.images, self.targets, self.maps, steps=self.steps, batch_size=self.batch_size
+                self.model,
+                self.images,
+                self.targets,
+                self.maps,
+                patch_size=self.patch_size,
+                steps=self.steps,
+                batch_size=self.batch_size,
             )
 
 
 def _violations(inputs: ScoreInputs) -> Tensor:
     with torch.no_grad():
         found = faithfulness_violation(
-            inputs.model, inputs.images, inputs.targets, inputs.maps, batch_size=inputs.batch_size
+            inputs.model,
+            inputs.images,
+            inputs.targets,
+            inputs.maps,
+            patch_size=inputs.patch_size,
+            batch_size=inputs.batch_size,
         )
     return found.double()
 
@@ -82,6 +96,7 @@ def _randomisation(inputs: ScoreInputs) -> Tensor:
         inputs.targets[few],
         lambda model, images, targets: inputs.map_fn(model, images, targets).detach(),
         seed=inputs.seed,
+        cascade_for=find_adapter,
     )
     return curve.similarity.nanmean(dim=0).double()
 
