@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import importlib
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import yaml
+from lightning.pytorch import LightningDataModule, LightningModule
 
 from gradskip_lightning.model import DEFAULT_MODEL
 
@@ -28,7 +29,7 @@ def _init_args(section: dict[str, Any]) -> dict[str, Any]:
     return dict(section.get("init_args", {})) if "class_path" in section else dict(section)
 
 
-def _class(path: str) -> type:
+def _class(path: str) -> Any:
     """The class named by a dotted ``path``, e.g. ``gradskip_lightning.model.ViTClassifier``."""
     module, _, cls = path.rpartition(".")
     return getattr(importlib.import_module(module), cls)
@@ -50,7 +51,7 @@ def config_settings(name: str) -> tuple[dict[str, Any], dict[str, Any], dict[str
     return _init_args(config["model"]), _init_args(config["data"]), dict(config["trainer"])
 
 
-def model_class(name: str) -> type:
+def model_class(name: str) -> type[LightningModule]:
     """The model class named by ``model.class_path`` in ``configs/<name>.yaml``; a model section
     without one is a :class:`~gradskip_lightning.model.ViTClassifier` (train.py's default).
 
@@ -60,10 +61,22 @@ def model_class(name: str) -> type:
     return _class(_load(name)["model"].get("class_path", DEFAULT_MODEL))
 
 
-def datamodule_class(name: str) -> type:
+def datamodule_class(name: str) -> type[LightningDataModule]:
     """The datamodule class named by ``data.class_path`` in ``configs/<name>.yaml``.
 
     >>> datamodule_class("planted_shapes").__name__
     'PlantedShapesDataModule'
     """
     return _class(_load(name)["data"]["class_path"])
+
+
+DataModule = TypeVar("DataModule", bound=LightningDataModule)
+
+
+def build_datamodule(name: str, expected: type[DataModule], **data: Any) -> DataModule:
+    """``configs/<name>.yaml``'s datamodule built from ``data`` (its init args); TypeError unless it
+    is an ``expected`` (what the calling benchmark reads from it)."""
+    datamodule = datamodule_class(name)(**data)
+    if not isinstance(datamodule, expected):
+        raise TypeError(f"configs/{name}.yaml builds a {type(datamodule).__name__}; the benchmark needs a {expected.__name__}")
+    return datamodule

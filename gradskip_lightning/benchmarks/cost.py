@@ -48,8 +48,9 @@ Built = tuple[nn.Module, tuple[int, int, int]]
 
 def timm_model(name: str) -> Built:
     """``timm.create_model(name)`` with random weights, at its pretrained input size."""
-    model = timm.create_model(name, pretrained=False).eval()
-    return model, model.pretrained_cfg["input_size"]
+    model: Any = timm.create_model(name, pretrained=False).eval()
+    channels, height, width = model.pretrained_cfg["input_size"]
+    return model, (channels, height, width)
 
 
 def segformer_model(size: int, **config: Any) -> Built:
@@ -70,7 +71,7 @@ def segformer_model(size: int, **config: Any) -> Built:
     return SegformerForSemanticSegmentation(SegformerConfig(**config)).eval(), (3, size, size)
 
 
-def segformer_map(model: nn.Module, method: str) -> Callable[[Tensor], object]:
+def segformer_map(model: Any, method: str) -> Callable[[Tensor], object]:
     """images (B, 3, H, W) -> the explanation of class 0 over the whole logits grid
     (B, ceil(H / stride_0), ceil(W / stride_0))."""
     stride = model.config.strides[0]
@@ -98,8 +99,8 @@ class Family:
 
     methods: tuple[str, ...]
     eager: Callable[[nn.Module], AbstractContextManager]
-    logits: Callable[[nn.Module, Tensor], Tensor]
-    first_block: Callable[[nn.Module], nn.Module]
+    logits: Callable[[Any, Tensor], Tensor]
+    first_block: Callable[[Any], nn.Module]
     explain: Callable[[nn.Module, str], Callable[[Tensor], object]]
 
 

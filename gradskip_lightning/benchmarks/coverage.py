@@ -92,7 +92,8 @@ def small_instance(name: str, full: Adapter) -> nn.Module:
     """
     small = (4 * full.patch_size[0], 4 * full.patch_size[1])
     kv_heads = {getattr(block.attn, "num_kv_heads", None) for block in full.blocks}
-    fixed = dict(depth=2, num_kv_heads=(min(kv_heads),) * 2) if len(kv_heads) > 1 else dict(depth=2)
+    grouped = sorted(h for h in kv_heads if h is not None)
+    fixed = dict(depth=2, num_kv_heads=(grouped[0],) * 2) if len(kv_heads) > 1 else dict(depth=2)
     built = None
     for overrides in (dict(img_size=small), dict(pos_embed_grid_size=(4, 4)), {}):
         torch.manual_seed(0)

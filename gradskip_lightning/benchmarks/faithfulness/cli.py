@@ -181,8 +181,8 @@ def run_seed(dataset: str, seed: int, args: argparse.Namespace) -> tuple[ModelRe
     subset = fixed_subset(datamodule, args.test_size, args.subset_seed)
     with torch.no_grad():
         accuracy = (model(subset.images).argmax(dim=1) == subset.labels).double().mean().item()
-    model_record = ModelRecord(dataset, seed, accuracy=accuracy, images=len(subset.images), **facts)
-    trained = f"trained {facts['epochs']} epochs in {facts['train_seconds']:.0f} s"
+    model_record = ModelRecord(dataset, seed, accuracy=accuracy, images=len(subset.images), **asdict(facts))
+    trained = f"trained {facts.epochs} epochs in {facts.train_seconds:.0f} s"
     origin = f"loaded {checkpoint}" if checkpoint else trained
     print(f"\n== {dataset}, seed {seed}: {origin}; accuracy {accuracy:.3f} on {len(subset.images)} images", flush=True)
     runs = []

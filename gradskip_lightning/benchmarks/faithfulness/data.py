@@ -19,7 +19,7 @@ import torch
 from lightning.pytorch import Callback, LightningDataModule, LightningModule, Trainer, seed_everything
 from torch import Tensor
 
-from gradskip_lightning.benchmarks.configs import config_settings, datamodule_class, model_class
+from gradskip_lightning.benchmarks.configs import build_datamodule, config_settings, model_class
 from gradskip_lightning.data.base import ImageClassificationDataModule
 from gradskip_lightning.model import LINKED_FROM_DATA
 
@@ -57,7 +57,7 @@ def make_datamodule(name: str, data_root: Path | None) -> ImageClassificationDat
         if data_root is None:
             raise ValueError(f"{name} needs --data-root, the folder holding its files")
         data = {**data, "root": str(data_root), "download": False}
-    return datamodule_class(name)(**data)
+    return build_datamodule(name, ImageClassificationDataModule, **data)
 
 
 def needs_data_root(name: str) -> bool:
@@ -69,6 +69,8 @@ def fixed_subset(datamodule: ImageClassificationDataModule, size: int, seed: int
     """``size`` test items drawn without replacement under ``seed``, stacked into tensors."""
     datamodule.setup("test")
     dataset = datamodule.test_dataset
+    if dataset is None:
+        raise RuntimeError(f"{type(datamodule).__name__}.setup('test') made no test_dataset")
     if not 1 <= size <= len(dataset):
         raise ValueError(f"test subset size must be in [1, {len(dataset)}], got {size}")
     indices = torch.randperm(len(dataset), generator=torch.Generator().manual_seed(seed))[:size].sort().values
@@ -87,8 +89,20 @@ def checkpoint_path(folder: Path, name: str, seed: int) -> Path:
 def quiet_trainer(**kwargs: Any) -> Trainer:
     """A CPU Trainer of one device with no logger, checkpoints, progress bar or summary; ``kwargs``
     add to it."""
-    options = dict(logger=False, enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False)
+    options: dict[str, Any] = dict(
+        logger=False, enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False
+    )
     return Trainer(accelerator="cpu", devices=1, **options, **kwargs)
+
+
+@dataclass(frozen=True)
+class TrainingFacts:
+    """How a benchmark model came to be: loaded from ``checkpoint``, or trained ``epochs`` epochs
+    in ``train_seconds`` (wall clock; 0 when loaded)."""
+
+    checkpoint: str | None
+    epochs: int | None
+    train_seconds: float
 
 
 def train_or_load(
@@ -100,7 +114,7 @@ def train_or_load(
     seed: int,
     max_train_batches: int | None = None,
     callbacks: list[Callback] | None = None,
-) -> tuple[LightningModule, dict]:
+) -> tuple[LightningModule, TrainingFacts]:
     """The model of ``configs/<name>.yaml`` in eval mode, loaded from ``checkpoint`` or trained (no
     validation); and facts about it.
 
@@ -108,12 +122,12 @@ def train_or_load(
     as train.py gives them. ``epochs`` None uses the config's (fewer for BloodMNIST, :data:`EPOCHS`);
     ``max_train_batches`` caps the batches per epoch; ``callbacks`` go to the Trainer.
 
-    Returns the model and a dict with ``checkpoint`` (str or None), ``epochs``, ``train_seconds``.
+    Returns the model and its :class:`TrainingFacts`.
     """
     cls = model_class(name)
     if checkpoint is not None:
         model = cls.load_from_checkpoint(checkpoint, map_location="cpu")
-        return model.eval(), {"checkpoint": str(checkpoint), "epochs": None, "train_seconds": 0.0}
+        return model.eval(), TrainingFacts(str(checkpoint), None, 0.0)
     settings, _, trainer_args = config_settings(name)
     epochs = EPOCHS.get(name, trainer_args["max_epochs"]) if epochs is None else epochs
     seed_everything(seed, verbose=False)
@@ -127,4 +141,4 @@ def train_or_load(
     )
     start = time.perf_counter()
     trainer.fit(model, datamodule=datamodule)
-    return model.eval(), {"checkpoint": None, "epochs": epochs, "train_seconds": time.perf_counter() - start}
+    return model.eval(), TrainingFacts(None, epochs, time.perf_counter() - start)

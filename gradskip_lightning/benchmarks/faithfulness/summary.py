@@ -31,7 +31,8 @@ def _key(row: Row) -> tuple[str, str, str]:
 def _stack(runs: list[SeedScores], score: str) -> Tensor | None:
     """(S, n) values of one score over the seeds of ``runs`` (one row), None if any seed lacks it."""
     found = [run.values[score] for run in runs]
-    return None if any(v is None for v in found) else torch.stack(found)
+    present = [v for v in found if v is not None]
+    return torch.stack(present) if len(present) == len(found) else None
 
 
 def _by_row(runs: list[SeedScores]) -> dict[tuple[str, str, str], list[SeedScores]]:

@@ -7,6 +7,7 @@ import os
 import sys
 import time
 from dataclasses import asdict
+from typing import Any
 from pathlib import Path
 
 import torch
@@ -145,10 +146,10 @@ def run_seed(
     if args.save_checkpoints is not None and checkpoint is None:
         args.save_checkpoints.mkdir(parents=True, exist_ok=True)
         model.trainer.save_checkpoint(checkpoint_path(args.save_checkpoints, seed))
-    splits = split_scores(model, datamodule, args.eval_batches)
+    splits: dict[str, Any] = split_scores(model, datamodule, args.eval_batches)
     regions, found = default_regions(model, subset.images, subset.targets)
     model_record = SegmentationModelRecord(
-        dataset=CONFIG, seed=seed, images=len(subset.images), empty_regions=int((~found).sum()), **facts, **splits
+        dataset=CONFIG, seed=seed, images=len(subset.images), empty_regions=int((~found).sum()), **asdict(facts), **splits
     )
     print(report.model_line(model_record), flush=True)
     runs, figure_maps = [], {}

@@ -6,10 +6,10 @@ import io
 from pathlib import Path
 
 import numpy as np
-from lightning.pytorch import LightningDataModule
 from PIL import Image
 from torch import Tensor
 
+from gradskip_lightning.data import PlantedShapesSegmentationDataModule
 from gradskip_lightning.render import overlay, to_display
 
 from .models import SegmentationSubset
@@ -30,7 +30,7 @@ def write_figure(
     path: Path,
     subset: SegmentationSubset,
     maps: dict[str, Tensor],
-    datamodule: LightningDataModule,
+    datamodule: PlantedShapesSegmentationDataModule,
     count: int,
     seed: int,
 ) -> None:

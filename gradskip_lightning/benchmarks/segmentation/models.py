@@ -15,8 +15,9 @@ import torch
 from lightning.pytorch import LightningDataModule, LightningModule
 from torch import Tensor
 
-from gradskip_lightning.benchmarks.configs import config_settings, datamodule_class
+from gradskip_lightning.benchmarks.configs import build_datamodule, config_settings
 from gradskip_lightning.benchmarks.faithfulness.data import fixed_subset, quiet_trainer
+from gradskip_lightning.data import PlantedShapesSegmentationDataModule
 from gradskip_lightning.segmentation.capture import target_region
 
 #: The config whose model, data and epochs the benchmark trains.
@@ -34,12 +35,12 @@ class SegmentationSubset:
     indices: Tensor
 
 
-def make_datamodule() -> LightningDataModule:
+def make_datamodule() -> PlantedShapesSegmentationDataModule:
     """The planted-shapes segmentation datamodule with the config's settings."""
-    return datamodule_class(CONFIG)(**config_settings(CONFIG)[1])
+    return build_datamodule(CONFIG, PlantedShapesSegmentationDataModule, **config_settings(CONFIG)[1])
 
 
-def square_subset(datamodule: LightningDataModule, size: int, seed: int) -> SegmentationSubset:
+def square_subset(datamodule: PlantedShapesSegmentationDataModule, size: int, seed: int) -> SegmentationSubset:
     """``size`` test images drawn under ``seed``; each image's target is its square's class (the one
     class other than the background in its label map), its mask that class's pixels.
 

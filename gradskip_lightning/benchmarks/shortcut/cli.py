@@ -11,7 +11,7 @@ from pathlib import Path
 
 import torch
 
-from gradskip_lightning.benchmarks.configs import config_settings, datamodule_class
+from gradskip_lightning.benchmarks.configs import build_datamodule, config_settings
 from gradskip_lightning.benchmarks.profiles import Profiles
 from gradskip_lightning.data.base import ImageClassificationDataModule
 from gradskip_lightning.data.tags import SpuriousTag
@@ -110,17 +110,18 @@ def make_datamodule(dataset: str, variant: Variant, data_root: Path | None) -> I
     config = DATASETS[dataset].config
     _, data, _ = config_settings(config)
     tag = SpuriousTag(**data["tag"])
-    probabilities = {
-        "spurious": {},
-        "clean": {"p_in": 0.0, "p_out": 0.0},
-        "control": {"p_in": CONTROL_P, "p_out": CONTROL_P},
+    probabilities: dict[str, tuple[float, float]] = {  # the tag's (p_in, p_out) of each variant
+        "spurious": (tag.p_in, tag.p_out),
+        "clean": (0.0, 0.0),
+        "control": (CONTROL_P, CONTROL_P),
     }
-    data["tag"] = replace(tag, **probabilities[variant])
+    p_in, p_out = probabilities[variant]
+    data["tag"] = replace(tag, p_in=p_in, p_out=p_out)
     if needs_data_root(config):
         if data_root is None:
             raise ValueError(f"{dataset} needs --data-root, the folder holding its files")
         data = {**data, "root": str(data_root), "download": False}
-    return datamodule_class(config)(**data)
+    return build_datamodule(config, ImageClassificationDataModule, **data)
 
 
 def map_functions(args: argparse.Namespace) -> dict[str, MapFn]:
@@ -150,12 +151,12 @@ def train_traced(
         dataset,
         seed,
         variant,
-        epochs=facts["epochs"],
+        epochs=facts.epochs,
         traces_per_epoch=per_epoch,
         val_accuracy=scores.val_accuracy[-1],
         spurious_score=scores.spurious[-1],
         spurious_epoch=spurious_epoch(_tensor(scores.spurious), scores.times()),
-        train_seconds=facts["train_seconds"],
+        train_seconds=facts.train_seconds,
     )
     print(
         f"{dataset} seed {seed} {variant}: val acc {record.val_accuracy:.3f}, spurious score "

@@ -43,7 +43,7 @@ class ModelRecord:
     dataset: str
     seed: int
     variant: Variant
-    epochs: int
+    epochs: int | None
     traces_per_epoch: int
     val_accuracy: float
     spurious_score: float

@@ -42,8 +42,10 @@ def tagged_probes(datamodule: ImageClassificationDataModule, count: int) -> Prob
     if datamodule.tag is None:
         raise ValueError("the probes need a datamodule with a tag (its tag is None)")
     datamodule.setup("fit")
+    if datamodule.val_dataset is None:
+        raise RuntimeError(f"{type(datamodule).__name__}.setup('fit') made no val_dataset")
     chosen = []
-    for item in datamodule.val_dataset:
+    for item in map(datamodule.val_dataset.__getitem__, range(len(datamodule.val_dataset))):
         if item[2]["tag"].any():
             chosen.append(item)
             if len(chosen) == count:
@@ -112,7 +114,7 @@ class TagTrace(Callback):
             self._record(trainer, pl_module, trainer.current_epoch + ends[batch_idx + 1] / self.traces_per_epoch)
 
     def _record(self, trainer: Trainer, pl_module: LightningModule, epoch: float) -> None:
-        datamodule = trainer.datamodule
+        datamodule: Any = trainer.datamodule  # type: ignore[attr-defined]  # set by Trainer.fit(datamodule=...)
         if datamodule.transplanted_test_dataset is None:
             datamodule.setup("test")
         training = pl_module.training
