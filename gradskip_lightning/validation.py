@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from numbers import Integral, Real
+from typing import TypeGuard
 
 import torch
 from torch import Tensor, nn
@@ -46,7 +47,7 @@ def _describe(value: object) -> str:
     return type(value).__name__
 
 
-def _is_int(value: object) -> bool:
+def _is_int(value: object) -> TypeGuard[int]:
     return isinstance(value, Integral) and not isinstance(value, bool)
 
 
@@ -72,7 +73,7 @@ def check_fraction(value: object, name: str) -> None:
     """Require a real number in (0, 1]."""
     if not isinstance(value, Real) or isinstance(value, bool):
         raise TypeError(f"{name} must be a fraction in (0, 1]; got {_describe(value)}")
-    if not 0 < value <= 1:
+    if not 0 < float(value) <= 1:
         raise ValueError(f"{name} must be a fraction in (0, 1]; got {value}")
 
 

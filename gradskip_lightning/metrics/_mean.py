@@ -22,6 +22,8 @@ class ImageMean(Metric):
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
+        self.score_sum: Tensor  # float64 scalar, the sum of the defined scores
+        self.scored: Tensor  # long scalar, how many there were
         self.add_state("score_sum", torch.zeros((), dtype=torch.float64), dist_reduce_fx="sum")
         self.add_state("scored", torch.zeros((), dtype=torch.long), dist_reduce_fx="sum")
 

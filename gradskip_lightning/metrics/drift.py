@@ -92,6 +92,8 @@ class ExplanationDrift(Metric):
         super().__init__(**kwargs)
         check_fraction(top_k, "top_k")
         self.top_k = top_k
+        self.spearman: list[Tensor]  # (B,) per update; one (N,) tensor after a sync
+        self.topk_iou: list[Tensor]
         self.add_state("spearman", [], dist_reduce_fx="cat")
         self.add_state("topk_iou", [], dist_reduce_fx="cat")
 

@@ -80,7 +80,7 @@ def insertion_deletion(
     """
     check_images_targets_maps(images, targets, maps)
     check_regions(regions, len(images))
-    patch = as_patch_size(patch_size, tuple(images.shape[-2:]))
+    patch = as_patch_size(patch_size, (images.shape[-2], images.shape[-1]))
     grid = (images.shape[-2] // patch[0], images.shape[-1] // patch[1])
     order = rank_patches(patch_relevance(maps, patch))
     masks = ranked_masks(order, step_counts(order.shape[1], steps)).reshape(len(images), steps + 1, *grid)

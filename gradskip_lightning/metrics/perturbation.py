@@ -246,6 +246,7 @@ class PerturbationMetric(Metric):
         )
         for name, dtype in self.sums.items():
             self.add_state(name, torch.zeros((), dtype=dtype), dist_reduce_fx="sum")
+        self.count: Tensor  # long scalar, the images seen
         self.add_state("count", torch.zeros((), dtype=torch.long), dist_reduce_fx="sum")
 
     def _scores(

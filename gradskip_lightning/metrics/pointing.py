@@ -65,6 +65,8 @@ class PointingGame(Metric):
         check_int(num_classes, "num_classes")
         self.num_classes = num_classes
         self.tolerance = tolerance
+        self.hits: Tensor  # (K,) long, hits per class
+        self.total: Tensor  # (K,) long, images per class
         self.add_state("hits", torch.zeros(num_classes, dtype=torch.long), dist_reduce_fx="sum")
         self.add_state("total", torch.zeros(num_classes, dtype=torch.long), dist_reduce_fx="sum")
 

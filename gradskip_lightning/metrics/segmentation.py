@@ -132,6 +132,9 @@ class SegmentationScores(Metric):
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
+        self.confusion: Tensor  # (4,) long pixel counts: tp, fp, fn, tn
+        self.precision_sum: Tensor  # float64 scalar
+        self.precision_count: Tensor  # long scalar
         self.add_state("confusion", torch.zeros(4, dtype=torch.long), dist_reduce_fx="sum")
         self.add_state("precision_sum", torch.zeros((), dtype=torch.float64), dist_reduce_fx="sum")
         self.add_state("precision_count", torch.zeros((), dtype=torch.long), dist_reduce_fx="sum")

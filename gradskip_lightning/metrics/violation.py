@@ -54,7 +54,7 @@ def faithfulness_violation(
     """
     check_images_targets_maps(images, targets, maps)
     check_regions(regions, len(images))
-    patch = as_patch_size(patch_size, tuple(images.shape[-2:]))
+    patch = as_patch_size(patch_size, (images.shape[-2], images.shape[-1]))
     grid = (images.shape[-2] // patch[0], images.shape[-1] // patch[1])
     relevance = patch_relevance(maps, patch)
     check_int(top_k, "top_k", high=relevance.shape[1], unit=" patches")
