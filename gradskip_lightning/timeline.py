@@ -19,6 +19,7 @@ folder (``probes.npz`` + ``epoch_*.npz``), any folder above exactly one, or a W&
 from __future__ import annotations
 
 import argparse
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -145,11 +146,16 @@ def main(argv: Sequence[str] | None = None) -> Path:
     parser.add_argument("--cmap", default="inferno", help="matplotlib colour map")
     args = parser.parse_args(argv)
     record = read_maps(find_maps_dir(args.source))
+    for path, reason in record.skipped:
+        print(f"skipped {path}: {reason}", file=sys.stderr)
     figure = timeline_figure(record, max_epochs=args.max_epochs, max_probes=args.max_probes, cmap=args.cmap)
     output = Path(args.output)
     output.parent.mkdir(parents=True, exist_ok=True)
     figure.savefig(output)
-    print(f"wrote {output} ({len(record.probe_ids)} probes, {len(record.epochs)} epochs)")
+    probes, epochs = (
+        len(_pick(len(x), most)) for x, most in ((record.probe_ids, args.max_probes), (record.epochs, args.max_epochs))
+    )
+    print(f"wrote {output} ({probes} of {len(record.probe_ids)} probes, {epochs} of {len(record.epochs)} epochs)")
     return output
 
 

@@ -66,3 +66,41 @@ def test_region_curves_under_the_picture_follow_the_mass_on_each_region(tmp_path
     np.testing.assert_allclose(curves["tag (transplanted)"], [0.1, 0.5, 0.9], atol=1e-6)
     out = main([str(maps), "-o", str(tmp_path / "timeline.png")])
     assert Image.open(out).size == (int(1.5 * 4 * 100), int((ROW_INCHES * 2 + CHART_INCHES) * 100))
+
+
+def _maps_folder(folder, epochs=(0, 1, 2)):
+    write_probes(folder, np.arange(2), np.zeros(2, np.int64), np.zeros((2, 8, 8, 3), np.uint8), ["a"])
+    for epoch in epochs:
+        arrays = {"probe_ids": np.arange(2), "labels": np.zeros(2), "maps": np.random.rand(2, 8, 8).astype(np.float32)}
+        write_epoch(folder, epoch, 10 * epoch, "gradskip", arrays)
+    return folder
+
+
+def test_damaged_epoch_files_are_skipped_and_named(tmp_path):
+    folder = _maps_folder(tmp_path / "maps")
+    (folder / "epoch_0001.npz").write_bytes((folder / "epoch_0001.npz").read_bytes()[:808])  # killed mid-write
+    np.savez_compressed(folder / "epoch_0002.npz", epoch=2, step=20, method="gradskip")  # disk full: no maps
+    record = read_maps(folder)
+    assert [int(a["epoch"]) for a in record.epochs] == [0]
+    assert {path.name: why.split(" ")[0] for path, why in record.skipped} == {
+        "epoch_0001.npz": "unreadable",
+        "epoch_0002.npz": "incomplete:",
+    }
+    (folder / "epoch_0000.npz").write_bytes(b"")
+    with pytest.raises(FileNotFoundError, match="no readable epoch"):
+        read_maps(folder)
+
+
+def test_a_failed_write_leaves_the_previous_file_and_no_temporary(tmp_path, monkeypatch):
+    folder = _maps_folder(tmp_path / "maps", epochs=(0,))
+    before = (folder / "epoch_0000.npz").read_bytes()
+
+    def disk_full(file, **arrays):
+        file.write(b"PK\x03\x04 partial")
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(np, "savez_compressed", disk_full)
+    with pytest.raises(OSError, match="No space"):
+        write_epoch(folder, 0, 0, "gradskip", {"maps": np.zeros((2, 8, 8), np.float32)})
+    assert (folder / "epoch_0000.npz").read_bytes() == before
+    assert sorted(p.name for p in folder.iterdir()) == ["epoch_0000.npz", "probes.npz"]

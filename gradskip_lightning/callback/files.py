@@ -15,65 +15,107 @@ Layout of a maps folder::
 The callback's :class:`~.sinks.MapsFileSink` writes these for trained epochs (the W&B artifact
 holds the same files; the epoch arrays are the :func:`~.record.npz_fields` of the record); the
 timeline command reads them back.
+
+Every file is written atomically: into a hidden temporary file in the same folder, flushed to
+disk, then renamed over the final name, so a kill or a full disk leaves either the previous file
+or the new one, never a truncated one (and no temporary file: a failed write removes it).
+:func:`read_maps` skips an epoch file that cannot be read all the same (copied by hand, written by
+an older version) and names it in :attr:`MapsRecord.skipped`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+import os
+import zipfile
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import IO
 
 import numpy as np
 from PIL import Image
 
-__all__ = ["write_probes", "write_epoch", "read_maps", "MapsRecord", "write_png"]
+__all__ = ["write_probes", "write_epoch", "read_maps", "MapsRecord", "write_png", "write_atomically"]
 
 PROBES_FILE = "probes.npz"
+#: Arrays every epoch file holds; a file without one of them is damaged.
+EPOCH_KEYS = ("epoch", "step", "method", "probe_ids", "maps")
+
+
+def write_atomically(path: Path, write: Callable[[IO[bytes]], None]) -> Path:
+    """Write ``path`` through ``write(file)`` into ``.<name>.<pid>.tmp`` beside it, fsync, then
+    rename over ``path``; on any failure the temporary file is removed and ``path`` left as it was."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        with open(temporary, "wb") as file:
+            write(file)
+            file.flush()
+            os.fsync(file.fileno())
+        os.replace(temporary, path)
+    except BaseException:
+        temporary.unlink(missing_ok=True)
+        raise
+    return path
 
 
 def write_png(path: Path, image: np.ndarray) -> Path:
-    """Save a (H, W, 3) uint8 image as PNG, creating parent folders."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    Image.fromarray(image).save(path)
-    return path
+    """Save a (H, W, 3) uint8 image as PNG (atomically), creating parent folders."""
+    return write_atomically(path, lambda file: Image.fromarray(image).save(file, format="PNG"))
 
 
 def write_probes(
     folder: Path, probe_ids: np.ndarray, labels: np.ndarray, images: np.ndarray, class_names: Sequence[str]
 ) -> Path:
-    """Write ``probes.npz`` (see the module docstring)."""
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / PROBES_FILE
-    np.savez_compressed(
-        path, probe_ids=probe_ids, labels=labels, images=images, class_names=np.asarray(class_names, dtype=str)
+    """Write ``probes.npz`` (see the module docstring), atomically."""
+    names = np.asarray(class_names, dtype=str)
+    return write_atomically(
+        folder / PROBES_FILE,
+        lambda file: np.savez_compressed(file, probe_ids=probe_ids, labels=labels, images=images, class_names=names),
     )
-    return path
 
 
 def write_epoch(folder: Path, epoch: int, step: int, method: str, arrays: dict[str, np.ndarray]) -> Path:
-    """Write ``epoch_<epoch>.npz`` with the scalars and the per-probe ``arrays``."""
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / f"epoch_{epoch:04d}.npz"
-    np.savez_compressed(path, epoch=epoch, step=step, method=method, **arrays)
-    return path
+    """Write ``epoch_<epoch>.npz`` with the scalars and the per-probe ``arrays``, atomically."""
+    return write_atomically(
+        folder / f"epoch_{epoch:04d}.npz",
+        lambda file: np.savez_compressed(file, epoch=epoch, step=step, method=method, **arrays),
+    )
 
 
 @dataclass
 class MapsRecord:
-    """A maps folder read back: the probes and, per logged epoch (sorted), its arrays."""
+    """A maps folder read back: the probes and, per readable epoch file (sorted by epoch), its
+    arrays; ``skipped`` names each epoch file that could not be read, with the reason."""
 
     probe_ids: np.ndarray  # (P,)
     labels: np.ndarray  # (P,)
     images: np.ndarray  # (P, H, W, 3) uint8
     class_names: list[str]
     epochs: list[dict[str, np.ndarray]]
+    skipped: list[tuple[Path, str]] = field(default_factory=list)
+
+
+def _read_epoch(path: Path) -> dict[str, np.ndarray]:
+    """The arrays of one epoch file; ValueError naming what is wrong with a damaged one."""
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            arrays = {key: data[key] for key in data.files}
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as error:
+        raise ValueError(f"unreadable ({type(error).__name__}: {error})") from None
+    missing = [key for key in EPOCH_KEYS if key not in arrays]
+    if missing:
+        raise ValueError(f"incomplete: no {', '.join(missing)}")
+    return arrays
 
 
 def read_maps(folder: Path) -> MapsRecord:
-    """Read a folder written by :func:`write_probes` and :func:`write_epoch`.
+    """Read a folder written by :func:`write_probes` and :func:`write_epoch`; a damaged epoch
+    file is skipped and named in ``skipped``.
 
     Raises:
-        FileNotFoundError: no ``probes.npz`` or no epoch file in ``folder``.
+        FileNotFoundError: no ``probes.npz`` or no readable epoch file in ``folder``.
+        ValueError: ``probes.npz`` cannot be read.
     """
     folder = Path(folder)
     if not (folder / PROBES_FILE).is_file():
@@ -81,12 +123,21 @@ def read_maps(folder: Path) -> MapsRecord:
     paths = sorted(folder.glob("epoch_*.npz"))
     if not paths:
         raise FileNotFoundError(f"no epoch_*.npz in {folder}")
-    with np.load(folder / PROBES_FILE) as probes:
-        record = MapsRecord(
-            probes["probe_ids"], probes["labels"], probes["images"], [str(c) for c in probes["class_names"]], []
-        )
+    try:
+        with np.load(folder / PROBES_FILE, allow_pickle=False) as probes:
+            record = MapsRecord(
+                probes["probe_ids"], probes["labels"], probes["images"], [str(c) for c in probes["class_names"]], []
+            )
+    except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as error:
+        raise ValueError(f"{folder / PROBES_FILE} cannot be read ({type(error).__name__}: {error})") from None
     for path in paths:
-        with np.load(path) as data:
-            record.epochs.append({key: data[key] for key in data.files})
+        try:
+            record.epochs.append(_read_epoch(path))
+        except ValueError as error:
+            record.skipped.append((path, str(error)))
+    if not record.epochs:
+        raise FileNotFoundError(
+            f"no readable epoch_*.npz in {folder}: " + "; ".join(f"{p.name} {why}" for p, why in record.skipped)
+        )
     record.epochs.sort(key=lambda arrays: int(arrays["epoch"]))
     return record
