@@ -261,7 +261,7 @@ def test_lightning_cli_yaml_configures_the_callback(tmp_path):
     )
     cli = LightningCLI(ViTClassifier, PlantedShapesDataModule, run=False, args=["--config", str(config)])
     (callback,) = [c for c in cli.trainer.callbacks if isinstance(c, GradSkipCallback)]
-    assert (callback.num_probes, callback.compare_methods, callback.method_options) == (16, ["rollout"], {"alpha": 0.7})
+    assert (callback.probes.num_probes, callback.compare_methods, callback.method_options) == (16, ["rollout"], {"alpha": 0.7})
     assert callback.scores.target == "prediction"
 
 
@@ -402,21 +402,21 @@ def test_two_callbacks_sharing_a_prefix_or_its_folder_are_refused(tmp_path, pref
 
 
 def test_a_failing_epoch_is_tried_once(tmp_path, monkeypatch):
-    from gradskip_lightning.callback import core
+    from gradskip_lightning.callback import epoch
 
     calls = []
-    real = core.explain_probes
+    real = epoch.explain_probes
 
     def failing(*args, **kwargs):
         calls.append(1)
         raise torch.OutOfMemoryError("CUDA out of memory")
 
-    monkeypatch.setattr(core, "explain_probes", failing)
+    monkeypatch.setattr(epoch, "explain_probes", failing)
     trainer = tiny_trainer(tmp_path, logger=False, callbacks=[GradSkipCallback(**FAST)], max_epochs=3)
     with pytest.warns(UserWarning, match="OutOfMemoryError") as caught:
         trainer.fit(tiny_module(), datamodule=tiny_data())
     assert len(calls) == 3 and len([w for w in caught if "skipped" in str(w.message)]) == 3
-    monkeypatch.setattr(core, "explain_probes", real)
+    monkeypatch.setattr(epoch, "explain_probes", real)
 
 
 def test_validate_after_fit_neither_writes_maps_nor_moves_drift(tmp_path):
