@@ -73,10 +73,10 @@ Requirement = Literal["masks", "regions", "transplant", "fvt_top_k"]
 
 #: When a score applies: the condition on the chunk, and its words for the README's table.
 REQUIREMENTS: dict[Requirement, tuple[Callable[[Chunk], bool], str]] = {
-    "masks": (lambda c: c.probes.masks is not None, "probes with an `object` region"),
-    "regions": (lambda c: bool(c.probes.regions), "probes with named regions"),
+    "masks": (lambda c: c.probes.masks is not None, "for probes with an `object` region"),
+    "regions": (lambda c: bool(c.probes.regions), "for probes with named regions"),
     "transplant": (lambda c: c.transplant is not None, "with `transplant`"),
-    "fvt_top_k": (lambda c: c.settings.fvt_top_k > 0, "`fvt_top_k` > 0"),
+    "fvt_top_k": (lambda c: c.settings.fvt_top_k > 0, "with `fvt_top_k` > 0"),
 }
 
 
