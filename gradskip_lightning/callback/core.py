@@ -212,13 +212,13 @@ class GradSkipCallback(Callback):
     def on_fit_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
         epoch = self._schedule.left_at_fit_end()
         if epoch is not None:
-            self._explain_epoch(trainer, pl_module, epoch, can_log=False)
+            self._explain_epoch(trainer, pl_module, epoch)
         for sink in self._sinks:
             sink.finish()
 
     # ----------------------------------------------------------------------------- one epoch
 
-    def _explain_epoch(self, trainer: Trainer, pl_module: LightningModule, epoch: int, can_log: bool = True) -> None:
+    def _explain_epoch(self, trainer: Trainer, pl_module: LightningModule, epoch: int) -> None:
         """Explain, gather and log one epoch; any failure warns and skips it (tried once per epoch)."""
         start = time.perf_counter()
         trained = trainer.state.fn == TrainerFn.FITTING
@@ -239,7 +239,7 @@ class GradSkipCallback(Callback):
             drift = self._drift.update(merged[self.method].token_maps, store=trained)
             prefix = self.log_prefix if trained else f"{self.log_prefix}validate/"
             scalars = epoch_scalars(merged, self.method, drift, list(probes.regions or {}), epoch=epoch, prefix=prefix)
-            monitor(trainer, pl_module, scalars, can_log=can_log)
+            monitor(trainer, scalars)
             if trainer.is_global_zero:
                 try:  # rank zero only, no collective inside: safe to skip alone
                     # Lightning logs its epoch metrics at this step; no public attribute holds it.

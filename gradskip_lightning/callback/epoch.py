@@ -68,17 +68,18 @@ def explain_isolated(
         return gather_records(records, shard, len(probes), error)
 
 
-def monitor(trainer: Trainer, pl_module: LightningModule, scalars: dict[str, float], *, can_log: bool) -> None:
+def monitor(trainer: Trainer, scalars: dict[str, float]) -> None:
     """Make the finite ``scalars`` monitorable by EarlyStopping and co. (``trainer.callback_metrics``)
     on every rank, not sent to the loggers; a NaN one is left out (an earlier epoch's value removed).
 
-    ``can_log``: the hook allows ``pl_module.log`` (``on_fit_end`` does not: there the value is set directly).
+    Not ``pl_module.log(..., logger=False)``: under DDP Lightning then warns once per key to use
+    ``sync_dist=True`` (the values are already equal on every rank), and ``sync_dist`` would add a
+    collective per key at points ranks need not share (e.g. rank zero's progress bar); ``on_fit_end``
+    allows no ``log`` at all.
     """
     metrics = trainer.callback_metrics
     for name, value in scalars.items():
-        if not math.isfinite(value):
-            metrics.pop(name, None)
-        elif can_log:
-            pl_module.log(name, value, logger=False)
-        else:
+        if math.isfinite(value):
             metrics[name] = torch.tensor(value, dtype=torch.float32)
+        else:
+            metrics.pop(name, None)
