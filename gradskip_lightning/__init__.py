@@ -1,9 +1,19 @@
 """GradSkip explanations for timm Vision Transformers (and HF SegFormer segmentation models),
 logged from a Lightning callback."""
 
-from gradskip_lightning.callback import GradSkipCallback
+from gradskip_lightning.callback import GradSkipCallback, ProbeSettings, RenderSettings, ScoreSettings
 from gradskip_lightning.explainer import Explainer
 from gradskip_lightning.explanation import Explanation, ModelExplainer
 from gradskip_lightning.families import explainer_for, register_family
 
-__all__ = ["Explainer", "Explanation", "GradSkipCallback", "ModelExplainer", "explainer_for", "register_family"]
+__all__ = [
+    "Explainer",
+    "Explanation",
+    "GradSkipCallback",
+    "ModelExplainer",
+    "ProbeSettings",
+    "RenderSettings",
+    "ScoreSettings",
+    "explainer_for",
+    "register_family",
+]

@@ -9,11 +9,11 @@ The workspace groups panels by the first part of their key (faithfulness, region
 drift, gates, probes, heads, as the callback logs them; see :mod:`gradskip_lightning.callback.keys`)
 and has, in this order:
 
-- one line chart per score over the callback's epochs (insertion, deletion, ins-del, FVT; the relevance mass and rank of
-  each region in ``--regions``, the Pointing Game and the maps' segmentation of the object: pixel accuracy, mIoU,
-  average precision; the transplant's tag mass) with the explained
-  method and every compared method on one chart (picked by a regular expression, so any
-  ``compare_methods`` show up), the transplant's flip rate, drift and the gates of every layer;
+- one line chart per score over the callback's epochs, in its section: every scalar field of
+  :class:`~gradskip_lightning.callback.record.ProbeRecord` (a per-region one for each region in
+  ``--regions``), a compared score with the explained method and every compared method on one
+  chart (picked by a regular expression, so any ``compare_methods`` show up); drift and the
+  gates of every layer;
 - the overlay grid of every method with a step slider, the per-probe table, and the layer x head
   images with a step slider.
 
@@ -26,28 +26,28 @@ import argparse
 import re
 from collections.abc import Sequence
 
-from gradskip_lightning.callback.keys import key, score_pattern
+from gradskip_lightning.callback.keys import SECTIONS, key, score_pattern
+from gradskip_lightning.callback.record import scalar_fields
 from gradskip_lightning.callback.report import HEAD_PARTS
 
-__all__ = ["build_workspace", "main", "FAITHFULNESS_SCORES", "OBJECT_SCORES"]
+__all__ = ["build_workspace", "main", "score_charts"]
 
-#: The faithfulness scores, each a line chart of every method.
-FAITHFULNESS_SCORES = ("insertion", "deletion", "ins_minus_del", "fvt_violation")
-#: The scores of the maps against the "object" region, each a line chart of every method.
-OBJECT_SCORES = ("pointing_game", "pixel_accuracy", "mean_iou", "average_precision")
+#: Sections shown open.
+OPEN = ("faithfulness", "regions", "probes")
 
 
-def _scores(wr, section: str, prefix: str, names: Sequence[str], title: str = "{}") -> list:
-    """One line chart per score: the explained method's key, and every compared method's by regex."""
-    return [
-        wr.LinePlot(
-            title=title.format(name),
-            x=key(None, prefix, "epoch"),
-            y=[key(section, prefix, name)],
-            metric_regex=score_pattern(section, prefix, name),
-        )
-        for name in names
-    ]
+def score_charts(wr, prefix: str, regions: Sequence[str]) -> dict[str, list]:
+    """Section -> one line chart per scalar field of the record (one per region of a per-region
+    field): the explained method's key, and for a compared score every compared method's by regex."""
+    charts: dict[str, list] = {}
+    for scalar in scalar_fields().values():
+        names = [f"{scalar.name}/{region}" for region in regions] if scalar.regions else [scalar.name]
+        for name in names:
+            chart = dict(title=name, x=key(None, prefix, "epoch"), y=[key(scalar.section, prefix, name)])
+            if scalar.compared:
+                chart["metric_regex"] = score_pattern(scalar.section, prefix, name)
+            charts.setdefault(scalar.section, []).append(wr.LinePlot(**chart))
+    return charts
 
 
 def build_workspace(
@@ -74,53 +74,23 @@ def build_workspace(
 
     wide = wr.Layout(w=24, h=12)
     epoch = key(None, prefix, "epoch")  # the x axis of every line chart
-    region_scores = [f"{measure}/{region}" for region in regions for measure in ("mass", "rank")]
-    drift = [
+    panels = score_charts(wr, prefix, regions)
+    panels["drift"] = [
         wr.LinePlot(title=f"drift {kind}", x=epoch, y=[key("drift", prefix, f"{r}/{kind}") for r in ("prev", "first")])
         for kind in ("spearman", "topk_iou")
     ]
-    gates = wr.LinePlot(
-        title="mean gate beta_main per layer",
-        x=epoch,
-        metric_regex=f"^{re.escape(key('gates', prefix, 'layer_'))}[0-9]+$"
-    )
+    gates_regex = f"^{re.escape(key('gates', prefix, 'layer_'))}[0-9]+$"
+    panels["gates"] = [wr.LinePlot(title="mean gate beta_main per layer", x=epoch, metric_regex=gates_regex)]
     grids = [key("probes", prefix, "overlays")] + [key("probes", prefix, "overlays", method=m) for m in compare_methods]
-    sections = [
-        ws.Section(name="faithfulness", panels=_scores(wr, "faithfulness", prefix, FAITHFULNESS_SCORES), is_open=True),
-        ws.Section(
-            name="regions",
-            panels=_scores(wr, "regions", prefix, [*region_scores, *OBJECT_SCORES], title="relevance {}"),
-            is_open=True,
-        ),
-        ws.Section(
-            name="transplant",
-            panels=[
-                wr.LinePlot(title="flip rate to the tag's class", x=epoch, y=[key("transplant", prefix, "flip_rate")]),
-                *_scores(wr, "transplant", prefix, ["tag_mass"], title="relevance mass on the transplanted tag"),
-            ],
-        ),
-        ws.Section(name="drift", panels=drift),
-        ws.Section(name="gates", panels=[gates]),
-        ws.Section(
-            name="probes",
-            panels=[
-                wr.MediaBrowser(title="overlays", media_keys=grids, gallery_axis="step", layout=wide),
-                wr.WeavePanelSummaryTable(table_name=key("probes", prefix, "table"), layout=wide),
-            ],
-            is_open=True,
-        ),
-        ws.Section(
-            name="heads",
-            panels=[
-                wr.MediaBrowser(
-                    title="head importance (layer x head)",
-                    media_keys=[key("heads", prefix, part) for part in HEAD_PARTS.values()],
-                    gallery_axis="step",
-                    layout=wide,
-                )
-            ],
-        ),
+    panels["probes"] = [
+        wr.MediaBrowser(title="overlays", media_keys=grids, gallery_axis="step", layout=wide),
+        wr.WeavePanelSummaryTable(table_name=key("probes", prefix, "table"), layout=wide),
     ]
+    heads = [key("heads", prefix, part) for part in HEAD_PARTS.values()]
+    panels["heads"] = [
+        wr.MediaBrowser(title="head importance (layer x head)", media_keys=heads, gallery_axis="step", layout=wide)
+    ]
+    sections = [ws.Section(name=section, panels=panels[section], is_open=section in OPEN) for section in SECTIONS]
     settings = ws.WorkspaceSettings(group_by_prefix="first")
     return ws.Workspace(entity=entity, project=project, name=name, sections=sections, settings=settings)
 

@@ -10,7 +10,9 @@ from lightning.pytorch import seed_everything
 from lightning.pytorch.loggers import WandbLogger
 
 from gradskip_lightning import GradSkipCallback
-from gradskip_lightning.dashboard import FAITHFULNESS_SCORES, OBJECT_SCORES, build_workspace, main
+from gradskip_lightning.callback.keys import SECTIONS
+from gradskip_lightning.callback.record import scalar_fields
+from gradskip_lightning.dashboard import build_workspace, main
 from gradskip_lightning.data import SpuriousTag
 from tests.callback.helpers import tiny_data, tiny_module, tiny_trainer
 from tests.callback.wandb_files import find_runs, use_offline_wandb
@@ -42,9 +44,11 @@ def _panels(workspace) -> dict[str, list[dict]]:
 
 
 def test_template_sections_and_panels_name_keys_the_callback_logs(logged_keys):
-    workspace = build_workspace("entity", "project", regions=["object", "tag"], compare_methods=["rollout"])
+    regions = ["object", "tag"]
+    workspace = build_workspace("entity", "project", regions=regions, compare_methods=["rollout"])
     panels = _panels(workspace)
-    assert list(panels) == ["faithfulness", "regions", "transplant", "drift", "gates", "probes", "heads"]
+    assert list(panels) == list(SECTIONS)
+    assert list(SECTIONS) == ["faithfulness", "regions", "transplant", "drift", "gates", "probes", "heads"]
     assert workspace.settings.group_by_prefix == "first"
     # every section of the template is a section of the run's keys (text before the first "/")
     assert set(panels) <= {name.split("/")[0] for name in logged_keys}
@@ -58,9 +62,12 @@ def test_template_sections_and_panels_name_keys_the_callback_logs(logged_keys):
     titles = {c["chartTitle"]: c for c in charts}
     insertion = {n for n in logged_keys if re.search(titles["insertion"]["metricRegex"], n)}
     assert insertion == {"faithfulness/gradskip/insertion", "faithfulness/gradskip/insertion/rollout"}  # one chart
-    assert {f"relevance {m}/{r}" for m in ("mass", "rank") for r in ("object", "tag")} <= set(titles)
-    assert set(FAITHFULNESS_SCORES) <= set(titles)
-    assert {f"relevance {score}" for score in OBJECT_SCORES} <= set(titles)  # logged: the probes have objects
+    # one chart per scalar field of the record (per region for a per-region one), in its section
+    scalars = scalar_fields().values()
+    expected = {(s.section, f"{s.name}/{r}" if s.regions else s.name) for s in scalars for r in regions}
+    shown = {(name, p["config"].get("chartTitle")) for name, section in panels.items() for p in section}
+    assert expected <= shown
+    assert {f"{m}/{r}" for m in ("mass", "rank") for r in ("object", "tag")} <= set(titles)
     gates = {n for n in logged_keys if re.search(titles["mean gate beta_main per layer"]["metricRegex"], n)}
     assert gates == {"gates/gradskip/layer_0", "gates/gradskip/layer_1"}
     media = [p["config"] for section in panels.values() for p in section if p["viewType"] == "Media Browser"]

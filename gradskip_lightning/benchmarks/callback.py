@@ -19,7 +19,7 @@ from lightning.pytorch import Callback, Trainer, seed_everything
 from lightning.pytorch.loggers import CSVLogger
 
 from gradskip_lightning.benchmarks.configs import config_settings
-from gradskip_lightning.callback import GradSkipCallback
+from gradskip_lightning.callback import GradSkipCallback, ProbeSettings, ScoreSettings
 
 
 class _TrainTimer(Callback):
@@ -76,7 +76,10 @@ def run(args: argparse.Namespace) -> list[dict]:
     seed_everything(0)
     timer, hook = _TrainTimer(), _HookTimer()
     callback = GradSkipCallback(
-        num_probes=args.num_probes, insertion_steps=args.insertion_steps, compare_methods=args.compare, progress=False
+        probes=ProbeSettings(num_probes=args.num_probes),
+        scores=ScoreSettings(insertion_steps=args.insertion_steps),
+        compare_methods=args.compare,
+        progress=False,
     )
     with tempfile.TemporaryDirectory() as folder:
         logger = CSVLogger(folder, name="bench")

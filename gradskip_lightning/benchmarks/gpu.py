@@ -31,7 +31,7 @@ import torch
 from lightning.pytorch import Trainer, seed_everything
 from lightning.pytorch.loggers import CSVLogger
 
-from gradskip_lightning import GradSkipCallback
+from gradskip_lightning import GradSkipCallback, ProbeSettings, ScoreSettings
 from gradskip_lightning.data import PlantedShapesDataModule
 from gradskip_lightning.explainer import METHODS, Explainer
 from gradskip_lightning.model import ViTClassifier
@@ -124,7 +124,11 @@ def _tiny_fit(
         precision=precision,
         max_epochs=epochs,
         logger=logger,
-        callbacks=[GradSkipCallback(num_probes=8, insertion_steps=4, progress=False)],
+        callbacks=[
+            GradSkipCallback(
+                probes=ProbeSettings(num_probes=8), scores=ScoreSettings(insertion_steps=4), progress=False
+            )
+        ],
         enable_checkpointing=False,
         enable_progress_bar=False,
         enable_model_summary=False,

@@ -1,6 +1,9 @@
 """The Lightning callback that explains a fixed probe set at epoch ends and logs the results.
 
-Modules: :mod:`.core` (the callback: argument checks, when, failure isolation, state),
+Modules: :mod:`.core` (the callback: hooks, state), :mod:`.settings` (its validated settings
+groups and argument checks), :mod:`.setup` (checks against the model and datamodule),
+:mod:`.schedule` (which epochs), :mod:`.epoch` (one isolated epoch, monitoring), :mod:`.scores`
+(the table of scores),
 :mod:`.probes` (the probe set: drawing, checks, its life over fits), :mod:`.record` (the typed
 per-probe values and where each goes), :mod:`.compute` (explain and score in chunks),
 :mod:`.distributed` (sharding and gathering), :mod:`.drift` (drift state), :mod:`.report` (what is
@@ -9,5 +12,6 @@ format).
 """
 
 from .core import GradSkipCallback
+from .settings import ProbeSettings, RenderSettings, ScoreSettings
 
-__all__ = ["GradSkipCallback"]
+__all__ = ["GradSkipCallback", "ProbeSettings", "RenderSettings", "ScoreSettings"]

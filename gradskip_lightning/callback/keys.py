@@ -20,12 +20,13 @@ Example:
 from __future__ import annotations
 
 import re
-from typing import Literal
+from typing import Literal, get_args
 
 __all__ = ["Section", "SECTIONS", "key", "score_pattern"]
 
-Section = Literal["faithfulness", "regions", "transplant", "drift", "gates", "heads", "probes"]
-SECTIONS: tuple[str, ...] = ("faithfulness", "regions", "transplant", "drift", "gates", "heads", "probes")
+Section = Literal["faithfulness", "regions", "transplant", "drift", "gates", "probes", "heads"]
+SECTIONS: tuple[Section, ...] = get_args(Section)
+"""Every section, in the order the dashboard shows them."""
 
 
 def key(section: Section | None, prefix: str, name: str, *, method: str | None = None) -> str:

@@ -34,6 +34,7 @@ __all__ = [
     "load_segmentation_probes",
     "segmentation_pairs",
     "check_probes",
+    "given_probes",
 ]
 
 OBJECT = "object"
@@ -300,6 +301,31 @@ def check_probes(probes: ProbeSet, in_chans: int, img_size: tuple[int, int] | No
             f"probe labels of ids {probes.ids[out].tolist()} {what} (labels {probes.labels[out].tolist()}): "
             "fix the dataset's labels or the probe_labels given"
         )
+
+
+def given_probes(
+    images: Tensor | None, labels: Tensor | None, masks: Tensor | Mapping[str, Tensor] | None
+) -> ProbeSet | None:
+    """The explicit probes of the callback's ``probe_images`` (P, C, H, W) float, ``probe_labels``
+    (P,) or multi-hot (P, C), and ``probe_masks`` (P, H, W) or {name: (P, H, W)}; None without images."""
+    if images is None:
+        if labels is not None or masks is not None:
+            raise ValueError("probe_labels and probe_masks need probe_images")
+        return None
+    if labels is None:
+        raise ValueError("probe_labels (P,) or (P, C) are required with probe_images")
+    images = torch.as_tensor(images)
+    if not images.is_floating_point():
+        raise TypeError(
+            f"probe_images must be float, normalised as the model expects; got {images.dtype}. Convert them as "
+            "the training data is, e.g. images.float() / 255 then (x - mean) / std"
+        )
+    labels = torch.as_tensor(labels)
+    multi_hot = None
+    if labels.ndim == 2 and labels.shape[1] > 1:
+        multi_hot = labels.float()
+        labels = explained_labels(multi_hot, multi_hot.sum(dim=0))
+    return ProbeSet(images, labels.reshape(-1), torch.arange(len(images)), masks, multi_hot)
 
 
 class ProbeSource:

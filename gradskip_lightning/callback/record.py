@@ -1,9 +1,10 @@
 """One method's per-probe values: a typed record whose fields each say once where they go.
 
-Adding a logged value is adding one field here: its :func:`value` metadata tells the gather
-(``scope``), the report (``section`` and ``scalar``: logged as the mean over probes under
-``<section>/<prefix><scalar>``; ``compared``: logged for the comparison methods too), the W&B
-table (``table``: its column) and the maps files (``npz``). A field with ``regions`` holds one
+Adding a logged value is adding one field here (and, for a score, its row in :data:`~.scores.SCORES`):
+its :func:`value` metadata tells the gather (``scope``), the report (``section`` and ``scalar``:
+logged as the mean over probes under ``<section>/<prefix><scalar>``; ``compared``: logged for the
+comparison methods too), the W&B table (``table``: its column), the maps files (``npz``), the
+dashboard's charts and the README's table of keys (``doc``). A field with ``regions`` holds one
 column per named region of the probes ((P, R), the names in :attr:`ProbeSet.regions` order): its
 scalars and table columns get ``/<region>`` appended; the maps files keep the (P, R) array and
 the names once (``region_names``).
@@ -36,6 +37,7 @@ def value(
     table: str | None = None,
     npz: bool = False,
     regions: bool = False,
+    doc: str = "",
 ) -> Any:
     """A record field (default None) with where it goes.
 
@@ -47,9 +49,10 @@ def value(
         table: column of the per-probe W&B table.
         npz: saved in the epoch's maps file under the field's name.
         regions: the field is (P, R), one column per named region; names get ``/<region>``.
+        doc: what the scalar is, for the README's table of logged keys.
     """
     metadata = dict(scope=scope, section=section, scalar=scalar, compared=compared, table=table, npz=npz)
-    return field(default=None, metadata={**metadata, "regions": regions})
+    return field(default=None, metadata={**metadata, "regions": regions, "doc": doc})
 
 
 @dataclass(frozen=True)
@@ -60,11 +63,15 @@ class Scalar:
         section: the key's section.
         name: the value's name.
         regions: one scalar per region (``<name>/<region>``) from a (P, R) field.
+        compared: logged for each comparison method too (``/<method>``).
+        doc: what it is.
     """
 
     section: Section
     name: str
     regions: bool = False
+    compared: bool = field(default=False, compare=False)
+    doc: str = field(default="", compare=False)
 
 
 @dataclass
@@ -99,36 +106,64 @@ class ProbeRecord:
     predictions: Tensor | None = value(scope="shared", npz=True)
     probabilities: Tensor | None = value(scope="shared", table="probability", npz=True)
     insertion: Tensor | None = value(
-        scope="shared", section="faithfulness", scalar="insertion", compared=True, table="insertion", npz=True
+        scope="shared", section="faithfulness", scalar="insertion", compared=True, table="insertion", npz=True,
+        doc=(
+            "Petsiuk et al. 2018 insertion AUC (K steps): the explained class's score as the most relevant "
+            "patches are put in"
+        ),
     )
     deletion: Tensor | None = value(
-        scope="shared", section="faithfulness", scalar="deletion", compared=True, table="deletion", npz=True
+        scope="shared", section="faithfulness", scalar="deletion", compared=True, table="deletion", npz=True,
+        doc="Petsiuk et al. 2018 deletion AUC: the explained class's score as the most relevant patches are removed",
     )
-    ins_minus_del: Tensor | None = value(scope="shared", section="faithfulness", scalar="ins_minus_del", compared=True)
-    fvt_violation: Tensor | None = value(scope="shared", section="faithfulness", scalar="fvt_violation", compared=True)
+    ins_minus_del: Tensor | None = value(
+        scope="shared", section="faithfulness", scalar="ins_minus_del", compared=True,
+        doc="insertion minus deletion",
+    )
+    fvt_violation: Tensor | None = value(
+        scope="shared", section="faithfulness", scalar="fvt_violation", compared=True,
+        doc="Faithfulness Violation Test ratio (Liu et al. 2022)",
+    )
     pointing_hit: Tensor | None = value(
-        scope="shared", section="regions", scalar="pointing_game", compared=True, table="pointing_hit", npz=True
+        scope="shared", section="regions", scalar="pointing_game", compared=True, table="pointing_hit", npz=True,
+        doc="Pointing Game hit rate on the `object` region",
     )
     region_mass: Tensor | None = value(
-        scope="shared", section="regions", scalar="mass", compared=True, table="mass", npz=True, regions=True
+        scope="shared", section="regions", scalar="mass", compared=True, table="mass", npz=True, regions=True,
+        doc=(
+            "relevance mass accuracy (Arras et al. 2022) on each named region (e.g. `object`, `tag`), mean over "
+            "probes whose region is not empty"
+        ),
     )
     region_rank: Tensor | None = value(
-        scope="shared", section="regions", scalar="rank", compared=True, table="rank", npz=True, regions=True
+        scope="shared", section="regions", scalar="rank", compared=True, table="rank", npz=True, regions=True,
+        doc=(
+            "relevance rank accuracy (Arras et al. 2022) on each named region, mean over probes whose region is "
+            "not empty"
+        ),
     )
     pixel_accuracy: Tensor | None = value(
-        scope="shared", section="regions", scalar="pixel_accuracy", compared=True, table="pixel_accuracy", npz=True
+        scope="shared", section="regions", scalar="pixel_accuracy", compared=True, table="pixel_accuracy", npz=True,
+        doc=(
+            "pixel accuracy of the map thresholded at its mean against the `object` region (Chefer et al. 2021, "
+            "the GradSkip paper's segmentation protocol)"
+        ),
     )
     mean_iou: Tensor | None = value(
-        scope="shared", section="regions", scalar="mean_iou", compared=True, table="mean_iou", npz=True
+        scope="shared", section="regions", scalar="mean_iou", compared=True, table="mean_iou", npz=True,
+        doc="mIoU of the thresholded map against the `object` region (mean of the object's and the rest's IoU)",
     )
     average_precision: Tensor | None = value(
-        scope="shared", section="regions", scalar="average_precision", compared=True, table="ap", npz=True
+        scope="shared", section="regions", scalar="average_precision", compared=True, table="ap", npz=True,
+        doc="average precision of the soft map against the `object` region",
     )
     transplant_flip: Tensor | None = value(
-        scope="shared", section="transplant", scalar="flip_rate", table="transplant_flip", npz=True
+        scope="shared", section="transplant", scalar="flip_rate", table="transplant_flip", npz=True,
+        doc="share of other-class probes predicted as the tag's class once the tag is pasted in",
     )
     transplant_mass: Tensor | None = value(
-        scope="shared", section="transplant", scalar="tag_mass", compared=True, table="transplant_tag_mass", npz=True
+        scope="shared", section="transplant", scalar="tag_mass", compared=True, table="transplant_tag_mass", npz=True,
+        doc="relevance mass on the pasted tag of the map explaining the tag's class",
     )
     gates: Tensor | None = value(scope="shared")
     maps: Tensor | None = value(scope="rank_zero", npz=True)
@@ -162,7 +197,7 @@ def _with(key: str) -> list[str]:
 def scalar_fields(compared_only: bool = False) -> dict[str, Scalar]:
     """Field name -> where its mean is logged, for the fields logged as means (comparison methods: ``compared``)."""
     return {
-        f.name: Scalar(f.metadata["section"], f.metadata["scalar"], f.metadata["regions"])
+        f.name: Scalar(*(f.metadata[k] for k in ("section", "scalar", "regions", "compared", "doc")))
         for f in fields(ProbeRecord)
         if f.metadata["scalar"] and (f.metadata["compared"] or not compared_only)
     }

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -14,23 +13,13 @@ from gradskip_lightning import render
 from .keys import key
 from .probes import ProbeSet
 from .record import ProbeRecord, npz_fields, scalar_fields, table_fields
+from .settings import RenderSettings
 from .sinks import EpochReport, ProbeSheet
 
-__all__ = ["RenderSettings", "build_report", "epoch_scalars", "probe_sheet", "table_cells", "HEAD_PARTS"]
+__all__ = ["build_report", "epoch_scalars", "probe_sheet", "table_cells", "HEAD_PARTS"]
 
 #: Record fields of head importance and the names they are logged under.
 HEAD_PARTS = {"head_weights": "omega", "grad_flow": "grad_flow", "sparsity": "sparsity"}
-
-
-@dataclass(frozen=True)
-class RenderSettings:
-    """Display options: colour map, heat-map weight, the smallest displayed side in pixels, and
-    whether each probe's overlay is logged alone (besides the grid and the table)."""
-
-    colormap: str = "inferno"
-    alpha: float = 0.5
-    display_size: int = 128
-    probe_overlays: bool = False
 
 
 def _mean(values: Tensor) -> float:
@@ -87,7 +76,7 @@ def _overlays(sheet: ProbeSheet, maps: Tensor, settings: RenderSettings) -> np.n
     """Upscaled overlays (P, S, S, 3) uint8 of maps (P, H, W) over the sheet's display images."""
     factor = sheet.images.shape[1] // maps.shape[1]
     maps = maps.repeat_interleave(factor, dim=1).repeat_interleave(factor, dim=2) if factor > 1 else maps
-    return render.overlay(sheet.images, maps, alpha=settings.alpha, cmap=settings.colormap)
+    return render.overlay(sheet.images, maps, alpha=settings.overlay_alpha, cmap=settings.colormap)
 
 
 def probe_sheet(

@@ -218,8 +218,8 @@ class MapsFileSink:
         pass
 
 
-def make_sinks(trainer: Any, prefix: str, out_dir: Path) -> tuple[list[Sink], Path]:
-    """The sinks of a Trainer's loggers, and the folder files go to.
+def make_sinks(trainer: Any, prefix: str, out_dir: Path) -> list[Sink]:
+    """The sinks of a Trainer's loggers.
 
     With a :class:`WandbLogger` the folder moves beside the W&B run's files (``<run dir>/<name>``),
     images go to W&B and the maps folder becomes an artifact at the end of fit; without, images
@@ -236,4 +236,4 @@ def make_sinks(trainer: Any, prefix: str, out_dir: Path) -> tuple[list[Sink], Pa
     sinks.append(MapsFileSink(out_dir / "maps"))
     sinks.extend(ScalarSink(lg) for lg in trainer.loggers if lg is not wandb_logger)
     sinks.extend(TensorBoardSink(lg) for lg in trainer.loggers if isinstance(lg, TensorBoardLogger))
-    return sinks, out_dir
+    return sinks

@@ -20,7 +20,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from lightning.pytorch import seed_everything  # noqa: E402
 from lightning.pytorch.loggers import CSVLogger  # noqa: E402
 
-from gradskip_lightning import GradSkipCallback  # noqa: E402
+from gradskip_lightning import GradSkipCallback, ProbeSettings, ScoreSettings  # noqa: E402
 from tests.callback.helpers import (  # noqa: E402
     tiny_data,
     tiny_module,
@@ -30,7 +30,12 @@ from tests.callback.helpers import (  # noqa: E402
 )
 
 #: Odd probe count and a small explain batch: uneven shards and several chunks per rank.
-CALLBACK = dict(num_probes=9, explain_batch_size=2, insertion_steps=4, compare_methods=["rollout"], progress=False)
+CALLBACK = dict(
+    probes=ProbeSettings(num_probes=9, explain_batch_size=2),
+    scores=ScoreSettings(insertion_steps=4),
+    compare_methods=["rollout"],
+    progress=False,
+)
 
 
 def main(out: Path, devices: int, family: str = "vit") -> None:

@@ -13,11 +13,12 @@ from lightning.pytorch import Callback, LightningModule, seed_everything
 from lightning.pytorch.loggers import CSVLogger
 
 from gradskip_lightning import GradSkipCallback
+from gradskip_lightning.callback.settings import ProbeSettings, RenderSettings, ScoreSettings
 from gradskip_lightning.metrics import drift
 
 from .helpers import tiny_data, tiny_module, tiny_trainer
 
-FAST = dict(num_probes=8, insertion_steps=4)
+FAST = dict(probes=ProbeSettings(num_probes=8), scores=ScoreSettings(insertion_steps=4))
 
 
 def _csv_rows(log_dir: str | Path, key: str) -> list[dict[str, float]]:
@@ -158,7 +159,8 @@ def test_resume_continues_drift_as_if_it_had_not_stopped(tmp_path):
     assert any("GradSkipCallback" in key for key in state)
 
     second = CSVLogger(save_dir=str(tmp_path), name="resume", version=1)
-    callback = GradSkipCallback(probe_seed=123, **FAST)  # a different seed: the saved probes win
+    # a different seed: the saved probes win
+    callback = GradSkipCallback(probes=ProbeSettings(num_probes=8, probe_seed=123), scores=FAST["scores"])
     trainer = tiny_trainer(tmp_path, logger=second, callbacks=[callback], max_epochs=3)
     trainer.fit(tiny_module(seed=1), datamodule=tiny_data(), ckpt_path=str(checkpoint))
     (row,) = _csv_rows(second.log_dir, "faithfulness/gradskip/insertion")
@@ -247,7 +249,7 @@ def test_explicit_probes_and_validate_under_inference_mode(tmp_path):
     assert len(list(overlays)) == 6
 
 
-def test_lightning_cli_yaml_configures_the_callback(tmp_path):
+def _from_yaml(tmp_path, init_args: str) -> GradSkipCallback:
     from lightning.pytorch.cli import LightningCLI
 
     from gradskip_lightning.data import PlantedShapesDataModule
@@ -256,13 +258,59 @@ def test_lightning_cli_yaml_configures_the_callback(tmp_path):
     config = tmp_path / "config.yaml"
     config.write_text(
         "trainer:\n  logger: false\n  callbacks:\n    - class_path: gradskip_lightning.GradSkipCallback\n"
-        "      init_args: {num_probes: 16, compare_methods: [rollout], method_options: {alpha: 0.7},"
-        " target: prediction}\n"
+        f"      init_args: {init_args}\n"
     )
     cli = LightningCLI(ViTClassifier, PlantedShapesDataModule, run=False, args=["--config", str(config)])
     (callback,) = [c for c in cli.trainer.callbacks if isinstance(c, GradSkipCallback)]
-    assert (callback.num_probes, callback.compare_methods, callback.method_options) == (16, ["rollout"], {"alpha": 0.7})
-    assert callback.scores.target == "prediction"
+    return callback
+
+
+def test_lightning_cli_yaml_configures_the_callback(tmp_path):
+    callback = _from_yaml(
+        tmp_path,
+        "{probes: {num_probes: 16}, scores: {target: prediction, insertion_steps: 4}, render: {overlay_alpha: 0.3},"
+        " compare_methods: [rollout], method_options: {alpha: 0.7}}",
+    )
+    assert (callback.compare_methods, callback.method_options) == (["rollout"], {"alpha": 0.7})
+    assert callback.probes == ProbeSettings(num_probes=16)
+    assert callback.scores == ScoreSettings(target="prediction", insertion_steps=4)
+    assert callback.render == RenderSettings(overlay_alpha=0.3)
+
+
+def test_lightning_cli_yaml_refuses_a_bad_setting(tmp_path):
+    with pytest.raises(ValueError, match="insertion_steps must be a positive integer, got 0"):
+        _from_yaml(tmp_path, "{scores: {insertion_steps: 0}}")
+
+
+def test_deprecated_flat_arguments_map_onto_the_groups_with_one_warning(tmp_path):
+    with pytest.warns(DeprecationWarning) as caught:
+        callback = GradSkipCallback(num_probes=16, insertion_steps=4, target="prediction", probe_overlays=True)
+    (warning,) = [w for w in caught if issubclass(w.category, DeprecationWarning)]
+    assert "probes=ProbeSettings(num_probes=16)" in str(warning.message)
+    assert "scores=ScoreSettings(target='prediction', insertion_steps=4)" in str(warning.message)
+    assert callback.probes == ProbeSettings(num_probes=16)
+    assert callback.scores == ScoreSettings(target="prediction", insertion_steps=4)
+    assert callback.render == RenderSettings(probe_overlays=True)
+    # a flat name overrides its field of a group given too; the YAML of the former flat form still parses
+    both = GradSkipCallback(scores=ScoreSettings(insertion_steps=8, fvt_top_k=0), insertion_steps=2)
+    assert both.scores == ScoreSettings(insertion_steps=2, fvt_top_k=0)
+    with pytest.warns(DeprecationWarning):
+        old = _from_yaml(tmp_path, "{num_probes: 16, compare_methods: [rollout], target: prediction}")
+    assert old.probes.num_probes == 16 and old.scores.target == "prediction"
+
+
+def test_every_field_of_the_groups_has_its_deprecated_flat_argument():
+    import inspect
+
+    from gradskip_lightning.callback.settings import FLAT_NAMES
+
+    parameters = inspect.signature(GradSkipCallback).parameters
+    assert FLAT_NAMES <= set(parameters) and all(parameters[name].default is None for name in FLAT_NAMES)
+
+
+def test_no_warning_without_flat_arguments(recwarn):
+    GradSkipCallback(probes=ProbeSettings(num_probes=8), scores=ScoreSettings(insertion_steps=4))
+    assert not [w for w in recwarn if issubclass(w.category, DeprecationWarning)]
 
 
 # ------------------------------------------------------------------------------------- issue 10
@@ -402,21 +450,21 @@ def test_two_callbacks_sharing_a_prefix_or_its_folder_are_refused(tmp_path, pref
 
 
 def test_a_failing_epoch_is_tried_once(tmp_path, monkeypatch):
-    from gradskip_lightning.callback import core
+    from gradskip_lightning.callback import epoch
 
     calls = []
-    real = core.explain_probes
+    real = epoch.explain_probes
 
     def failing(*args, **kwargs):
         calls.append(1)
         raise torch.OutOfMemoryError("CUDA out of memory")
 
-    monkeypatch.setattr(core, "explain_probes", failing)
+    monkeypatch.setattr(epoch, "explain_probes", failing)
     trainer = tiny_trainer(tmp_path, logger=False, callbacks=[GradSkipCallback(**FAST)], max_epochs=3)
     with pytest.warns(UserWarning, match="OutOfMemoryError") as caught:
         trainer.fit(tiny_module(), datamodule=tiny_data())
     assert len(calls) == 3 and len([w for w in caught if "skipped" in str(w.message)]) == 3
-    monkeypatch.setattr(core, "explain_probes", real)
+    monkeypatch.setattr(epoch, "explain_probes", real)
 
 
 def test_validate_after_fit_neither_writes_maps_nor_moves_drift(tmp_path):

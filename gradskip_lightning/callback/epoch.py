@@ -1,0 +1,85 @@
+"""One epoch's explanation, isolated from training, and its scalars made monitorable.
+
+Training does not see it: RNG states (torch, CUDA, numpy, Python) and every module's train/eval
+mode are restored, no parameter ``.grad`` is written, and a failure (out of memory, non-finite
+maps) is returned as a message instead of raised.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from lightning.pytorch import LightningModule, Trainer
+from lightning.pytorch.utilities.seed import isolate_rng
+
+from gradskip_lightning.adapters.base import eval_mode
+from gradskip_lightning.explanation import ModelExplainer
+from gradskip_lightning.metrics.perturbation import Activation
+
+from .compute import explain_probes
+from .distributed import gather_records, shard_positions
+from .probes import ProbeSet
+from .record import ProbeRecord
+from .settings import ScoreSettings
+from .transplant import Transplant
+
+__all__ = ["explain_isolated", "monitor"]
+
+
+def explain_isolated(
+    pl_module: LightningModule,
+    explainers: dict[str, ModelExplainer],
+    probes: ProbeSet,
+    settings: ScoreSettings,
+    *,
+    batch_size: int,
+    transplant: Transplant | None,
+    activation: Activation,
+    progress: bool,
+) -> tuple[dict[str, ProbeRecord], str | None]:
+    """Explain this rank's shard of ``probes`` with every explainer (the first also gives head
+    statistics) and gather the shards: (method -> record of all P probes, None), or ({}, the error)
+    when any rank failed. Every rank must call it (see :func:`~.distributed.gather_records`)."""
+    shard = shard_positions(len(probes))
+    records: dict[str, ProbeRecord] = {}
+    error = None
+    first = next(iter(explainers))
+    with isolate_rng(include_cuda=True), torch.inference_mode(False):
+        try:
+            part = probes.subset(shard.positions)
+            part.images = part.images.clone()  # a normal tensor, even under inference mode
+            with eval_mode(pl_module):  # every module's own mode back afterwards
+                for name, explainer in explainers.items():
+                    records[name] = explain_probes(
+                        explainer,
+                        part,
+                        settings,
+                        batch_size=batch_size,
+                        transplant=transplant,
+                        heads=name == first,
+                        activation=activation,
+                        progress=progress,
+                    )
+        except Exception as err:  # noqa: BLE001 - isolation: torch.OutOfMemoryError, non-finite maps, ...
+            error, records = f"{type(err).__name__}: {err}", {}
+            if torch.cuda.is_available():
+                torch.cuda.empty_cache()
+        return gather_records(records, shard, len(probes), error)
+
+
+def monitor(trainer: Trainer, scalars: dict[str, float]) -> None:
+    """Make the finite ``scalars`` monitorable by EarlyStopping and co. (``trainer.callback_metrics``)
+    on every rank, not sent to the loggers; a NaN one is left out (an earlier epoch's value removed).
+
+    Not ``pl_module.log(..., logger=False)``: under DDP Lightning then warns once per key to use
+    ``sync_dist=True`` (the values are already equal on every rank), and ``sync_dist`` would add a
+    collective per key at points ranks need not share (e.g. rank zero's progress bar); ``on_fit_end``
+    allows no ``log`` at all.
+    """
+    metrics = trainer.callback_metrics
+    for name, value in scalars.items():
+        if math.isfinite(value):
+            metrics[name] = torch.tensor(value, dtype=torch.float32)
+        else:
+            metrics.pop(name, None)

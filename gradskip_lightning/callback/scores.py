@@ -1,0 +1,172 @@
+"""The table of scores: one row per score, the record fields it fills, when it applies, how it is computed.
+
+:func:`~.compute.explain_probes` runs every row that applies to a chunk of explained probes; the
+fields' :func:`~.record.value` metadata then say where each value goes (scalar, table, maps
+file). Adding a logged score is a metric, a :class:`~.record.ProbeRecord` field and a row here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import torch
+from torch import Tensor
+
+from gradskip_lightning.explanation import Explanation, ModelExplainer
+from gradskip_lightning.metrics import (
+    faithfulness_violation,
+    insertion_deletion,
+    pointing_game,
+    relevance_mass_accuracy,
+    relevance_rank_accuracy,
+    segmentation_scores_per_image,
+)
+from gradskip_lightning.metrics.perturbation import Activation
+
+from .probes import ProbeSet
+from .settings import ScoreSettings
+from .transplant import Transplant
+
+__all__ = ["Chunk", "Score", "SCORES", "Requirement", "REQUIREMENTS", "ExplainFailure"]
+
+
+class ExplainFailure(RuntimeError):
+    """Explaining the probes gave non-finite relevance or logits."""
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """One chunk of explained probes: what every score reads.
+
+    Attributes:
+        explainer: the method's explainer (its model in eval mode).
+        images: (B, C, H, W) the probes' images on the model's device.
+        probes: the chunk's probes (labels, regions on the CPU).
+        exp: the explanation of ``images``.
+        settings: how to score.
+        transplant: the live transplant test, or None.
+        activation: "softmax", or "sigmoid" for multi-label models.
+    """
+
+    explainer: ModelExplainer
+    images: Tensor
+    probes: ProbeSet
+    exp: Explanation
+    settings: ScoreSettings
+    transplant: Transplant | None
+    activation: Activation
+
+    @property
+    def perturbation(self) -> dict[str, Any]:
+        """The options every perturbation metric takes (a segmentation model's: the explained region)."""
+        settings = self.settings
+        options = dict(patch_size=self.explainer.patch_size, batch_size=settings.metrics_batch_size)
+        options["activation"] = self.activation
+        if self.exp.region is not None:  # scored by the mean logit over the explained region
+            options["regions"] = self.exp.region
+        return options
+
+
+Requirement = Literal["masks", "regions", "transplant", "fvt_top_k"]
+
+#: When a score applies: the condition on the chunk, and its words for the README's table.
+REQUIREMENTS: dict[Requirement, tuple[Callable[[Chunk], bool], str]] = {
+    "masks": (lambda c: c.probes.masks is not None, "for probes with an `object` region"),
+    "regions": (lambda c: bool(c.probes.regions), "for probes with named regions"),
+    "transplant": (lambda c: c.transplant is not None, "with `transplant`"),
+    "fvt_top_k": (lambda c: c.settings.fvt_top_k > 0, "with `fvt_top_k` > 0"),
+}
+
+
+@dataclass(frozen=True)
+class Score:
+    """One row of :data:`SCORES`.
+
+    Attributes:
+        fields: the :class:`~.record.ProbeRecord` fields ``compute`` fills, each (B, ...).
+        compute: the chunk -> {field: values}.
+        needs: when it applies (None: always).
+    """
+
+    fields: tuple[str, ...]
+    compute: Callable[[Chunk], dict[str, Tensor]]
+    needs: Requirement | None = None
+
+    def applies(self, chunk: Chunk) -> bool:
+        return self.needs is None or REQUIREMENTS[self.needs][0](chunk)
+
+
+def _insertion_deletion(c: Chunk) -> dict[str, Tensor]:
+    scores = insertion_deletion(
+        c.explainer.model,
+        c.images,
+        c.exp.targets,
+        c.exp.maps,
+        steps=c.settings.insertion_steps,
+        deletion_baseline=c.settings.deletion_baseline,
+        **c.perturbation,
+    )
+    return dict(
+        insertion=scores["insertion"], deletion=scores["deletion"], ins_minus_del=scores["insertion_minus_deletion"]
+    )
+
+
+def _violation(c: Chunk) -> dict[str, Tensor]:
+    top_k, baseline = c.settings.fvt_top_k, c.settings.deletion_baseline
+    violation = faithfulness_violation(
+        c.explainer.model, c.images, c.exp.targets, c.exp.maps, top_k=top_k, baseline=baseline, **c.perturbation
+    )
+    return dict(fvt_violation=violation.float())
+
+
+def _object_masks(c: Chunk) -> Tensor:
+    return c.probes.masks.to(c.images.device)
+
+
+def _pointing(c: Chunk) -> dict[str, Tensor]:
+    hits = pointing_game(c.exp.maps, _object_masks(c), tolerance=c.settings.pointing_tolerance)
+    return dict(pointing_hit=hits.float())
+
+
+def _segmentation(c: Chunk) -> dict[str, Tensor]:
+    scores = segmentation_scores_per_image(c.exp.maps, _object_masks(c))
+    return {name: scores[name].float() for name in ("pixel_accuracy", "mean_iou", "average_precision")}
+
+
+def _regions(c: Chunk) -> dict[str, Tensor]:
+    regions = [masks.to(c.images.device) for masks in c.probes.regions.values()]
+    return dict(
+        region_mass=torch.stack([relevance_mass_accuracy(c.exp.maps, masks) for masks in regions], dim=1),
+        region_rank=torch.stack([relevance_rank_accuracy(c.exp.maps, masks) for masks in regions], dim=1),
+    )
+
+
+def _transplant(c: Chunk) -> dict[str, Tensor]:
+    """Per-probe (B,) flips to the tag's class and relevance mass on the tag; NaN for probes of its class."""
+    images, transplant = c.images, c.transplant
+    flips = torch.full((len(images),), float("nan"), device=images.device)
+    mass = flips.clone()
+    chosen = transplant.eligible(c.probes.labels, c.probes.multi_hot).to(images.device)
+    if chosen.any():
+        pasted = transplant.paste(images[chosen])
+        targets = torch.full((len(pasted),), transplant.tag.target_class, dtype=torch.long, device=images.device)
+        exp = c.explainer.explain(pasted, targets)
+        if not bool(exp.valid.all()):
+            raise ExplainFailure(f"{exp.method}: non-finite relevance on probes with the tag transplanted")
+        flips[chosen] = transplant.flipped(exp.logits, c.activation == "sigmoid").float()
+        masks = transplant.mask(*images.shape[-2:]).to(images.device).expand(len(pasted), -1, -1)
+        mass[chosen] = relevance_mass_accuracy(exp.maps, masks).float()
+    return dict(transplant_flip=flips, transplant_mass=mass)
+
+
+#: Every score, in the order they run.
+SCORES: tuple[Score, ...] = (
+    Score(("insertion", "deletion", "ins_minus_del"), _insertion_deletion),
+    Score(("fvt_violation",), _violation, needs="fvt_top_k"),
+    Score(("pointing_hit",), _pointing, needs="masks"),
+    Score(("pixel_accuracy", "mean_iou", "average_precision"), _segmentation, needs="masks"),
+    Score(("region_mass", "region_rank"), _regions, needs="regions"),
+    Score(("transplant_flip", "transplant_mass"), _transplant, needs="transplant"),
+)

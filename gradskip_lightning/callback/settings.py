@@ -1,0 +1,173 @@
+"""The callback's settings: three validated groups, the checks of its other arguments, and the
+mapping of the deprecated flat arguments onto the groups.
+
+Each group checks its own fields when built (also by :func:`dataclasses.replace`), so a
+``GradSkipCallback`` built from Python or from LightningCLI YAML refuses the same values with the
+same messages. The field names are the callback's former flat argument names: that is all the
+deprecated spelling needs (:func:`grouped`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal, get_args
+
+from lightning.pytorch.utilities import rank_zero_deprecation
+
+from gradskip_lightning import render
+from gradskip_lightning.data.tags import SpuriousTag
+from gradskip_lightning.families import all_methods
+
+__all__ = [
+    "ProbeSettings",
+    "ScoreSettings",
+    "RenderSettings",
+    "Target",
+    "DeletionBaseline",
+    "GROUPS",
+    "FLAT_NAMES",
+    "grouped",
+    "check_arguments",
+]
+
+Target = Literal["label", "prediction"]
+DeletionBaseline = Literal["zeros", "blur"]
+
+
+def positive(name: str, value: int) -> None:
+    """Refuse anything but an int >= 1 (bools too), naming the argument."""
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise ValueError(f"{name} must be a positive integer, got {value!r}")
+
+
+def _one_of(name: str, value: str, choices: Any) -> None:
+    if value not in get_args(choices):
+        raise ValueError(f"{name} must be one of {get_args(choices)}, got {value!r}")
+
+
+@dataclass(frozen=True)
+class ProbeSettings:
+    """Which probes are explained and how many at once.
+
+    Attributes:
+        num_probes: probes drawn from the dataset, stratified by class.
+        probe_seed: seed of the draw; the selection is kept in checkpoints.
+        explain_batch_size: probes per explain call (bounds memory).
+    """
+
+    num_probes: int = 32
+    probe_seed: int = 0
+    explain_batch_size: int = 32
+
+    def __post_init__(self) -> None:
+        positive("num_probes", self.num_probes)
+        positive("explain_batch_size", self.explain_batch_size)
+
+
+@dataclass(frozen=True)
+class ScoreSettings:
+    """How maps are scored; see :mod:`gradskip_lightning.metrics` for each metric.
+
+    Attributes:
+        target: "label" explains the probe's label, "prediction" the predicted (most probable) class.
+        insertion_steps: K, the perturbation steps of insertion/deletion.
+        deletion_baseline: "zeros" or "blur", for deletion and the violation test.
+        fvt_top_k: patches removed together by the faithfulness violation test; 0 skips it.
+        metrics_batch_size: perturbed images per forward call.
+        pointing_tolerance: Pointing Game tolerance in pixels; None = 15 px at 224 px, scaled.
+        drift_top_k: fraction of patches compared by the drift top-k IoU.
+    """
+
+    target: Target = "label"
+    insertion_steps: int = 16
+    deletion_baseline: DeletionBaseline = "zeros"
+    fvt_top_k: int = 1
+    metrics_batch_size: int = 256
+    pointing_tolerance: float | None = None
+    drift_top_k: float = 0.1
+
+    def __post_init__(self) -> None:
+        positive("insertion_steps", self.insertion_steps)
+        positive("metrics_batch_size", self.metrics_batch_size)
+        _one_of("target", self.target, Target)
+        _one_of("deletion_baseline", self.deletion_baseline, DeletionBaseline)
+        if not isinstance(self.fvt_top_k, int) or self.fvt_top_k < 0:
+            raise ValueError(f"fvt_top_k must be an integer >= 0, got {self.fvt_top_k!r}")
+        if not 0 < self.drift_top_k <= 1:
+            raise ValueError(f"drift_top_k must be a fraction in (0, 1], got {self.drift_top_k}")
+
+
+@dataclass(frozen=True)
+class RenderSettings:
+    """How overlays look.
+
+    Attributes:
+        colormap: matplotlib colour map of the overlays.
+        overlay_alpha: weight of the heat map in the overlays, in [0, 1].
+        display_size: images are upscaled (nearest) to at least this many pixels for display.
+        probe_overlays: also log each probe's overlay alone (the grid and the table show every probe already).
+    """
+
+    colormap: str = "inferno"
+    overlay_alpha: float = 0.5
+    display_size: int = 128
+    probe_overlays: bool = False
+
+    def __post_init__(self) -> None:
+        positive("display_size", self.display_size)
+        if not 0.0 <= self.overlay_alpha <= 1.0:
+            raise ValueError(f"overlay_alpha must be in [0, 1], got {self.overlay_alpha}")
+        render.colormap_lut(self.colormap)  # raises ValueError for an unknown colour map
+
+
+#: The callback's argument name of each group and its class.
+GROUPS: dict[str, type] = {"probes": ProbeSettings, "scores": ScoreSettings, "render": RenderSettings}
+#: The deprecated flat argument names: every group's field names.
+FLAT_NAMES = frozenset(f.name for kind in GROUPS.values() for f in dataclasses.fields(kind))
+
+
+def grouped(groups: Mapping[str, Any], flat: Mapping[str, Any]) -> dict[str, Any]:
+    """The groups (argument name -> settings; None: the defaults) with the deprecated ``flat``
+    arguments that were given (not None) put into their group; warns once when there are any."""
+    given = {name: value for name, value in flat.items() if value is not None}
+    result, spelled = {}, []
+    for argument, kind in GROUPS.items():
+        own = {f.name: given[f.name] for f in dataclasses.fields(kind) if f.name in given}
+        result[argument] = dataclasses.replace(groups[argument] or kind(), **own)
+        if own:
+            spelled.append(f"{argument}={kind.__name__}({', '.join(f'{k}={v!r}' for k, v in own.items())})")
+    if given:
+        rank_zero_deprecation(
+            f"GradSkipCallback's flat arguments {', '.join(given)} are deprecated and go in the next release: "
+            f"use {', '.join(spelled)} (in YAML: {', '.join(s.split('=')[0] + ': {...}' for s in spelled)})"
+        )
+    return result
+
+
+def check_arguments(
+    every_n_epochs: int,
+    method: str,
+    compare_methods: Sequence[str],
+    log_prefix: str,
+    mean: Sequence[float] | None,
+    std: Sequence[float] | None,
+    transplant: SpuriousTag | bool,
+) -> None:
+    """Refuse the callback's ungrouped arguments, each with a message naming it."""
+    positive("every_n_epochs", every_n_epochs)
+    methods = all_methods()
+    if method not in methods:
+        raise ValueError(f"method must be one of {methods}, got {method!r}")
+    for other in compare_methods:
+        if other not in methods or other == method:
+            raise ValueError(f"compare_methods must be names from {methods} other than {method!r}, got {other!r}")
+    if not isinstance(log_prefix, str):
+        raise TypeError(f"log_prefix must be a string, got {type(log_prefix).__name__}")
+    if (mean is None) != (std is None):
+        raise ValueError("give both mean and std, or neither")
+    if not isinstance(transplant, (SpuriousTag, bool)):
+        raise TypeError(
+            f"transplant must be a SpuriousTag, True (the datamodule's tag) or False; got {type(transplant).__name__}"
+        )

@@ -1,0 +1,169 @@
+"""What the callback's ``setup`` builds and checks from the model, the datamodule and the Trainer.
+
+Each function refuses a bad setup with a message naming the argument and the fix, before any
+training step.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from lightning.pytorch import LightningModule, Trainer
+from lightning.pytorch.trainer.states import TrainerFn
+from torch.utils.data import Dataset
+
+from gradskip_lightning.data.tags import SpuriousTag
+from gradskip_lightning.explanation import ModelExplainer
+from gradskip_lightning.families import explainer_for
+
+from .transplant import Transplant
+
+__all__ = [
+    "Display",
+    "folder",
+    "refuse_shared_folder",
+    "explainers_for",
+    "checked_display",
+    "checked_class_names",
+    "checked_transplant",
+    "DataSetup",
+    "data_setup",
+    "loader_dataset",
+]
+
+Display = tuple[Sequence[float], Sequence[float]] | tuple[None, None]
+"""The (mean, std) to undo for display, or (None, None): min-max scaling."""
+
+
+def folder(prefix: str) -> str:
+    """The output folder name of a log prefix: "gradskip/" -> "gradskip", "gs/a/" -> "gs_a"."""
+    return prefix.strip("/").replace("/", "_") or "gradskip"
+
+
+def refuse_shared_folder(prefix: str, others: Sequence[str]) -> None:
+    """Refuse a ``log_prefix`` whose output folder another callback's prefix (``others``) shares."""
+    for other in others:
+        if folder(other) == folder(prefix):
+            raise ValueError(
+                f"two GradSkipCallbacks on this Trainer log under log_prefix {prefix!r} and {other!r}, which share "
+                f"the output folder {folder(prefix)!r}: their keys and files would overwrite each other. Give each "
+                "a distinct log_prefix, e.g. 'rollout/'"
+            )
+
+
+def explainers_for(
+    pl_module: LightningModule, methods: Sequence[str], options: dict[str, object]
+) -> dict[str, ModelExplainer]:
+    """An explainer per method name (the first gets ``options``), through :func:`~gradskip_lightning.explainer_for`."""
+    explainers = {}
+    for name in methods:
+        try:
+            explainers[name] = explainer_for(pl_module, method=name, **(options if name == methods[0] else {}))
+        except TypeError as err:
+            raise TypeError(
+                f"GradSkipCallback cannot explain {type(pl_module).__name__}: {err}. It needs a timm "
+                "VisionTransformer or an HF SegFormer, or a LightningModule holding exactly one."
+            ) from err
+    return explainers
+
+
+def checked_display(explainer: ModelExplainer, mean: Sequence[float] | None, std: Sequence[float] | None) -> Display:
+    """(mean, std) if each has 1 or ``in_chans`` values."""
+    channels = explainer.in_chans
+    for name, values in (("mean", mean), ("std", std)):
+        if values is not None and len(values) not in (1, channels):
+            raise ValueError(
+                f"{name} has {len(values)} values but the model takes {channels} channels: give 1 or "
+                f"{channels} values (the callback's {name}, or the datamodule's)"
+            )
+    return (mean, std)
+
+
+def checked_class_names(explainer: ModelExplainer, names: Sequence[str] | None) -> list[str] | None:
+    """The datamodule's class names if there is one per class (None without names)."""
+    if not names:
+        return None
+    if len(names) < explainer.num_classes:
+        raise ValueError(
+            f"datamodule.class_names has {len(names)} names but the model has {explainer.num_classes} classes: give "
+            "one name per class (or none)"
+        )
+    return list(names)
+
+
+def checked_transplant(
+    explainer: ModelExplainer, transplant: SpuriousTag | bool, datamodule_tag: SpuriousTag | None, display: Display
+) -> Transplant | None:
+    """The live transplant test of the callback's ``transplant`` argument (None when False)."""
+    if transplant is False:
+        return None
+    if explainer.task != "classification":
+        raise ValueError(f"transplant tests a classifier's shortcut; a {explainer.task} model has none: use False")
+    tag = transplant if isinstance(transplant, SpuriousTag) else datamodule_tag
+    if tag is None:
+        raise ValueError(
+            "transplant=True uses the datamodule's tag, but the datamodule has none: give the tag "
+            "(transplant: {target_class: ..., position: ...}) or use a datamodule with a tag"
+        )
+    if not 0 <= tag.target_class < explainer.num_classes:
+        raise ValueError(f"transplant tag's target_class {tag.target_class} is not in [0, {explainer.num_classes})")
+    if explainer.img_size is not None:
+        tag.check_fits(*explainer.img_size)
+    mean, std = display
+    if mean is None:
+        raise ValueError(
+            "transplant pastes the tag in pixel values and needs the images' normalisation: give mean and std, "
+            "or use a datamodule with mean/std attributes"
+        )
+    return Transplant(tag, tuple(mean), tuple(std))
+
+
+@dataclass(frozen=True)
+class DataSetup:
+    """What the callback takes from the datamodule, checked against the model.
+
+    Attributes:
+        multilabel: the datamodule's ``task`` is "multilabel".
+        display: the (mean, std) to undo for display: the callback's, else the datamodule's.
+        class_names: one name per class, or None (class indices are shown).
+        transplant: the live transplant test, or None.
+    """
+
+    multilabel: bool
+    display: Display
+    class_names: list[str] | None
+    transplant: Transplant | None
+
+
+def data_setup(
+    explainer: ModelExplainer,
+    datamodule: Any,
+    mean: Sequence[float] | None,
+    std: Sequence[float] | None,
+    transplant: SpuriousTag | bool,
+) -> DataSetup:
+    """The callback's :class:`DataSetup` from its ``mean``, ``std``, ``transplant`` and the datamodule (or None)."""
+    if mean is None and getattr(datamodule, "mean", None) is not None:
+        mean, std = datamodule.mean, datamodule.std
+    display = checked_display(explainer, mean, std)
+    return DataSetup(
+        multilabel=getattr(datamodule, "task", None) == "multilabel",
+        display=display,
+        class_names=checked_class_names(explainer, getattr(datamodule, "class_names", None)),
+        transplant=checked_transplant(explainer, transplant, getattr(datamodule, "tag", None), display),
+    )
+
+
+def loader_dataset(trainer: Trainer) -> Dataset:
+    """The dataset of the Trainer's (first) validation dataloader, or of its training one without."""
+    if trainer.state.fn == TrainerFn.FITTING and trainer.val_dataloaders is None:
+        # No public API loads the fit's validation dataloaders before Lightning's own first validation.
+        trainer.fit_loop.epoch_loop.val_loop.setup_data()
+    loaders = trainer.val_dataloaders or trainer.train_dataloader
+    loader = loaders[0] if isinstance(loaders, (list, tuple)) else loaders
+    dataset = getattr(loader, "dataset", None)
+    if dataset is None:
+        raise RuntimeError("GradSkipCallback found no probe images: pass probe_images or use a datamodule")
+    return dataset
