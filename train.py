@@ -8,6 +8,7 @@ The model is a :class:`~gradskip_lightning.model.ViTClassifier` unless the confi
 names another ``class_path`` (e.g. ``gradskip_lightning.segmentation.module.SegmentationModule``).
 W&B runs offline unless you set ``WANDB_MODE`` yourself (e.g. ``WANDB_MODE=online``).
 """
+
 from __future__ import annotations
 
 import os

@@ -10,6 +10,7 @@ Example:
     >>> explanation.maps.shape, explanation.token_maps.shape  # relevance at input and patch resolution
     (torch.Size([2, 32, 32]), torch.Size([2, 4, 4]))
 """
+
 from __future__ import annotations
 
 import warnings

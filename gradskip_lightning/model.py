@@ -1,4 +1,5 @@
 """ViTClassifier: a LightningModule around a timm Vision Transformer."""
+
 from __future__ import annotations
 
 import math

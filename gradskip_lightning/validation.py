@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from numbers import Integral, Real
-from typing import TypeGuard
+from typing import TypeGuard, TypeVar
 
 import torch
 from torch import Tensor, nn
@@ -38,7 +38,27 @@ __all__ = [
     "check_maps",
     "check_regions",
     "check_targets",
+    "required",
 ]
+
+
+T = TypeVar("T")
+
+
+def required(value: T | None, what: str) -> T:
+    """``value``, or a ValueError saying that ``what`` is missing (narrows an optional for the caller).
+
+    Example:
+        >>> required(3, "the patch size")
+        3
+        >>> required(None, "chefer's attention gradient (a 'gradients' pass)")
+        Traceback (most recent call last):
+        ...
+        ValueError: chefer's attention gradient (a 'gradients' pass) is missing
+    """
+    if value is None:
+        raise ValueError(f"{what} is missing")
+    return value
 
 
 def _describe(value: object) -> str:

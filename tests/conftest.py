@@ -1,4 +1,5 @@
 """Shared fixtures: tiny timm ViTs, offline W&B in a temporary folder, fixed seeds."""
+
 from __future__ import annotations
 
 import os

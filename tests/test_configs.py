@@ -1,4 +1,5 @@
 """Every YAML in configs/ parses and builds its model, datamodule, trainer, logger and callbacks."""
+
 from __future__ import annotations
 
 import json

@@ -1,4 +1,5 @@
 """ViTClassifier: the timm model it builds, its schedule, and what it logs under a real Trainer."""
+
 from __future__ import annotations
 
 import csv

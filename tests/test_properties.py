@@ -1,4 +1,5 @@
 """Method-doc properties 5 and 6 on a tiny ViT trained on planted shapes (object masks known)."""
+
 from __future__ import annotations
 
 import pytest

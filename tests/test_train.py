@@ -1,5 +1,6 @@
 """train.py: W&B mode default, the model class (ViTClassifier unless a config names another), data-to-model
 links (classes, size, channels, task), one CLI epoch."""
+
 from __future__ import annotations
 
 import os

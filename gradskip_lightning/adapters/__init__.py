@@ -3,6 +3,7 @@
 ``find_adapter(model)`` returns the adapter of the one supported backbone inside ``model``;
 methods only see the tensors it streams (:mod:`gradskip_lightning.adapters.tensors`). Adding a family: docs/adapters.md.
 """
+
 from gradskip_lightning.adapters import (  # noqa: F401 - importing a family registers its adapter
     beit,
     eva,

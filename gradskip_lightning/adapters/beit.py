@@ -3,6 +3,7 @@
 The bias enters before the softmax, so the captured attention probabilities already hold it; the
 value vectors come from the fused ``qkv`` weight with BEiT's separate ``v_bias``.
 """
+
 from __future__ import annotations
 
 from timm.models.beit import Beit

@@ -8,6 +8,7 @@ call (the forward values are unchanged); nothing is patched on any class.
 
 Shapes: (B, N, D) tokens, the norms act on the last axis D.
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable

@@ -3,6 +3,7 @@
 Rotary embeddings enter the queries and keys only, so the captured post-softmax attention already
 holds them; SwiGLU is token-wise. Neither needs anything beyond the generic capture.
 """
+
 from __future__ import annotations
 
 from timm.models.eva import Eva

@@ -3,6 +3,7 @@
 Its token grid and patch size live on ``embeds`` (not ``patch_embed``); the blocks are timm ViT
 blocks. Variable-resolution patch dictionaries are not explained (maps need one fixed grid).
 """
+
 from __future__ import annotations
 
 from timm.models.naflexvit import NaFlexVit

@@ -16,6 +16,7 @@ method holds only what its next step needs. The order depends on the :data:`Capt
 tests and property checks read, and :meth:`Capture.replay` feeds a capture back to any visitor in
 the order of its mode, so a method's block step is the same code on both paths.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass

@@ -1,4 +1,5 @@
 """timm ``VisionTransformer`` (vit_*, deit_*, hybrids, vitamin) and the distilled DeiT."""
+
 from __future__ import annotations
 
 from timm.models.deit import VisionTransformerDistilled

@@ -4,6 +4,7 @@ The bias enters before the softmax (captured attention holds it). In a res-post-
 (x + norm1(attn(x))) the attention branch is the normalised output, still what ``drop_path1``
 adds to the residual stream, so the skip gates read it unchanged.
 """
+
 from __future__ import annotations
 
 from timm.models.vision_transformer_relpos import VisionTransformerRelPos

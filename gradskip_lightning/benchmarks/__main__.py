@@ -1,4 +1,5 @@
 """Command line entry point: ``python -m gradskip_lightning.benchmarks SUBCOMMAND [--json PATH]``."""
+
 from __future__ import annotations
 
 import argparse

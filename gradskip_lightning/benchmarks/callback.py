@@ -20,6 +20,7 @@ from lightning.pytorch.loggers import CSVLogger
 
 from gradskip_lightning.benchmarks.configs import config_settings
 from gradskip_lightning.callback import GradSkipCallback, ProbeSettings, ScoreSettings
+from gradskip_lightning.validation import required
 
 
 class _TrainTimer(Callback):
@@ -112,7 +113,7 @@ def run(args: argparse.Namespace) -> list[dict]:
             num_probes=args.num_probes,
             insertion_steps=args.insertion_steps,
             compare=list(args.compare),
-            train_images=len(data.train_dataset),
+            train_images=len(required(data.train_dataset, "the training split")),
         )
         records.append(record)
         print(record)

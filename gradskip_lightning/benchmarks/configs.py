@@ -78,5 +78,7 @@ def build_datamodule(name: str, expected: type[DataModule], **data: Any) -> Data
     is an ``expected`` (what the calling benchmark reads from it)."""
     datamodule = datamodule_class(name)(**data)
     if not isinstance(datamodule, expected):
-        raise TypeError(f"configs/{name}.yaml builds a {type(datamodule).__name__}; the benchmark needs a {expected.__name__}")
+        raise TypeError(
+            f"configs/{name}.yaml builds a {type(datamodule).__name__}; the benchmark needs a {expected.__name__}"
+        )
     return datamodule

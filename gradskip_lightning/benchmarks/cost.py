@@ -16,6 +16,7 @@ Models: timm ViTs, and HF SegFormers (optional ``transformers``, imported only f
 named with ``--models``): a SegFormer map explains class 0 summed over the whole logits grid
 (random weights: a fixed, non-empty target; the cost does not depend on which).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -158,16 +159,26 @@ DEFAULT_MODELS = ("vit_base_patch16_224", "deit_base_distilled_patch16_224", "vi
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--models", nargs="+", default=list(DEFAULT_MODELS), choices=list(MODELS),
-                        help="vit_large_patch16_384 (about 3 GiB per image) and the SegFormers (need "
-                             "transformers) only when named")
+    parser.add_argument(
+        "--models",
+        nargs="+",
+        default=list(DEFAULT_MODELS),
+        choices=list(MODELS),
+        help="vit_large_patch16_384 (about 3 GiB per image) and the SegFormers (need transformers) only when named",
+    )
     every = dict.fromkeys(m for family in FAMILIES.values() for m in (*family.methods, FLOOR))
-    parser.add_argument("--methods", nargs="+", default=None, choices=list(every),
-                        help=f"methods to measure (default: every method of each model's family); {FLOOR!r} "
-                             "is the forward + activation-only backward row; a method a model lacks is skipped")
+    parser.add_argument(
+        "--methods",
+        nargs="+",
+        default=None,
+        choices=list(every),
+        help=f"methods to measure (default: every method of each model's family); {FLOOR!r} "
+        "is the forward + activation-only backward row; a method a model lacks is skipped",
+    )
     parser.add_argument("--batch-size", type=int, default=8, help="batch of the timed and memory-measured calls")
-    parser.add_argument("--repeats", type=int, default=2,
-                        help="timed rounds (methods interleaved, fastest kept; 0: no timing)")
+    parser.add_argument(
+        "--repeats", type=int, default=2, help="timed rounds (methods interleaved, fastest kept; 0: no timing)"
+    )
 
 
 def count_flops(fn: Callable[[], object]) -> int:
@@ -294,8 +305,10 @@ def run(args: argparse.Namespace) -> list[dict]:
     records = []
     print(__doc__.strip().splitlines()[2].strip(), "...")
     print(f"batch {args.batch_size}, {torch.get_num_threads()} thread(s) in this process; one fresh process per row")
-    print(f"{'model':32s} {'method':14s} {'fwd GFLOPs':>10s} {'GFLOPs/map':>10s} {'x forward':>9s} "
-          f"{'ms/map':>9s} {'MiB/image':>9s} {'x floor':>7s}")
+    print(
+        f"{'model':32s} {'method':14s} {'fwd GFLOPs':>10s} {'GFLOPs/map':>10s} {'x forward':>9s} "
+        f"{'ms/map':>9s} {'MiB/image':>9s} {'x floor':>7s}"
+    )
     for label in args.models:
         methods = methods_of(label, args.methods)
         if not methods:

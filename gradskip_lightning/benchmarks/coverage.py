@@ -7,6 +7,7 @@ block and attention classes, pooling, prefix tokens) one small instance of its f
 init, 2 blocks, a 4x4 token grid where the model allows it, float64, CPU) is checked: a batch of 3 gives the
 maps of 3 single calls (relative error < 1e-5) and GradSkip conserves relevance at every block.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -110,7 +111,7 @@ def small_instance(name: str, full: Adapter) -> nn.Module:
 
 
 def check_properties(model: nn.Module) -> str:
-    """"" when batch == singles and conservation hold on random images, else what failed."""
+    """ "" when batch == singles and conservation hold on random images, else what failed."""
     explainer = Explainer(model)
     images = torch.randn(BATCH, explainer.in_chans, *explainer.img_size, dtype=torch.float64)
     targets = torch.arange(BATCH) % NUM_CLASSES

@@ -13,6 +13,7 @@
 Every record holds ``check``, ``passed`` (None when not run), its figures and ``seconds``.
 Without a CUDA device nothing runs: each record says so (``passed=None``, ``skipped``).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -22,7 +23,7 @@ import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Literal, get_args
+from typing import Any, Literal, get_args
 from unittest import mock
 
 import numpy as np
@@ -54,7 +55,7 @@ IMPOSSIBLE_BYTES = 1 << 48
 NO_CUDA = "No CUDA device is present: the GPU checks were not run. Run this command on a machine with a GPU."
 
 
-def build_vit(name: ModelName, device: str | torch.device) -> torch.nn.Module:
+def build_vit(name: ModelName, device: str | torch.device) -> Any:
     """A randomly initialised timm ViT from :data:`MODELS`, in eval mode on ``device``."""
     torch.manual_seed(0)
     options = dict(MODELS[name])
@@ -95,8 +96,9 @@ def check_batch_equals_singles(
         for method in DETERMINISTIC_METHODS:
             explainer = Explainer(vit, method)
             batch = explainer.explain(images, targets).maps
-            singles = [explainer.explain(images[i : i + 1], targets[i : i + 1]).maps for i in range(batch_size)]
-            singles = torch.cat(singles)
+            singles = torch.cat(
+                [explainer.explain(images[i : i + 1], targets[i : i + 1]).maps for i in range(batch_size)]
+            )
             relative[method] = float((batch - singles).abs().max() / batch.abs().max())
     return {
         "check": "batch_equals_singles",
@@ -111,7 +113,7 @@ def check_batch_equals_singles(
 
 
 def _tiny_fit(
-    device: torch.device, root: Path, precision: str, name: str, epochs: int = 2
+    device: torch.device, root: Path, precision: Precision | Literal["32-true"], name: str, epochs: int = 2
 ) -> tuple[Trainer, CSVLogger, list[warnings.WarningMessage]]:
     """Fit a tiny ViTClassifier on planted shapes (4 steps an epoch) with the GradSkipCallback and a CSV logger."""
     seed_everything(0, workers=True)

@@ -3,6 +3,7 @@
 Run as ``python -m gradskip_lightning.benchmarks metrics`` (defaults: 64 images of 32 px,
 K = 16 steps, a random-weight timm ViT with 8 px patches, random maps).
 """
+
 from __future__ import annotations
 
 import argparse

@@ -13,6 +13,7 @@ Example:
     >>> profiles.apply(parser.parse_args(["--quick", "--seeds", "4"])).seeds
     [4]
 """
+
 from __future__ import annotations
 
 import argparse

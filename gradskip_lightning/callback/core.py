@@ -20,6 +20,8 @@ from typing_extensions import override
 from gradskip_lightning.data.tags import SpuriousTag
 from gradskip_lightning.explanation import ModelExplainer
 from gradskip_lightning.methods import MethodName
+from gradskip_lightning.metrics.perturbation import Activation
+from gradskip_lightning.validation import required
 
 from . import setup as checks
 from .drift import DriftTracker
@@ -131,7 +133,7 @@ class GradSkipCallback(Callback):
         return self._generate_state_key(method=self.method, log_prefix=self.log_prefix)
 
     @property
-    def _activation(self) -> str:
+    def _activation(self) -> Activation:
         probes = self._source.probes
         multilabel = self._data.multilabel or (probes is not None and probes.multi_hot is not None)
         return "sigmoid" if multilabel else "softmax"
@@ -140,7 +142,8 @@ class GradSkipCallback(Callback):
 
     @override
     def setup(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
-        others = [c.log_prefix for c in trainer.callbacks if c is not self and isinstance(c, GradSkipCallback)]
+        callbacks: list[Callback] = trainer.callbacks  # type: ignore[attr-defined]  # set by the Trainer
+        others = [c.log_prefix for c in callbacks if c is not self and isinstance(c, GradSkipCallback)]
         checks.refuse_shared_folder(self.log_prefix, others)
         self._explainers = checks.explainers_for(pl_module, [self.method, *self.compare_methods], self.method_options)
         if trainer.state.fn == TrainerFn.FITTING:
@@ -171,11 +174,12 @@ class GradSkipCallback(Callback):
     def _prepare(self) -> None:
         """Check the probes against the model and build their display sheet: before any epoch."""
         explainer = self._explainers[self.method]
-        probes = self._source.probes
+        probes = required(self._source.probes, "the probe set")
         check_probes(probes, explainer.in_chans, explainer.img_size, explainer.num_classes)
         explainer.check_images(probes.images)  # what the family needs besides (SegFormer: sides it divides)
         names = self._data.class_names or [str(c) for c in range(explainer.num_classes)]
-        self._sheet = probe_sheet(probes, names, *self._data.display, self.render.display_size)
+        mean, std = self._data.display
+        self._sheet = probe_sheet(probes, names, mean, std, self.render.display_size)
 
     def _ensure_probes(self, trainer: Trainer) -> None:
         """Draw the probes from the Trainer's dataloaders when setup had no datamodule dataset."""
@@ -224,7 +228,7 @@ class GradSkipCallback(Callback):
         trained = trainer.state.fn == TrainerFn.FITTING
         if trained:
             self._schedule.last_explained = epoch
-        probes = self._source.probes
+        probes, sheet = required(self._source.probes, "the probe set"), required(self._sheet, "the probe sheet")
         merged, error = explain_isolated(
             pl_module,
             self._explainers,
@@ -236,7 +240,7 @@ class GradSkipCallback(Callback):
             progress=self.progress and trainer.is_global_zero,
         )
         if error is None:
-            drift = self._drift.update(merged[self.method].token_maps, store=trained)
+            drift = self._drift.update(required(merged[self.method].token_maps, "the token maps"), store=trained)
             prefix = self.log_prefix if trained else f"{self.log_prefix}validate/"
             scalars = epoch_scalars(merged, self.method, drift, list(probes.regions or {}), epoch=epoch, prefix=prefix)
             monitor(trainer, scalars)
@@ -245,12 +249,12 @@ class GradSkipCallback(Callback):
                     # Lightning logs its epoch metrics at this step; no public attribute holds it.
                     step = getattr(trainer.fit_loop.epoch_loop, "_batches_that_stepped", trainer.global_step)
                     report = build_report(
-                        merged, self.method, drift, self._sheet, scalars,
+                        merged, self.method, drift, sheet, scalars,
                         epoch=epoch, step=step, prefix=prefix, settings=self.render, save=trained,
                     )  # fmt: skip
                     report.scalars[key(None, prefix, "time_s")] = time.perf_counter() - start
                     for sink in self._sinks:
-                        sink.log(report, self._sheet)
+                        sink.log(report, sheet)
                 except Exception as err:  # noqa: BLE001
                     error = f"{type(err).__name__}: {err}"
         if error is not None:

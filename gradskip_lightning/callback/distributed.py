@@ -87,20 +87,24 @@ def gather_records(
     rank, world = _world()
     positions = shard.positions[: shard.count]
     own = {method: record.select(slice(0, shard.count)) for method, record in records.items()}
-    shared = {"positions": positions, "error": error, "values": {m: r.values("shared") for m, r in own.items()}}
-    large = {"positions": positions, "values": {m: r.values("rank_zero") for m, r in own.items()}}
-    if world == 1:
-        shared_parts, large_parts = [shared], [large]
-    else:
+    shared: dict[str, Any] = {
+        "positions": positions,
+        "error": error,
+        "values": {m: r.values("shared") for m, r in own.items()},
+    }
+    large: dict[str, Any] = {"positions": positions, "values": {m: r.values("rank_zero") for m, r in own.items()}}
+    shared_parts: list[Any] = [shared]
+    large_parts: list[Any] | None = [large]
+    if world > 1:
         shared_parts = [None] * world
         dist.all_gather_object(shared_parts, shared)
         large_parts = [None] * world if rank == 0 else None
         dist.gather_object(large, large_parts, dst=0)
-    errors = [part["error"] for part in shared_parts if part["error"] is not None]
+    errors: list[str] = [part["error"] for part in shared_parts if part["error"] is not None]
     if errors:
         return {}, errors[0]
     merged = _merge(shared_parts, num_probes)
-    if rank == 0:
+    if large_parts is not None:  # rank zero
         for method, values in _merge(large_parts, num_probes).items():
             merged[method].update(values)
     return {method: ProbeRecord(**values) for method, values in merged.items()}, None

@@ -30,7 +30,7 @@ import zipfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 import numpy as np
 from PIL import Image
@@ -75,11 +75,15 @@ def write_probes(
     )
 
 
+def _epoch_arrays(epoch: int, step: int, method: str, arrays: dict[str, np.ndarray]) -> dict[str, Any]:
+    return {"epoch": np.asarray(epoch), "step": np.asarray(step), "method": np.asarray(method), **arrays}
+
+
 def write_epoch(folder: Path, epoch: int, step: int, method: str, arrays: dict[str, np.ndarray]) -> Path:
     """Write ``epoch_<epoch>.npz`` with the scalars and the per-probe ``arrays``, atomically."""
     return write_atomically(
         folder / f"epoch_{epoch:04d}.npz",
-        lambda file: np.savez_compressed(file, epoch=epoch, step=step, method=method, **arrays),
+        lambda file: np.savez_compressed(file, **_epoch_arrays(epoch, step, method, arrays)),
     )
 
 

@@ -25,7 +25,8 @@ def _score_rows(prefix: str) -> list[tuple[str, str]]:
     for name, scalar in scalar_fields().items():
         value = f"{scalar.name}/<region>" if scalar.regions else scalar.name
         method = "[/<method>]" if scalar.compared else ""
-        when = f"{REQUIREMENTS[needs[name]][1]}: " if needs[name] else ""
+        need = needs[name]
+        when = "" if need is None else f"{REQUIREMENTS[need][1]}: "
         rows.append((f"`{key(scalar.section, prefix, value)}{method}`", f"{when}{scalar.doc}"))
     return rows
 

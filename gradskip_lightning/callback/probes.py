@@ -23,6 +23,8 @@ import torch
 from torch import Tensor
 from torch.utils.data import Dataset, Subset
 
+from gradskip_lightning.validation import required
+
 __all__ = [
     "ProbeSet",
     "ProbeSource",
@@ -149,7 +151,7 @@ def dataset_labels(dataset: Dataset) -> Tensor:
     if labels is None:
         labels = getattr(dataset, "targets", None)
     if labels is None:
-        labels = torch.stack([torch.as_tensor(_item(dataset, i)[1]) for i in range(len(dataset))])
+        labels = torch.stack([torch.as_tensor(_item(dataset, i)[1]) for i in range(len(dataset))])  # type: ignore[arg-type]  # map-style: sized
     labels = torch.as_tensor(labels)
     if labels.ndim == 3:  # label maps (N, H, W)
         return label_presence(labels)
@@ -220,7 +222,9 @@ def load_probes(dataset: Dataset, indices: Sequence[int] | Tensor, frequency: Te
     explain the label :func:`explained_labels` picks with ``frequency`` (C,) (default: the
     labels of these probes).
     """
-    images, labels, regions = [], [], []
+    images: list[Tensor] = []
+    labels: list[Tensor] = []
+    regions: list[dict[str, Tensor]] = []
     for index in torch.as_tensor(indices).tolist():
         item = _item(dataset, index)
         image = torch.as_tensor(item[0])
@@ -231,8 +235,9 @@ def load_probes(dataset: Dataset, indices: Sequence[int] | Tensor, frequency: Te
             )
         images.append(image)
         labels.append(torch.as_tensor(item[1]))
-        if len(item) > 2:
-            regions.append(_as_regions(item[2]))
+        item_regions = _as_regions(item[2]) if len(item) > 2 else None
+        if item_regions is not None:
+            regions.append(item_regions)
     ids = torch.as_tensor(indices).long()
     stacked = torch.stack(labels)
     multi_hot = None
@@ -325,7 +330,7 @@ def given_probes(
     if labels.ndim == 2 and labels.shape[1] > 1:
         multi_hot = labels.float()
         labels = explained_labels(multi_hot, multi_hot.sum(dim=0))
-    return ProbeSet(images, labels.reshape(-1), torch.arange(len(images)), masks, multi_hot)
+    return ProbeSet(images, labels.reshape(-1), torch.arange(len(images)), _as_regions(masks), multi_hot)
 
 
 class ProbeSource:
@@ -367,7 +372,7 @@ class ProbeSource:
             drawn = stratified_indices(strata, self.num_probes, self.seed)
             if len(drawn) == 0:
                 raise ValueError("no item of the dataset has a label or class to explain: nothing to draw probes from")
-            ids = pair_ids[drawn] if segmentation else drawn
+            ids = required(pair_ids, "the (image, class) pairs")[drawn] if segmentation else drawn
         if segmentation:
             self._drawn = load_segmentation_probes(dataset, ids, labels.shape[1])
         else:

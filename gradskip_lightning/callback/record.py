@@ -106,63 +106,120 @@ class ProbeRecord:
     predictions: Tensor | None = value(scope="shared", npz=True)
     probabilities: Tensor | None = value(scope="shared", table="probability", npz=True)
     insertion: Tensor | None = value(
-        scope="shared", section="faithfulness", scalar="insertion", compared=True, table="insertion", npz=True,
+        scope="shared",
+        section="faithfulness",
+        scalar="insertion",
+        compared=True,
+        table="insertion",
+        npz=True,
         doc=(
             "Petsiuk et al. 2018 insertion AUC (K steps): the explained class's score as the most relevant "
             "patches are put in"
         ),
     )
     deletion: Tensor | None = value(
-        scope="shared", section="faithfulness", scalar="deletion", compared=True, table="deletion", npz=True,
+        scope="shared",
+        section="faithfulness",
+        scalar="deletion",
+        compared=True,
+        table="deletion",
+        npz=True,
         doc="Petsiuk et al. 2018 deletion AUC: the explained class's score as the most relevant patches are removed",
     )
     ins_minus_del: Tensor | None = value(
-        scope="shared", section="faithfulness", scalar="ins_minus_del", compared=True,
+        scope="shared",
+        section="faithfulness",
+        scalar="ins_minus_del",
+        compared=True,
         doc="insertion minus deletion",
     )
     fvt_violation: Tensor | None = value(
-        scope="shared", section="faithfulness", scalar="fvt_violation", compared=True,
+        scope="shared",
+        section="faithfulness",
+        scalar="fvt_violation",
+        compared=True,
         doc="Faithfulness Violation Test ratio (Liu et al. 2022)",
     )
     pointing_hit: Tensor | None = value(
-        scope="shared", section="regions", scalar="pointing_game", compared=True, table="pointing_hit", npz=True,
+        scope="shared",
+        section="regions",
+        scalar="pointing_game",
+        compared=True,
+        table="pointing_hit",
+        npz=True,
         doc="Pointing Game hit rate on the `object` region",
     )
     region_mass: Tensor | None = value(
-        scope="shared", section="regions", scalar="mass", compared=True, table="mass", npz=True, regions=True,
+        scope="shared",
+        section="regions",
+        scalar="mass",
+        compared=True,
+        table="mass",
+        npz=True,
+        regions=True,
         doc=(
             "relevance mass accuracy (Arras et al. 2022) on each named region (e.g. `object`, `tag`), mean over "
             "probes whose region is not empty"
         ),
     )
     region_rank: Tensor | None = value(
-        scope="shared", section="regions", scalar="rank", compared=True, table="rank", npz=True, regions=True,
+        scope="shared",
+        section="regions",
+        scalar="rank",
+        compared=True,
+        table="rank",
+        npz=True,
+        regions=True,
         doc=(
             "relevance rank accuracy (Arras et al. 2022) on each named region, mean over probes whose region is "
             "not empty"
         ),
     )
     pixel_accuracy: Tensor | None = value(
-        scope="shared", section="regions", scalar="pixel_accuracy", compared=True, table="pixel_accuracy", npz=True,
+        scope="shared",
+        section="regions",
+        scalar="pixel_accuracy",
+        compared=True,
+        table="pixel_accuracy",
+        npz=True,
         doc=(
             "pixel accuracy of the map thresholded at its mean against the `object` region (Chefer et al. 2021, "
             "the GradSkip paper's segmentation protocol)"
         ),
     )
     mean_iou: Tensor | None = value(
-        scope="shared", section="regions", scalar="mean_iou", compared=True, table="mean_iou", npz=True,
+        scope="shared",
+        section="regions",
+        scalar="mean_iou",
+        compared=True,
+        table="mean_iou",
+        npz=True,
         doc="mIoU of the thresholded map against the `object` region (mean of the object's and the rest's IoU)",
     )
     average_precision: Tensor | None = value(
-        scope="shared", section="regions", scalar="average_precision", compared=True, table="ap", npz=True,
+        scope="shared",
+        section="regions",
+        scalar="average_precision",
+        compared=True,
+        table="ap",
+        npz=True,
         doc="average precision of the soft map against the `object` region",
     )
     transplant_flip: Tensor | None = value(
-        scope="shared", section="transplant", scalar="flip_rate", table="transplant_flip", npz=True,
+        scope="shared",
+        section="transplant",
+        scalar="flip_rate",
+        table="transplant_flip",
+        npz=True,
         doc="share of other-class probes predicted as the tag's class once the tag is pasted in",
     )
     transplant_mass: Tensor | None = value(
-        scope="shared", section="transplant", scalar="tag_mass", compared=True, table="transplant_tag_mass", npz=True,
+        scope="shared",
+        section="transplant",
+        scalar="tag_mass",
+        compared=True,
+        table="transplant_tag_mass",
+        npz=True,
         doc="relevance mass on the pasted tag of the map explaining the tag's class",
     )
     gates: Tensor | None = value(scope="shared")

@@ -9,6 +9,7 @@ import torch
 from torch import Tensor
 
 from gradskip_lightning import render
+from gradskip_lightning.validation import required
 
 from .keys import key
 from .probes import ProbeSet
@@ -142,10 +143,10 @@ def build_report(
             arrays["region_names"] = np.asarray(sheet.regions, dtype=str)
     report = EpochReport(epoch=epoch, step=step, scalars=dict(scalars), method=method, arrays=arrays)
 
-    overlays = _overlays(sheet, main.maps, settings)
+    overlays = _overlays(sheet, required(main.maps, "the explained method's maps"), settings)
     names = sheet.class_names
-    predictions = main.predictions.tolist()
-    probabilities = main.probabilities.tolist()
+    predictions = required(main.predictions, "the predictions").tolist()
+    probabilities = required(main.probabilities, "the probabilities").tolist()
     if settings.probe_overlays:
         for i, probe_id in enumerate(sheet.probe_ids):
             text = render.caption(sheet.labels[i], names[predictions[i]], probabilities[i])
@@ -161,7 +162,7 @@ def build_report(
             report.histograms[key("heads", prefix, f"{part}/layer_{layer}")] = values[np.isfinite(values)]
     for name in compared:
         report.images[key("probes", prefix, "overlays", method=name)] = render.image_grid(
-            _overlays(sheet, records[name].maps, settings)
+            _overlays(sheet, required(records[name].maps, f"{name}'s maps"), settings)
         )
 
     def cell(name: str, i: int) -> float | None:

@@ -24,6 +24,7 @@ from gradskip_lightning.metrics import (
     segmentation_scores_per_image,
 )
 from gradskip_lightning.metrics.perturbation import Activation
+from gradskip_lightning.validation import required
 
 from .probes import ProbeSet
 from .settings import ScoreSettings
@@ -122,7 +123,7 @@ def _violation(c: Chunk) -> dict[str, Tensor]:
 
 
 def _object_masks(c: Chunk) -> Tensor:
-    return c.probes.masks.to(c.images.device)
+    return required(c.probes.masks, "the probes' object masks").to(c.images.device)
 
 
 def _pointing(c: Chunk) -> dict[str, Tensor]:
@@ -136,7 +137,7 @@ def _segmentation(c: Chunk) -> dict[str, Tensor]:
 
 
 def _regions(c: Chunk) -> dict[str, Tensor]:
-    regions = [masks.to(c.images.device) for masks in c.probes.regions.values()]
+    regions = [masks.to(c.images.device) for masks in required(c.probes.regions, "the probes' regions").values()]
     return dict(
         region_mass=torch.stack([relevance_mass_accuracy(c.exp.maps, masks) for masks in regions], dim=1),
         region_rank=torch.stack([relevance_rank_accuracy(c.exp.maps, masks) for masks in regions], dim=1),
@@ -145,7 +146,7 @@ def _regions(c: Chunk) -> dict[str, Tensor]:
 
 def _transplant(c: Chunk) -> dict[str, Tensor]:
     """Per-probe (B,) flips to the tag's class and relevance mass on the tag; NaN for probes of its class."""
-    images, transplant = c.images, c.transplant
+    images, transplant = c.images, required(c.transplant, "the transplant test")
     flips = torch.full((len(images),), float("nan"), device=images.device)
     mass = flips.clone()
     chosen = transplant.eligible(c.probes.labels, c.probes.multi_hot).to(images.device)

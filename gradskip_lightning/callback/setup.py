@@ -33,7 +33,7 @@ __all__ = [
     "loader_dataset",
 ]
 
-Display = tuple[Sequence[float], Sequence[float]] | tuple[None, None]
+Display = tuple[Sequence[float] | None, Sequence[float] | None]
 """The (mean, std) to undo for display, or (None, None): min-max scaling."""
 
 
@@ -112,7 +112,7 @@ def checked_transplant(
     if explainer.img_size is not None:
         tag.check_fits(*explainer.img_size)
     mean, std = display
-    if mean is None:
+    if mean is None or std is None:
         raise ValueError(
             "transplant pastes the tag in pixel values and needs the images' normalisation: give mean and std, "
             "or use a datamodule with mean/std attributes"

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 from lightning.pytorch.loggers import Logger, TensorBoardLogger, WandbLogger
@@ -17,6 +17,9 @@ from gradskip_lightning.render import annotate
 
 from .files import write_epoch, write_png, write_probes
 from .keys import key
+
+if TYPE_CHECKING:
+    import wandb
 
 __all__ = [
     "EpochReport",
@@ -101,7 +104,7 @@ class WandbSink:
         self.logger = logger
         self.prefix = prefix
         self.maps_dir = maps_dir
-        self._table = None
+        self._table: wandb.Table | None = None
         self._probes_logged = False
 
     def log(self, report: EpochReport, sheet: ProbeSheet) -> None:
@@ -119,13 +122,13 @@ class WandbSink:
         for name, image in report.images.items():
             row[name] = wandb.Image(image)
         for name, values in report.histograms.items():
-            row[name] = wandb.Histogram(values, num_bins=min(64, max(1, values.size)))
+            row[name] = wandb.Histogram(values.tolist(), num_bins=min(64, max(1, values.size)))
         if report.rows:
             if self._table is None:
                 self._table = wandb.Table(columns=list(report.rows[0]), log_mode="INCREMENTAL")
             for cells in report.rows:
                 self._table.add_data(
-                    *[wandb.Image(cells[c]) if c == "overlay" else cells.get(c) for c in self._table.columns]
+                    *[wandb.Image(cells[c]) if c == "overlay" else cells.get(str(c)) for c in self._table.columns]
                 )
             row[key("probes", self.prefix, "table")] = self._table
         self.logger.log_metrics(row, step=report.step)

@@ -1,4 +1,5 @@
 """What every image-classification datamodule of the project shares: loaders, splits and the data interface."""
+
 from __future__ import annotations
 
 from typing import Literal

@@ -1,4 +1,5 @@
 """Any MedMNIST v2 2D dataset (BloodMNIST by default) through the real ``medmnist`` loaders."""
+
 from __future__ import annotations
 
 from collections.abc import Callable

@@ -6,6 +6,7 @@ the target is a label map instead of an image label: the square's pixels are ``1
 class``, the rings and the background 0. Telling a square from a ring of the same colour needs
 context (is the middle filled?), not just the pixel colour.
 """
+
 from __future__ import annotations
 
 import torch

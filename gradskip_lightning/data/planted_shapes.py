@@ -10,6 +10,7 @@ shortcut a model can learn instead of the square; objects never cover the tag's 
 Everything is generated on the fly and deterministic: item ``i`` of a dataset with seed ``s``
 depends only on ``(s, i)`` and the dataset's options.
 """
+
 from __future__ import annotations
 
 from dataclasses import asdict

@@ -17,6 +17,7 @@ as the tag's class. Adebayo et al. (ICLR 2022, "Post hoc explanations may be ine
 detecting unknown spurious correlation") call a model spurious when it is at least
 :data:`SPURIOUS_THRESHOLD`.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass

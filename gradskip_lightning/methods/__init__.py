@@ -1,6 +1,7 @@
 """GradSkip and the baselines: per-block steps (pure functions of tensors), the visitors that apply
 them to one streamed pass (:mod:`gradskip_lightning.adapters.tensors`), and the registry that names
 them (:data:`METHODS`, :data:`MethodName`, :func:`method_spec`)."""
+
 from gradskip_lightning.methods.baselines import (
     CheferVisitor,
     NoOptions,

@@ -2,6 +2,7 @@
 
 Shapes: B images, L blocks, H heads, N tokens (prefix tokens first, then P patches).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -11,8 +12,9 @@ from torch import Tensor
 
 from gradskip_lightning.adapters import BlockTensors, CaptureMode, Top
 from gradskip_lightning.methods.gradskip import propagate_block
-from gradskip_lightning.methods.output import MethodOutput, normalise, present
+from gradskip_lightning.methods.output import MethodOutput, normalise
 from gradskip_lightning.methods.registry import METHOD_SPECS, MethodSpec
+from gradskip_lightning.validation import required
 
 
 @dataclass(frozen=True)
@@ -150,7 +152,9 @@ class CheferVisitor(BaselineVisitor):
         self.relevance = top.readout
 
     def block(self, tensors: BlockTensors) -> None:
-        self.relevance = chefer_step(self.relevance, tensors.attn, present(tensors.attn_grad, "attn_grad", "chefer"))
+        self.relevance = chefer_step(
+            self.relevance, tensors.attn, required(tensors.attn_grad, "chefer: the block's attn_grad")
+        )
 
     def token_relevance(self) -> Tensor:
         return self.relevance

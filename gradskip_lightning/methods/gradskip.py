@@ -4,6 +4,7 @@ Shapes: B images, L blocks, H heads, N tokens (prefix tokens first, then P patch
 A relevance vector R is (B, N); propagation runs from the top block down. The algorithm and the
 meaning of every option are in ``docs/method.md`` (the project's copy of the method doc).
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -15,8 +16,9 @@ import torch
 from torch import Tensor
 
 from gradskip_lightning.adapters import BlockTensors, Capture, CaptureMode, Top
-from gradskip_lightning.methods.output import MethodOutput, normalise, present
+from gradskip_lightning.methods.output import MethodOutput, normalise
 from gradskip_lightning.methods.registry import METHOD_SPECS, MethodSpec
+from gradskip_lightning.validation import required
 
 AttentionWeighting = Literal["abs_grad", "pos_grad", "none"]
 Gate = Literal["token", "layer", "off"]
@@ -136,7 +138,7 @@ def mixed_attention(
     """
     per_head = GRADIENT_FACTORS[options.attention_weighting](attn, attn_grad)
     if options.value_norm:
-        per_head = per_head * present(value_norm, "value_norm", "gradskip (value_norm=True)")[:, :, None, :]
+        per_head = per_head * required(value_norm, "gradskip (value_norm=True): the block's value_norm")[:, :, None, :]
     return torch.einsum("bh,bhij->bij", omega, per_head)
 
 
@@ -225,7 +227,7 @@ def start_relevance(top: Top, options: GradSkipOptions) -> Tensor:
     if options.cls_mode == "readout":
         return top.readout
     p = top.num_prefix_tokens
-    output_grad = present(top.output_grad, "output_grad", "gradskip (cls_mode='paper')")
+    output_grad = required(top.output_grad, "gradskip (cls_mode='paper'): the gradient of x^L")
     start = (output_grad[:, p:] * top.output[:, p:]).sum(dim=-1).clamp_min(0)
     uniform = torch.full_like(start, 1.0 / start.shape[-1])
     return torch.where(start.sum(dim=-1, keepdim=True) > 0, start, uniform)
@@ -239,15 +241,17 @@ def block_step(
     ``key_to_token``: S (M, N), rows summing to 1, for attentions over M reduced keys (SegFormer:
     W~ becomes rownorm(W S)); None where the keys are the N tokens.
     """
-    attn, attn_grad = tensors.attn, present(tensors.attn_grad, "attn_grad", "gradskip")
+    attn, attn_grad = tensors.attn, required(tensors.attn_grad, "gradskip: the block's attn_grad")
     omega, g_tilde, s_tilde = head_weights(attn, attn_grad, options)
     w = mixed_attention(attn, attn_grad, tensors.value_norm, omega, options)
     if options.gate == "off":
         beta = torch.ones_like(relevance)
     else:
-        block_input, branch = present(tensors.block_input, "block_input", "gradskip"), tensors.branch
-        branch_grad = present(tensors.branch_grad, "branch_grad", "gradskip")
-        beta = skip_gates(block_input, present(branch, "branch", "gradskip"), branch_grad, options.gate, options.eps)
+        block_input, branch = required(tensors.block_input, "gradskip: the block's block_input"), tensors.branch
+        branch_grad = required(tensors.branch_grad, "gradskip: the block's branch_grad")
+        beta = skip_gates(
+            block_input, required(branch, "gradskip: the block's branch"), branch_grad, options.gate, options.eps
+        )
     if key_to_token is None:
         below = propagate_block(relevance, rows_or_identity(w), beta)
     else:

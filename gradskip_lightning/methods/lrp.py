@@ -6,14 +6,15 @@ probabilities and the norm denominators held constant in the backward
 
 Shapes: B images, N tokens (prefix tokens first, then P patches), D channels.
 """
+
 from __future__ import annotations
 
 from torch import Tensor
 
 from gradskip_lightning.adapters import CaptureMode
 from gradskip_lightning.methods.baselines import BaselineVisitor, NoOptions
-from gradskip_lightning.methods.output import present
 from gradskip_lightning.methods.registry import METHOD_SPECS, MethodSpec
+from gradskip_lightning.validation import required
 
 
 def token_relevance(tokens: Tensor, tokens_grad: Tensor) -> Tensor:
@@ -33,8 +34,10 @@ class LrpVisitor(BaselineVisitor):
     mode: CaptureMode = "conservative"
 
     def token_relevance(self) -> Tensor:
-        tokens = present(self.top.input_tokens, "input_tokens", "lrp")
-        return token_relevance(tokens, present(self.top.input_grad, "input_grad", "lrp"))
+        tokens = required(self.top.input_tokens, "lrp: the input tokens x^0 (a 'conservative' pass)")
+        return token_relevance(
+            tokens, required(self.top.input_grad, "lrp: the input tokens' gradient (a 'conservative' pass)")
+        )
 
 
 METHOD_SPECS.register("lrp", MethodSpec(LrpVisitor, NoOptions))

@@ -1,4 +1,5 @@
 """What every method is (a visitor of one pass) and returns, and the row normalisation they share."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -28,18 +29,6 @@ class MethodVisitor(BlockVisitor, Protocol):
     def __init__(self, options: object) -> None: ...
 
     def result(self) -> MethodOutput: ...
-
-
-def present(value: Tensor | None, name: str, method: str) -> Tensor:
-    """``value``, or a ValueError saying that ``method`` needs the pass to record ``name``.
-
-    Example:
-        >>> present(torch.ones(1), "attn_grad", "chefer")
-        tensor([1.])
-    """
-    if value is None:
-        raise ValueError(f"{method} needs the block's {name}: the pass ran in a mode that does not record it")
-    return value
 
 
 def normalise(x: Tensor, dim: int = -1) -> Tensor:

@@ -4,6 +4,7 @@ which gives the pass it needs, and its options dataclass). Each method's module 
 imports them all); the :class:`~gradskip_lightning.explainer.Explainer` looks methods up here;
 :data:`MethodName` types the same names, in registration order (a test checks that both agree).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, fields

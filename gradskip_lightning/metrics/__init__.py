@@ -8,6 +8,7 @@ dtype: TypeError; wrong shape or value: ValueError). Pass an eval-mode model; it
 left as it is and it is run under ``torch.no_grad()``. For a segmentation model (logits
 (B, K, h, w)) they also take ``regions`` (B, h, w) bool and score the mean region logit.
 """
+
 from .drift import ExplanationDrift, average_ranks, drift, spearman, topk_iou
 from .insertion_deletion import InsertionDeletion, insertion_deletion, trapezoid_auc
 from .perturbation import (

@@ -1,4 +1,5 @@
 """Base metric: the mean over images of a per-image score, NaN scores left out, DDP-synchronised."""
+
 from __future__ import annotations
 
 from typing import Any

@@ -1,4 +1,5 @@
 """Drift between two relevance maps of the same images: Spearman rank correlation and top-k % IoU."""
+
 from __future__ import annotations
 
 import math

@@ -1,4 +1,5 @@
 """Insertion and Deletion AUC (Petsiuk et al. 2018, RISE) on patches."""
+
 from __future__ import annotations
 
 from typing import Any, Callable, ClassVar

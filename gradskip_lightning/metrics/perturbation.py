@@ -8,6 +8,7 @@ and the model sees large batches.
 A classifier's score is the target's probability; a segmentation model's (``regions`` given) is the
 mean of the target's logit over the object's region on its logits grid.
 """
+
 from __future__ import annotations
 
 import math

@@ -1,4 +1,5 @@
 """Pointing Game (Zhang et al. 2016): does the map's maximum fall on (or near) the object?"""
+
 from __future__ import annotations
 
 from typing import Any

@@ -1,4 +1,5 @@
 """Model-parameter randomisation test (Adebayo et al. 2018), cascading from the head down."""
+
 from __future__ import annotations
 
 import copy

@@ -4,6 +4,7 @@ An image whose region is empty has no score: its value is NaN and the metric cla
 of their mean (as Quantus does). Quantus's ``RelevanceMassAccuracy`` sums signed relevance; here,
 as in the paper, only positive relevance counts.
 """
+
 from __future__ import annotations
 
 from torch import Tensor

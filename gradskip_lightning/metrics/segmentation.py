@@ -7,6 +7,7 @@ map gives the average precision of its pixels against the mask. Both are invaria
 normalisation (an increasing affine map moves the mean with the values and keeps their order), so
 the maps are used as they are.
 """
+
 from __future__ import annotations
 
 from typing import Any

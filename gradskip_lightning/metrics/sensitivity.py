@@ -4,6 +4,7 @@ The Spearman rank correlation between the maps of an image's top-1 and top-2 cla
 class-agnostic method (raw attention and rollout by construction), lower for a more class-specific
 one.
 """
+
 from __future__ import annotations
 
 from torch import Tensor

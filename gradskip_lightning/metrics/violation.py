@@ -1,4 +1,5 @@
 """Faithfulness Violation Test (Liu et al., ICML 2022) on patches."""
+
 from __future__ import annotations
 
 from typing import Any, Callable, ClassVar

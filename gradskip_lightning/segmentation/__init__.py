@@ -4,6 +4,7 @@ methods and :class:`~gradskip_lightning.segmentation.module.SegmentationModule`.
 ``transformers`` is imported only when a SegFormer is used (``SegmentationModule`` is loaded on
 first access), so the classification path never needs it.
 """
+
 from gradskip_lightning.segmentation.capture import (
     SegformerCascade,
     SegmentationCapture,

@@ -9,6 +9,7 @@ activation-only backward of y = sum_b sum_{p in Omega_b} logit[b, c_b, p]. Hooks
 during one call; eval mode and ``config._attn_implementation`` are restored, no parameter
 ``.grad`` is written, and it works inside ``torch.no_grad()`` and ``torch.inference_mode()``.
 """
+
 from __future__ import annotations
 
 import sys

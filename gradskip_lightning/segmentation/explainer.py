@@ -13,6 +13,7 @@ Example:
     >>> out.maps.shape, out.token_maps.shape, out.dense_logits.shape, out.logits.shape
     (torch.Size([2, 64, 64]), torch.Size([2, 16, 16]), torch.Size([2, 3, 16, 16]), torch.Size([2, 3]))
 """
+
 from __future__ import annotations
 
 import math

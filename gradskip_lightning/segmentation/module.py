@@ -1,4 +1,5 @@
 """SegmentationModule: a LightningModule around a random-initialised HF SegFormer."""
+
 from __future__ import annotations
 
 from typing import Any

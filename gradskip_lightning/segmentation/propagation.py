@@ -5,6 +5,7 @@ token grid, N_s its tokens, M_s its reduced keys. Relevance runs from the top st
 block at a time, then through each stage transition; every step conserves the total (the
 method and every [ours] choice: the "SegFormer" section of ``docs/method.md``).
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -17,10 +18,11 @@ from torch import Tensor
 from gradskip_lightning.adapters import BlockTensors
 from gradskip_lightning.methods.baselines import NoOptions, RandomOptions, chefer_step, random_relevance, rollout_step
 from gradskip_lightning.methods.gradskip import BlockStep, GradSkipOptions, block_step, propagate_block
-from gradskip_lightning.methods.output import normalise, present
+from gradskip_lightning.methods.output import normalise
 from gradskip_lightning.methods.registry import build_options
 from gradskip_lightning.registry import Registry
 from gradskip_lightning.segmentation.capture import SegmentationCapture, StageTensors
+from gradskip_lightning.validation import required
 
 SegmentationMethod = Literal["gradskip", "raw_attention", "rollout", "chefer", "random"]
 #: The methods whose every step conserves the total relevance.
@@ -203,8 +205,11 @@ def chefer_segmentation(capture: SegmentationCapture, options: NoOptions | None 
     """Chefer et al. 2021: each block by R + S^T (mean_h (dA * A)^+)^T R, through the same stage
     transitions and from the same decoder starts (does not conserve; the map is then divided by
     its total so that it sums to 1 like the others; ``options`` is unused)."""
+
     def step(relevance: Tensor, tensors: BlockTensors, spread: Tensor) -> Tensor:
-        return chefer_step(relevance, tensors.attn, present(tensors.attn_grad, "attn_grad", "chefer"), spread)
+        return chefer_step(
+            relevance, tensors.attn, required(tensors.attn_grad, "chefer: the block's attn_grad"), spread
+        )
 
     result = propagate(capture, step)
     result.token_map = normalise(result.token_map.flatten(1)).reshape(result.token_map.shape)

@@ -1,4 +1,5 @@
 """Capture through a model's adapter as the Explainer does, and the backbone-plus-external-head pattern."""
+
 from __future__ import annotations
 
 import copy
@@ -22,9 +23,7 @@ def capture(
 
 def hooks_on(model: nn.Module) -> int:
     """Forward, pre-forward and backward hooks left on any submodule."""
-    return sum(
-        len(m._forward_hooks) + len(m._forward_pre_hooks) + len(m._backward_hooks) for m in model.modules()
-    )
+    return sum(len(m._forward_hooks) + len(m._forward_pre_hooks) + len(m._backward_hooks) for m in model.modules())
 
 
 class Classifier(LightningModule):

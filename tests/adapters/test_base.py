@@ -1,4 +1,5 @@
 """The adapter base: capture leaves the model as it found it, and works in every grad context and model family."""
+
 from __future__ import annotations
 
 import pytest
@@ -68,7 +69,13 @@ def test_model_families_prefix_tokens_and_readout():
     ).eval()
     registers = timm.create_model(
         "vit_base_patch16_reg4_gap_256",
-        pretrained=False, img_size=32, patch_size=8, depth=2, embed_dim=48, num_heads=3, num_classes=3,
+        pretrained=False,
+        img_size=32,
+        patch_size=8,
+        depth=2,
+        embed_dim=48,
+        num_heads=3,
+        num_classes=3,
     ).eval()
     x = torch.randn(2, 3, 32, 32)
     cap = capture(deit, x)

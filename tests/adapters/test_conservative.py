@@ -1,4 +1,5 @@
 """The constant-denominator norms: same values as the norms, gradients with std / rms held constant."""
+
 from __future__ import annotations
 
 import pytest

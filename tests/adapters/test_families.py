@@ -4,6 +4,7 @@ A batch of B equals B single calls, relevance is conserved at every block, the m
 was (modes, fused-attention flags, no parameter .grad), and a LightningModule holding a headless
 backbone and its own head gets the maps of the same weights inside a headed model.
 """
+
 from __future__ import annotations
 
 import warnings
@@ -30,8 +31,11 @@ FAMILIES = {
     "deit_distilled": ("deit_tiny_distilled_patch16_224", {}, "vision_transformer"),
     "hybrid_resnet_stem": ("vit_tiny_r_s16_p8_224", dict(patch_size=2), "vision_transformer"),
     # vitamin's convolutional stem fixes the width (384) and the stride (16 px)
-    "vitamin": ("vitamin_small_224", dict(embed_dim=None, num_heads=None, patch_size=None, img_size=64),
-                "vision_transformer"),
+    "vitamin": (
+        "vitamin_small_224",
+        dict(embed_dim=None, num_heads=None, patch_size=None, img_size=64),
+        "vision_transformer",
+    ),
     "eva02_rope_swiglu": ("eva02_tiny_patch14_224", {}, "eva"),
     "eva_map_pe_core": ("vit_pe_core_tiny_patch16_384", {}, "eva"),
     "beit_relpos_bias": ("beit_base_patch16_224", {}, "beit"),

@@ -1,4 +1,5 @@
 """Streaming: the order blocks reach a visitor, what the engine keeps, and replay of a full capture."""
+
 from __future__ import annotations
 
 import weakref

@@ -1,4 +1,5 @@
 """The ``cost`` benchmark: FLOP ratios and memory that mean something, and the JSON the CLI writes."""
+
 from __future__ import annotations
 
 import json
@@ -13,11 +14,34 @@ from gradskip_lightning.segmentation import SEGMENTATION_METHODS
 @pytest.mark.slow  # four fresh subprocesses
 def test_cost_records_flop_ratios_and_memory_against_the_floor(tmp_path, capsys):
     out = tmp_path / "cost.json"
-    main(["cost", "--models", "vit_tiny_patch16_224", "--methods", "gradskip", "rollout", "floor",
-          "--batch-size", "2", "--repeats", "1", "--json", str(out)])
+    main(
+        [
+            "cost",
+            "--models",
+            "vit_tiny_patch16_224",
+            "--methods",
+            "gradskip",
+            "rollout",
+            "floor",
+            "--batch-size",
+            "2",
+            "--repeats",
+            "1",
+            "--json",
+            str(out),
+        ]
+    )
     records = {r["method"]: r for r in json.loads(out.read_text())}
-    keys = {"model", "method", "forward_flops", "flops_per_map", "ratio_to_forward", "ms_per_map",
-            "peak_mib_per_image", "peak_to_floor"}
+    keys = {
+        "model",
+        "method",
+        "forward_flops",
+        "flops_per_map",
+        "ratio_to_forward",
+        "ms_per_map",
+        "peak_mib_per_image",
+        "peak_to_floor",
+    }
     assert all(keys <= set(r) for r in records.values())
     # One forward of ViT-Ti/16 at 224 px: 1.26 GMAC = 2.5 GFLOPs (2 per multiply-add).
     assert 2.4e9 < records["rollout"]["forward_flops"] < 2.6e9

@@ -1,4 +1,5 @@
 """The ``coverage`` benchmark on a few names: accepted or refused with a reason, kinds checked."""
+
 from __future__ import annotations
 
 import json
@@ -17,8 +18,13 @@ def test_coverage_records_acceptance_reasons_and_checks(tmp_path, capsys):
     assert set(records) == set(NAMES)
     assert all(set(r) == {"model", "family", "accepted", "reason", "checked"} for r in records.values())
     vit, deit = records["vit_tiny_patch16_224"], records["deit_tiny_patch16_224"]
-    assert vit == {"model": vit["model"], "family": "vision_transformer", "accepted": True, "reason": "",
-                   "checked": True}
+    assert vit == {
+        "model": vit["model"],
+        "family": "vision_transformer",
+        "accepted": True,
+        "reason": "",
+        "checked": True,
+    }
     assert deit["accepted"] and deit["checked"] and deit["family"] == "deit"  # another module: checked on its own
     for parallel in ("vit_small_patch16_18x2_224", "vit_base_patch16_xp_224"):
         assert not records[parallel]["accepted"] and records[parallel]["checked"] is None

@@ -1,4 +1,5 @@
 """The ``gpu`` benchmark: a clear no-CUDA message, and its checks run on CPU with a tiny ViT."""
+
 from __future__ import annotations
 
 import json

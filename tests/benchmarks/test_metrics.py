@@ -1,4 +1,5 @@
 """The ``metrics`` benchmark subcommand on a tiny setting: one record, forward calls as batched."""
+
 from __future__ import annotations
 
 import argparse

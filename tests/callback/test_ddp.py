@@ -48,8 +48,9 @@ def test_ddp_two_processes_log_once_and_match_one_process(ddp_out, tmp_path):
     for key in ("faithfulness/gradskip/validate/insertion", "faithfulness/gradskip/insertion"):  # validate, then fit
         assert len(_rows(ddp_dir, key)) == len(_rows(single_dir, key)) == 1, key
     assert sorted(p.name for p in (tmp_path / "devices_2").iterdir() if p.is_dir()) == ["version_0"]
-    (validate_ddp,), (validate_single,) = _rows(ddp_dir, "faithfulness/gradskip/validate/insertion"), _rows(
-        single_dir, "faithfulness/gradskip/validate/insertion"
+    (validate_ddp,), (validate_single,) = (
+        _rows(ddp_dir, "faithfulness/gradskip/validate/insertion"),
+        _rows(single_dir, "faithfulness/gradskip/validate/insertion"),
     )
     keys = [k for k in validate_single if "gradskip/validate/" in k and k != "gradskip/validate/time_s"]
     assert {

@@ -3,6 +3,7 @@
 medmnist asserts the official split sizes in ``len()``, so the files have them; their content is
 tiny (an image encodes its label) and compresses to a few MB.
 """
+
 from __future__ import annotations
 
 from pathlib import Path

@@ -1,5 +1,6 @@
 """MedMNISTDataModule on the real medmnist loader, reading generated files of the official sizes:
 BloodMNIST (RGB, the default), BreastMNIST (grayscale) and ChestMNIST (grayscale, multi-label)."""
+
 from __future__ import annotations
 
 import numpy as np

@@ -1,4 +1,5 @@
 """PlantedShapesSegmentationDataset / DataModule: label maps are the classification items' squares."""
+
 from __future__ import annotations
 
 import pytest

@@ -1,4 +1,5 @@
 """PlantedShapesDataset / PlantedShapesDataModule: exact masks, determinism, the spurious tag."""
+
 from __future__ import annotations
 
 import pytest

@@ -1,4 +1,5 @@
 """SpuriousTag (pattern, place, per-class draws) and the spurious score."""
+
 from __future__ import annotations
 
 import pytest

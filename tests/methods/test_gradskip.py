@@ -1,4 +1,5 @@
 """Known answers for the GradSkip functions on small hand-built tensors."""
+
 from __future__ import annotations
 
 import pytest
@@ -78,8 +79,13 @@ def test_skip_gates_first_order_split():
 
 
 def test_options_are_validated():
-    bad_options = ({"alpha": 1.5}, {"gate": "sometimes"}, {"head_top_fraction": 0.0}, {"cls_mode": "cls"},
-                   {"head_selection": "all"})
+    bad_options = (
+        {"alpha": 1.5},
+        {"gate": "sometimes"},
+        {"head_top_fraction": 0.0},
+        {"cls_mode": "cls"},
+        {"head_selection": "all"},
+    )
     for bad in bad_options:
         with pytest.raises(ValueError, match=next(iter(bad))):
             GradSkipOptions(**bad)

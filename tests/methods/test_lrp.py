@@ -1,5 +1,6 @@
 """CP-LRP: a known answer against an explicit one-block implementation, conservation on a
 bias-free ReLU model, batch = singles and a clean model on every family's tiny instance."""
+
 from __future__ import annotations
 
 import pytest

@@ -1,4 +1,5 @@
 """The method registry: names, Literal, specs and option validation."""
+
 from __future__ import annotations
 
 import dataclasses

@@ -3,6 +3,7 @@ share of ``helpers.ddp_dataset`` and writes the synced results (rank 0) to the J
 
 Run from the repository root: ``python -m tests.metrics.ddp_worker OUT.json``.
 """
+
 from __future__ import annotations
 
 import json
@@ -58,7 +59,7 @@ def results(metrics: dict) -> dict[str, float]:
     out = {}
     for name, metric in metrics.items():
         value = metric.compute()
-        for key, tensor in (value.items() if isinstance(value, dict) else [("value", value)]):
+        for key, tensor in value.items() if isinstance(value, dict) else [("value", value)]:
             out[f"{name}/{key}"] = float(tensor)
     return out
 

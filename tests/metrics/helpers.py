@@ -1,4 +1,5 @@
 """Shared test material: a model that looks at one patch only, numpy references, seeded data."""
+
 from __future__ import annotations
 
 import math
@@ -86,7 +87,9 @@ def np_softmax_probs(model: nn.Module, images: list[np.ndarray], targets: list[i
 def np_patch_relevance(m: np.ndarray, patch: int) -> np.ndarray:
     """(P,) sums over patches in row-major order."""
     h, w = m.shape[0] // patch, m.shape[1] // patch
-    return np.array([m[i * patch:(i + 1) * patch, j * patch:(j + 1) * patch].sum() for i in range(h) for j in range(w)])
+    return np.array(
+        [m[i * patch : (i + 1) * patch, j * patch : (j + 1) * patch].sum() for i in range(h) for j in range(w)]
+    )
 
 
 def np_paste(image: np.ndarray, source: np.ndarray, patches, patch: int) -> np.ndarray:
@@ -107,8 +110,8 @@ def np_gaussian_blur(image: np.ndarray, kernel: int, sigma: float) -> np.ndarray
     weights /= weights.sum()
     half = kernel // 2
     padded = np.pad(image, ((0, 0), (half, half), (half, half)), mode="reflect")
-    rows = sum(weights[k] * padded[:, k:k + image.shape[1], :] for k in range(kernel))
-    return sum(weights[k] * rows[:, :, k:k + image.shape[2]] for k in range(kernel))
+    rows = sum(weights[k] * padded[:, k : k + image.shape[1], :] for k in range(kernel))
+    return sum(weights[k] * rows[:, :, k : k + image.shape[2]] for k in range(kernel))
 
 
 def np_default_blur(image: np.ndarray) -> np.ndarray:
@@ -132,7 +135,7 @@ def ddp_dataset(n: int = 8, num_classes: int = 4, seed: int = 0) -> dict[str, Te
     masks = torch.zeros(n, IMG, IMG, dtype=torch.bool)
     for i in range(n):
         r, c = torch.randint(0, IMG - 10, (2,), generator=generator).tolist()
-        masks[i, r:r + 10, c:c + 10] = True
+        masks[i, r : r + 10, c : c + 10] = True
     maps = torch.rand(n, IMG, IMG, generator=generator)
     regions = masks.clone()
     regions[3] = False

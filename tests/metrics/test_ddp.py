@@ -1,4 +1,5 @@
 """Real 2-process DDP on CPU: the synced metrics equal one process on the union of the data."""
+
 from __future__ import annotations
 
 import json
@@ -23,7 +24,11 @@ def test_two_process_ddp_sync_equals_single_process_on_the_union(tmp_path):
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
     proc = subprocess.run(
         [sys.executable, "-m", "tests.metrics.ddp_worker", str(out)],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=240,
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=240,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     synced = json.loads(out.read_text())

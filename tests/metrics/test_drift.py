@@ -1,4 +1,5 @@
 """Spearman and top-k IoU drift against scipy / numpy references."""
+
 from __future__ import annotations
 
 import numpy as np

@@ -1,4 +1,5 @@
 """Insertion / deletion AUC against a numpy reference, a hand-built case and bad inputs."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -33,7 +34,7 @@ def np_insertion_deletion(model, images, targets, maps, patch, steps, baseline):
         inserted = [np_paste(blurred, image, order[:n], patch) for n in counts]
         probs = np_softmax_probs(model, deleted + inserted, [target] * (2 * len(counts)))
         deletion.append(np_trapezoid(list(probs[: len(counts)])))
-        insertion.append(np_trapezoid(list(probs[len(counts):])))
+        insertion.append(np_trapezoid(list(probs[len(counts) :])))
     return np.array(insertion), np.array(deletion)
 
 
@@ -177,8 +178,15 @@ def test_regions_score_the_mean_region_logit_like_numpy(steps, baseline):
     regions = torch.rand(3, 8, 8, generator=generator) > 0.7  # on the 8 x 8 logits grid
     targets = torch.tensor([0, 1, 0])
     scores = insertion_deletion(
-        mean_cell_segmenter(), images, targets, maps, patch_size=8, steps=steps, deletion_baseline=baseline,
-        batch_size=7, regions=regions,
+        mean_cell_segmenter(),
+        images,
+        targets,
+        maps,
+        patch_size=8,
+        steps=steps,
+        deletion_baseline=baseline,
+        batch_size=7,
+        regions=regions,
     )
     insertion, deletion = np_region_insertion_deletion(images, targets, maps, regions, 8, steps, baseline)
     np.testing.assert_allclose(scores["insertion_curve"].numpy(), insertion, atol=1e-12, rtol=0)

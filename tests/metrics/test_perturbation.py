@@ -1,4 +1,5 @@
 """Patch size, baselines, blur and the batched runner."""
+
 from __future__ import annotations
 
 import math
@@ -168,8 +169,9 @@ def test_runner_with_regions_chunks_give_the_same_scores():
     regions = torch.rand(3, 8, 8, generator=generator) > 0.5
     targets = torch.tensor([1, 0, 1])
     scores = [
-        perturbed_probabilities(model, images, torch.zeros_like(images), masks, targets, batch_size=size,
-                                regions=regions)
+        perturbed_probabilities(
+            model, images, torch.zeros_like(images), masks, targets, batch_size=size, regions=regions
+        )
         for size in (4, 15)
     ]
     torch.testing.assert_close(scores[0], scores[1], atol=1e-12, rtol=0)

@@ -1,4 +1,5 @@
 """Pointing game against a numpy reference, hand cases, per-class means and bad inputs."""
+
 from __future__ import annotations
 
 import numpy as np

@@ -1,4 +1,5 @@
 """Cascading model-parameter randomisation on a copy of a tiny timm ViT."""
+
 from __future__ import annotations
 
 import pytest

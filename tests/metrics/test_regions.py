@@ -1,4 +1,5 @@
 """Relevance mass and rank accuracy: hand-built maps, a numpy reference, empty regions, bad input."""
+
 from __future__ import annotations
 
 import math

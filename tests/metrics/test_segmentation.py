@@ -1,4 +1,5 @@
 """Segmentation scores against numpy references (pooled and per image), sklearn and hand cases."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -15,8 +16,9 @@ from gradskip_lightning.metrics import (
 
 def np_confusion(m: np.ndarray, mask: np.ndarray) -> np.ndarray:
     predicted = m > m.mean()
-    return np.array([np.sum(predicted & mask), np.sum(predicted & ~mask), np.sum(~predicted & mask),
-                     np.sum(~predicted & ~mask)])
+    return np.array(
+        [np.sum(predicted & mask), np.sum(predicted & ~mask), np.sum(~predicted & mask), np.sum(~predicted & ~mask)]
+    )
 
 
 def np_scores(confusion: np.ndarray) -> dict[str, float]:

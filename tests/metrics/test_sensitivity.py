@@ -1,4 +1,5 @@
 """Class sensitivity: Spearman between the maps of the top-1 and top-2 classes, on a real tiny ViT."""
+
 from __future__ import annotations
 
 import pytest

@@ -1,4 +1,5 @@
 """Faithfulness violation test against a numpy reference, a hand-built case and bad inputs."""
+
 from __future__ import annotations
 
 import numpy as np

@@ -1,4 +1,5 @@
 """A tiny random-initialised SegFormer (4 stages, 64 px, 3 classes; no download)."""
+
 import pytest
 import torch
 from transformers import SegformerConfig, SegformerForSemanticSegmentation

@@ -95,8 +95,14 @@ def test_randomised_weights_decorrelate_the_maps(segformer, images, method):
 
     explain = lambda model, x, t: SegmentationExplainer(model, method).explain(x, t).maps  # noqa: E731
     curve = parameter_randomisation(segformer, images, TARGETS, explain, cascade_for=SegformerCascade)
-    assert curve.layers == ("decode_head", "stages.3.blocks.0", "stages.2.blocks.0", "stages.1.blocks.1",
-                            "stages.1.blocks.0", "stages.0.blocks.0")
+    assert curve.layers == (
+        "decode_head",
+        "stages.3.blocks.0",
+        "stages.2.blocks.0",
+        "stages.1.blocks.1",
+        "stages.1.blocks.0",
+        "stages.0.blocks.0",
+    )
     assert curve.mean[-1] < 0.5  # measured 0.16 (gradskip) and 0.02 (chefer) with every layer re-initialised
     same = parameter_randomisation(segformer, images, TARGETS, explain, cascade_for=SegformerCascade, seed=0)
     torch.testing.assert_close(same.similarity, curve.similarity)  # seeded

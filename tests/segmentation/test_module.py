@@ -1,4 +1,5 @@
 """SegmentationModule: the SegFormer it builds, its loss and metrics, and a real Trainer fit."""
+
 from __future__ import annotations
 
 import pytest

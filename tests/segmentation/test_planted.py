@@ -1,4 +1,5 @@
 """A SegFormer trained to segment planted squares: the maps find the square, randomised weights lose it."""
+
 from __future__ import annotations
 
 import pytest

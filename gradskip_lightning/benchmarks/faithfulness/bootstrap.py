@@ -54,7 +54,7 @@ def hierarchical_bootstrap(values: Tensor, settings: BootstrapSettings = Bootstr
 
 
 def verdict(difference: Interval, higher_is_better: bool) -> Verdict:
-    """"ahead" when the interval of subject minus reference excludes 0 on the better side, "behind"
+    """ "ahead" when the interval of subject minus reference excludes 0 on the better side, "behind"
     on the worse side, "tied" when it contains 0.
 
     >>> verdict(Interval(0.02, 0.01, 0.03), higher_is_better=True), verdict(Interval(0.02, 0.01, 0.03), False)

@@ -141,7 +141,7 @@ def markdown(
         f"its {bootstrap.level:.0%} interval from a hierarchical bootstrap ({bootstrap.resamples} resamples, "
         f"generator seed {bootstrap.seed}: draw the seeds with replacement, then the images with replacement "
         "within each drawn seed). Differences are per image on the same images and models; a verdict is "
-        "\"tied\" when the interval contains 0."
+        '"tied" when the interval contains 0.'
     )
     lines = [BEGIN, "", f"Command: `{command}`", "", facts, "", method, ""]
     for dataset in dict.fromkeys(r.dataset for r in records):

@@ -7,8 +7,8 @@ import os
 import sys
 import time
 from dataclasses import asdict
-from typing import Any
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -149,7 +149,12 @@ def run_seed(
     splits: dict[str, Any] = split_scores(model, datamodule, args.eval_batches)
     regions, found = default_regions(model, subset.images, subset.targets)
     model_record = SegmentationModelRecord(
-        dataset=CONFIG, seed=seed, images=len(subset.images), empty_regions=int((~found).sum()), **asdict(facts), **splits
+        dataset=CONFIG,
+        seed=seed,
+        images=len(subset.images),
+        empty_regions=int((~found).sum()),
+        **asdict(facts),
+        **splits,
     )
     print(report.model_line(model_record), flush=True)
     runs, figure_maps = [], {}
