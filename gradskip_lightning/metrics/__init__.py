@@ -5,6 +5,7 @@ targets (B,) classes, maps (B, H, W) at input resolution. Pass an eval-mode mode
 left as it is and it is run under ``torch.no_grad()``. For a segmentation model (logits
 (B, K, h, w)) they also take ``regions`` (B, h, w) bool and score the mean region logit.
 """
+from .discovery import ClassMapSummary, DiscoverySettings, discover, summarise_classes  # noqa: F401 (not in __all__ yet)
 from .drift import ExplanationDrift, average_ranks, drift, spearman, topk_iou
 from .insertion_deletion import InsertionDeletion, insertion_deletion, trapezoid_auc
 from .perturbation import CountingModel, gaussian_blur, make_baseline, perturbed_probabilities, region_scores
