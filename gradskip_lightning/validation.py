@@ -36,6 +36,7 @@ __all__ = [
     "check_logits",
     "check_map_pair",
     "check_maps",
+    "check_patch_mask",
     "check_regions",
     "check_targets",
     "required",
@@ -246,3 +247,11 @@ def as_bool_masks(masks: Tensor, maps: Tensor, *, allow_empty: bool) -> Tensor:
         if empty.any():
             raise ValueError(f"masks {empty.nonzero().flatten().tolist()} are empty: each needs a foreground pixel")
     return masks
+
+
+def check_patch_mask(mask: Tensor, name: str = "hotspot") -> None:
+    """Require a bool tensor (h, w): a selection of patches on the token grid."""
+    if not isinstance(mask, Tensor) or mask.dtype != torch.bool:
+        raise TypeError(f"{name} must be a bool tensor (h, w) of patches; got {_describe(mask)}")
+    if mask.ndim != 2:
+        raise ValueError(f"{name} must have shape (h, w); got {tuple(mask.shape)}")

@@ -9,6 +9,7 @@ left as it is and it is run under ``torch.no_grad()``. For a segmentation model 
 (B, K, h, w)) they also take ``regions`` (B, h, w) bool and score the mean region logit.
 """
 
+from .discovery import ClassMapSummary, DiscoverySettings, discover, summarise_classes
 from .drift import ExplanationDrift, average_ranks, drift, spearman, topk_iou
 from .insertion_deletion import InsertionDeletion, insertion_deletion, trapezoid_auc
 from .perturbation import (
@@ -33,8 +34,10 @@ from .sensitivity import ClassSensitivity, class_sensitivity, explain_class_sens
 from .violation import FaithfulnessViolation, faithfulness_violation
 
 __all__ = [
+    "ClassMapSummary",
     "ClassSensitivity",
     "CountingModel",
+    "DiscoverySettings",
     "ExplanationDrift",
     "FaithfulnessViolation",
     "InsertionDeletion",
@@ -66,4 +69,6 @@ __all__ = [
     "spearman",
     "topk_iou",
     "trapezoid_auc",
+    "discover",
+    "summarise_classes",
 ]
