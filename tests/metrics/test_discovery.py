@@ -265,7 +265,7 @@ def test_a_model_without_the_class_logits_is_a_clear_error():
     hotspot[0, 0] = True
     with pytest.raises(ValueError, match="logits"):
         hotspot_transplant(lambda x: x.mean(dim=(1, 2, 3)), images, classes, hotspot, 1, patch_size=PATCH)
-    with pytest.raises(ValueError, match="num_classes"):  # class 5 has probes but no logit
+    with pytest.raises(ValueError, match=r"targets must be in \[0, 3\)"):  # class 5 has probes but no logit
         hotspot_transplant(StampModel(), images, torch.where(classes == 1, 5, classes), hotspot, 5, patch_size=PATCH)
 
 
