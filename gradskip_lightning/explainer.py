@@ -13,7 +13,6 @@ Example:
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Iterator
 from functools import cached_property
 from typing import Any, ClassVar
@@ -21,12 +20,13 @@ from typing import Any, ClassVar
 import torch
 from torch import Tensor, nn
 
-from gradskip_lightning.adapters import find_adapter
+from gradskip_lightning.adapters import ADAPTERS, find_adapter
 from gradskip_lightning.explanation import ExplainerBase, Explanation, Task, all_finite, relevance_maps
+from gradskip_lightning.families import explainer_for, register_family
 from gradskip_lightning.methods import METHODS, MethodName, method_spec
 from gradskip_lightning.validation import check_image_batch, check_logits
 
-__all__ = ["METHODS", "Explainer", "Explanation", "MethodName"]
+__all__ = ["METHODS", "Explainer", "Explanation", "MethodName", "explainer_for", "holds_timm_backbone"]
 
 
 class Explainer(ExplainerBase):
@@ -132,16 +132,14 @@ class Explainer(ExplainerBase):
         )
 
 
-def __getattr__(name: str) -> Any:
-    """``explainer_for`` moved to :mod:`gradskip_lightning.families` (deprecated here)."""
-    if name == "explainer_for":
-        warnings.warn(
-            "gradskip_lightning.explainer.explainer_for moved: import it from gradskip_lightning "
-            "(or gradskip_lightning.families)",
-            DeprecationWarning,
-            stacklevel=2,
-        )
-        from gradskip_lightning.families import explainer_for
+def holds_timm_backbone(model: nn.Module) -> bool:
+    """True when ``model`` is, or holds, a backbone of a registered timm adapter (exact class)."""
+    types = {t for adapter in ADAPTERS.values() for t in adapter.backbone_types}
+    return any(type(m) in types for m in model.modules())
 
-        return explainer_for
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+register_family(
+    matches=holds_timm_backbone,
+    explainer=Explainer,
+    describe="timm Vision Transformers (" + ", ".join(ADAPTERS) + ")",
+)

@@ -4,11 +4,11 @@ A family is a predicate on the model (``matches``: is it, or does it hold, a net
 family?) and the explainer class that implements
 :class:`~gradskip_lightning.explanation.ModelExplainer` for it; the class gives the family's name
 (``family``) and its methods (``methods``). :func:`explainer_for` is a lookup: the one family
-whose predicate accepts the model builds its explainer. The built-in families are timm's ViT
-backbones (:class:`~gradskip_lightning.explainer.Explainer`, one
-:mod:`adapter <gradskip_lightning.adapters>` per timm class) and HF SegFormer
-(:class:`~gradskip_lightning.segmentation.SegmentationExplainer`); a new one is one
-:func:`register_family` call.
+whose predicate accepts the model builds its explainer. Each family's module registers it with
+:func:`register_family` (as timm's model modules register their models): timm's ViT backbones in
+:mod:`gradskip_lightning.explainer` (one :mod:`adapter <gradskip_lightning.adapters>` per timm
+class), HF SegFormer in :mod:`gradskip_lightning.segmentation.explainer`; importing
+:mod:`gradskip_lightning` imports them all, so the registry is complete whatever is imported.
 
 Example:
     >>> import timm
@@ -26,12 +26,9 @@ from typing import Any
 
 from torch import nn
 
-from gradskip_lightning.adapters import ADAPTERS, UnsupportedModel
-from gradskip_lightning.explainer import Explainer
+from gradskip_lightning.adapters import UnsupportedModel
 from gradskip_lightning.explanation import ModelExplainer
 from gradskip_lightning.registry import Registry
-from gradskip_lightning.segmentation.capture import holds_segformer
-from gradskip_lightning.segmentation.explainer import SegmentationExplainer
 
 __all__ = ["FAMILIES", "Family", "all_methods", "explainer_for", "family_of", "register_family"]
 
@@ -102,20 +99,3 @@ def explainer_for(model: nn.Module, method: str = "gradskip", **options: Any) ->
 def all_methods() -> tuple[str, ...]:
     """Every method name of any registered family, in first-registration order."""
     return tuple(dict.fromkeys(m for _, family in FAMILIES.items() for m in family.methods))
-
-
-def _holds_timm_backbone(model: nn.Module) -> bool:
-    types = {t for adapter in ADAPTERS.values() for t in adapter.backbone_types}
-    return any(type(m) in types for m in model.modules())
-
-
-register_family(
-    matches=_holds_timm_backbone,
-    explainer=Explainer,
-    describe="timm Vision Transformers (" + ", ".join(ADAPTERS) + ")",
-)
-register_family(
-    matches=holds_segformer,
-    explainer=SegmentationExplainer,
-    describe="HF transformers SegformerForSemanticSegmentation",
-)

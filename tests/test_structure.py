@@ -19,9 +19,8 @@ PACKAGE = Path(gradskip_lightning.__file__).parent
 LAYERS: list[set[str]] = [
     {"registry", "validation"},
     {"explanation", "render", "data", "adapters"},
-    {"methods", "metrics", "model"},
+    {"methods", "metrics", "model", "families"},
     {"explainer", "segmentation"},
-    {"families"},
     {"callback"},
     {"dashboard", "timeline", "__init__"},
     {"benchmarks"},
@@ -173,7 +172,6 @@ def test_families_are_registered_with_their_explainers_methods():
         ("gradskip_lightning.methods", "weighted_attention"),
         ("gradskip_lightning.methods", "rollout"),
         ("gradskip_lightning.methods", "chefer"),
-        ("gradskip_lightning.explainer", "explainer_for"),
     ],
 )
 def test_removed_names_still_work_with_a_deprecation_warning(module, name):

@@ -11,9 +11,10 @@ Shapes: B images, H heads, N tokens (prefix tokens first), D channels, C classes
 
 from __future__ import annotations
 
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import torch
 from torch import Tensor, nn
@@ -24,8 +25,26 @@ from gradskip_lightning.adapters.tensors import BlockTensors, BlockVisitor, Capt
 from gradskip_lightning.adapters.values import value_norms, value_projection, values_from_input, values_from_projection
 from gradskip_lightning.validation import check_logits
 
-if TYPE_CHECKING:
-    from gradskip_lightning.adapters.base import Adapter
+
+class PassAdapter(Protocol):
+    """What the pass reads of its :class:`~gradskip_lightning.adapters.Adapter` (which implements it)."""
+
+    backbone: Any
+
+    @property
+    def blocks(self) -> list[Any]: ...
+
+    @property
+    def num_prefix_tokens(self) -> int: ...
+
+    @property
+    def grid_size(self) -> tuple[int, int]: ...
+
+    def explain_mode(self, model: nn.Module | None = None) -> AbstractContextManager[None]: ...
+
+    def norm_scope(self) -> list[nn.Module]: ...
+
+    def readout(self, batch: int, pool_input: Tensor | None, device: torch.device, dtype: torch.dtype) -> Tensor: ...
 
 
 @dataclass
@@ -71,7 +90,7 @@ class StreamedPass:
         visitor: the consumer; its ``mode`` picks the pass.
     """
 
-    def __init__(self, adapter: Adapter, model: nn.Module, visitor: BlockVisitor) -> None:
+    def __init__(self, adapter: PassAdapter, model: nn.Module, visitor: BlockVisitor) -> None:
         self.adapter = adapter
         self.model = model
         self.visitor = visitor

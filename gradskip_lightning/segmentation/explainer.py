@@ -27,8 +27,9 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from gradskip_lightning.explanation import ExplainerBase, Explanation, Task, relevance_maps
+from gradskip_lightning.families import register_family
 from gradskip_lightning.methods.gradskip import BlockStep
-from gradskip_lightning.segmentation.capture import capture_segmentation, find_segformer
+from gradskip_lightning.segmentation.capture import capture_segmentation, find_segformer, holds_segformer
 from gradskip_lightning.segmentation.propagation import SEGMENTATION_METHODS, SegmentationMethod, segmentation_spec
 from gradskip_lightning.validation import check_image_batch
 
@@ -194,3 +195,10 @@ def explain_segmentation(
     )
     kwargs = asdict(options) if options is not None else {}  # type: ignore[call-overload]
     return SegmentationExplainer(model, method, **kwargs).explain(images, targets_class, region)
+
+
+register_family(
+    matches=holds_segformer,
+    explainer=SegmentationExplainer,
+    describe="HF transformers SegformerForSemanticSegmentation",
+)
