@@ -5,9 +5,10 @@ family?) and the explainer class that implements
 :class:`~gradskip_lightning.explanation.ModelExplainer` for it; the class gives the family's name
 (``family``) and its methods (``methods``). :func:`explainer_for` is a lookup: the one family
 whose predicate accepts the model builds its explainer. The built-in families are timm's ViT
-backbones (:class:`~gradskip_lightning.explainer.Explainer`, one
-:mod:`adapter <gradskip_lightning.adapters>` per timm class) and HF SegFormer
-(:class:`~gradskip_lightning.segmentation.SegmentationExplainer`); a new one is one
+backbones and torchvision's ViT (:class:`~gradskip_lightning.explainer.Explainer`, one
+:mod:`adapter <gradskip_lightning.adapters>` per backbone class), HF SegFormer
+(:class:`~gradskip_lightning.segmentation.SegmentationExplainer`) and HF ViT, DeiT, DINOv2 and
+BEiT classifiers (:class:`~gradskip_lightning.hf_vit.HFViTExplainer`); a new one is one
 :func:`register_family` call.
 
 Example:
@@ -29,6 +30,7 @@ from torch import nn
 from gradskip_lightning.adapters import ADAPTERS, UnsupportedModel
 from gradskip_lightning.explainer import Explainer
 from gradskip_lightning.explanation import ModelExplainer
+from gradskip_lightning.hf_vit import HF_MODELS, HFViTExplainer, holds_hf_vit
 from gradskip_lightning.registry import Registry
 from gradskip_lightning.segmentation.capture import holds_segformer
 from gradskip_lightning.segmentation.explainer import SegmentationExplainer
@@ -118,4 +120,9 @@ register_family(
     matches=holds_segformer,
     explainer=SegmentationExplainer,
     describe="HF transformers SegformerForSemanticSegmentation",
+)
+register_family(
+    matches=holds_hf_vit,
+    explainer=HFViTExplainer,
+    describe="HF transformers ViTs (" + ", ".join(HF_MODELS) + ")",
 )

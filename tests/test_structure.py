@@ -21,6 +21,7 @@ LAYERS: list[set[str]] = [
     {"explanation", "render", "data", "adapters"},
     {"methods", "metrics", "model"},
     {"explainer", "segmentation"},
+    {"hf_vit", "swin"},
     {"families"},
     {"callback"},
     {"dashboard", "timeline", "__init__"},
@@ -162,7 +163,7 @@ def test_families_are_registered_with_their_explainers_methods():
     from gradskip_lightning.families import FAMILIES, all_methods
     from gradskip_lightning.segmentation import SegmentationExplainer
 
-    assert FAMILIES.names == ("timm_vit", "segformer")
+    assert FAMILIES.names == ("timm_vit", "segformer", "hf_vit")
     assert FAMILIES["segformer"].methods == SegmentationExplainer.methods
     assert all_methods() == Explainer.methods  # the ViT family has every SegFormer method too
 
