@@ -8,7 +8,8 @@ whose predicate accepts the model builds its explainer. The built-in families ar
 backbones and torchvision's ViT (:class:`~gradskip_lightning.explainer.Explainer`, one
 :mod:`adapter <gradskip_lightning.adapters>` per backbone class), HF SegFormer
 (:class:`~gradskip_lightning.segmentation.SegmentationExplainer`) and HF ViT, DeiT, DINOv2 and
-BEiT classifiers (:class:`~gradskip_lightning.hf_vit.HFViTExplainer`); a new one is one
+BEiT classifiers (:class:`~gradskip_lightning.hf_vit.HFViTExplainer`) and timm's Swin
+(:class:`~gradskip_lightning.swin.SwinExplainer`); a new one is one
 :func:`register_family` call.
 
 Example:
@@ -34,6 +35,7 @@ from gradskip_lightning.hf_vit import HF_MODELS, HFViTExplainer, holds_hf_vit
 from gradskip_lightning.registry import Registry
 from gradskip_lightning.segmentation.capture import holds_segformer
 from gradskip_lightning.segmentation.explainer import SegmentationExplainer
+from gradskip_lightning.swin import SwinExplainer, holds_swin
 
 __all__ = ["FAMILIES", "Family", "all_methods", "explainer_for", "family_of", "register_family"]
 
@@ -125,4 +127,9 @@ register_family(
     matches=holds_hf_vit,
     explainer=HFViTExplainer,
     describe="HF transformers ViTs (" + ", ".join(HF_MODELS) + ")",
+)
+register_family(
+    matches=holds_swin,
+    explainer=SwinExplainer,
+    describe="timm SwinTransformer (v1: window attention, patch merging, average pooling)",
 )
