@@ -7,6 +7,8 @@ from gradskip_lightning.explainer import Explainer
 from gradskip_lightning.explanation import Explanation, ModelExplainer
 from gradskip_lightning.families import explainer_for, register_family
 from gradskip_lightning.segmentation import explainer as _segformer_family  # noqa: F401
+from gradskip_lightning import hf_vit as _hf_vit_family  # noqa: F401
+from gradskip_lightning.swin import explainer as _swin_family  # noqa: F401
 
 __all__ = [
     "Explainer",

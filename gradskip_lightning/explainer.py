@@ -87,8 +87,8 @@ class Explainer(ExplainerBase):
         the head is outside the backbone."""
         if self.adapter.num_classes > 0:
             return self.adapter.num_classes
-        device = next(self.model.parameters()).device
-        blank = torch.zeros(1, self.in_chans, *self.img_size, device=device)
+        parameter = next(self.model.parameters())
+        blank = torch.zeros(1, self.in_chans, *self.img_size, device=parameter.device, dtype=parameter.dtype)
         with self.adapter.explain_mode(self.model), torch.no_grad():
             logits = self.model(blank)
         check_logits(self.model, logits, 1)

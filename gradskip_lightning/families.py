@@ -7,7 +7,9 @@ family?) and the explainer class that implements
 whose predicate accepts the model builds its explainer. Each family's module registers it with
 :func:`register_family` (as timm's model modules register their models): timm's ViT backbones in
 :mod:`gradskip_lightning.explainer` (one :mod:`adapter <gradskip_lightning.adapters>` per timm
-class), HF SegFormer in :mod:`gradskip_lightning.segmentation.explainer`; importing
+class, torchvision's ViT among them), HF SegFormer in :mod:`gradskip_lightning.segmentation.explainer`,
+HF ViT/DeiT/DINOv2/BEiT classifiers in :mod:`gradskip_lightning.hf_vit`, timm Swin in
+:mod:`gradskip_lightning.swin.explainer`; importing
 :mod:`gradskip_lightning` imports them all, so the registry is complete whatever is imported.
 
 Example:

@@ -60,3 +60,18 @@ def test_maps_change_when_the_weights_are_randomised(trained):
     rho = spearman(maps, random_maps).mean()
     assert same > 0.999
     assert rho < 0.5, f"mean rank correlation with a randomised model {rho:.2f}"
+
+
+@pytest.mark.parametrize("family", ["torchvision", "hf_vit"])
+def test_the_same_weights_in_torchvision_and_hf_point_at_the_planted_object(trained, family):
+    """The trained weights transplanted into torchvision's and HF's ViT classes (no training of
+    their own): the same predictions, and GradSkip's most relevant patch on the object as often."""
+    from gradskip_lightning.families import explainer_for
+    from tests.transplant import timm_to_hf, timm_to_torchvision
+
+    model, images, labels, masks = trained
+    moved = timm_to_torchvision(model) if family == "torchvision" else timm_to_hf(model)
+    ours, reference = explainer_for(moved).explain(images, labels), Explainer(model).explain(images, labels)
+    assert torch.equal(ours.predictions, reference.predictions)
+    assert patch_hits(ours.token_maps, masks).mean() >= 0.75
+    torch.testing.assert_close(ours.token_maps, reference.token_maps, rtol=1e-4, atol=1e-6)

@@ -21,6 +21,7 @@ LAYERS: list[set[str]] = [
     {"explanation", "render", "data", "adapters"},
     {"methods", "metrics", "model", "families"},
     {"explainer", "segmentation"},
+    {"hf_vit", "swin"},
     {"callback"},
     {"dashboard", "timeline", "__init__"},
     {"benchmarks"},
@@ -31,6 +32,8 @@ CONCRETE = {
     "Explainer": "explainer.py",
     "SegmentationExplainer": "segmentation/",
     "SegmentationExplanation": "segmentation/",
+    "HFViTExplainer": "hf_vit.py",
+    "SwinExplainer": "swin/",
 }
 
 
@@ -151,9 +154,11 @@ def test_no_concrete_explainer_class_is_tested_outside_its_family():
 def test_each_method_literal_names_its_registry():
     from gradskip_lightning.methods import METHOD_SPECS, MethodName
     from gradskip_lightning.segmentation import SEGMENTATION_METHODS, SegmentationMethod
+    from gradskip_lightning.swin import SWIN_METHODS, SwinMethod
 
     assert get_args(MethodName) == METHOD_SPECS.names
     assert get_args(SegmentationMethod) == SEGMENTATION_METHODS.names
+    assert get_args(SwinMethod) == SWIN_METHODS.names
 
 
 def test_families_are_registered_with_their_explainers_methods():
@@ -161,7 +166,7 @@ def test_families_are_registered_with_their_explainers_methods():
     from gradskip_lightning.families import FAMILIES, all_methods
     from gradskip_lightning.segmentation import SegmentationExplainer
 
-    assert FAMILIES.names == ("timm_vit", "segformer")
+    assert FAMILIES.names == ("timm_vit", "segformer", "hf_vit", "timm_swin")
     assert FAMILIES["segformer"].methods == SegmentationExplainer.methods
     assert all_methods() == Explainer.methods  # the ViT family has every SegFormer method too
 

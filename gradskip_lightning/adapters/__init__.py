@@ -8,6 +8,7 @@ from gradskip_lightning.adapters import (  # noqa: F401 - importing a family reg
     beit,
     eva,
     naflexvit,
+    torchvision_vit,
     vision_transformer,
     vision_transformer_relpos,
 )

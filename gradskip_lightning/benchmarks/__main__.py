@@ -13,7 +13,7 @@ SUBCOMMANDS = {
     "callback": "the callback's epoch-end time against one training epoch",
     "faithfulness": "every method scored over training seeds, with intervals, paired differences and ablations",
     "gpu": "checks that need a CUDA device: batch = singles, mixed-precision fits, OOM skipped, ms per map",
-    "coverage": "which timm ViT-family models are accepted, and the properties on one small one per kind",
+    "coverage": "which timm, torchvision and HF ViTs and timm Swins are accepted; properties on small ones",
     "shortcut": "do the maps flag a spurious tag (AUROC against a clean model), and how many epochs early",
     "segmentation": "SegFormer maps of GradSkip, the baselines and Grad-CAM against planted squares, over seeds",
 }

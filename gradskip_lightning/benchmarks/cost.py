@@ -12,9 +12,10 @@ subprocess so that one configuration's peak cannot hide another's. Milliseconds:
 gradient method pays: one forward with non-fused attention (as explaining runs it) and one
 activation-only backward (dy/dx^0 at the tokens entering block 0, no weight gradients); ``x floor`` divides by it.
 
-Models: timm ViTs, and HF SegFormers (optional ``transformers``, imported only for their rows;
-named with ``--models``): a SegFormer map explains class 0 summed over the whole logits grid
-(random weights: a fixed, non-empty target; the cost does not depend on which).
+Models: timm ViTs, torchvision's ViT, timm's Swin, and HF SegFormers and ViTs (optional
+``transformers``, imported only for their rows; named with ``--models``): a SegFormer map explains
+class 0 summed over the whole logits grid (random weights: a fixed, non-empty target; the cost does
+not depend on which).
 """
 
 from __future__ import annotations
@@ -38,8 +39,10 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from gradskip_lightning.adapters import find_adapter
 from gradskip_lightning.explainer import METHODS, Explainer
+from gradskip_lightning.hf_vit import HFViTAdapter, HFViTExplainer
 from gradskip_lightning.segmentation import SEGMENTATION_METHODS, SegmentationExplainer
 from gradskip_lightning.segmentation.capture import explain_mode as segformer_explain_mode
+from gradskip_lightning.swin import SwinAdapter, SwinExplainer
 
 #: The pseudo-method of the floor row: forward + activation-only backward, no method.
 FLOOR = "floor"
@@ -52,6 +55,21 @@ def timm_model(name: str) -> Built:
     model: Any = timm.create_model(name, pretrained=False).eval()
     channels, height, width = model.pretrained_cfg["input_size"]
     return model, (channels, height, width)
+
+
+def torchvision_vit_model(size: int, **config: Any) -> Built:
+    """A torchvision ``VisionTransformer(image_size=size, **config)``, random weights, on (3, size, size)."""
+    from torchvision.models import VisionTransformer
+
+    return VisionTransformer(image_size=size, **config).eval(), (3, size, size)
+
+
+def hf_vit_model(size: int, **config: Any) -> Built:
+    """An HF ``ViTForImageClassification(ViTConfig(image_size=size, **config))``, random weights, on
+    (3, size, size) (imports the optional ``transformers``)."""
+    from transformers import ViTConfig, ViTForImageClassification
+
+    return ViTForImageClassification(ViTConfig(image_size=size, **config)).eval(), (3, size, size)
 
 
 def segformer_model(size: int, **config: Any) -> Built:
@@ -105,7 +123,7 @@ class Family:
     explain: Callable[[nn.Module, str], Callable[[Tensor], object]]
 
 
-ModelFamily = Literal["vit", "segformer"]
+ModelFamily = Literal["vit", "segformer", "hf_vit", "swin"]
 #: Kind of model -> how it is run.
 FAMILIES: dict[ModelFamily, Family] = {
     "vit": Family(
@@ -122,6 +140,20 @@ FAMILIES: dict[ModelFamily, Family] = {
         first_block=lambda model: model.segformer.stages[0].blocks[0],
         explain=segformer_map,
     ),
+    "hf_vit": Family(
+        methods=HFViTExplainer.methods,
+        eager=lambda model: HFViTAdapter(model).explain_mode(model),
+        logits=lambda model, images: model(pixel_values=images).logits,
+        first_block=lambda model: HFViTAdapter(model).blocks[0],
+        explain=lambda model, method: HFViTExplainer(model, method).explain,
+    ),
+    "swin": Family(
+        methods=SwinExplainer.methods,
+        eager=lambda model: SwinAdapter(model).explain_mode(model),
+        logits=lambda model, images: model(images),
+        first_block=lambda model: SwinAdapter(model).blocks[0],
+        explain=lambda model, method: SwinExplainer(model, method).explain,
+    ),
 }
 
 #: The SegFormer of ``tests/segmentation/conftest.py`` (64 px: stage grids 16/8/4/2).
@@ -133,6 +165,19 @@ TINY_SEGFORMER = {
     "mlp_ratios": [2, 2, 2, 2],
     "decoder_hidden_size": 16,
     "num_labels": 3,
+}
+
+
+#: ViT-Ti/16 for the torchvision and HF rows: 12 blocks, width 192, 3 heads, MLP 768, 1000 classes.
+TINY_VIT_TORCHVISION = {"patch_size": 16, "num_layers": 12, "num_heads": 3, "hidden_dim": 192, "mlp_dim": 768}
+TINY_VIT_HF = {
+    "patch_size": 16,
+    "num_hidden_layers": 12,
+    "num_attention_heads": 3,
+    "hidden_size": 192,
+    "intermediate_size": 768,
+    "layer_norm_eps": 1e-6,
+    "num_labels": 1000,
 }
 
 
@@ -153,6 +198,10 @@ MODELS: dict[str, CostModel] = {
     # MiT-b0 (the SegformerConfig defaults) with ADE20K's 150 classes, at 512 x 512.
     "segformer_mit_b0_512": CostModel("segformer", partial(segformer_model, 512, num_labels=150)),
     "segformer_tiny_64": CostModel("segformer", partial(segformer_model, 64, **TINY_SEGFORMER)),
+    # ViT-Ti/16 (vit_tiny_patch16_224's shape) in torchvision's and HF's classes.
+    "torchvision_vit_ti16_224": CostModel("vit", partial(torchvision_vit_model, 224, **TINY_VIT_TORCHVISION)),
+    "hf_vit_ti16_224": CostModel("hf_vit", partial(hf_vit_model, 224, **TINY_VIT_HF)),
+    "swin_tiny_patch4_window7_224": CostModel("swin", partial(timm_model, "swin_tiny_patch4_window7_224")),
 }
 #: Measured when --models is not given (the others only when named).
 DEFAULT_MODELS = ("vit_base_patch16_224", "deit_base_distilled_patch16_224", "vit_tiny_patch16_224")
@@ -164,7 +213,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         nargs="+",
         default=list(DEFAULT_MODELS),
         choices=list(MODELS),
-        help="vit_large_patch16_384 (about 3 GiB per image) and the SegFormers (need transformers) only when named",
+        help="vit_large_patch16_384 (about 3 GiB per image), the SegFormers and HF ViTs (need "
+        "transformers), torchvision's ViT and the Swin only when named",
     )
     every = dict.fromkeys(m for family in FAMILIES.values() for m in (*family.methods, FLOOR))
     parser.add_argument(

@@ -7,12 +7,14 @@ meaning of every option are in ``docs/method.md`` (the project's copy of the met
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal, get_args
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 
 from gradskip_lightning.adapters import BlockTensors, Capture, CaptureMode, Top
@@ -303,6 +305,31 @@ def propagation(capture: Capture, options: GradSkipOptions) -> list[BlockStep]:
     visitor = GradSkipVisitor(options)
     capture.replay(visitor)
     return visitor.steps
+
+
+def _padded(rows: list[Tensor]) -> Tensor:
+    """Per-layer (B, n_l) tensors -> (B, L, max n_l), NaN past each row's end."""
+    width = max(r.shape[-1] for r in rows)
+    return torch.stack([F.pad(r.float(), (0, width - r.shape[-1]), value=math.nan) for r in rows], dim=1)
+
+
+#: Explanation field -> the :class:`BlockStep` attribute it stacks.
+_INTERNALS = {"head_weights": "omega", "grad_flow": "grad_flow", "sparsity": "sparsity", "gates": "gates"}
+
+
+def padded_internals(steps: list[BlockStep] | None, batch: int) -> tuple[dict[str, Tensor], Tensor]:
+    """GradSkip's head statistics and gates of ``steps`` (top block first, as the propagation
+    makes them) stacked bottom block first, (B, L, ...) NaN-padded where layers differ in heads
+    or tokens (SegFormer's stages, Swin's), as :class:`~gradskip_lightning.explanation.Explanation`
+    fields ({} for the baselines); and (B,) True where all of them are finite."""
+    finite = torch.ones(batch, dtype=torch.bool)
+    if not steps:
+        return {}, finite
+    bottom_first = steps[::-1]
+    for step in bottom_first:
+        for name in _INTERNALS.values():
+            finite &= torch.isfinite(getattr(step, name)).flatten(1).all(dim=1).cpu()
+    return {field: _padded([getattr(s, name) for s in bottom_first]) for field, name in _INTERNALS.items()}, finite
 
 
 METHOD_SPECS.register("gradskip", MethodSpec(GradSkipVisitor, GradSkipOptions))

@@ -16,19 +16,16 @@ Example:
 
 from __future__ import annotations
 
-import math
 import warnings
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from typing import Any, ClassVar
 
-import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
 from gradskip_lightning.explanation import ExplainerBase, Explanation, Task, relevance_maps
 from gradskip_lightning.families import register_family
-from gradskip_lightning.methods.gradskip import BlockStep
+from gradskip_lightning.methods.gradskip import padded_internals
 from gradskip_lightning.segmentation.capture import capture_segmentation, find_segformer, holds_segformer
 from gradskip_lightning.segmentation.propagation import SEGMENTATION_METHODS, SegmentationMethod, segmentation_spec
 from gradskip_lightning.validation import check_image_batch
@@ -52,29 +49,6 @@ class SegmentationExplanation(Explanation):
 
     dense_logits: Tensor | None = None
     region_found: Tensor | None = None
-
-
-def _padded(rows: list[Tensor]) -> Tensor:
-    """Per-layer (B, n_l) tensors -> (B, L, max n_l), NaN past each row's end."""
-    width = max(r.shape[-1] for r in rows)
-    return torch.stack([F.pad(r.float(), (0, width - r.shape[-1]), value=math.nan) for r in rows], dim=1)
-
-
-#: Explanation field -> the :class:`BlockStep` attribute it stacks.
-_INTERNALS = {"head_weights": "omega", "grad_flow": "grad_flow", "sparsity": "sparsity", "gates": "gates"}
-
-
-def _internals(steps: list[BlockStep] | None, batch: int) -> tuple[dict[str, Tensor], Tensor]:
-    """GradSkip's head statistics and gates, bottom block first, NaN-padded ({} for the
-    baselines), and (B,) True where all of them are finite."""
-    finite = torch.ones(batch, dtype=torch.bool)
-    if not steps:
-        return {}, finite
-    bottom_first = steps[::-1]
-    for step in bottom_first:
-        for name in _INTERNALS.values():
-            finite &= torch.isfinite(getattr(step, name)).flatten(1).all(dim=1).cpu()
-    return {field: _padded([getattr(s, name) for s in bottom_first]) for field, name in _INTERNALS.items()}, finite
 
 
 class SegmentationExplainer(ExplainerBase):
@@ -160,7 +134,7 @@ class SegmentationExplainer(ExplainerBase):
         """Explain y = sum over the region of logit_c: one capture, one propagation."""
         capture = capture_segmentation(self.model, images, targets, regions)
         relevance = self.spec.propagation(capture, self.options)
-        internals, finite = _internals(relevance.steps, images.shape[0])
+        internals, finite = padded_internals(relevance.steps, images.shape[0])
         maps, token_maps, valid = relevance_maps(relevance.token_map, finite, (images.shape[2], images.shape[3]))
         dense = capture.logits.float()
         region = capture.region

@@ -1,0 +1,95 @@
+"""SwinExplainer: GradSkip and the baselines for a timm Swin Transformer classifier, behind the
+interface of :class:`~gradskip_lightning.explainer.Explainer`; maps on the stage-0 token grid.
+
+Example:
+    >>> import timm, torch
+    >>> swin = timm.create_model("swin_tiny_patch4_window7_224", img_size=32, patch_size=2, window_size=4,
+    ...                          embed_dim=32, depths=(2, 2), num_heads=(2, 4), num_classes=3).eval()
+    >>> explanation = SwinExplainer(swin).explain(torch.randn(2, 3, 32, 32))
+    >>> explanation.token_maps.shape, explanation.head_weights.shape  # stage-0 grid; 4 blocks, at most 4 heads
+    (torch.Size([2, 16, 16]), torch.Size([2, 4, 4]))
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+from torch import Tensor, nn
+
+from gradskip_lightning.explainer import Explainer
+from gradskip_lightning.explanation import Explanation, Task, relevance_maps
+from gradskip_lightning.families import register_family
+from gradskip_lightning.methods.gradskip import padded_internals
+from gradskip_lightning.swin.adapter import SwinAdapter, find_swin, holds_swin
+from gradskip_lightning.swin.propagation import SWIN_METHODS, swin_spec
+
+__all__ = ["SwinExplainer"]
+
+
+class SwinExplainer(Explainer):
+    """Explain a timm ``SwinTransformer`` classifier's decisions with GradSkip or a baseline.
+
+    The token maps lie on the stage-0 grid (image / patch size, the finest the model has);
+    :attr:`patch_size` is the patch embedding's. GradSkip's ``head_weights``, ``grad_flow``,
+    ``sparsity`` (B, L, H_max) and ``gates`` (B, L, N_max) are NaN-padded: stages differ in heads
+    and tokens.
+
+    Args:
+        model: a timm ``SwinTransformer`` with its head, or a module holding one whose forward
+            returns the logits (B, K) (a LightningModule with an external head on a
+            ``num_classes=0`` backbone).
+        method: one of :data:`~gradskip_lightning.swin.propagation.SWIN_METHODS`.
+        **options: the method's options (GradSkip: :class:`~gradskip_lightning.methods.GradSkipOptions`;
+            random: ``seed``).
+
+    Raises:
+        UnsupportedModel (a TypeError): no Swin, several, an unsupported configuration, or a
+            headless Swin passed alone.
+        ValueError: unknown method or option.
+    """
+
+    family: ClassVar[str] = "timm_swin"
+    task: ClassVar[Task] = "classification"
+    methods: ClassVar[tuple[str, ...]] = SWIN_METHODS.names
+    adapter: SwinAdapter
+
+    def __init__(self, model: nn.Module, method: str = "gradskip", **options: Any) -> None:
+        self.model = model
+        self.adapter = SwinAdapter(find_swin(model))
+        if self.adapter.backbone is model and self.adapter.num_classes <= 0:
+            raise TypeError(
+                f"{type(model).__name__} has no classifier head (num_classes=0): nothing to explain. "
+                "Pass the module that applies the head (its forward must return logits)."
+            )
+        self.method = method
+        self.swin_spec = swin_spec(method)
+        self.options = self.swin_spec.make_options(method, **options)
+
+    def _explain(self, images: Tensor, targets: Tensor | None, regions: Tensor | None) -> Explanation:
+        """One timm pass through the Swin, each block's step on its windows."""
+        visitor = self.swin_spec.visitor(self.options, self.adapter.layout(images.device))
+        top = self.adapter.run(self.model, images, targets, visitor)
+        if top.logits.shape[1] != self.num_classes:
+            raise ValueError(
+                f"{type(self.model).__name__}.forward returned {top.logits.shape[1]} logits; its backbone's "
+                f"head has {self.num_classes} classes. Pass the module whose forward returns them."
+            )
+        relevance = visitor.relevance().reshape(-1, *self.grid_size)
+        internals, finite = padded_internals(visitor.steps, images.shape[0])
+        maps, token_maps, valid = relevance_maps(relevance, finite, (images.shape[2], images.shape[3]))
+        return Explanation(
+            maps=maps,
+            token_maps=token_maps,
+            targets=top.targets,
+            logits=top.logits.float(),
+            valid=valid,
+            method=self.method,
+            **internals,
+        )
+
+
+register_family(
+    matches=holds_swin,
+    explainer=SwinExplainer,
+    describe="timm SwinTransformer (v1: window attention, patch merging, average pooling)",
+)
