@@ -97,7 +97,7 @@ def gather_records(
     """Collect every rank's per-method records of its ``shard`` into records of all P probes.
 
     Every rank must call this, in the same order. Returns ``(records, error)``: ``error`` is the
-    first rank's error message if any rank failed (then ``records`` is empty on every rank); on
+    ranks' distinct error messages if any rank failed (then ``records`` is empty on every rank); on
     ranks other than zero the records hold only the fields of scope ``shared``.
     """
     rank, world = _world()
@@ -118,7 +118,7 @@ def gather_records(
         dist.gather_object(large, large_parts, dst=0)
     errors: list[str] = [part["error"] for part in shared_parts if part["error"] is not None]
     if errors:
-        return {}, errors[0]
+        return {}, "; ".join(dict.fromkeys(errors))  # each rank's own message (ranks failing alike: once)
     merged = _merge(shared_parts, num_probes)
     if large_parts is not None:  # rank zero
         for method, values in _merge(large_parts, num_probes).items():
