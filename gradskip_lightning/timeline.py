@@ -19,6 +19,7 @@ folder (``probes.npz`` + ``epoch_*.npz``), any folder above exactly one, or a W&
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -35,11 +36,24 @@ ROW_INCHES = 1.6
 CHART_INCHES = 2.4
 
 
+#: A W&B artifact name: ``[entity/]project/name:version`` (a local path has no ``:version`` part).
+ARTIFACT = re.compile(r"([^/:\s]+/){1,2}[^/:\s]+:[^/:\s]+")
+
+
 def find_maps_dir(source: str | Path) -> Path:
     """The maps folder for ``source``: itself, the one folder below it holding ``probes.npz``, or
-    a downloaded W&B artifact when ``source`` is not a local path."""
+    a downloaded W&B artifact when ``source`` is an artifact name (``entity/project/name:version``).
+
+    Raises:
+        FileNotFoundError: a local path that does not exist (or holds no maps folder, or several).
+    """
     path = Path(source)
     if not path.exists():
+        if isinstance(source, Path) or not ARTIFACT.fullmatch(source):
+            raise FileNotFoundError(
+                f"{source} does not exist. Pass a maps folder, a folder above one (a log dir, a W&B run dir), or "
+                "a W&B artifact name entity/project/gradskip-maps-<run id>:latest"
+            )
         import wandb
 
         return Path(wandb.Api().artifact(str(source), type="gradskip-maps").download())

@@ -13,6 +13,7 @@ from torch import Tensor
 from gradskip_lightning.explanation import ModelExplainer
 from gradskip_lightning.metrics.perturbation import Activation, class_probabilities
 
+from .distributed import any_rank
 from .probes import ProbeSet
 from .record import ProbeRecord
 from .scores import SCORES, Chunk, ExplainFailure
@@ -33,14 +34,18 @@ def _explain_chunk(
     transplant: Transplant | None,
     heads: bool,
     activation: Activation,
+    agree: bool,
 ) -> ProbeRecord:
-    device = next(explainer.model.parameters()).device
-    images = probes.images.to(device)
-    targets = probes.labels.to(device) if settings.target == "label" else None
+    parameter = next(explainer.model.parameters())
+    dtype = parameter.dtype if parameter.is_floating_point() else torch.float32
+    images = probes.images.to(parameter.device, dtype)  # the module's dtype: float64 under precision="64-true"
+    targets = probes.labels.to(parameter.device) if settings.target == "label" else None
     exp = explainer.explain(images, targets)
-    if not bool(exp.valid.all()) or not bool(torch.isfinite(exp.logits).all()):
-        bad = (~exp.valid).nonzero()[:, 0].tolist()
-        raise ExplainFailure(f"{exp.method}: non-finite relevance or logits for probes at positions {bad}")
+    bad = ~exp.valid | ~torch.isfinite(exp.logits).flatten(1).all(dim=1)
+    if any_rank(bool(bad.any()), parameter.device) if agree else bool(bad.any()):
+        ids = probes.ids[bad.cpu()].tolist()
+        where = f"for probe ids {ids}" if ids else "on another process's probes"
+        raise ExplainFailure(f"{exp.method}: non-finite relevance or logits {where}")
     record = ProbeRecord(
         maps=exp.maps,
         token_maps=exp.token_maps,
@@ -70,6 +75,7 @@ def explain_probes(
     heads: bool = True,
     activation: Activation = "softmax",
     progress: bool = False,
+    agree: bool = False,
 ) -> ProbeRecord:
     """Explain and score every probe, ``batch_size`` probes at a time.
 
@@ -77,7 +83,8 @@ def explain_probes(
     perturbation scores use ``activation`` ("sigmoid" for multi-label models); a segmentation
     model's are scored by the mean logit of the class over the explained region. The transplant
     scores need ``transplant``. Head statistics and gates are filled only with ``heads`` and for
-    methods that have them.
+    methods that have them. With ``agree`` (every process calls this on its shard) a non-finite
+    result on any process fails every process at the same point (:func:`~.distributed.any_rank`).
 
     Raises:
         ExplainFailure: a map or logit was not finite.
@@ -91,7 +98,13 @@ def explain_probes(
     return ProbeRecord.concat(
         [
             _explain_chunk(
-                explainer, probes.subset(slice(start, start + batch_size)), settings, transplant, heads, activation
+                explainer,
+                probes.subset(slice(start, start + batch_size)),
+                settings,
+                transplant,
+                heads,
+                activation,
+                agree,
             )
             for start in starts
         ]

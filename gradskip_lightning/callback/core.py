@@ -6,11 +6,13 @@ The hooks, the state and the wiring; the settings are in :mod:`.settings`, the s
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import torch
 from lightning.pytorch import Callback, LightningModule, Trainer
 from lightning.pytorch.trainer.states import TrainerFn
 from lightning.pytorch.utilities import rank_zero_warn
@@ -24,8 +26,9 @@ from gradskip_lightning.metrics.perturbation import Activation
 from gradskip_lightning.validation import required
 
 from . import setup as checks
+from .averaging import Hook, averaged_weights
 from .drift import DriftTracker
-from .epoch import explain_isolated, monitor
+from .epoch import explain_isolated, invalidate, monitor
 from .keys import key
 from .probes import ProbeSource, check_probes, given_probes
 from .report import build_report, epoch_scalars, probe_sheet
@@ -40,7 +43,7 @@ from .settings import (
     check_arguments,
     grouped,
 )
-from .sinks import ProbeSheet, Sink, make_sinks
+from .sinks import EpochReport, ProbeSheet, Sink, make_sinks
 
 __all__ = ["GradSkipCallback"]
 
@@ -126,6 +129,9 @@ class GradSkipCallback(Callback):
         self._sinks: list[Sink] = []
         self._sinks_for: Trainer | None = None
         self._fit_trainer: Trainer | None = None
+        self._resumed: dict[str, Any] | None = None  # the checkpoint's probe state, checked once probes are known
+        self._monitored: dict[str, set[str]] = {}  # prefix -> keys put in callback_metrics
+        self._said_mid_epoch = False
 
     @property
     @override
@@ -145,6 +151,7 @@ class GradSkipCallback(Callback):
         callbacks: list[Callback] = trainer.callbacks  # type: ignore[attr-defined]  # set by the Trainer
         others = [c.log_prefix for c in callbacks if c is not self and isinstance(c, GradSkipCallback)]
         checks.refuse_shared_folder(self.log_prefix, others)
+        checks.check_precision(trainer)
         self._explainers = checks.explainers_for(pl_module, [self.method, *self.compare_methods], self.method_options)
         if trainer.state.fn == TrainerFn.FITTING:
             if self._fit_trainer is not None and self._fit_trainer is not trainer:
@@ -170,6 +177,7 @@ class GradSkipCallback(Callback):
         self._drift.reset()
         self._schedule.reset()
         self._sheet = None
+        self._resumed = None
 
     def _prepare(self) -> None:
         """Check the probes against the model and build their display sheet: before any epoch."""
@@ -177,6 +185,9 @@ class GradSkipCallback(Callback):
         probes = required(self._source.probes, "the probe set")
         check_probes(probes, explainer.in_chans, explainer.img_size, explainer.num_classes)
         explainer.check_images(probes.images)  # what the family needs besides (SegFormer: sides it divides)
+        checks.check_patch_counts(
+            explainer, probes.images.shape[-2:], self.scores.insertion_steps, self.scores.fvt_top_k
+        )
         names = self._data.class_names or [str(c) for c in range(explainer.num_classes)]
         mean, std = self._data.display
         self._sheet = probe_sheet(probes, names, mean, std, self.render.display_size)
@@ -186,6 +197,7 @@ class GradSkipCallback(Callback):
         if self._source.probes is None:
             self._source.draw(checks.loader_dataset(trainer))
             self._prepare()
+        self._check_resumed()
 
     @override
     def on_train_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
@@ -203,62 +215,131 @@ class GradSkipCallback(Callback):
             return
         epoch = trainer.current_epoch
         fitting = trainer.state.fn == TrainerFn.FITTING
+        if fitting and self._mid_epoch(trainer):
+            return
         if trainer.state.fn == TrainerFn.VALIDATING or (fitting and self._schedule.due(epoch)):
-            self._explain_epoch(trainer, pl_module, epoch)
+            self._explain_epoch(trainer, pl_module, epoch, "validation")
+
+    def _mid_epoch(self, trainer: Trainer) -> bool:
+        """Whether this fit validation runs before the epoch's last batch (``val_check_interval`` < 1): the
+        epoch end explains instead (the weights of the epoch's end); said once."""
+        batches = trainer.num_training_batches
+        if math.isinf(batches) or trainer.fit_loop.epoch_loop.batch_idx + 1 >= batches:
+            return False
+        if not self._said_mid_epoch:
+            self._said_mid_epoch = True
+            rank_zero_warn(
+                f"GradSkipCallback: with val_check_interval={trainer.val_check_interval!r} validation also runs within "
+                "epochs; the callback explains at the end of each epoch only (the weights the epoch ends with), "
+                "not at the validations before it"
+            )
+        return True
 
     @override
     def on_train_epoch_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
         self._schedule.last_trained = trainer.current_epoch
         if self._schedule.due(trainer.current_epoch):
-            self._explain_epoch(trainer, pl_module, trainer.current_epoch)
+            self._explain_epoch(trainer, pl_module, trainer.current_epoch, "train")
 
     @override
     def on_fit_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
         epoch = self._schedule.left_at_fit_end()
         if epoch is not None:
-            self._explain_epoch(trainer, pl_module, epoch)
+            self._explain_epoch(trainer, pl_module, epoch, "fit_end")
         for sink in self._sinks:
             sink.finish()
 
     # ----------------------------------------------------------------------------- one epoch
 
-    def _explain_epoch(self, trainer: Trainer, pl_module: LightningModule, epoch: int) -> None:
-        """Explain, gather and log one epoch; any failure warns and skips it (tried once per epoch)."""
+    def _explain_epoch(self, trainer: Trainer, pl_module: LightningModule, epoch: int, hook: Hook) -> None:
+        """Explain, gather and log one epoch; any failure warns and skips it (tried once per epoch).
+
+        Everything the epoch does is inside: the explanation (the weights the user keeps, see
+        :mod:`.averaging`), drift, the scalars, the report and every sink. A skipped epoch sets the
+        callback's monitored scores to NaN and logs ``<prefix>skipped`` = 1."""
         start = time.perf_counter()
         trained = trainer.state.fn == TrainerFn.FITTING
         if trained:
             self._schedule.last_explained = epoch
-        probes, sheet = required(self._source.probes, "the probe set"), required(self._sheet, "the probe sheet")
-        merged, error = explain_isolated(
-            pl_module,
-            self._explainers,
-            probes,
-            self.scores,
-            batch_size=self.probes.explain_batch_size,
-            transplant=self._data.transplant,
-            activation=self._activation,
-            progress=self.progress and trainer.is_global_zero,
-        )
-        if error is None:
-            drift = self._drift.update(required(merged[self.method].token_maps, "the token maps"), store=trained)
-            prefix = self.log_prefix if trained else f"{self.log_prefix}validate/"
-            scalars = epoch_scalars(merged, self.method, drift, list(probes.regions or {}), epoch=epoch, prefix=prefix)
-            monitor(trainer, scalars)
-            if trainer.is_global_zero:
-                try:  # rank zero only, no collective inside: safe to skip alone
-                    # Lightning logs its epoch metrics at this step; no public attribute holds it.
-                    step = getattr(trainer.fit_loop.epoch_loop, "_batches_that_stepped", trainer.global_step)
-                    report = build_report(
-                        merged, self.method, drift, sheet, scalars,
-                        epoch=epoch, step=step, prefix=prefix, settings=self.render, save=trained,
-                    )  # fmt: skip
-                    report.scalars[key(None, prefix, "time_s")] = time.perf_counter() - start
-                    for sink in self._sinks:
-                        sink.log(report, sheet)
-                except Exception as err:  # noqa: BLE001
-                    error = f"{type(err).__name__}: {err}"
+        prefix = self.log_prefix if trained else f"{self.log_prefix}validate/"
+        report: EpochReport | None = None
+        try:
+            probes, sheet = required(self._source.probes, "the probe set"), required(self._sheet, "the probe sheet")
+            with averaged_weights(trainer, pl_module, self, hook):
+                merged, error = explain_isolated(
+                    pl_module,
+                    self._explainers,
+                    probes,
+                    self.scores,
+                    batch_size=self.probes.explain_batch_size,
+                    transplant=self._data.transplant,
+                    activation=self._activation,
+                    progress=self.progress and trainer.is_global_zero,
+                )
+            if error is None:  # the same on every rank: the gather agreed
+                drift = self._drift.update(required(merged[self.method].token_maps, "the token maps"), store=trained)
+                regions = list(probes.regions or {})
+                scalars = epoch_scalars(merged, self.method, drift, regions, epoch=epoch, prefix=prefix)
+                scalars[key(None, prefix, "skipped")] = 0.0
+                monitor(trainer, scalars)
+                self._monitored.setdefault(prefix, set()).update(scalars)
+                if trainer.is_global_zero:
+                    report = self._report(merged, drift, sheet, scalars, trainer, epoch, prefix, trained)
+        except Exception as err:  # noqa: BLE001
+            error = f"{type(err).__name__}: {err}"
         if error is not None:
             rank_zero_warn(f"GradSkipCallback: explanation of epoch {epoch} skipped, training goes on. {error}")
+            invalidate(trainer, self._monitored.get(prefix, set()))
+            scalars = {key(None, prefix, "epoch"): float(epoch), key(None, prefix, "skipped"): 1.0}
+            monitor(trainer, scalars)
+            report = (
+                EpochReport(epoch=epoch, step=self._step(trainer), scalars=scalars) if trainer.is_global_zero else None
+            )
+        if report is not None:
+            report.started, report.time_key = start, key(None, prefix, "time_s")
+            self._log(report)
+
+    @staticmethod
+    def _step(trainer: Trainer) -> int:
+        """The step Lightning logs its epoch metrics at (no public attribute holds it)."""
+        return getattr(trainer.fit_loop.epoch_loop, "_batches_that_stepped", trainer.global_step)
+
+    def _report(
+        self,
+        merged: dict[str, Any],
+        drift: dict[str, Tensor],
+        sheet: ProbeSheet,
+        scalars: dict[str, float],
+        trainer: Trainer,
+        epoch: int,
+        prefix: str,
+        trained: bool,
+    ) -> EpochReport:
+        """The epoch's full report (rank zero); if building it fails, one with the scalars only, and a warning."""
+        step = self._step(trainer)
+        try:
+            return build_report(
+                merged, self.method, drift, sheet, scalars,
+                epoch=epoch, step=step, prefix=prefix, settings=self.render, save=trained,
+            )  # fmt: skip
+        except Exception as err:  # noqa: BLE001 - rank zero only, no collective inside: safe to go on alone
+            rank_zero_warn(
+                f"GradSkipCallback: the images and maps files of epoch {epoch} were not built, its scalars are "
+                f"logged. {type(err).__name__}: {err}"
+            )
+            return EpochReport(epoch=epoch, step=step, scalars=dict(scalars), method=self.method)
+
+    def _log(self, report: EpochReport) -> None:
+        """Hand ``report`` to every sink; a failing sink warns, naming itself, and the others still write."""
+        sheet = required(self._sheet, "the probe sheet")
+        for sink in self._sinks:
+            try:
+                sink.log(report, sheet)
+            except Exception as err:  # noqa: BLE001
+                rank_zero_warn(
+                    f"GradSkipCallback: {type(sink).__name__} failed at epoch {report.epoch}, the other outputs are "
+                    f"written. {type(err).__name__}: {err}"
+                )
 
     # ----------------------------------------------------------------------------- state
 
@@ -267,6 +348,7 @@ class GradSkipCallback(Callback):
         probes = self._source.probes
         return {
             "probe_ids": None if probes is None else probes.ids.clone(),
+            "probe_fingerprint": None if probes is None else probes.fingerprint(),
             "drift": self._drift.state_dict(),
             "last_explained": self._schedule.last_explained,
         }
@@ -275,7 +357,36 @@ class GradSkipCallback(Callback):
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         self._drift.load_state_dict(state_dict["drift"])
         self._schedule.last_explained = state_dict["last_explained"]
+        self._resumed = {"ids": state_dict["probe_ids"], "fingerprint": state_dict.get("probe_fingerprint")}
         before = self._source.probes
-        self._source.restore(state_dict["probe_ids"])
-        if self._source.probes is not before and self._explainers:
+        try:
+            self._source.restore(state_dict["probe_ids"])
+        except Exception as err:  # noqa: BLE001 - the checkpoint's probes cannot be re-read: draw afresh
+            rank_zero_warn(f"GradSkipCallback: the checkpoint's probes cannot be read ({type(err).__name__}: {err})")
+            self._source.reset()
+        if self._source.probes is not before and self._source.probes is not None and self._explainers:
             self._prepare()
+        if self._source.probes is not None:
+            self._check_resumed()
+
+    def _check_resumed(self) -> None:
+        """Once the probes are known after a resume: restart drift, with one warning, if they are not the
+        checkpoint's (other images under the same ids, another count); the stored maps would not compare."""
+        if self._resumed is None or self._source.probes is None:
+            return
+        resumed, self._resumed = self._resumed, None
+        probes = self._source.probes
+        stored = resumed["fingerprint"]
+        reference = self._drift.first
+        if stored is not None:
+            changed = len(stored) != len(probes) or not torch.equal(stored, probes.fingerprint())
+        else:  # a checkpoint of an earlier version: only the count can be compared
+            changed = reference is not None and len(reference) != len(probes)
+        if changed and (reference is not None or self._drift.previous is not None):
+            count = len(stored) if stored is not None else len(required(reference, "the stored maps"))
+            rank_zero_warn(
+                f"GradSkipCallback: the probes differ from the checkpoint's ({count} probes then, {len(probes)} "
+                "now, or other images under the same ids): the drift references restart at the next explained "
+                "epoch. Resume with the same probe_images or validation set to continue drift"
+            )
+            self._drift.reset()

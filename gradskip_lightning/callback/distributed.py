@@ -15,6 +15,11 @@ explanation failed sends its error, so no rank waits for another forever):
    ``rank_zero``: maps at input resolution, head statistics). Rank zero's memory grows with the
    probe set; the others' does not.
 
+A failure that one rank detects between forwards (non-finite maps or logits of a probe in its
+shard) is agreed at once with :func:`any_rank`, so every rank stops at the same point: under
+sharded strategies a rank that went on to the next forward would wait for the others forever (or
+fail with a collective mismatch).
+
 Values are put back in probe order by position, so the logged figures equal a single-process
 run on the same probes (up to float rounding of different batch compositions).
 """
@@ -30,13 +35,24 @@ from torch import Tensor
 
 from .record import ProbeRecord
 
-__all__ = ["Shard", "shard_positions", "gather_records"]
+__all__ = ["Shard", "shard_positions", "gather_records", "any_rank"]
 
 
 def _world() -> tuple[int, int]:
     if dist.is_available() and dist.is_initialized():
         return dist.get_rank(), dist.get_world_size()
     return 0, 1
+
+
+def any_rank(flag: bool, device: torch.device) -> bool:
+    """Whether ``flag`` is True on any process (one all-reduce on ``device``; ``flag`` itself in one process).
+
+    Every rank must call it at the same point."""
+    if _world()[1] == 1:
+        return flag
+    value = torch.tensor([1.0 if flag else 0.0], device=device)
+    dist.all_reduce(value, op=dist.ReduceOp.MAX)
+    return bool(value.item() > 0)
 
 
 @dataclass(frozen=True)
@@ -81,7 +97,7 @@ def gather_records(
     """Collect every rank's per-method records of its ``shard`` into records of all P probes.
 
     Every rank must call this, in the same order. Returns ``(records, error)``: ``error`` is the
-    first rank's error message if any rank failed (then ``records`` is empty on every rank); on
+    ranks' distinct error messages if any rank failed (then ``records`` is empty on every rank); on
     ranks other than zero the records hold only the fields of scope ``shared``.
     """
     rank, world = _world()
@@ -102,7 +118,7 @@ def gather_records(
         dist.gather_object(large, large_parts, dst=0)
     errors: list[str] = [part["error"] for part in shared_parts if part["error"] is not None]
     if errors:
-        return {}, errors[0]
+        return {}, "; ".join(dict.fromkeys(errors))  # each rank's own message (ranks failing alike: once)
     merged = _merge(shared_parts, num_probes)
     if large_parts is not None:  # rank zero
         for method, values in _merge(large_parts, num_probes).items():

@@ -24,7 +24,7 @@ from .record import ProbeRecord
 from .settings import ScoreSettings
 from .transplant import Transplant
 
-__all__ = ["explain_isolated", "monitor"]
+__all__ = ["explain_isolated", "monitor", "invalidate"]
 
 
 def explain_isolated(
@@ -60,6 +60,7 @@ def explain_isolated(
                         heads=name == first,
                         activation=activation,
                         progress=progress,
+                        agree=True,
                     )
         except Exception as err:  # noqa: BLE001 - isolation: torch.OutOfMemoryError, non-finite maps, ...
             error, records = f"{type(err).__name__}: {err}", {}
@@ -83,3 +84,13 @@ def monitor(trainer: Trainer, scalars: dict[str, float]) -> None:
             metrics[name] = torch.tensor(value, dtype=torch.float32)
         else:
             metrics.pop(name, None)
+
+
+def invalidate(trainer: Trainer, names: set[str]) -> None:
+    """Set the callback's monitored ``names`` to NaN in ``trainer.callback_metrics``: a skipped epoch
+    has no score, and a NaN one is what monitors act on (``EarlyStopping(check_finite=True)`` stops,
+    ``ModelCheckpoint`` ranks it worst), where a removed key would make them raise and an earlier
+    epoch's value would be taken for this one's."""
+    metrics = trainer.callback_metrics
+    for name in names:
+        metrics[name] = torch.tensor(float("nan"))

@@ -54,8 +54,10 @@ def _other_rows(prefix: str) -> list[tuple[str, str]]:
             f"{', '.join(columns)}, drift_prev_spearman, drift_first_spearman",
         ),
         (
-            f"`{key(None, prefix, 'epoch')}`, `{key(None, prefix, 'time_s')}`",
-            "the epoch; the callback's own wall time for it, in seconds",
+            f"`{key(None, prefix, 'epoch')}`, `{key(None, prefix, 'time_s')}`, `{key(None, prefix, 'skipped')}`",
+            "the epoch; the callback's own wall time for it, in seconds (files, images and loggers included); 1 "
+            "when the epoch's explanation failed and was skipped (its scores are then NaN in `callback_metrics`), "
+            "else 0",
         ),
         (
             f"`<section>/{prefix}validate/...`",

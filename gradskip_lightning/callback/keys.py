@@ -5,7 +5,7 @@ so every key starts with its section (:data:`Section`), then the callback's ``lo
 callbacks stay apart inside one section), then the value's name. Scores of a comparison method
 end in ``/<method>``, so one regular expression (:func:`score_pattern`) picks the explained
 method's score and every compared method's for one chart. The callback's own bookkeeping
-(``epoch``, ``time_s``) is ``<log_prefix><name>``: a section named after the callback.
+(``epoch``, ``time_s``, ``skipped``) is ``<log_prefix><name>``: a section named after the callback.
 
 Example:
     >>> key("faithfulness", "gradskip/", "insertion")

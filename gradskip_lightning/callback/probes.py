@@ -16,10 +16,15 @@ classes gives two probes).
 
 from __future__ import annotations
 
+import hashlib
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
+import numpy as np
 import torch
+from lightning.pytorch.utilities import rank_zero_warn
 from torch import Tensor
 from torch.utils.data import Dataset, Subset
 
@@ -42,13 +47,58 @@ __all__ = [
 OBJECT = "object"
 """The region the Pointing Game scores."""
 
+ITEM_FORMS = "(image, label), (image, label, mask (H, W) bool or 0/1) or (image, label, {name: mask})"
+"""The dataset items probes are read from, for messages."""
 
-def _as_regions(regions: Tensor | Mapping[str, Tensor] | None) -> dict[str, Tensor] | None:
+#: A region name inside a logged key: no "/" (it would read as another key), no leading dot, no space.
+_REGION_NAME = re.compile(r"[^./\\\s][^/\\\s]*")
+
+
+def check_region_name(name: object) -> str:
+    """``name`` if it can end a logged key (``regions/<prefix>mass/<name>``), else ValueError naming the rule."""
+    if not isinstance(name, str) or not _REGION_NAME.fullmatch(name):
+        raise ValueError(
+            f"region name {name!r} cannot be part of a logged key: use a non-empty string without '/', '\\' or "
+            "spaces that does not start with '.', e.g. 'object' or 'tag_1'"
+        )
+    return name
+
+
+def _as_mask(mask: Any, what: str) -> Tensor:
+    """``mask`` as a bool tensor: a bool, integer or float tensor (or array) of 0s and 1s only."""
+    if not isinstance(mask, (Tensor, np.ndarray)):
+        raise TypeError(
+            f"{what} must be a bool or 0/1 mask tensor; got a {type(mask).__name__} ({mask!r:.60}). Probes are read "
+            f"as {ITEM_FORMS}: return a mask as the third element, or only (image, label)"
+        )
+    mask = torch.as_tensor(mask)
+    if mask.dtype != torch.bool and (mask.is_complex() or not bool(((mask == 0) | (mask == 1)).all())):
+        low, high = float(mask.min().real), float(mask.max().real)
+        raise ValueError(
+            f"{what} must be a bool or 0/1 mask; got {mask.dtype} values in [{low:g}, {high:g}] (a weight map is not "
+            f"a region). Probes are read as {ITEM_FORMS}: threshold the map into a mask, e.g. weights > 0.5"
+        )
+    return mask.bool()
+
+
+def _as_regions(regions: Any, what: str = "probe_masks") -> dict[str, Tensor] | None:
+    """Region masks by name (a bare mask is the ``"object"`` region), each checked by :func:`_as_mask`."""
     if regions is None:
         return None
     if isinstance(regions, Mapping):
-        return {str(name): torch.as_tensor(mask).bool() for name, mask in regions.items()}
-    return {OBJECT: torch.as_tensor(regions).bool()}
+        return {check_region_name(name): _as_mask(mask, f"{what}[{name!r}]") for name, mask in regions.items()}
+    return {OBJECT: _as_mask(regions, what)}
+
+
+def _float32(images: Tensor, what: str) -> Tensor:
+    """Float ``images`` as float32 (the dtype the explanation starts from), with a note when converted."""
+    if images.dtype != torch.float32:
+        rank_zero_warn(
+            f"GradSkipCallback: {what} are {images.dtype}; converted to torch.float32 (the explanation runs in the "
+            "model's dtype). Pass float32 images to silence this"
+        )
+        images = images.float()
+    return images
 
 
 @dataclass
@@ -105,6 +155,18 @@ class ProbeSet:
     def masks(self) -> Tensor | None:
         """The ``"object"`` region (P, H, W) bool, scored by the Pointing Game, or None."""
         return None if self.regions is None else self.regions.get(OBJECT)
+
+    def fingerprint(self) -> Tensor:
+        """(P,) int64: a hash of each probe's image bytes and label, to tell a changed probe set on resume."""
+        images = self.images.detach().cpu().float().contiguous().flatten(1).numpy()
+        labels = self.labels.cpu().numpy().astype(np.int64)
+        hashes = [
+            int.from_bytes(
+                hashlib.blake2b(image.tobytes() + label.tobytes(), digest_size=8).digest(), "little", signed=True
+            )
+            for image, label in zip(images, labels, strict=True)
+        ]
+        return torch.tensor(hashes, dtype=torch.long)
 
     def subset(self, index: Tensor | slice) -> ProbeSet:
         """The probes at ``index`` (positions, not ids), in that order."""
@@ -233,10 +295,17 @@ def load_probes(dataset: Dataset, indices: Sequence[int] | Tensor, frequency: Te
                 f"dataset item {index} has a {image.dtype} image: probes must be float images normalised as the "
                 "model expects. Convert in the dataset's transform (ToDtype(torch.float32, scale=True), Normalize)"
             )
-        images.append(image)
+        images.append(_float32(image, f"dataset item {index}'s images") if not images else image.to(images[0].dtype))
         labels.append(torch.as_tensor(item[1]))
-        item_regions = _as_regions(item[2]) if len(item) > 2 else None
+        item_regions = _as_regions(item[2], f"dataset item {index}'s third element") if len(item) > 2 else None
         if item_regions is not None:
+            for name, mask in item_regions.items():
+                if tuple(mask.shape) != tuple(image.shape[-2:]):
+                    raise ValueError(
+                        f"dataset item {index}'s mask {name!r} is {tuple(mask.shape)}, its image "
+                        f"{tuple(image.shape)}: a mask must be (H, W) of the image's size. Probes are read as "
+                        f"{ITEM_FORMS}"
+                    )
             regions.append(item_regions)
     ids = torch.as_tensor(indices).long()
     stacked = torch.stack(labels)
@@ -278,7 +347,12 @@ def load_segmentation_probes(dataset: Dataset, pair_ids: Sequence[int] | Tensor,
     images, maps = zip(*(_item(dataset, int(i))[:2] for i in pair_ids // num_classes))
     classes = pair_ids % num_classes
     label_maps = torch.stack([torch.as_tensor(m) for m in maps])
-    return ProbeSet(torch.stack(images), classes, pair_ids, {OBJECT: label_maps == classes[:, None, None]})
+    return ProbeSet(
+        _float32(torch.stack(images), "the dataset's images"),
+        classes,
+        pair_ids,
+        {OBJECT: label_maps == classes[:, None, None]},
+    )
 
 
 def check_probes(probes: ProbeSet, in_chans: int, img_size: tuple[int, int] | None, num_classes: int) -> None:
@@ -325,6 +399,7 @@ def given_probes(
             f"probe_images must be float, normalised as the model expects; got {images.dtype}. Convert them as "
             "the training data is, e.g. images.float() / 255 then (x - mean) / std"
         )
+    images = _float32(images, "probe_images")
     labels = torch.as_tensor(labels)
     multi_hot = None
     if labels.ndim == 2 and labels.shape[1] > 1:
@@ -360,7 +435,10 @@ class ProbeSource:
         self.dataset, self.restored_ids, self._drawn = None, None, None
 
     def draw(self, dataset: Dataset) -> ProbeSet:
-        """Draw (or re-read the restored ids) from ``dataset``, unless probes were given or drawn."""
+        """Draw (or re-read the restored ids) from ``dataset``, unless probes were given or drawn.
+
+        Restored ids the dataset does not have (a smaller validation set) are dropped with a warning
+        and the probes drawn afresh; fewer probes than ``num_probes`` to draw from is said once."""
         if self.probes is not None:
             return self.probes
         self.dataset = dataset
@@ -368,10 +446,26 @@ class ProbeSource:
         segmentation = labels.ndim == 2 and is_segmentation_dataset(dataset)
         pair_ids, strata = segmentation_pairs(labels) if segmentation else (None, labels)
         ids = self.restored_ids
+        if ids is not None:
+            valid = required(pair_ids, "the pairs") if segmentation else torch.arange(len(labels))
+            missing = ids[~torch.isin(ids, valid)]
+            if len(missing):
+                rank_zero_warn(
+                    f"GradSkipCallback: the checkpoint's probe ids {missing.tolist()[:8]} are not in this dataset "
+                    f"({len(labels)} items): the probes are drawn afresh (probes.num_probes={self.num_probes}, "
+                    f"probe_seed={self.seed}). Resume with the validation set of the checkpointed run to keep them"
+                )
+                ids = self.restored_ids = None
         if ids is None:
             drawn = stratified_indices(strata, self.num_probes, self.seed)
             if len(drawn) == 0:
                 raise ValueError("no item of the dataset has a label or class to explain: nothing to draw probes from")
+            if len(drawn) < self.num_probes:
+                rank_zero_warn(
+                    f"GradSkipCallback: probes.num_probes={self.num_probes} but the dataset has only {len(drawn)} "
+                    f"{'(image, class) pairs' if segmentation else 'items'} with a class to explain: {len(drawn)} "
+                    "probes are drawn. Set probes.num_probes to at most that to silence this"
+                )
             ids = required(pair_ids, "the (image, class) pairs")[drawn] if segmentation else drawn
         if segmentation:
             self._drawn = load_segmentation_probes(dataset, ids, labels.shape[1])
@@ -380,9 +474,16 @@ class ProbeSource:
         return self._drawn
 
     def restore(self, ids: Tensor | None) -> None:
-        """Use the checkpointed probe ``ids`` (re-read now when a dataset is known)."""
+        """Use the checkpointed probe ``ids`` (re-read now when a dataset is known); says once when
+        their number overrides ``num_probes``."""
         if ids is None or self.given is not None:
             return
+        if len(ids) != self.num_probes:
+            rank_zero_warn(
+                f"GradSkipCallback: the checkpoint's {len(ids)} probes are explained, not probes.num_probes="
+                f"{self.num_probes}: the probe set is kept across a resume so drift compares the same images. "
+                "Start a new run (no ckpt_path) to draw another number"
+            )
         self.restored_ids = ids
         if self._drawn is not None and not torch.equal(self._drawn.ids, ids) and self.dataset is not None:
             self._drawn = None

@@ -165,6 +165,12 @@ def check_arguments(
             raise ValueError(f"compare_methods must be names from {methods} other than {method!r}, got {other!r}")
     if not isinstance(log_prefix, str):
         raise TypeError(f"log_prefix must be a string, got {type(log_prefix).__name__}")
+    parts = log_prefix.replace("\\", "/").split("/")
+    if log_prefix.startswith(("/", "\\", "~")) or any(part in (".", "..") for part in parts):
+        raise ValueError(
+            f"log_prefix {log_prefix!r} would put the callback's files outside the run folder (its parts name the "
+            "folder under the log dir): use names without '.' or '..' parts and no leading '/', e.g. 'gradskip/'"
+        )
     if (mean is None) != (std is None):
         raise ValueError("give both mean and std, or neither")
     if not isinstance(transplant, (SpuriousTag, bool)):

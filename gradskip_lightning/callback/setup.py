@@ -31,6 +31,8 @@ __all__ = [
     "DataSetup",
     "data_setup",
     "loader_dataset",
+    "check_precision",
+    "check_patch_counts",
 ]
 
 Display = tuple[Sequence[float] | None, Sequence[float] | None]
@@ -62,9 +64,11 @@ def explainers_for(
         try:
             explainers[name] = explainer_for(pl_module, method=name, **(options if name == methods[0] else {}))
         except TypeError as err:
+            received = f"{type(pl_module).__module__}.{type(pl_module).__qualname__}"
             raise TypeError(
-                f"GradSkipCallback cannot explain {type(pl_module).__name__}: {err}. It needs a timm "
-                "VisionTransformer or an HF SegFormer, or a LightningModule holding exactly one."
+                f"GradSkipCallback: {str(err).rstrip('.')}. Received a {received}: pass a LightningModule that is or "
+                "holds exactly one backbone of the supported families (timm models from timm.create_model; "
+                "torchvision's VisionTransformer is not timm's)."
             ) from err
     return explainers
 
@@ -167,3 +171,33 @@ def loader_dataset(trainer: Trainer) -> Dataset:
     if dataset is None:
         raise RuntimeError("GradSkipCallback found no probe images: pass probe_images or use a datamodule")
     return dataset
+
+
+#: Trainer precisions whose weights are half precision: the explanation's gradients and perturbation
+#: curves are not computed in them. ``"64-true"`` is explained in float64, the mixed ones in float32.
+HALF_PRECISIONS = {"bf16-true": "bf16-mixed", "16-true": "16-mixed"}
+
+
+def check_precision(trainer: Trainer) -> None:
+    """Refuse a Trainer ``precision`` the explanation cannot run in, naming the fix."""
+    precision = str(trainer.precision)
+    if precision in HALF_PRECISIONS:
+        raise ValueError(
+            f"GradSkipCallback cannot explain a model trained with precision={precision!r}: its weights are half "
+            "precision, in which relevance gradients and perturbation curves underflow. Use "
+            f"precision={HALF_PRECISIONS[precision]!r} (float32 weights, half-precision compute) or remove the callback"
+        )
+
+
+def check_patch_counts(
+    explainer: ModelExplainer, image_size: Sequence[int], insertion_steps: int, fvt_top_k: int
+) -> None:
+    """Refuse ``insertion_steps`` or ``fvt_top_k`` above the number of patches of the probes' maps."""
+    (height, width), (ph, pw) = image_size, explainer.patch_size
+    patches = (height // ph) * (width // pw)
+    for name, value in (("insertion_steps", insertion_steps), ("fvt_top_k", fvt_top_k)):
+        if value > patches:
+            raise ValueError(
+                f"scores.{name}={value} is above the {patches} patches of the probes ({height}x{width} px in "
+                f"{ph}x{pw} px patches): every epoch would fail. Use ScoreSettings({name}=...) of at most {patches}"
+            )

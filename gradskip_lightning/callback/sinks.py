@@ -1,11 +1,15 @@
 """Where one logged epoch goes: W&B, TensorBoard, any other Lightning logger, image files, the maps files.
 
-All sinks are called on rank zero only. Each receives the same :class:`EpochReport`: uint8
-images are built once (in :mod:`gradskip_lightning.render`), scalars are plain floats.
+All sinks are called on rank zero only, each on its own (the callback warns about a failing one
+and calls the next). Each receives the same :class:`EpochReport`: uint8 images are built once (in
+:mod:`gradskip_lightning.render`), scalars are plain floats. The sinks that send scalars run last
+and take them from :meth:`EpochReport.timed_scalars`, so the callback's ``time_s`` covers the
+files and images written before.
 """
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -68,6 +72,8 @@ class EpochReport:
         rows: one dict per probe, column -> cell (``overlay`` as a uint8 image; None: empty).
         method: the explained method's name.
         arrays: per-probe arrays saved to the maps files, or None when this epoch is not saved.
+        started: ``time.perf_counter()`` when the callback began the epoch; time_key: the key of
+            the seconds since then in :meth:`timed_scalars` (None: not timed).
     """
 
     epoch: int
@@ -79,6 +85,15 @@ class EpochReport:
     images: dict[str, np.ndarray] = field(default_factory=dict)
     histograms: dict[str, np.ndarray] = field(default_factory=dict)
     rows: list[dict[str, Any]] = field(default_factory=list)
+    started: float = 0.0
+    time_key: str | None = None
+
+    def timed_scalars(self) -> dict[str, float]:
+        """The scalars with ``time_key`` set to the seconds since ``started``, measured now."""
+        scalars = dict(self.scalars)
+        if self.time_key is not None:
+            scalars[self.time_key] = time.perf_counter() - self.started
+        return scalars
 
 
 class Sink(Protocol):
@@ -110,7 +125,7 @@ class WandbSink:
     def log(self, report: EpochReport, sheet: ProbeSheet) -> None:
         import wandb
 
-        row: dict[str, Any] = dict(report.scalars)
+        row: dict[str, Any] = {}
         if not self._probes_logged:
             probes = wandb.Table(columns=["probe_id", "image", "label"])
             for probe_id, image, label in zip(sheet.probe_ids, sheet.images, sheet.labels, strict=True):
@@ -131,6 +146,7 @@ class WandbSink:
                     *[wandb.Image(cells[c]) if c == "overlay" else cells.get(str(c)) for c in self._table.columns]
                 )
             row[key("probes", self.prefix, "table")] = self._table
+        row.update(report.timed_scalars())  # last: the time covers the images staged above
         self.logger.log_metrics(row, step=report.step)
 
     def finish(self) -> None:
@@ -152,7 +168,7 @@ class ScalarSink:
         self.logger = logger
 
     def log(self, report: EpochReport, sheet: ProbeSheet) -> None:
-        self.logger.log_metrics(report.scalars, step=report.step)
+        self.logger.log_metrics(report.timed_scalars(), step=report.step)
         self.logger.save()
 
     def finish(self) -> None:
@@ -222,7 +238,7 @@ class MapsFileSink:
 
 
 def make_sinks(trainer: Any, prefix: str, out_dir: Path) -> list[Sink]:
-    """The sinks of a Trainer's loggers.
+    """The sinks of a Trainer's loggers, those sending scalars last.
 
     With a :class:`WandbLogger` the folder moves beside the W&B run's files (``<run dir>/<name>``),
     images go to W&B and the maps folder becomes an artifact at the end of fit; without, images
@@ -230,13 +246,13 @@ def make_sinks(trainer: Any, prefix: str, out_dir: Path) -> list[Sink]:
     :class:`TensorBoardLogger` the images and histograms too.
     """
     wandb_logger = next((lg for lg in trainer.loggers if isinstance(lg, WandbLogger)), None)
-    sinks: list[Sink] = []
     if wandb_logger is not None:
         out_dir = Path(wandb_logger.experiment.dir).parent / out_dir.name
-        sinks.append(WandbSink(wandb_logger, prefix, out_dir / "maps"))
-    else:
+    sinks: list[Sink] = [MapsFileSink(out_dir / "maps")]
+    if wandb_logger is None:
         sinks.append(ImageFileSink(out_dir / "images"))
-    sinks.append(MapsFileSink(out_dir / "maps"))
-    sinks.extend(ScalarSink(lg) for lg in trainer.loggers if lg is not wandb_logger)
     sinks.extend(TensorBoardSink(lg) for lg in trainer.loggers if isinstance(lg, TensorBoardLogger))
+    if wandb_logger is not None:
+        sinks.append(WandbSink(wandb_logger, prefix, out_dir / "maps"))
+    sinks.extend(ScalarSink(lg) for lg in trainer.loggers if lg is not wandb_logger)
     return sinks

@@ -88,3 +88,25 @@ def test_ddp_every_rank_holds_the_same_monitorable_scalars(ddp_out):
     ranks = [json.loads((ddp_out[0] / "devices_2" / f"callback_metrics_rank{r}.json").read_text()) for r in (0, 1)]
     assert "regions/gradskip/mass/object" in ranks[0] and "faithfulness/gradskip/insertion/rollout" in ranks[0]
     assert ranks[0] == ranks[1]
+
+
+@pytest.mark.slow
+def test_fsdp2_ranks_skip_together_when_one_ranks_probe_fails(tmp_path):
+    """FSDP2 (ModelParallelStrategy + fully_shard, gloo): each forward is a collective, so a failure on
+    one rank's shard must stop every rank at the same point; the job finishes, the epoch skipped."""
+    import json
+
+    from . import fsdp_run
+
+    done = subprocess.run(
+        [sys.executable, str(Path(fsdp_run.__file__)), str(tmp_path)],
+        env=dict(os.environ),
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    results = [json.loads((tmp_path / f"result_rank{r}.json").read_text()) for r in (0, 1)]
+    assert [r["epochs"] for r in results] == [1, 1] and [r["skipped"] for r in results] == [1.0, 1.0]
+    (warning,) = results[0]["warnings"]
+    assert "epoch 0 skipped" in warning and "probe ids [1]" in warning
