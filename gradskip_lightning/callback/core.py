@@ -6,16 +6,13 @@ The hooks, the state and the wiring; the settings are in :mod:`.settings`, the s
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import torch
 from lightning.pytorch import Callback, LightningModule, Trainer
 from lightning.pytorch.trainer.states import TrainerFn
-from lightning.pytorch.utilities import rank_zero_warn
 from torch import Tensor
 from typing_extensions import override
 
@@ -28,10 +25,10 @@ from gradskip_lightning.validation import required
 from . import setup as checks
 from .averaging import Hook, averaged_weights
 from .drift import DriftTracker
-from .epoch import explain_isolated, invalidate, monitor
+from .epoch import explain_isolated, full_report, log_to_sinks, monitor, skipped_report
 from .keys import key
-from .probes import ProbeSource, check_probes, given_probes
-from .report import build_report, epoch_scalars, probe_sheet
+from .probes import ProbeSource, given_probes
+from .report import epoch_scalars
 from .schedule import EpochSchedule
 from .settings import (
     FLAT_NAMES,
@@ -131,7 +128,6 @@ class GradSkipCallback(Callback):
         self._fit_trainer: Trainer | None = None
         self._resumed: dict[str, Any] | None = None  # the checkpoint's probe state, checked once probes are known
         self._monitored: dict[str, set[str]] = {}  # prefix -> keys put in callback_metrics
-        self._said_mid_epoch = False
 
     @property
     @override
@@ -181,16 +177,8 @@ class GradSkipCallback(Callback):
 
     def _prepare(self) -> None:
         """Check the probes against the model and build their display sheet: before any epoch."""
-        explainer = self._explainers[self.method]
         probes = required(self._source.probes, "the probe set")
-        check_probes(probes, explainer.in_chans, explainer.img_size, explainer.num_classes)
-        explainer.check_images(probes.images)  # what the family needs besides (SegFormer: sides it divides)
-        checks.check_patch_counts(
-            explainer, probes.images.shape[-2:], self.scores.insertion_steps, self.scores.fvt_top_k
-        )
-        names = self._data.class_names or [str(c) for c in range(explainer.num_classes)]
-        mean, std = self._data.display
-        self._sheet = probe_sheet(probes, names, mean, std, self.render.display_size)
+        self._sheet = checks.prepared_sheet(self._explainers[self.method], probes, self._data, self.scores, self.render)
 
     def _ensure_probes(self, trainer: Trainer) -> None:
         """Draw the probes from the Trainer's dataloaders when setup had no datamodule dataset."""
@@ -215,25 +203,10 @@ class GradSkipCallback(Callback):
             return
         epoch = trainer.current_epoch
         fitting = trainer.state.fn == TrainerFn.FITTING
-        if fitting and self._mid_epoch(trainer):
+        if fitting and self._schedule.mid_epoch(trainer):
             return
         if trainer.state.fn == TrainerFn.VALIDATING or (fitting and self._schedule.due(epoch)):
             self._explain_epoch(trainer, pl_module, epoch, "validation")
-
-    def _mid_epoch(self, trainer: Trainer) -> bool:
-        """Whether this fit validation runs before the epoch's last batch (``val_check_interval`` < 1): the
-        epoch end explains instead (the weights of the epoch's end); said once."""
-        batches = trainer.num_training_batches
-        if math.isinf(batches) or trainer.fit_loop.epoch_loop.batch_idx + 1 >= batches:
-            return False
-        if not self._said_mid_epoch:
-            self._said_mid_epoch = True
-            rank_zero_warn(
-                f"GradSkipCallback: with val_check_interval={trainer.val_check_interval!r} validation also runs within "
-                "epochs; the callback explains at the end of each epoch only (the weights the epoch ends with), "
-                "not at the validations before it"
-            )
-        return True
 
     @override
     def on_train_epoch_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
@@ -284,62 +257,16 @@ class GradSkipCallback(Callback):
                 monitor(trainer, scalars)
                 self._monitored.setdefault(prefix, set()).update(scalars)
                 if trainer.is_global_zero:
-                    report = self._report(merged, drift, sheet, scalars, trainer, epoch, prefix, trained)
+                    report = full_report(
+                        merged, self.method, drift, sheet, scalars, trainer, epoch, prefix, self.render, trained
+                    )
         except Exception as err:  # noqa: BLE001
             error = f"{type(err).__name__}: {err}"
         if error is not None:
-            rank_zero_warn(f"GradSkipCallback: explanation of epoch {epoch} skipped, training goes on. {error}")
-            invalidate(trainer, self._monitored.get(prefix, set()))
-            scalars = {key(None, prefix, "epoch"): float(epoch), key(None, prefix, "skipped"): 1.0}
-            monitor(trainer, scalars)
-            report = (
-                EpochReport(epoch=epoch, step=self._step(trainer), scalars=scalars) if trainer.is_global_zero else None
-            )
+            report = skipped_report(trainer, epoch, prefix, error, self._monitored.get(prefix, set()))
         if report is not None:
             report.started, report.time_key = start, key(None, prefix, "time_s")
-            self._log(report)
-
-    @staticmethod
-    def _step(trainer: Trainer) -> int:
-        """The step Lightning logs its epoch metrics at (no public attribute holds it)."""
-        return getattr(trainer.fit_loop.epoch_loop, "_batches_that_stepped", trainer.global_step)
-
-    def _report(
-        self,
-        merged: dict[str, Any],
-        drift: dict[str, Tensor],
-        sheet: ProbeSheet,
-        scalars: dict[str, float],
-        trainer: Trainer,
-        epoch: int,
-        prefix: str,
-        trained: bool,
-    ) -> EpochReport:
-        """The epoch's full report (rank zero); if building it fails, one with the scalars only, and a warning."""
-        step = self._step(trainer)
-        try:
-            return build_report(
-                merged, self.method, drift, sheet, scalars,
-                epoch=epoch, step=step, prefix=prefix, settings=self.render, save=trained,
-            )  # fmt: skip
-        except Exception as err:  # noqa: BLE001 - rank zero only, no collective inside: safe to go on alone
-            rank_zero_warn(
-                f"GradSkipCallback: the images and maps files of epoch {epoch} were not built, its scalars are "
-                f"logged. {type(err).__name__}: {err}"
-            )
-            return EpochReport(epoch=epoch, step=step, scalars=dict(scalars), method=self.method)
-
-    def _log(self, report: EpochReport) -> None:
-        """Hand ``report`` to every sink; a failing sink warns, naming itself, and the others still write."""
-        sheet = required(self._sheet, "the probe sheet")
-        for sink in self._sinks:
-            try:
-                sink.log(report, sheet)
-            except Exception as err:  # noqa: BLE001
-                rank_zero_warn(
-                    f"GradSkipCallback: {type(sink).__name__} failed at epoch {report.epoch}, the other outputs are "
-                    f"written. {type(err).__name__}: {err}"
-                )
+            log_to_sinks(self._sinks, report, required(self._sheet, "the probe sheet"))
 
     # ----------------------------------------------------------------------------- state
 
@@ -359,34 +286,14 @@ class GradSkipCallback(Callback):
         self._schedule.last_explained = state_dict["last_explained"]
         self._resumed = {"ids": state_dict["probe_ids"], "fingerprint": state_dict.get("probe_fingerprint")}
         before = self._source.probes
-        try:
-            self._source.restore(state_dict["probe_ids"])
-        except Exception as err:  # noqa: BLE001 - the checkpoint's probes cannot be re-read: draw afresh
-            rank_zero_warn(f"GradSkipCallback: the checkpoint's probes cannot be read ({type(err).__name__}: {err})")
-            self._source.reset()
+        self._source.restore(state_dict["probe_ids"])
         if self._source.probes is not before and self._source.probes is not None and self._explainers:
             self._prepare()
         if self._source.probes is not None:
             self._check_resumed()
 
     def _check_resumed(self) -> None:
-        """Once the probes are known after a resume: restart drift, with one warning, if they are not the
-        checkpoint's (other images under the same ids, another count); the stored maps would not compare."""
-        if self._resumed is None or self._source.probes is None:
-            return
-        resumed, self._resumed = self._resumed, None
-        probes = self._source.probes
-        stored = resumed["fingerprint"]
-        reference = self._drift.first
-        if stored is not None:
-            changed = len(stored) != len(probes) or not torch.equal(stored, probes.fingerprint())
-        else:  # a checkpoint of an earlier version: only the count can be compared
-            changed = reference is not None and len(reference) != len(probes)
-        if changed and (reference is not None or self._drift.previous is not None):
-            count = len(stored) if stored is not None else len(required(reference, "the stored maps"))
-            rank_zero_warn(
-                f"GradSkipCallback: the probes differ from the checkpoint's ({count} probes then, {len(probes)} "
-                "now, or other images under the same ids): the drift references restart at the next explained "
-                "epoch. Resume with the same probe_images or validation set to continue drift"
-            )
-            self._drift.reset()
+        """Once the probes are known after a resume: drift restarts (see :meth:`.DriftTracker.resume`)."""
+        if self._resumed is not None and self._source.probes is not None:
+            self._drift.resume(self._resumed["fingerprint"], self._source.probes)
+            self._resumed = None

@@ -4,9 +4,14 @@ from __future__ import annotations
 
 from typing import Any
 
+import torch
+from lightning.pytorch.utilities import rank_zero_warn
 from torch import Tensor
 
 from gradskip_lightning.metrics import drift
+from gradskip_lightning.validation import required
+
+from .probes import ProbeSet
 
 __all__ = ["DriftTracker"]
 
@@ -54,6 +59,24 @@ class DriftTracker:
                 self.first = token_maps.clone()
             self.previous = token_maps.clone()
         return out
+
+    def resume(self, stored: Tensor | None, probes: ProbeSet) -> None:
+        """After a resume, restart the references, with one warning, if ``probes`` are not the
+        checkpoint's (``stored``: its per-probe fingerprints, None from an earlier version, when only
+        the count can be compared): other images under the same ids would give a wrong drift."""
+        reference = self.first
+        if stored is not None:
+            changed = len(stored) != len(probes) or not torch.equal(stored, probes.fingerprint())
+        else:
+            changed = reference is not None and len(reference) != len(probes)
+        if changed and (reference is not None or self.previous is not None):
+            count = len(stored) if stored is not None else len(required(reference, "the stored maps"))
+            rank_zero_warn(
+                f"GradSkipCallback: the probes differ from the checkpoint's ({count} probes then, {len(probes)} "
+                "now, or other images under the same ids): the drift references restart at the next explained "
+                "epoch. Resume with the same probe_images or validation set to continue drift"
+            )
+            self.reset()
 
     def state_dict(self) -> dict[str, Any]:
         return {"first": self.first, "previous": self.previous}

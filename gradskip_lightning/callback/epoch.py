@@ -11,7 +11,9 @@ import math
 
 import torch
 from lightning.pytorch import LightningModule, Trainer
+from lightning.pytorch.utilities import rank_zero_warn
 from lightning.pytorch.utilities.seed import isolate_rng
+from torch import Tensor
 
 from gradskip_lightning.adapters.base import eval_mode
 from gradskip_lightning.explanation import ModelExplainer
@@ -19,12 +21,23 @@ from gradskip_lightning.metrics.perturbation import Activation
 
 from .compute import explain_probes
 from .distributed import gather_records, shard_positions
+from .keys import key
 from .probes import ProbeSet
 from .record import ProbeRecord
-from .settings import ScoreSettings
+from .report import build_report
+from .settings import RenderSettings, ScoreSettings
+from .sinks import EpochReport, ProbeSheet, Sink
 from .transplant import Transplant
 
-__all__ = ["explain_isolated", "monitor", "invalidate"]
+__all__ = [
+    "explain_isolated",
+    "full_report",
+    "invalidate",
+    "log_to_sinks",
+    "logged_step",
+    "monitor",
+    "skipped_report",
+]
 
 
 def explain_isolated(
@@ -94,3 +107,57 @@ def invalidate(trainer: Trainer, names: set[str]) -> None:
     metrics = trainer.callback_metrics
     for name in names:
         metrics[name] = torch.tensor(float("nan"))
+
+
+def logged_step(trainer: Trainer) -> int:
+    """The step Lightning logs its epoch metrics at (no public attribute holds it)."""
+    return getattr(trainer.fit_loop.epoch_loop, "_batches_that_stepped", trainer.global_step)
+
+
+def full_report(
+    records: dict[str, ProbeRecord],
+    method: str,
+    drift: dict[str, Tensor],
+    sheet: ProbeSheet,
+    scalars: dict[str, float],
+    trainer: Trainer,
+    epoch: int,
+    prefix: str,
+    settings: RenderSettings,
+    save: bool,
+) -> EpochReport:
+    """The epoch's full report (rank zero; :func:`~.report.build_report`); if building it fails,
+    one with the scalars only, and a warning."""
+    step = logged_step(trainer)
+    try:
+        return build_report(
+            records, method, drift, sheet, scalars, epoch=epoch, step=step, prefix=prefix, settings=settings, save=save
+        )
+    except Exception as err:  # noqa: BLE001 - rank zero only, no collective inside: safe to go on alone
+        rank_zero_warn(
+            f"GradSkipCallback: the images and maps files of epoch {epoch} were not built, its scalars are "
+            f"logged. {type(err).__name__}: {err}"
+        )
+        return EpochReport(epoch=epoch, step=step, scalars=dict(scalars), method=method)
+
+
+def log_to_sinks(sinks: list[Sink], report: EpochReport, sheet: ProbeSheet) -> None:
+    """Hand ``report`` to every sink; a failing sink warns, naming itself, and the others still write."""
+    for sink in sinks:
+        try:
+            sink.log(report, sheet)
+        except Exception as err:  # noqa: BLE001
+            rank_zero_warn(
+                f"GradSkipCallback: {type(sink).__name__} failed at epoch {report.epoch}, the other outputs are "
+                f"written. {type(err).__name__}: {err}"
+            )
+
+
+def skipped_report(trainer: Trainer, epoch: int, prefix: str, error: str, monitored: set[str]) -> EpochReport | None:
+    """A skipped epoch: one warning, the callback's ``monitored`` scores NaN in ``callback_metrics``,
+    ``<prefix>skipped`` = 1, and (rank zero) the report of those scalars."""
+    rank_zero_warn(f"GradSkipCallback: explanation of epoch {epoch} skipped, training goes on. {error}")
+    invalidate(trainer, monitored)
+    scalars = {key(None, prefix, "epoch"): float(epoch), key(None, prefix, "skipped"): 1.0}
+    monitor(trainer, scalars)
+    return EpochReport(epoch=epoch, step=logged_step(trainer), scalars=scalars) if trainer.is_global_zero else None

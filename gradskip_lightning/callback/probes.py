@@ -475,7 +475,8 @@ class ProbeSource:
 
     def restore(self, ids: Tensor | None) -> None:
         """Use the checkpointed probe ``ids`` (re-read now when a dataset is known); says once when
-        their number overrides ``num_probes``."""
+        their number overrides ``num_probes``; ids the dataset cannot give are dropped with a warning
+        and the probes drawn afresh."""
         if ids is None or self.given is not None:
             return
         if len(ids) != self.num_probes:
@@ -487,4 +488,10 @@ class ProbeSource:
         self.restored_ids = ids
         if self._drawn is not None and not torch.equal(self._drawn.ids, ids) and self.dataset is not None:
             self._drawn = None
-            self.draw(self.dataset)
+            try:
+                self.draw(self.dataset)
+            except Exception as err:  # noqa: BLE001 - the checkpoint's probes cannot be re-read: draw afresh
+                rank_zero_warn(
+                    f"GradSkipCallback: the checkpoint's probes cannot be read ({type(err).__name__}: {err})"
+                )
+                self.reset()

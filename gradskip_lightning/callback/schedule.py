@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import math
+
+from lightning.pytorch import Trainer
+from lightning.pytorch.utilities import rank_zero_warn
+
 __all__ = ["EpochSchedule"]
 
 
@@ -18,10 +23,26 @@ class EpochSchedule:
         self.every_n_epochs = every_n_epochs
         self.last_explained: int | None = None
         self.last_trained: int | None = None
+        self._said_mid_epoch = False
 
     def due(self, epoch: int) -> bool:
         """Whether fit ``epoch`` is an n-th epoch not tried yet."""
         return (epoch + 1) % self.every_n_epochs == 0 and epoch != self.last_explained
+
+    def mid_epoch(self, trainer: Trainer) -> bool:
+        """Whether this fit validation runs before the epoch's last batch (``val_check_interval`` < 1):
+        the epoch end explains instead (the weights the epoch ends with); said once."""
+        batches = trainer.num_training_batches
+        if math.isinf(batches) or trainer.fit_loop.epoch_loop.batch_idx + 1 >= batches:
+            return False
+        if not self._said_mid_epoch:
+            self._said_mid_epoch = True
+            rank_zero_warn(
+                f"GradSkipCallback: with val_check_interval={trainer.val_check_interval!r} validation also runs within "
+                "epochs; the callback explains at the end of each epoch only (the weights the epoch ends with), "
+                "not at the validations before it"
+            )
+        return True
 
     def left_at_fit_end(self) -> int | None:
         """The last trained epoch when it was not explained (the end of fit explains it), else None."""

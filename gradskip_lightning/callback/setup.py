@@ -18,6 +18,10 @@ from gradskip_lightning.data.tags import SpuriousTag
 from gradskip_lightning.explanation import ModelExplainer
 from gradskip_lightning.families import explainer_for
 
+from .probes import ProbeSet, check_probes
+from .report import probe_sheet
+from .settings import RenderSettings, ScoreSettings
+from .sinks import ProbeSheet
 from .transplant import Transplant
 
 __all__ = [
@@ -67,8 +71,7 @@ def explainers_for(
             received = f"{type(pl_module).__module__}.{type(pl_module).__qualname__}"
             raise TypeError(
                 f"GradSkipCallback: {str(err).rstrip('.')}. Received a {received}: pass a LightningModule that is or "
-                "holds exactly one backbone of the supported families (timm models from timm.create_model; "
-                "torchvision's VisionTransformer is not timm's)."
+                "holds exactly one network of the supported families above."
             ) from err
     return explainers
 
@@ -201,3 +204,15 @@ def check_patch_counts(
                 f"scores.{name}={value} is above the {patches} patches of the probes ({height}x{width} px in "
                 f"{ph}x{pw} px patches): every epoch would fail. Use ScoreSettings({name}=...) of at most {patches}"
             )
+
+
+def prepared_sheet(
+    explainer: ModelExplainer, probes: ProbeSet, data: DataSetup, scores: ScoreSettings, render: RenderSettings
+) -> ProbeSheet:
+    """Check ``probes`` against the model and the scores (before any epoch) and build their display sheet."""
+    check_probes(probes, explainer.in_chans, explainer.img_size, explainer.num_classes)
+    explainer.check_images(probes.images)  # what the family needs besides (SegFormer: sides it divides)
+    check_patch_counts(explainer, probes.images.shape[-2:], scores.insertion_steps, scores.fvt_top_k)
+    names = data.class_names or [str(c) for c in range(explainer.num_classes)]
+    mean, std = data.display
+    return probe_sheet(probes, names, mean, std, render.display_size)

@@ -407,12 +407,12 @@ def test_plain_dataloaders_draw_probes_from_the_validation_set_before_training(t
 
 
 def test_a_failure_after_the_explanation_warns_and_training_goes_on(tmp_path, monkeypatch):
-    from gradskip_lightning.callback import core
+    from gradskip_lightning.callback import epoch
 
     def broken(*args, **kwargs):
         raise IndexError("list index out of range")
 
-    monkeypatch.setattr(core, "build_report", broken)
+    monkeypatch.setattr(epoch, "build_report", broken)
     trainer = tiny_trainer(tmp_path, logger=False, callbacks=[GradSkipCallback(**FAST)], max_epochs=2)
     with pytest.warns(
         UserWarning, match="images and maps files of epoch 0 were not built, its scalars are logged. IndexError"

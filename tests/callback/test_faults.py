@@ -323,7 +323,8 @@ def test_the_unsupported_model_message_says_it_once():
     from gradskip_lightning.callback.setup import explainers_for
 
     with pytest.raises(TypeError) as caught:
-        explainers_for(torchvision.models.VisionTransformer(32, 8, 1, 1, 8, 8), ["gradskip"], {})
+        explainers_for(torchvision.models.resnet18(num_classes=3), ["gradskip"], {})
     message = str(caught.value)
     assert message.lower().count("cannot explain") == 1 and ".." not in message, message
-    assert "torchvision.models.vision_transformer.VisionTransformer" in message
+    assert "torchvision.models.resnet.ResNet" in message
+    assert explainers_for(torchvision.models.VisionTransformer(32, 8, 1, 1, 8, 8), ["gradskip"], {})  # a family now
