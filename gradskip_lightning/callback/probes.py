@@ -266,13 +266,35 @@ def stratified_indices(labels: Tensor, num_probes: int, seed: int) -> Tensor:
     return chosen_t[order]
 
 
+#: Keys of a mapping item (MONAI, HF datasets) read as the image, the label and the regions, first found first.
+IMAGE_KEYS = ("image", "pixel_values", "img", "images")
+LABEL_KEYS = ("label", "labels", "target", "targets", "class")
+REGION_KEYS = ("mask", "masks", "regions")
+
+
+def _from_mapping(item: Mapping[str, Any]) -> tuple:
+    """(image, label[, regions]) of a mapping item; its other fields (ids, paths, metadata) are ignored."""
+    image, label, regions = (
+        next((item[k] for k in keys if k in item), None) for keys in (IMAGE_KEYS, LABEL_KEYS, REGION_KEYS)
+    )
+    if image is None or label is None:
+        raise TypeError(
+            f"GradSkipCallback reads a mapping item's image from one of {IMAGE_KEYS} and its label from one of "
+            f"{LABEL_KEYS}; the item has {sorted(map(str, item))}. Rename the keys in the dataset's transform, "
+            "or pass probe_images and probe_labels to the callback"
+        )
+    return (image, label) if regions is None else (image, label, regions)
+
+
 def _item(dataset: Dataset, index: int) -> tuple:
     item = dataset[index]
+    if isinstance(item, Mapping):
+        return _from_mapping(item)
     if not isinstance(item, (tuple, list)) or len(item) < 2:
         raise TypeError(
-            f"GradSkipCallback reads probes as dataset items (image, label), (image, label, mask) or "
-            f"(image, label, regions dict); got a {type(item).__name__}. Make the dataset return such tuples, "
-            "or pass probe_images and probe_labels to the callback"
+            f"GradSkipCallback reads probes as dataset items (image, label), (image, label, mask), "
+            f"(image, label, regions dict) or mappings with {IMAGE_KEYS[0]!r} and {LABEL_KEYS[0]!r} keys; got a "
+            f"{type(item).__name__}. Make the dataset return such items, or pass probe_images and probe_labels"
         )
     return tuple(item)
 

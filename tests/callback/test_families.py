@@ -4,15 +4,17 @@ torchvision's ViT, an HF ViT, an HF DINOv2 and a timm Swin (classification), rea
 from __future__ import annotations
 
 import warnings
+from typing import Any
 
 import pytest
 import timm
 import torch
 import torch.nn.functional as F
 import wandb
-from lightning.pytorch import LightningModule, seed_everything
+from lightning.pytorch import LightningDataModule, LightningModule, seed_everything
 from lightning.pytorch.loggers import WandbLogger
 from torch import Tensor, nn
+from torch.utils.data import Dataset
 
 from gradskip_lightning import GradSkipCallback, ProbeSettings, ScoreSettings
 
@@ -58,6 +60,10 @@ NETWORKS = {
 FAMILY = {"torchvision_vit": "timm_vit", "hf_vit": "hf_vit", "hf_dinov2": "hf_vit", "timm_swin": "timm_swin"}
 
 
+def _image_label(batch: Any) -> tuple[Tensor, Tensor]:
+    return (batch["image"], batch["label"]) if isinstance(batch, dict) else (batch[0], batch[1])
+
+
 class Classifier(LightningModule):
     """The smallest LightningModule a user writes around a network: logits, cross-entropy, AdamW."""
 
@@ -68,11 +74,13 @@ class Classifier(LightningModule):
     def forward(self, images: Tensor) -> Tensor:
         return self.net(pixel_values=images).logits if self.hf_output else self.net(images)
 
-    def training_step(self, batch: tuple[Tensor, ...], batch_idx: int) -> Tensor:
-        return F.cross_entropy(self(batch[0]), batch[1])
+    def training_step(self, batch: Any, batch_idx: int) -> Tensor:
+        images, labels = _image_label(batch)
+        return F.cross_entropy(self(images), labels)
 
-    def validation_step(self, batch: tuple[Tensor, ...], batch_idx: int) -> None:
-        self.log("val/loss", F.cross_entropy(self(batch[0]), batch[1]))
+    def validation_step(self, batch: Any, batch_idx: int) -> None:
+        images, labels = _image_label(batch)
+        self.log("val/loss", F.cross_entropy(self(images), labels))
 
     def configure_optimizers(self) -> torch.optim.Optimizer:
         return torch.optim.AdamW(self.parameters(), lr=1e-3)
@@ -99,3 +107,33 @@ def test_each_family_trains_with_the_callback_and_logs_to_wandb(label, tmp_path,
     assert row[f"{P}skipped"] == 0.0
     assert f"probes/{P}overlays" in row and f"probes/{P}overlays/rollout" in row
     assert list(run.media.rglob("*.png")), "no overlay image was written"
+
+
+class MonaiStyle(Dataset):
+    """Items as MONAI and HF datasets give them: a dict with the image, the label and metadata."""
+
+    def __init__(self, items: Dataset) -> None:
+        self.items = items
+
+    def __len__(self) -> int:
+        return len(self.items)  # type: ignore[arg-type]
+
+    def __getitem__(self, index: int) -> dict[str, Any]:
+        image, label, _mask = self.items[index]
+        return {"image": image, "label": label, "patient_id": index, "path": f"patient_{index:03d}.dcm"}
+
+
+def test_a_datamodule_of_dict_items_works_without_explicit_probes(tmp_path):
+    data = tiny_data()
+    data.setup("fit")
+    loaders = dict(batch_size=16)
+    train, val = MonaiStyle(data.train_dataset), MonaiStyle(data.val_dataset)
+    module = LightningDataModule.from_datasets(train_dataset=train, val_dataset=val, **loaders)
+    module.val_dataset = val  # where the callback draws probes from, as on the project's datamodules
+    callback = GradSkipCallback(probes=ProbeSettings(num_probes=4), scores=ScoreSettings(insertion_steps=4))
+    trainer = tiny_trainer(tmp_path, logger=False, callbacks=[callback], max_epochs=1, limit_train_batches=2)
+    trainer.fit(Classifier(NETWORKS["torchvision_vit"]()[0], False), datamodule=module)
+    probes = callback._source.probes
+    assert probes is not None and probes.regions is None  # the id and the path were not read as masks
+    assert torch.equal(probes.labels, data.val_dataset.labels[probes.ids])
+    assert torch.isfinite(trainer.callback_metrics[f"faithfulness/{P}insertion"])

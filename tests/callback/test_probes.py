@@ -83,8 +83,12 @@ def test_items_must_be_tuples_of_float_images():
 
     with pytest.raises(TypeError, match=r"dataset item 0 has a torch.uint8 image: probes must be float"):
         load_probes(Uint8(), [0])
-    with pytest.raises(TypeError, match="got a dict"):
-        load_probes([{"image": dataset[0][0]}], [0])
+    with pytest.raises(TypeError, match=r"label from one of \('label'.*the item has \['image', 'path'\]"):
+        load_probes([{"image": dataset[0][0], "path": "a.dcm"}], [0])
+    with pytest.raises(TypeError, match="got a str"):
+        load_probes(["patient_003.dcm"], [0])
+    probes = load_probes([{"pixel_values": dataset[0][0], "labels": dataset[0][1], "id": 7}], [0])
+    assert probes.regions is None and probes.labels.tolist() == [int(dataset[0][1])]
 
 
 def test_named_regions_are_carried_and_object_feeds_the_pointing_game():
