@@ -20,10 +20,13 @@ from typing_extensions import override
 from gradskip_lightning.data.tags import SpuriousTag
 from gradskip_lightning.explanation import ModelExplainer
 from gradskip_lightning.methods import MethodName
+from gradskip_lightning.metrics import Discovery
 from gradskip_lightning.metrics.perturbation import Activation
 from gradskip_lightning.validation import required
 
 from . import setup as checks
+from .discovery import Discoverer, DiscoveryStage, discovery_scalars
+from .discovery_report import alert_text, discovery_images, send_alert
 from .drift import DriftTracker
 from .epoch import explain_isolated, monitor
 from .keys import key
@@ -60,6 +63,7 @@ class GradSkipCallback(Callback):
             (P,) or multi-hot (P, C), and (P, H, W) object masks or {name: (P, H, W)} regions;
             None draws ``probes.num_probes`` from the datamodule's validation set.
         probes, scores, render: the settings groups (:mod:`.settings`); None: their defaults.
+        discovery: the shortcut discovery stage (:mod:`.discovery`); None: its defaults.
         every_n_epochs: explain every n-th epoch.
         method, method_options: the explaining method and its options; compare_methods: more methods.
         log_prefix: the callback's name in every key (``<section>/<log_prefix><name>``).
@@ -82,6 +86,7 @@ class GradSkipCallback(Callback):
         probes: ProbeSettings | None = None,
         scores: ScoreSettings | None = None,
         render: RenderSettings | None = None,
+        discovery: DiscoveryStage | None = None,
         every_n_epochs: int = 1,
         method: MethodName = "gradskip",
         method_options: dict[str, Any] | None = None,
@@ -120,6 +125,8 @@ class GradSkipCallback(Callback):
         self._source = ProbeSource(given, self.probes.num_probes, self.probes.probe_seed)
         self._drift = DriftTracker(top_k=self.scores.drift_top_k)
         self._schedule = EpochSchedule(every_n_epochs)
+        self.discovery = discovery or DiscoveryStage()
+        self._discovery = Discoverer(self.discovery, self.probes.probe_seed)
         self._explainers: dict[str, ModelExplainer] = {}
         self._data = checks.DataSetup(False, (mean, std), None, None)
         self._sheet: ProbeSheet | None = None
@@ -153,10 +160,12 @@ class GradSkipCallback(Callback):
         datamodule = getattr(trainer, "datamodule", None)
         explainer = self._explainers[self.method]
         self._data = checks.data_setup(explainer, datamodule, self.mean, self.std, self.transplant)
-        if self._source.probes is None and datamodule is not None:
+        if datamodule is not None:
             dataset = getattr(datamodule, "val_dataset", None) or getattr(datamodule, "train_dataset", None)
             if dataset is not None:
-                self._source.draw(dataset)
+                if self._source.probes is None:
+                    self._source.draw(dataset)
+                self._draw_discovery(dataset)
         if self._source.probes is not None:
             self._prepare()
         log_dir = trainer.log_dir  # on every rank: it broadcasts
@@ -169,7 +178,14 @@ class GradSkipCallback(Callback):
         self._source.reset()
         self._drift.reset()
         self._schedule.reset()
+        self._discovery.reset()
         self._sheet = None
+
+    def _draw_discovery(self, dataset: Any) -> None:
+        """The discovery probes, from the probes' dataset (classification models only)."""
+        explainer = self._explainers[self.method]
+        if explainer.task == "classification":
+            self._discovery.draw(dataset, explainer.num_classes)
 
     def _prepare(self) -> None:
         """Check the probes against the model and build their display sheet: before any epoch."""
@@ -183,9 +199,12 @@ class GradSkipCallback(Callback):
 
     def _ensure_probes(self, trainer: Trainer) -> None:
         """Draw the probes from the Trainer's dataloaders when setup had no datamodule dataset."""
-        if self._source.probes is None:
-            self._source.draw(checks.loader_dataset(trainer))
-            self._prepare()
+        if self._source.probes is None or (self.discovery.enabled and self._discovery.probes is None):
+            dataset = checks.loader_dataset(trainer)
+            if self._source.probes is None:
+                self._source.draw(dataset)
+                self._prepare()
+            self._draw_discovery(dataset)
 
     @override
     def on_train_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
@@ -243,6 +262,11 @@ class GradSkipCallback(Callback):
             drift = self._drift.update(required(merged[self.method].token_maps, "the token maps"), store=trained)
             prefix = self.log_prefix if trained else f"{self.log_prefix}validate/"
             scalars = epoch_scalars(merged, self.method, drift, list(probes.regions or {}), epoch=epoch, prefix=prefix)
+            discovery_start = time.perf_counter()
+            found = self._discover(pl_module, epoch, trained)  # every rank; None when not due or failed
+            discovery_s = time.perf_counter() - discovery_start
+            if found is not None:
+                scalars.update(discovery_scalars(found, self._explainers[self.method].patch_size, prefix))
             monitor(trainer, scalars)
             if trainer.is_global_zero:
                 try:  # rank zero only, no collective inside: safe to skip alone
@@ -252,6 +276,9 @@ class GradSkipCallback(Callback):
                         merged, self.method, drift, sheet, scalars,
                         epoch=epoch, step=step, prefix=prefix, settings=self.render, save=trained,
                     )  # fmt: skip
+                    if found is not None:
+                        self._show_discovery(trainer, report.images, found, epoch, prefix)
+                        report.scalars[key("discovery", prefix, "time_s")] = discovery_s
                     report.scalars[key(None, prefix, "time_s")] = time.perf_counter() - start
                     for sink in self._sinks:
                         sink.log(report, sheet)
@@ -259,6 +286,30 @@ class GradSkipCallback(Callback):
                     error = f"{type(err).__name__}: {err}"
         if error is not None:
             rank_zero_warn(f"GradSkipCallback: explanation of epoch {epoch} skipped, training goes on. {error}")
+
+    def _discover(self, pl_module: LightningModule, epoch: int, fitting: bool) -> Discovery | None:
+        """The discovery stage of this epoch (every rank), or None (not due, off, or failed: warns)."""
+        if not self._discovery.due(epoch, fitting):
+            return None
+        found, error = self._discovery.run(
+            pl_module,
+            self._explainers[self.method],
+            batch_size=self.probes.explain_batch_size,
+            activation=self._activation,
+        )
+        if error is not None:
+            rank_zero_warn(f"GradSkipCallback: shortcut discovery of epoch {epoch} skipped. {error}")
+        return found
+
+    def _show_discovery(
+        self, trainer: Trainer, images: dict[str, Any], found: Discovery, epoch: int, prefix: str
+    ) -> None:
+        """Rank zero: the discovery images into the report, an alert for each class flagged for the first time."""
+        explainer, sheet = self._explainers[self.method], required(self._sheet, "the probe sheet")
+        probes = required(self._discovery.probes, "the discovery probes")
+        images.update(discovery_images(found, probes, sheet.class_names, self._data.display, self.render, prefix))
+        for label in self._discovery.newly_flagged(found):
+            send_alert(trainer, *alert_text(found, label, sheet.class_names, explainer.patch_size, epoch))
 
     # ----------------------------------------------------------------------------- state
 
@@ -269,6 +320,7 @@ class GradSkipCallback(Callback):
             "probe_ids": None if probes is None else probes.ids.clone(),
             "drift": self._drift.state_dict(),
             "last_explained": self._schedule.last_explained,
+            "discovery": self._discovery.state_dict(),
         }
 
     @override
@@ -277,5 +329,6 @@ class GradSkipCallback(Callback):
         self._schedule.last_explained = state_dict["last_explained"]
         before = self._source.probes
         self._source.restore(state_dict["probe_ids"])
+        self._discovery.load_state_dict(state_dict.get("discovery"))
         if self._source.probes is not before and self._explainers:
             self._prepare()

@@ -84,7 +84,8 @@ class Discovery:
 
 
 def suspicion_scores(summary: ClassMaps, transplants: tuple[HotspotTransplant, ...]) -> Tensor:
-    """Suspicion (K,) float64 of each class from its summary and transplant test (formula: module docstring).
+    """Suspicion (K,) float64 of each class from its summary and transplant test (formula: module docstring;
+    without ``summary.settings.consistency`` the square root of concentration x constancy replaces the cube root).
 
     Example:
         >>> maps = torch.full((4, 3, 3), 0.1)
@@ -102,6 +103,8 @@ def suspicion_scores(summary: ClassMaps, transplants: tuple[HotspotTransplant, .
     device = summary.consistency.device
     excess = torch.tensor([t.excess for t in transplants], dtype=torch.float64, device=device)
     constancy = torch.tensor([t.constancy for t in transplants], dtype=torch.float64, device=device)
+    if not summary.settings.consistency:
+        return excess * (summary.concentration * constancy).sqrt()
     evidence = summary.concentration * constancy * summary.consistency.clamp(min=0)
     return excess * evidence.pow(1 / 3)
 

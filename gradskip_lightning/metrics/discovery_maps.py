@@ -35,6 +35,7 @@ _SETTING_TYPES: dict[str, tuple[type, ...]] = {
     "kmeans_restarts": (int,),
     "alert_threshold": (int, float),
     "seed": (int,),
+    "consistency": (bool,),
 }
 
 
@@ -51,6 +52,8 @@ class DiscoverySettings:
         kmeans_restarts: k-means runs (the lowest inertia is kept), >= 1.
         alert_threshold: suspicion at or above which a class is flagged, in [0, 1].
         seed: of k-means and of the random placements of the transplant control.
+        consistency: whether the suspicion score's map cues include the consistency (see
+            :mod:`~gradskip_lightning.metrics.discovery`).
     """
 
     hotspot_share: float = 0.5
@@ -60,11 +63,12 @@ class DiscoverySettings:
     kmeans_restarts: int = 10
     alert_threshold: float = 0.2
     seed: int = 0
+    consistency: bool = True
 
     def __post_init__(self) -> None:
         for name, kinds in _SETTING_TYPES.items():
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, kinds):
+            if (isinstance(value, bool) and bool not in kinds) or not isinstance(value, kinds):
                 raise TypeError(f"{name} must be {kinds[-1].__name__}; got {type(value).__name__}")
         if not 0 < self.hotspot_share <= 1:
             raise ValueError(f"hotspot_share must be in (0, 1]; got {self.hotspot_share}")
