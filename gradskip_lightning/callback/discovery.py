@@ -184,7 +184,9 @@ class Discoverer:
             if failed is not None:
                 return None, f"discovery: {failed}"
             assert maps is not None
-            metric = ClassMapSummary(explainer.num_classes, (maps.shape[1], maps.shape[2]), settings=self.settings.analysis)
+            metric = ClassMapSummary(
+                explainer.num_classes, (maps.shape[1], maps.shape[2]), settings=self.settings.analysis
+            )
             metric = metric.to(device)
             metric.update(maps.double(), probes.labels[shard.positions[: shard.count]].to(device))
             summary = metric.compute()  # syncs across processes

@@ -41,7 +41,8 @@ _SETTING_TYPES: dict[str, tuple[type, ...]] = {
 
 @dataclass(frozen=True)
 class DiscoverySettings:
-    """Knobs of the discovery; the defaults are placeholders until a benchmark sets them.
+    """Knobs of the discovery. ``hotspot_share``, ``alert_threshold`` and ``consistency`` were set by the
+    discovery benchmark (docs/discovery.md); the others are the SpRAy clustering's.
 
     Attributes:
         hotspot_share: share of a class-mean map's mass its hotspot holds, in (0, 1].
@@ -56,14 +57,14 @@ class DiscoverySettings:
             :mod:`~gradskip_lightning.metrics.discovery`).
     """
 
-    hotspot_share: float = 0.5
+    hotspot_share: float = 0.1
     neighbours: int = 5
     min_strategy_distance: float = 0.1
     max_strategies: int = 4
     kmeans_restarts: int = 10
-    alert_threshold: float = 0.2
+    alert_threshold: float = 0.15
     seed: int = 0
-    consistency: bool = True
+    consistency: bool = False
 
     def __post_init__(self) -> None:
         for name, kinds in _SETTING_TYPES.items():
