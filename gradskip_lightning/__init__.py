@@ -1,16 +1,17 @@
-"""GradSkip explanations for timm Vision Transformers (and HF SegFormer segmentation models),
-logged from a Lightning callback."""
+"""GradSkip explanations for Vision Transformers (timm, torchvision, HF transformers: ViT, DeiT,
+DINOv2, BEiT, Swin) and HF SegFormer segmentation models, logged from a Lightning callback."""
 
-# The built-in model families register themselves on import: first, so that every later lookup sees them.
-from gradskip_lightning.callback import GradSkipCallback, ProbeSettings, RenderSettings, ScoreSettings  # noqa: I001
+# ruff: noqa: I001 - the model families register themselves on import, in this order, before anything looks one up.
 from gradskip_lightning.explainer import Explainer
-from gradskip_lightning.explanation import Explanation, ModelExplainer
-from gradskip_lightning.families import explainer_for, register_family
 from gradskip_lightning.segmentation import explainer as _segformer_family  # noqa: F401
 from gradskip_lightning import hf_vit as _hf_vit_family  # noqa: F401
 from gradskip_lightning.swin import explainer as _swin_family  # noqa: F401
+from gradskip_lightning.callback import DiscoveryStage, GradSkipCallback, ProbeSettings, RenderSettings, ScoreSettings
+from gradskip_lightning.explanation import Explanation, ModelExplainer
+from gradskip_lightning.families import explainer_for, register_family
 
 __all__ = [
+    "DiscoveryStage",
     "Explainer",
     "Explanation",
     "GradSkipCallback",

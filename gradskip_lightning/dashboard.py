@@ -6,7 +6,7 @@ Usage (needs ``pip install gradskip-lightning[dashboard]`` and a W&B login)::
     python -m gradskip_lightning.dashboard --entity E --project P --prefix gradskip/ --regions object tag
 
 The workspace groups panels by the first part of their key (faithfulness, regions, transplant,
-drift, gates, probes, heads, as the callback logs them; see :mod:`gradskip_lightning.callback.keys`)
+discovery, drift, gates, probes, heads, as the callback logs them; see :mod:`gradskip_lightning.callback.keys`)
 and has, in this order:
 
 - one line chart per score over the callback's epochs, in its section: every scalar field of
@@ -14,6 +14,8 @@ and has, in this order:
   ``--regions``), a compared score with the explained method and every compared method on one
   chart (picked by a regular expression, so any ``compare_methods`` show up); drift and the
   gates of every layer;
+- the discovery section: one chart per per-class value (suspicion, flip rates, cues) with every class,
+  and the class-mean map grid with a step slider;
 - the overlay grid of every method with a step slider, the per-probe table, and the layer x head
   images with a step slider.
 
@@ -26,6 +28,7 @@ import argparse
 import re
 from collections.abc import Sequence
 
+from gradskip_lightning.callback.discovery import CLASS_VALUES
 from gradskip_lightning.callback.keys import SECTIONS, key, score_pattern
 from gradskip_lightning.callback.record import scalar_fields
 from gradskip_lightning.callback.report import HEAD_PARTS
@@ -86,6 +89,20 @@ def build_workspace(
         wr.MediaBrowser(title="overlays", media_keys=grids, gallery_axis="step", layout=wide),
         wr.WeavePanelSummaryTable(table_name=key("probes", prefix, "table"), layout=wide),
     ]
+    per_class = f"^{re.escape(key('discovery', prefix, ''))}" + "{}/class_[0-9]+$"
+    panels["discovery"] = [
+        wr.LinePlot(title=f"{name} per class", x=epoch, metric_regex=per_class.format(re.escape(name)))
+        for name in CLASS_VALUES
+        if name != "hotspot/top"
+    ]
+    panels["discovery"].append(
+        wr.MediaBrowser(
+            title="class-mean maps",
+            media_keys=[key("discovery", prefix, "class_means")],
+            gallery_axis="step",
+            layout=wide,
+        )
+    )
     heads = [key("heads", prefix, part) for part in HEAD_PARTS.values()]
     panels["heads"] = [
         wr.MediaBrowser(title="head importance (layer x head)", media_keys=heads, gallery_axis="step", layout=wide)

@@ -9,7 +9,7 @@ import wandb
 from lightning.pytorch import seed_everything
 from lightning.pytorch.loggers import WandbLogger
 
-from gradskip_lightning import GradSkipCallback
+from gradskip_lightning import DiscoveryStage, GradSkipCallback
 from gradskip_lightning.callback.keys import SECTIONS
 from gradskip_lightning.callback.record import scalar_fields
 from gradskip_lightning.dashboard import build_workspace, main
@@ -29,7 +29,13 @@ def logged_keys(tmp_path_factory) -> set[str]:
     with pytest.MonkeyPatch.context() as mp:
         use_offline_wandb(mp, root)
         seed_everything(0)
-        callback = GradSkipCallback(num_probes=8, insertion_steps=4, compare_methods=["rollout"], transplant=True)
+        callback = GradSkipCallback(
+            num_probes=8,
+            insertion_steps=4,
+            compare_methods=["rollout"],
+            transplant=True,
+            discovery=DiscoveryStage(enabled=True, probes_per_class=4),
+        )
         logger = WandbLogger(save_dir=str(root), offline=True, project="dashboard-test")
         data = tiny_data(tag=SpuriousTag(target_class=1, p_in=1.0, p_out=0.5))
         tiny_trainer(root, logger=logger, callbacks=[callback], max_epochs=2).fit(tiny_module(), datamodule=data)
@@ -48,7 +54,7 @@ def test_template_sections_and_panels_name_keys_the_callback_logs(logged_keys):
     workspace = build_workspace("entity", "project", regions=regions, compare_methods=["rollout"])
     panels = _panels(workspace)
     assert list(panels) == list(SECTIONS)
-    assert list(SECTIONS) == ["faithfulness", "regions", "transplant", "drift", "gates", "probes", "heads"]
+    assert list(SECTIONS) == ["faithfulness", "regions", "transplant", "discovery", "drift", "gates", "probes", "heads"]
     assert workspace.settings.group_by_prefix == "first"
     # every section of the template is a section of the run's keys (text before the first "/")
     assert set(panels) <= {name.split("/")[0] for name in logged_keys}
@@ -71,7 +77,10 @@ def test_template_sections_and_panels_name_keys_the_callback_logs(logged_keys):
     gates = {n for n in logged_keys if re.search(titles["mean gate beta_main per layer"]["metricRegex"], n)}
     assert gates == {"gates/gradskip/layer_0", "gates/gradskip/layer_1"}
     media = [p["config"] for section in panels.values() for p in section if p["viewType"] == "Media Browser"]
-    assert media[0]["mediaKeys"] == ["probes/gradskip/overlays", "probes/gradskip/overlays/rollout"]
+    assert next(m for m in media if m["mediaKeys"][0].startswith("probes/"))["mediaKeys"] == [
+        "probes/gradskip/overlays",
+        "probes/gradskip/overlays/rollout",
+    ]
     assert all(set(m["mediaKeys"]) <= logged_keys and m["mode"] == "gallery" for m in media)  # step slider
     (table,) = [p for p in panels["probes"] if p["viewType"] == "Weave"]
     assert "probes/gradskip/table" in str(table["config"]) and "probes/gradskip/table" in logged_keys

@@ -15,6 +15,7 @@ SUBCOMMANDS = {
     "gpu": "checks that need a CUDA device: batch = singles, mixed-precision fits, OOM skipped, ms per map",
     "coverage": "which timm, torchvision and HF ViTs and timm Swins are accepted; properties on small ones",
     "shortcut": "do the maps flag a spurious tag (AUROC against a clean model), and how many epochs early",
+    "discovery": "find a shortcut nobody named: per-class maps and hotspot transplants, AUROC and false alarms",
     "segmentation": "SegFormer maps of GradSkip, the baselines and Grad-CAM against planted squares, over seeds",
 }
 

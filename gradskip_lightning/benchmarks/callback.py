@@ -19,7 +19,7 @@ from lightning.pytorch import Callback, Trainer, seed_everything
 from lightning.pytorch.loggers import CSVLogger
 
 from gradskip_lightning.benchmarks.configs import config_settings
-from gradskip_lightning.callback import GradSkipCallback, ProbeSettings, ScoreSettings
+from gradskip_lightning.callback import DiscoveryStage, GradSkipCallback, ProbeSettings, ScoreSettings
 from gradskip_lightning.validation import required
 
 
@@ -68,6 +68,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--num-probes", type=int, default=32)
     parser.add_argument("--insertion-steps", type=int, default=16)
     parser.add_argument("--compare", nargs="*", default=[], help="comparison methods (default: none)")
+    parser.add_argument(
+        "--discovery",
+        type=int,
+        default=0,
+        metavar="PER_CLASS",
+        help="run the discovery stage with this many probes per class",
+    )
 
 
 def run(args: argparse.Namespace) -> list[dict]:
@@ -80,6 +87,7 @@ def run(args: argparse.Namespace) -> list[dict]:
         probes=ProbeSettings(num_probes=args.num_probes),
         scores=ScoreSettings(insertion_steps=args.insertion_steps),
         compare_methods=args.compare,
+        discovery=DiscoveryStage(enabled=args.discovery > 0, probes_per_class=max(1, args.discovery)),
         progress=False,
     )
     with tempfile.TemporaryDirectory() as folder:
@@ -101,18 +109,23 @@ def run(args: argparse.Namespace) -> list[dict]:
         model = ViTClassifier(num_classes=data.num_classes, img_size=data.img_size, **model_args)
         trainer.fit(model, datamodule=data)
         with open(Path(logger.log_dir) / "metrics.csv") as handle:
-            callback_s = [float(r["gradskip/time_s"]) for r in csv.DictReader(handle) if r.get("gradskip/time_s")]
+            rows = [r for r in csv.DictReader(handle) if r.get("gradskip/time_s")]
+        callback_s = [float(r["gradskip/time_s"]) for r in rows]
+        discovery_s = [float(r.get("discovery/gradskip/time_s") or 0.0) for r in rows]
     records = []
-    for epoch, (train_s, cb_s, hook_s) in enumerate(zip(timer.seconds, callback_s, hook.seconds)):
+    for epoch, (train_s, cb_s, hook_s, disc_s) in enumerate(zip(timer.seconds, callback_s, hook.seconds, discovery_s)):
         record = dict(
             epoch=epoch,
             train_epoch_s=round(train_s, 3),
             callback_time_s=round(cb_s, 3),
             hook_s=round(hook_s, 3),
             ratio=round(hook_s / train_s, 4),
+            discovery_s=round(disc_s, 3),
+            discovery_ratio=round(disc_s / train_s, 4),
             num_probes=args.num_probes,
             insertion_steps=args.insertion_steps,
             compare=list(args.compare),
+            discovery_per_class=args.discovery,
             train_images=len(required(data.train_dataset, "the training split")),
         )
         records.append(record)

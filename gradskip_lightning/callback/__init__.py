@@ -8,10 +8,11 @@ groups and argument checks), :mod:`.setup` (checks against the model and datamod
 per-probe values and where each goes), :mod:`.compute` (explain and score in chunks),
 :mod:`.distributed` (sharding and gathering), :mod:`.drift` (drift state), :mod:`.report` (what is
 logged), :mod:`.sinks` (W&B, other loggers, image and maps files), :mod:`.files` (the maps npz
-format).
+format), :mod:`.discovery` and :mod:`.discovery_report` (the shortcut discovery stage).
 """
 
 from .core import GradSkipCallback
+from .discovery import DiscoveryStage
 from .settings import ProbeSettings, RenderSettings, ScoreSettings
 
-__all__ = ["GradSkipCallback", "ProbeSettings", "RenderSettings", "ScoreSettings"]
+__all__ = ["DiscoveryStage", "GradSkipCallback", "ProbeSettings", "RenderSettings", "ScoreSettings"]

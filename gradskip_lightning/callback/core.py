@@ -24,6 +24,8 @@ from gradskip_lightning.validation import required
 
 from . import setup as checks
 from .averaging import Hook, averaged_weights
+from .discovery import Discoverer, DiscoveryStage, discovery_scalars
+from .discovery_report import show_discovery
 from .drift import DriftTracker
 from .epoch import explain_isolated, full_report, log_to_sinks, monitor, skipped_report
 from .keys import key
@@ -60,6 +62,7 @@ class GradSkipCallback(Callback):
             (P,) or multi-hot (P, C), and (P, H, W) object masks or {name: (P, H, W)} regions;
             None draws ``probes.num_probes`` from the datamodule's validation set.
         probes, scores, render: the settings groups (:mod:`.settings`); None: their defaults.
+        discovery: the shortcut discovery stage (:mod:`.discovery`); None: its defaults.
         every_n_epochs: explain every n-th epoch.
         method, method_options: the explaining method and its options; compare_methods: more methods.
         log_prefix: the callback's name in every key (``<section>/<log_prefix><name>``).
@@ -82,6 +85,7 @@ class GradSkipCallback(Callback):
         probes: ProbeSettings | None = None,
         scores: ScoreSettings | None = None,
         render: RenderSettings | None = None,
+        discovery: DiscoveryStage | None = None,
         every_n_epochs: int = 1,
         method: MethodName = "gradskip",
         method_options: dict[str, Any] | None = None,
@@ -120,6 +124,8 @@ class GradSkipCallback(Callback):
         self._source = ProbeSource(given, self.probes.num_probes, self.probes.probe_seed)
         self._drift = DriftTracker(top_k=self.scores.drift_top_k)
         self._schedule = EpochSchedule(every_n_epochs)
+        self.discovery = discovery or DiscoveryStage()
+        self._discovery = Discoverer(self.discovery, self.probes.probe_seed)
         self._explainers: dict[str, ModelExplainer] = {}
         self._data = checks.DataSetup(False, (mean, std), None, None)
         self._sheet: ProbeSheet | None = None
@@ -156,10 +162,11 @@ class GradSkipCallback(Callback):
         datamodule = getattr(trainer, "datamodule", None)
         explainer = self._explainers[self.method]
         self._data = checks.data_setup(explainer, datamodule, self.mean, self.std, self.transplant)
-        if self._source.probes is None and datamodule is not None:
-            dataset = getattr(datamodule, "val_dataset", None) or getattr(datamodule, "train_dataset", None)
-            if dataset is not None:
+        dataset = getattr(datamodule, "val_dataset", None) or getattr(datamodule, "train_dataset", None)
+        if dataset is not None:
+            if self._source.probes is None:
                 self._source.draw(dataset)
+            self._draw_discovery(dataset)
         if self._source.probes is not None:
             self._prepare()
         log_dir = trainer.log_dir  # on every rank: it broadcasts
@@ -172,6 +179,7 @@ class GradSkipCallback(Callback):
         self._source.reset()
         self._drift.reset()
         self._schedule.reset()
+        self._discovery.reset()
         self._sheet = None
         self._resumed = None
 
@@ -180,11 +188,20 @@ class GradSkipCallback(Callback):
         probes = required(self._source.probes, "the probe set")
         self._sheet = checks.prepared_sheet(self._explainers[self.method], probes, self._data, self.scores, self.render)
 
+    def _draw_discovery(self, dataset: Any) -> None:
+        """The discovery probes, from the probes' dataset (classification models only)."""
+        explainer = self._explainers[self.method]
+        if explainer.task == "classification":
+            self._discovery.draw(dataset, explainer.num_classes)
+
     def _ensure_probes(self, trainer: Trainer) -> None:
         """Draw the probes from the Trainer's dataloaders when setup had no datamodule dataset."""
-        if self._source.probes is None:
-            self._source.draw(checks.loader_dataset(trainer))
-            self._prepare()
+        if self._source.probes is None or (self.discovery.enabled and self._discovery.probes is None):
+            dataset = checks.loader_dataset(trainer)
+            if self._source.probes is None:
+                self._source.draw(dataset)
+                self._prepare()
+            self._draw_discovery(dataset)
         self._check_resumed()
 
     @override
@@ -254,12 +271,27 @@ class GradSkipCallback(Callback):
                 regions = list(probes.regions or {})
                 scalars = epoch_scalars(merged, self.method, drift, regions, epoch=epoch, prefix=prefix)
                 scalars[key(None, prefix, "skipped")] = 0.0
+                discovery_start = time.perf_counter()
+                explainer = self._explainers[self.method]
+                found = self._discovery.run_epoch(
+                    pl_module, explainer, epoch, trained, batch_size=self.probes.explain_batch_size,
+                    activation=self._activation,
+                )  # fmt: skip
+                discovery_s = time.perf_counter() - discovery_start
+                if found is not None:
+                    scalars.update(discovery_scalars(found, explainer.patch_size, prefix))
                 monitor(trainer, scalars)
                 self._monitored.setdefault(prefix, set()).update(scalars)
                 if trainer.is_global_zero:
                     report = full_report(
                         merged, self.method, drift, sheet, scalars, trainer, epoch, prefix, self.render, trained
                     )
+                    if found is not None:
+                        show_discovery(
+                            trainer, report.images, found, self._discovery, sheet.class_names, self._data.display,
+                            self.render, explainer.patch_size, epoch, prefix,
+                        )  # fmt: skip
+                        report.scalars[key("discovery", prefix, "time_s")] = discovery_s
         except Exception as err:  # noqa: BLE001
             error = f"{type(err).__name__}: {err}"
         if error is not None:
@@ -278,6 +310,7 @@ class GradSkipCallback(Callback):
             "probe_fingerprint": None if probes is None else probes.fingerprint(),
             "drift": self._drift.state_dict(),
             "last_explained": self._schedule.last_explained,
+            "discovery": self._discovery.state_dict(),
         }
 
     @override
@@ -287,6 +320,7 @@ class GradSkipCallback(Callback):
         self._resumed = {"ids": state_dict["probe_ids"], "fingerprint": state_dict.get("probe_fingerprint")}
         before = self._source.probes
         self._source.restore(state_dict["probe_ids"])
+        self._discovery.load_state_dict(state_dict.get("discovery"))
         if self._source.probes is not before and self._source.probes is not None and self._explainers:
             self._prepare()
         if self._source.probes is not None:

@@ -8,6 +8,7 @@ prints it.
 
 from __future__ import annotations
 
+from .discovery import CLASS_VALUES
 from .keys import key
 from .record import scalar_fields, table_fields
 from .report import HEAD_PARTS
@@ -52,6 +53,20 @@ def _other_rows(prefix: str) -> list[tuple[str, str]]:
             f"`{key('probes', prefix, 'probes')}` (once), `{key('probes', prefix, 'table')}`",
             "W&B tables: probe images; per epoch one row per probe: epoch, probe_id, overlay, label, prediction, "
             f"{', '.join(columns)}, drift_prev_spearman, drift_first_spearman",
+        ),
+        *(
+            (f"`{key('discovery', prefix, name + '/class_<k>')}`", f"with `discovery`: per class k, {doc}")
+            for name, doc in CLASS_VALUES.items()
+        ),
+        (
+            f"`{key('discovery', prefix, 'max_suspicion')}`, `{key('discovery', prefix, 'flagged')}`, "
+            f"`{key('discovery', prefix, 'time_s')}`",
+            "with `discovery`: the highest suspicion, how many classes are at or above `alert_threshold`, its seconds",
+        ),
+        (
+            f"`{key('discovery', prefix, 'class_means')}`, `{key('discovery', prefix, 'strategy_maps/class_<k>')}`",
+            "with `discovery`: grid of class-mean maps over the class's mean image (hotspot boxed, suspicion in the "
+            "caption); a flagged class's SpRAy strategies' mean maps",
         ),
         (
             f"`{key(None, prefix, 'epoch')}`, `{key(None, prefix, 'time_s')}`, `{key(None, prefix, 'skipped')}`",

@@ -9,7 +9,7 @@ left as it is and it is run under ``torch.no_grad()``. For a segmentation model 
 (B, K, h, w)) they also take ``regions`` (B, h, w) bool and score the mean region logit.
 """
 
-from .discovery import ClassMapSummary, DiscoverySettings, discover, summarise_classes
+from .discovery import ClassMapSummary, Discovery, DiscoverySettings, discover, summarise_classes
 from .drift import ExplanationDrift, average_ranks, drift, spearman, topk_iou
 from .insertion_deletion import InsertionDeletion, insertion_deletion, trapezoid_auc
 from .perturbation import (
@@ -35,6 +35,7 @@ from .violation import FaithfulnessViolation, faithfulness_violation
 
 __all__ = [
     "ClassMapSummary",
+    "Discovery",
     "ClassSensitivity",
     "CountingModel",
     "DiscoverySettings",

@@ -9,7 +9,8 @@ scores how suspicious each class is. This module gathers the public names.
 
 Suspicion of class c, in [0, 1] (NaN where a term is undefined)::
 
-    suspicion = excess * (concentration * constancy * max(0, consistency)) ** (1 / 3)
+    suspicion = excess * (concentration * constancy) ** (1 / 2)                     (the default)
+    suspicion = excess * (concentration * constancy * max(0, consistency)) ** (1 / 3)  (consistency=True)
     excess = max(0, flip_rate - max(random_flip_rate, other_class_flip_rate))
     concentration = clamp(1 - hotspot_patches / (hotspot_share * h * w), 0, 1)
 
@@ -19,6 +20,11 @@ cause beyond both controls, scales the score and bounds it. The three map cues s
 hotspot looks like an artefact; their geometric mean stays in [0, 1], weighs them alike (nothing to
 tune) and is 0 if any is: a region that differs from image to image (constancy 0, an object), a
 hotspot as large as a uniform map's (concentration 0) or maps that disagree (consistency <= 0).
+
+Measured (docs/discovery.md, planted shapes, 3 seeds, 9 methods): a hotspot share of 0.1, the
+formula without consistency and an alert threshold of 0.15 detect every stamp with GradSkip, rollout
+and LRP with no false alarm on clean and control models (the highest of theirs: 0.03); with
+consistency, or at share 0.25, fewer stamps reach the threshold. Hence the defaults.
 
 Design note: which controls should separate a stamped class from a clean one.
 
@@ -84,24 +90,27 @@ class Discovery:
 
 
 def suspicion_scores(summary: ClassMaps, transplants: tuple[HotspotTransplant, ...]) -> Tensor:
-    """Suspicion (K,) float64 of each class from its summary and transplant test (formula: module docstring).
+    """Suspicion (K,) float64 of each class from its summary and transplant test (formula: module docstring;
+    without ``summary.settings.consistency`` the square root of concentration x constancy replaces the cube root).
 
     Example:
         >>> maps = torch.full((4, 3, 3), 0.1)
         >>> maps[:, 0, 0] = torch.tensor([5.0, 5.0, 4.0, 4.0])
-        >>> summary = summarise_classes(maps, torch.tensor([0, 0, 1, 1]), 2)
+        >>> summary = summarise_classes(maps, torch.tensor([0, 0, 1, 1]), 2, DiscoverySettings(hotspot_share=0.5))
         >>> clean = HotspotTransplant(0, recipients=10, flip_rate=0.1, random_flip_rate=0.1, other_class_flip_rate=0.0,
         ...                           constancy=0.0)
         >>> stamp = HotspotTransplant(1, recipients=10, flip_rate=0.6, random_flip_rate=0.1, other_class_flip_rate=0.0,
         ...                           constancy=1.0)
-        >>> [round(s, 4) for s in suspicion_scores(summary, (clean, stamp)).tolist()]  # 0.5 * (1 - 1 / 4.5) ** (1 / 3)
-        [0.0, 0.4598]
+        >>> [round(s, 4) for s in suspicion_scores(summary, (clean, stamp)).tolist()]  # 0.5 * (1 - 1 / 4.5) ** (1 / 2)
+        [0.0, 0.441]
     """
     if [t.target for t in transplants] != list(range(len(summary.counts))):
         raise ValueError(f"transplants must be one per class in class order 0..{len(summary.counts) - 1}")
     device = summary.consistency.device
     excess = torch.tensor([t.excess for t in transplants], dtype=torch.float64, device=device)
     constancy = torch.tensor([t.constancy for t in transplants], dtype=torch.float64, device=device)
+    if not summary.settings.consistency:
+        return excess * (summary.concentration * constancy).sqrt()
     evidence = summary.concentration * constancy * summary.consistency.clamp(min=0)
     return excess * evidence.pow(1 / 3)
 

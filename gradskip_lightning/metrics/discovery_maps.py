@@ -35,12 +35,14 @@ _SETTING_TYPES: dict[str, tuple[type, ...]] = {
     "kmeans_restarts": (int,),
     "alert_threshold": (int, float),
     "seed": (int,),
+    "consistency": (bool,),
 }
 
 
 @dataclass(frozen=True)
 class DiscoverySettings:
-    """Knobs of the discovery; the defaults are placeholders until a benchmark sets them.
+    """Knobs of the discovery. ``hotspot_share``, ``alert_threshold`` and ``consistency`` were set by the
+    discovery benchmark (docs/discovery.md); the others are the SpRAy clustering's.
 
     Attributes:
         hotspot_share: share of a class-mean map's mass its hotspot holds, in (0, 1].
@@ -51,20 +53,23 @@ class DiscoverySettings:
         kmeans_restarts: k-means runs (the lowest inertia is kept), >= 1.
         alert_threshold: suspicion at or above which a class is flagged, in [0, 1].
         seed: of k-means and of the random placements of the transplant control.
+        consistency: whether the suspicion score's map cues include the consistency (see
+            :mod:`~gradskip_lightning.metrics.discovery`).
     """
 
-    hotspot_share: float = 0.5
+    hotspot_share: float = 0.1
     neighbours: int = 5
     min_strategy_distance: float = 0.1
     max_strategies: int = 4
     kmeans_restarts: int = 10
-    alert_threshold: float = 0.2
+    alert_threshold: float = 0.15
     seed: int = 0
+    consistency: bool = False
 
     def __post_init__(self) -> None:
         for name, kinds in _SETTING_TYPES.items():
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, kinds):
+            if (isinstance(value, bool) and bool not in kinds) or not isinstance(value, kinds):
                 raise TypeError(f"{name} must be {kinds[-1].__name__}; got {type(value).__name__}")
         if not 0 < self.hotspot_share <= 1:
             raise ValueError(f"hotspot_share must be in (0, 1]; got {self.hotspot_share}")

@@ -20,7 +20,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from lightning.pytorch import seed_everything  # noqa: E402
 from lightning.pytorch.loggers import CSVLogger  # noqa: E402
 
-from gradskip_lightning import GradSkipCallback, ProbeSettings, ScoreSettings  # noqa: E402
+from gradskip_lightning import DiscoveryStage, GradSkipCallback, ProbeSettings, ScoreSettings  # noqa: E402
 from tests.callback.helpers import (  # noqa: E402
     tiny_data,
     tiny_module,
@@ -34,6 +34,7 @@ CALLBACK = dict(
     probes=ProbeSettings(num_probes=9, explain_batch_size=2),
     scores=ScoreSettings(insertion_steps=4),
     compare_methods=["rollout"],
+    discovery=DiscoveryStage(enabled=True, probes_per_class=3, alert_threshold=0.0),  # SegFormer: skipped
     progress=False,
 )
 

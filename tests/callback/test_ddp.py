@@ -4,6 +4,7 @@ figures equal a single-process run."""
 from __future__ import annotations
 
 import csv
+import json
 import os
 import subprocess
 import sys
@@ -52,7 +53,7 @@ def test_ddp_two_processes_log_once_and_match_one_process(ddp_out, tmp_path):
         _rows(ddp_dir, "faithfulness/gradskip/validate/insertion"),
         _rows(single_dir, "faithfulness/gradskip/validate/insertion"),
     )
-    keys = [k for k in validate_single if "gradskip/validate/" in k and k != "gradskip/validate/time_s"]
+    keys = [k for k in validate_single if "gradskip/validate/" in k and not k.endswith("time_s")]
     assert {
         "faithfulness/gradskip/validate/insertion",
         "faithfulness/gradskip/validate/deletion/rollout",
@@ -65,12 +66,34 @@ def test_ddp_two_processes_log_once_and_match_one_process(ddp_out, tmp_path):
     } <= set(keys)
     assert set(keys) <= set(validate_ddp)
     for key in keys:
-        assert validate_ddp[key] == pytest.approx(validate_single[key], abs=1e-5), key
+        assert validate_ddp[key] == pytest.approx(validate_single[key], abs=1e-5, nan_ok=True), key
     with (
         np.load(ddp_dir / "gradskip" / "maps" / "probes.npz") as ddp,
         np.load(single_dir / "gradskip" / "maps" / "probes.npz") as one,
     ):
         np.testing.assert_array_equal(ddp["probe_ids"], one["probe_ids"])
+
+
+@pytest.mark.slow
+def test_ddp_discovery_figures_equal_one_process(ddp_out, tmp_path):
+    """The discovery summary syncs (ClassMapSummary), every rank transplants alike: one process's figures."""
+    import shutil
+
+    out, family = ddp_out
+    if family != "vit":
+        pytest.skip("discovery runs on classification models")
+    shutil.copytree(out, tmp_path, dirs_exist_ok=True)
+    ddp_run.main(tmp_path, devices=1, family=family)
+    (ddp,) = _rows(tmp_path / "devices_2" / "version_0", "discovery/gradskip/validate/suspicion/class_0")
+    (single,) = _rows(tmp_path / "devices_1" / "version_0", "discovery/gradskip/validate/suspicion/class_0")
+    keys = [k for k in single if k.startswith("discovery/") and not k.endswith("time_s")]
+    assert {f"discovery/gradskip/validate/{n}/class_{c}" for n in ("suspicion", "strategies") for c in range(4)} <= set(
+        keys
+    )
+    for key in keys:
+        assert ddp[key] == pytest.approx(single[key], abs=1e-5, nan_ok=True), key
+    ranks = [json.loads((out / "devices_2" / f"callback_metrics_rank{r}.json").read_text()) for r in (0, 1)]
+    assert "discovery/gradskip/suspicion/class_0" in ranks[0] and ranks[0] == ranks[1]
 
 
 @pytest.mark.slow

@@ -156,7 +156,7 @@ def stamp_case(per_class: int = 12) -> tuple[Tensor, Tensor, Tensor]:
 def test_the_hotspot_transplant_flips_to_the_stamped_class_and_the_controls_do_not(activation):
     images, classes, maps = stamp_case()
     model = CountingModel(StampModel())
-    summary = summarise_classes(maps, classes, 3)
+    summary = summarise_classes(maps, classes, 3, DiscoverySettings(consistency=True))  # the formula with consistency
     assert summary.hotspots[1].sum() == 1 and summary.hotspots[1, 0, 0]
     found = discover(model, images, classes, summary, patch_size=PATCH, batch_size=7, activation=activation)
     stamp = found.transplants[1]
@@ -200,7 +200,7 @@ def test_the_transplant_is_undefined_without_donors_or_recipients():
 
 def test_suspicion_is_nan_where_a_term_is_undefined_and_bounded_by_the_excess():
     maps, classes = stamped_maps(torch.Generator().manual_seed(7))
-    summary = summarise_classes(maps, classes, 4)  # class 3 has no maps
+    summary = summarise_classes(maps, classes, 4, DiscoverySettings(consistency=True))  # class 3 has no maps
     transplants = tuple(HotspotTransplant(c, 5, 0.8, 0.1, 0.2, 1.0) for c in range(4))
     scores = suspicion_scores(summary, transplants)
     assert scores[3].isnan() and (scores[:3] <= 0.6 + 1e-12).all() and (scores[:3] >= 0).all()

@@ -1,0 +1,19 @@
+"""Discovery benchmark: does the per-class summary and hotspot transplant find a shortcut nobody named?
+
+For each dataset (planted shapes; BloodMNIST with ``--data-root``) and training seed it trains, from
+the dataset's config: a "stamped" model (a checkerboard stamp at a position no config uses, on one
+class; position, size and strength cycle over the seeds, :data:`~.variants.STAMPS`), a "clean" model
+(the same images, no stamp), a negative control (the stamp on every class alike) and a colour cast on
+one class (a shortcut with no location). After training (and, for the stamped models, after every
+epoch) each method's maps of fixed discovery probes (``--probes-per-class`` validation images per
+class, explained for their own class) are summarised per class and every class's hotspot is
+transplanted (:func:`gradskip_lightning.metrics.discover`), for each hotspot share of ``--shares``.
+The report (:mod:`.scoring`, :mod:`.report`) scores each suspicion formula: the AUROC of the stamped
+class of stamped models against every class of the clean models, the hotspot's overlap with the true
+stamp, the false-alarm rate over every class of the clean and control models, and the first epoch it
+fires beside the first epoch the spurious score reaches 0.85.
+"""
+
+from .cli import add_arguments, run
+
+__all__ = ["add_arguments", "run"]

@@ -1,0 +1,152 @@
+"""The ``discovery`` subcommand: options, the four training runs per dataset and seed, the records."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from gradskip_lightning.explainer import METHODS
+from gradskip_lightning.metrics import DiscoverySettings
+
+from ..faithfulness.cli import machine
+from ..faithfulness.data import needs_data_root, train_or_load
+from ..faithfulness.peers import PEERS, available_peers
+from ..profiles import Profiles
+from . import report
+from .scoring import Formula
+from .trace import ClassRecord, DiscoveryTrace, Subject, datamodule_subject, discovery_probes, token_map_fn
+from .variants import DATASETS, VARIANTS, Variant, cast_transplanted, make_datamodule, stamp_of
+
+#: The library's defaults, which the report's main tables use: the suspicion formula follows
+#: :attr:`DiscoverySettings.consistency`.
+DEFAULTS = DiscoverySettings()
+#: Defaults that ``--quick`` changes (the full run) and what ``--quick`` sets; an option given wins.
+PROFILES = Profiles(
+    full={
+        "datasets": list(DATASETS),
+        "seeds": [0, 1, 2],
+        "probes_per_class": 8,
+        "shares": [0.1, 0.25],
+        "ig_steps": 8,
+        "variants": list(VARIANTS),
+        "max_train_batches": None,
+        "methods": list(METHODS),
+        "peers": list(PEERS),
+    },
+    quick={
+        "datasets": ["planted_shapes"],
+        "seeds": [0],
+        "probes_per_class": 8,
+        "shares": [0.1, 0.25],
+        "ig_steps": 4,
+        "variants": ["stamped", "clean"],
+        "max_train_batches": 16,
+        "methods": ["gradskip", "rollout", "lrp"],
+        "peers": ["input_x_gradient"],
+    },
+)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Options of the ``discovery`` subcommand."""
+    for flag, help_text, kwargs in (
+        ("--datasets", "datasets, each trained with its config", {"nargs": "+", "choices": list(DATASETS)}),
+        ("--seeds", "training seeds: one model of each variant each", {"nargs": "+", "type": int}),
+        ("--probes-per-class", "validation images per class explained and transplanted", {"type": int}),
+        ("--shares", "hotspot shares tested", {"nargs": "+", "type": float}),
+        ("--ig-steps", "Integrated Gradients steps", {"type": int}),
+        ("--variants", "models trained per seed", {"nargs": "+", "choices": list(VARIANTS)}),
+        ("--max-train-batches", "cap on training batches per epoch", {"type": int}),
+        ("--methods", "engine methods", {"nargs": "*", "choices": list(METHODS)}),
+        ("--peers", "pixel-map peers (those installed)", {"nargs": "*", "choices": list(PEERS)}),
+    ):
+        PROFILES.add(parser, flag, help_text, **kwargs)
+    parser.add_argument(
+        "--data-root", type=Path, default=None, help="folder holding bloodmnist.npz (BloodMNIST is skipped without it)"
+    )
+    parser.add_argument(
+        "--epochs", type=int, default=None, help="training epochs (default: the config's, 4 BloodMNIST)"
+    )
+    parser.add_argument("--quick", action="store_true", help="planted shapes, one seed, stamped and clean: minutes")
+    parser.add_argument("--markdown", type=Path, default=None, help="write the tables into this file (between markers)")
+    parser.add_argument(
+        "--report-from", type=Path, default=None, help="rebuild the tables from this run's --json (no training)"
+    )
+
+
+def train_and_trace(dataset: str, variant: Variant, seed: int, args: argparse.Namespace) -> list[ClassRecord]:
+    """Train one model of ``dataset``, ``variant`` and ``seed``, tracing what each method discovers."""
+    datamodule = make_datamodule(dataset, variant, seed, args.data_root)
+    bench, stamp = DATASETS[dataset], stamp_of(dataset, seed)
+    shortcut = {"stamped": stamp.describe(), "clean": "none", "control": f"{stamp.describe()} on every class at 50 %",
+                "cast": f"colour cast {bench.cast}"}[variant]  # fmt: skip
+    subject = datamodule_subject(datamodule, dataset, seed, variant, shortcut, bench.target)
+    if variant == "cast":
+        subject = Subject(dataset, seed, variant, bench.target, shortcut, None,
+                          cast_transplanted(datamodule, bench.target, bench.cast))  # fmt: skip
+    datamodule.setup("fit")
+    images, classes = discovery_probes(datamodule.val_dataset, args.probes_per_class)  # type: ignore[arg-type]
+    methods = {name: token_map_fn(name, args.ig_steps) for name in [*args.methods, *available_peers(args.peers)]}
+    trace = DiscoveryTrace(subject, images, classes, methods, args.shares, every_epoch=variant == "stamped")
+    start = time.perf_counter()
+    _, facts = train_or_load(
+        bench.config, datamodule, checkpoint=None, epochs=args.epochs, seed=seed,
+        max_train_batches=args.max_train_batches, callbacks=[trace],
+    )  # fmt: skip
+    last = trace.records[-1]
+    print(
+        f"{dataset} seed {seed} {variant} ({shortcut}): {facts.epochs} epochs, "
+        f"spurious score {last.spurious_score:.2f}, "
+        f"{time.perf_counter() - start:.0f} s with the trace",
+        flush=True,
+    )
+    return trace.records
+
+
+def run(args: argparse.Namespace) -> list[dict[str, Any]]:
+    """Every requested dataset, seed and variant (or the records of ``--report-from``); print the tables,
+    optionally write them as markdown; return the class records as dicts."""
+    PROFILES.apply(args)
+    torch.set_num_threads(max(1, torch.get_num_threads()))
+    start = time.perf_counter()
+    facts: dict[str, Any] = {**machine(), "load_average": os.getloadavg()[0]}
+    if args.report_from is not None:
+        saved = json.loads(args.report_from.read_text())
+        records = [ClassRecord(**{**r, "box": tuple(r["box"]), "stamp": r["stamp"] and tuple(r["stamp"])})
+                   for r in saved["records"]]  # fmt: skip
+        facts, command = saved["facts"], saved["command"]
+    else:
+        records = []
+        for dataset in args.datasets:
+            if needs_data_root(DATASETS[dataset].config) and args.data_root is None:
+                print(f"note: {dataset} skipped: pass --data-root, the folder holding its files")
+                continue
+            for seed in args.seeds:
+                for variant in args.variants:
+                    if variant != "cast" or seed == args.seeds[0]:  # the cast once: what the maps cannot find
+                        records += train_and_trace(dataset, variant, seed, args)
+        facts["wall_seconds"] = time.perf_counter() - start
+        command = "OMP_NUM_THREADS=1 python -m gradskip_lightning.benchmarks " + " ".join(sys.argv[1:])
+    formula: Formula = "full" if DEFAULTS.consistency else "no_consistency"
+    share = DEFAULTS.hotspot_share if any(r.share == DEFAULTS.hotspot_share for r in records) else records[0].share
+    section = report.markdown(
+        records, share=share, formula=formula, threshold=DEFAULTS.alert_threshold, command=command, facts=facts
+    )
+    print(section)
+    if args.markdown is not None:
+        report.write(args.markdown, section)
+        print(f"wrote the tables into {args.markdown}")
+    if args.json is not None and args.report_from is None:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps({"command": command, "facts": facts, "records": [asdict(r) for r in records]}))
+        print(f"wrote {len(records)} class records to {args.json}")
+        args.json = None  # written here, with the facts the report needs
+    return [asdict(r) for r in records]

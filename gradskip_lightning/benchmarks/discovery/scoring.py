@@ -1,0 +1,162 @@
+"""Scores of the discovery benchmark from :class:`~.trace.ClassRecord`s: suspicion formulas, AUROC,
+hotspot overlap, false alarms and the first-fire point, with hierarchical bootstrap intervals over
+training seeds (:func:`~gradskip_lightning.benchmarks.faithfulness.bootstrap.hierarchical_bootstrap`).
+
+Suspicion formulas (:data:`FORMULAS`): the library's (``full``: excess x the cube root of
+concentration x constancy x max(0, consistency)), the same without consistency (``no_consistency``:
+the square root of concentration x constancy) and the excess alone (``excess``), where excess =
+max(0, flip rate - max(random-place rate, other-class rate)).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+import torch
+
+from gradskip_lightning.data.tags import SPURIOUS_THRESHOLD
+
+from ..faithfulness.bootstrap import hierarchical_bootstrap
+from ..faithfulness.records import Interval
+from .trace import ClassRecord
+
+Formula = Literal["full", "no_consistency", "excess"]
+
+
+def excess(record: ClassRecord) -> float:
+    """max(0, flip rate - max(random-place rate, other-class rate)); NaN when a rate is."""
+    rates = (record.flip_rate, record.random_flip_rate, record.other_class_flip_rate)
+    if any(math.isnan(r) for r in rates):
+        return math.nan
+    return max(0.0, rates[0] - max(rates[1:]))
+
+
+def _cues(record: ClassRecord, consistency: bool) -> float:
+    cues = [record.concentration, record.constancy] + ([max(0.0, record.consistency)] if consistency else [])
+    if any(math.isnan(c) for c in cues):
+        return math.nan
+    return math.prod(cues) ** (1 / len(cues))
+
+
+#: Formula name -> suspicion of one class record.
+FORMULAS: dict[Formula, Callable[[ClassRecord], float]] = {
+    "full": lambda r: excess(r) * _cues(r, consistency=True),
+    "no_consistency": lambda r: excess(r) * _cues(r, consistency=False),
+    "excess": excess,
+}
+
+
+def final(records: Sequence[ClassRecord]) -> list[ClassRecord]:
+    """The records at each model's last trace point."""
+    last: dict[tuple, float] = {}
+    for r in records:
+        model = (r.dataset, r.seed, r.variant)
+        last[model] = max(last.get(model, -math.inf), r.epoch)
+    return [r for r in records if r.epoch == last[(r.dataset, r.seed, r.variant)]]
+
+
+def seed_rows(values: Sequence[tuple[int, list[float]]]) -> torch.Tensor:
+    """(S, n) values per seed from (seed, values) pairs, NaN-padded to the longest seed's n (the bootstrap
+    skips NaN); (0,) without values.
+
+    >>> seed_rows([(0, [1.0]), (1, [2.0, 3.0]), (0, [4.0])]).tolist()
+    [[1.0, 4.0], [2.0, 3.0]]
+    """
+    seeds: dict[int, list[float]] = {}
+    for seed, row in values:
+        seeds.setdefault(seed, []).extend(row)
+    if not seeds:
+        return torch.zeros(0, dtype=torch.double)
+    width = max(len(v) for v in seeds.values())
+    return torch.tensor([v + [math.nan] * (width - len(v)) for v in seeds.values()], dtype=torch.double)
+
+
+def by_seed(records: Sequence[ClassRecord], value: Callable[[ClassRecord], float]) -> torch.Tensor:
+    """(S, n) ``value`` of ``records`` per seed (:func:`seed_rows`)."""
+    return seed_rows([(r.seed, [value(r)]) for r in records])
+
+
+def _interval(values: torch.Tensor) -> Interval:
+    if values.ndim != 2 or values.isnan().all():
+        return Interval(math.nan, math.nan, math.nan)
+    return hierarchical_bootstrap(values)
+
+
+@dataclass(frozen=True)
+class MethodScore:
+    """One method, hotspot share and formula on one dataset: the AUROC of the stamped class of stamped models
+    against every class of the same seed's clean model, the stamp's hotspot IoU and top-patch hit, the
+    detection rate (stamped class flagged) and false-alarm rate (every class of clean and control models) at
+    ``threshold``, and per seed the first epoch the stamped class is flagged and its spurious epoch."""
+
+    dataset: str
+    method: str
+    share: float
+    formula: str
+    threshold: float
+    auroc: Interval
+    iou: Interval
+    hit: Interval
+    detection: Interval
+    false_alarms: Interval
+    max_clean: float
+    first_fire: tuple[float | None, ...]
+    spurious_epoch: tuple[float | None, ...]
+
+
+def pair_wins(positive: float, negatives: Sequence[float]) -> list[float]:
+    """1 per negative below ``positive``, 0.5 per tie, 0 above (NaN scores count as 0: nothing found).
+
+    >>> pair_wins(0.3, [0.1, 0.3, 0.5])
+    [1.0, 0.5, 0.0]
+    """
+    p = 0.0 if math.isnan(positive) else positive
+    return [1.0 if p > n else 0.5 if p == n else 0.0 for n in (0.0 if math.isnan(x) else x for x in negatives)]
+
+
+def _first(points: list[tuple[float, bool]]) -> float | None:
+    hits = [epoch for epoch, hit in sorted(points) if hit]
+    return hits[0] if hits else None
+
+
+def score(
+    records: Sequence[ClassRecord], dataset: str, method: str, share: float, formula: Formula, threshold: float
+) -> MethodScore:
+    """The :class:`MethodScore` of one dataset, method, share and formula from every trace record."""
+    suspicion = FORMULAS[formula]
+    mine = [r for r in records if r.dataset == dataset and r.method == method and r.share == share]
+    last = final(mine)
+    stamped = [r for r in last if r.variant == "stamped" and r.label == r.target]
+    seeds = {x.seed for x in last}
+    clean = {s: [suspicion(r) for r in last if r.variant == "clean" and r.seed == s] for s in seeds}
+    wins = [(r.seed, pair_wins(suspicion(r), clean.get(r.seed, []))) for r in stamped]
+    negatives = [r for r in last if r.variant in ("clean", "control")]
+
+    def flagged(r: ClassRecord) -> float:
+        value = suspicion(r)
+        return float(not math.isnan(value) and value >= threshold)
+
+    fire, spurious = [], []
+    for seed in sorted({r.seed for r in stamped}):
+        trace = [r for r in mine if r.variant == "stamped" and r.seed == seed and r.label == r.target]
+        fire.append(_first([(r.epoch, bool(flagged(r))) for r in trace]))
+        spurious.append(_first([(r.epoch, r.spurious_score >= SPURIOUS_THRESHOLD) for r in trace]))
+    scores = [suspicion(r) for r in negatives]
+    return MethodScore(
+        dataset=dataset,
+        method=method,
+        share=share,
+        formula=formula,
+        threshold=threshold,
+        auroc=_interval(seed_rows(wins)),
+        iou=_interval(by_seed(stamped, lambda r: r.iou)),
+        hit=_interval(by_seed(stamped, lambda r: r.hit)),
+        detection=_interval(by_seed(stamped, flagged)),
+        false_alarms=_interval(by_seed(negatives, flagged)),
+        max_clean=max((s for s in scores if not math.isnan(s)), default=math.nan),
+        first_fire=tuple(fire),
+        spurious_epoch=tuple(spurious),
+    )

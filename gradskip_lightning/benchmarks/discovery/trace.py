@@ -1,0 +1,226 @@
+"""What one model's maps discover, per class, at epoch ends: :class:`DiscoveryTrace` records every
+method's :func:`~gradskip_lightning.metrics.discover` result for each hotspot share as :class:`ClassRecord`s."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from lightning.pytorch import Callback, LightningModule, Trainer
+from torch import Tensor, nn
+from torch.utils.data import DataLoader
+from typing_extensions import override
+
+from gradskip_lightning.adapters import find_adapter
+from gradskip_lightning.callback.probes import load_probes, stratified_indices
+from gradskip_lightning.data.base import ImageClassificationDataModule, LabelledDataset
+from gradskip_lightning.data.tags import spurious_score
+from gradskip_lightning.explainer import METHODS, Explainer
+from gradskip_lightning.metrics import DiscoverySettings, discover, summarise_classes
+
+from ..faithfulness.peers import PEERS, peer_method
+
+#: Maps of a method: (model, images (B, C, H, W), targets (B,)) -> token maps (B, h, w).
+TokenMapFn = Callable[[nn.Module, Tensor, Tensor], Tensor]
+#: Images per forward of the transplant test and the spurious score (the tiny ViT's fastest range on CPU).
+BATCH = 64
+
+
+def token_map_fn(name: str, ig_steps: int) -> TokenMapFn:
+    """An engine method's token maps, or a peer's pixel maps summed over each patch (what the callback reads)."""
+    if name in METHODS:
+        return lambda model, images, targets: Explainer(model, name).explain(images, targets).token_maps
+    pixels = peer_method(name, ig_steps)
+
+    def pooled(model: nn.Module, images: Tensor, targets: Tensor) -> Tensor:
+        patch = find_adapter(model).patch_size
+        return F.avg_pool2d(pixels(model, images, targets)[:, None], patch)[:, 0]
+
+    return pooled
+
+
+def method_names(methods: list[str], peers: list[str]) -> list[str]:
+    """The engine methods, then the peers, in registry order (any unknown name is a ValueError)."""
+    unknown = [m for m in [*methods, *peers] if m not in METHODS and m not in PEERS]
+    if unknown:
+        raise ValueError(f"unknown methods {unknown}; choose from {METHODS} and {tuple(PEERS)}")
+    return [*methods, *peers]
+
+
+@dataclass(frozen=True)
+class ClassRecord:
+    """One class of one model under one method and hotspot share at one trace point.
+
+    ``target`` is the shortcut's class (-1 for clean models), ``stamp`` the stamp's pixel box (top,
+    left, bottom, right; exclusive) of stamped and control models. ``box`` is the hotspot's box in
+    pixels; ``iou`` its IoU with the stamp and ``hit`` whether the mean map's top patch touches it
+    (NaN without a stamp on this class). Rates and cues: :class:`~gradskip_lightning.metrics.HotspotTransplant`
+    and :class:`~gradskip_lightning.metrics.ClassMaps`.
+    """
+
+    dataset: str
+    seed: int
+    variant: str
+    shortcut: str
+    target: int
+    method: str
+    share: float
+    epoch: float
+    label: int
+    probes: int
+    flip_rate: float
+    random_flip_rate: float
+    other_class_flip_rate: float
+    constancy: float
+    concentration: float
+    consistency: float
+    strategies: int
+    box: tuple[int, int, int, int]
+    stamp: tuple[int, int, int, int] | None
+    iou: float
+    hit: float
+    spurious_score: float
+
+
+def discovery_probes(dataset: LabelledDataset, per_class: int, seed: int = 0) -> tuple[Tensor, Tensor]:
+    """Images (P, C, H, W) and classes (P,): ``per_class`` images per class, drawn as the callback draws probes."""
+    probes = load_probes(dataset, stratified_indices(dataset.labels, per_class * int(dataset.labels.max() + 1), seed))
+    return probes.images, probes.labels
+
+
+def _overlap(hotspot: Tensor, top: Tensor, stamp: tuple[int, int, int, int] | None, patch: int) -> tuple[float, float]:
+    """(IoU of the hotspot's pixels with the stamp's, 1.0 if the top patch (h, w) bool touches the stamp)."""
+    if stamp is None:
+        return math.nan, math.nan
+    size = hotspot.shape[0] * patch
+    truth = torch.zeros(size, size, dtype=torch.bool)
+    truth[stamp[0] : stamp[2], stamp[1] : stamp[3]] = True
+
+    def pixels(mask: Tensor) -> Tensor:
+        return mask.repeat_interleave(patch, 0).repeat_interleave(patch, 1)
+
+    found = pixels(hotspot)
+    iou = float((found & truth).sum() / (found | truth).sum())
+    return iou, float((pixels(top) & truth).any())
+
+
+def predicted_share(model: nn.Module, dataset: LabelledDataset, target: int) -> float:
+    """The spurious score of ``model`` on ``dataset`` (images of other classes carrying the shortcut)."""
+    logits = [model(batch[0]) for batch in DataLoader(dataset, batch_size=4 * BATCH)]
+    return spurious_score(torch.cat(logits), target)
+
+
+@dataclass(frozen=True)
+class Subject:
+    """What a trace knows about the model it follows: its dataset, seed, variant, the shortcut's class
+    (-1: none), its description, the stamp's pixel box on that class (None: no stamp there), and the
+    images of other classes carrying the shortcut (None: no spurious score)."""
+
+    dataset: str
+    seed: int
+    variant: str
+    target: int
+    shortcut: str
+    stamp: tuple[int, int, int, int] | None
+    transplanted: LabelledDataset | None
+
+
+class DiscoveryTrace(Callback):
+    """At the end of each training epoch (``every_epoch``) or of the last one only: for every method, the
+    discovery probes' token maps, their per-class summary and transplant test for each hotspot share.
+
+    Args:
+        subject: the model's facts.
+        images, classes: the discovery probes (P, C, H, W) and their classes (P,).
+        methods: method name -> token map function.
+        shares: hotspot shares to test.
+        every_epoch: trace every epoch (the first-fire point), else only the last.
+    """
+
+    def __init__(
+        self,
+        subject: Subject,
+        images: Tensor,
+        classes: Tensor,
+        methods: dict[str, TokenMapFn],
+        shares: list[float],
+        every_epoch: bool,
+    ) -> None:
+        super().__init__()
+        self.subject, self.images, self.classes = subject, images, classes
+        self.methods, self.shares, self.every_epoch = methods, shares, every_epoch
+        self.records: list[ClassRecord] = []
+
+    @override
+    def on_train_epoch_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        last = trainer.current_epoch + 1 >= (trainer.max_epochs or 0)
+        if self.every_epoch or last:
+            self.trace(pl_module, float(trainer.current_epoch + 1))
+
+    def trace(self, model: LightningModule, epoch: float) -> None:
+        """Record every method and share on ``model`` (eval mode, restored after) at ``epoch``."""
+        training = model.training
+        model.eval()
+        try:
+            with torch.no_grad():
+                score = math.nan
+                if self.subject.transplanted is not None:
+                    score = predicted_share(model, self.subject.transplanted, self.subject.target)
+            num_classes = int(self.classes.max()) + 1
+            patch = find_adapter(model).patch_size
+            for method, fn in self.methods.items():
+                maps = fn(model, self.images, self.classes).detach().double()
+                for share in self.shares:
+                    summary = summarise_classes(maps, self.classes, num_classes, DiscoverySettings(hotspot_share=share))
+                    found = discover(model, self.images, self.classes, summary, patch_size=patch, batch_size=BATCH)
+                    flat = summary.mean_maps.flatten(1)
+                    tops = F.one_hot(flat.argmax(dim=1), flat.shape[1]).bool().reshape(summary.hotspots.shape)
+                    for label, transplant in enumerate(found.transplants):
+                        stamp = self.subject.stamp if label == self.subject.target else None
+                        iou, hit = _overlap(summary.hotspots[label].cpu(), tops[label].cpu(), stamp, patch[0])
+                        box = tuple(int(v) * patch[0] for v in summary.boxes[label].tolist())
+                        self.records.append(
+                            ClassRecord(
+                                dataset=self.subject.dataset,
+                                seed=self.subject.seed,
+                                variant=self.subject.variant,
+                                shortcut=self.subject.shortcut,
+                                target=self.subject.target,
+                                method=method,
+                                share=share,
+                                epoch=epoch,
+                                label=label,
+                                probes=int(summary.counts[label]),
+                                flip_rate=transplant.flip_rate,
+                                random_flip_rate=transplant.random_flip_rate,
+                                other_class_flip_rate=transplant.other_class_flip_rate,
+                                constancy=transplant.constancy,
+                                concentration=float(summary.concentration[label]),
+                                consistency=float(summary.consistency[label]),
+                                strategies=len(summary.strategies[label].sizes),
+                                box=(box[0], box[1], box[2], box[3]),
+                                stamp=stamp,
+                                iou=iou,
+                                hit=hit,
+                                spurious_score=score,
+                            )
+                        )
+        finally:
+            model.train(training)
+
+
+def datamodule_subject(
+    datamodule: ImageClassificationDataModule, dataset: str, seed: int, variant: str, shortcut: str, target: int
+) -> Subject:
+    """The :class:`Subject` of a stamped, control or clean model (the stamp's transplanted test set)."""
+    datamodule.setup("test")
+    tag = datamodule.tag
+    stamped = variant in ("stamped", "control") and tag is not None
+    return Subject(
+        dataset, seed, variant, target if variant != "clean" else -1, shortcut,
+        tag.box if stamped and tag is not None else None,
+        datamodule.transplanted_test_dataset if variant == "stamped" else None,
+    )  # fmt: skip

@@ -1,0 +1,239 @@
+"""The callback's discovery stage: find a shortcut nobody named (:mod:`gradskip_lightning.metrics.discovery`).
+
+Every ``every_n_epochs``-th explained epoch, the discovery probes (``probes_per_class`` per class,
+drawn like the probes and kept in checkpoints) are explained for their own class with the
+callback's method; the maps are summarised per class (:class:`~gradskip_lightning.metrics.ClassMapSummary`),
+each class's hotspot is transplanted onto the other classes' probes and every class gets a suspicion
+score. The scalars go in the ``discovery`` section (:func:`discovery_scalars`, monitorable like the
+others), the class-mean map grid and a flagged class's strategies are images
+(:mod:`.discovery_report`), and a newly flagged class raises an alert.
+
+DDP: each rank explains its shard (:func:`~.distributed.shard_positions`, padded so every rank runs
+as many forwards), the summary syncs in ``compute()`` (sums and every map, so strategies see the
+union), and every rank runs the same transplant on the same probes: the figures equal one process's
+on every rank, and no rank enters a collective alone (errors are gathered first).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+from lightning.pytorch import LightningModule
+from lightning.pytorch.utilities import rank_zero_warn
+from lightning.pytorch.utilities.seed import isolate_rng
+from torch import Tensor
+from torch.utils.data import Dataset
+
+from gradskip_lightning.adapters.base import eval_mode
+from gradskip_lightning.explanation import ModelExplainer
+from gradskip_lightning.metrics import ClassMapSummary, Discovery, DiscoverySettings, discover
+from gradskip_lightning.metrics.perturbation import Activation
+
+from .distributed import shard_positions
+from .keys import key
+from .probes import ProbeSet, ProbeSource
+from .settings import positive
+
+__all__ = ["DiscoveryStage", "Discoverer", "discovery_scalars", "CLASS_VALUES"]
+
+
+@dataclass(frozen=True)
+class DiscoveryStage(DiscoverySettings):
+    """The callback's ``discovery`` group: the analysis knobs (:class:`DiscoverySettings`) and when and on what it runs.
+
+    Attributes:
+        enabled: run the discovery stage.
+        probes_per_class: discovery probes drawn per class (stratified, ``probe_seed``), explained for their class.
+        every_n_epochs: run at every n-th explained epoch (epochs n-1, 2n-1, ...; always under ``validate()``).
+        batch_size: images per forward of the transplant test.
+    """
+
+    enabled: bool = False
+    probes_per_class: int = 16
+    every_n_epochs: int = 1
+    batch_size: int = 64
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if not isinstance(self.enabled, bool):
+            raise TypeError(f"enabled must be a bool; got {type(self.enabled).__name__}")
+        positive("probes_per_class", self.probes_per_class)
+        positive("every_n_epochs", self.every_n_epochs)
+        positive("batch_size", self.batch_size)
+
+    @property
+    def analysis(self) -> DiscoverySettings:
+        """The :class:`DiscoverySettings` part."""
+        return DiscoverySettings(**{f.name: getattr(self, f.name) for f in dataclasses.fields(DiscoverySettings)})
+
+
+#: Per-class scalar name -> what it is (the README's key table); logged as ``discovery/<prefix><name>/class_<k>``.
+CLASS_VALUES: dict[str, str] = {
+    "suspicion": "suspicion score in [0, 1] (flip excess x cube root of concentration x constancy x consistency)",
+    "flip_rate": "share of other classes' probes predicted as the class with its hotspot pasted in",
+    "random_flip_rate": "control: a region of the hotspot's shape at a random place of the class's probes",
+    "other_class_flip_rate": "control: the hotspot's place taken from other classes' probes",
+    "constancy": "how alike the hotspot's pixels are across the class's probes (1: a stamp)",
+    "consistency": "mean pairwise Spearman correlation of the class's maps",
+    "concentration": "1 - hotspot patches / (share x all patches)",
+    "strategies": "SpRAy strategies (eigengap) among the class's maps",
+    "hotspot/top": "hotspot box in pixels: top row (also left, bottom, right; bottom and right exclusive)",
+}
+BOX_SIDES = ("top", "left", "bottom", "right")
+
+
+def discovery_scalars(found: Discovery, patch_size: tuple[int, int], prefix: str) -> dict[str, float]:
+    """The ``discovery`` scalars of one epoch: per class k the :data:`CLASS_VALUES` and the hotspot box in pixels,
+    plus ``max_suspicion`` and ``flagged`` (how many classes are at or above the threshold)."""
+    summary, scalars = found.summary, {}
+    for label, transplant in enumerate(found.transplants):
+        per_class = {
+            "suspicion": float(found.suspicion[label]),
+            "flip_rate": transplant.flip_rate,
+            "random_flip_rate": transplant.random_flip_rate,
+            "other_class_flip_rate": transplant.other_class_flip_rate,
+            "constancy": transplant.constancy,
+            "consistency": float(summary.consistency[label]),
+            "concentration": float(summary.concentration[label]),
+            "strategies": float(len(summary.strategies[label].sizes)),
+        }
+        box = summary.boxes[label].tolist()
+        for side, value in zip(BOX_SIDES, box, strict=True):
+            per_class[f"hotspot/{side}"] = float(value * patch_size[side in ("left", "right")])
+        for name, value in per_class.items():
+            scalars[key("discovery", prefix, f"{name}/class_{label}")] = value
+    finite = found.suspicion[~found.suspicion.isnan()]
+    scalars[key("discovery", prefix, "max_suspicion")] = float(finite.max()) if len(finite) else math.nan
+    scalars[key("discovery", prefix, "flagged")] = float(found.flagged.sum())
+    return scalars
+
+
+def _world() -> int:
+    return dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
+
+
+class Discoverer:
+    """The discovery stage's state over a callback's life: its probes, the schedule and the classes alerted.
+
+    Args:
+        settings: the ``discovery`` group.
+        seed: seed of the probe draw (the callback's ``probe_seed``).
+    """
+
+    def __init__(self, settings: DiscoveryStage, seed: int) -> None:
+        self.settings = settings
+        self.source = ProbeSource(None, settings.probes_per_class, seed)
+        self.alerted: set[int] = set()
+
+    @property
+    def probes(self) -> ProbeSet | None:
+        return self.source.probes
+
+    def draw(self, dataset: Dataset, num_classes: int) -> None:
+        """Draw ``probes_per_class`` x ``num_classes`` probes from ``dataset`` (unless drawn or off)."""
+        if self.settings.enabled and self.source.probes is None:
+            self.source.num_probes = self.settings.probes_per_class * num_classes
+            self.source.draw(dataset)
+
+    def due(self, epoch: int, fitting: bool) -> bool:
+        """Whether the explained ``epoch`` runs the stage (always outside fit)."""
+        return (
+            self.settings.enabled
+            and self.probes is not None
+            and (not fitting or (epoch + 1) % self.settings.every_n_epochs == 0)
+        )
+
+    def reset(self) -> None:
+        """A new fit: draw again, alert again."""
+        self.source.reset()
+        self.alerted = set()
+
+    def run_epoch(
+        self,
+        pl_module: LightningModule,
+        explainer: ModelExplainer,
+        epoch: int,
+        fitting: bool,
+        *,
+        batch_size: int,
+        activation: Activation,
+    ) -> Discovery | None:
+        """The stage of this explained epoch (every rank), or None: not due, off, or failed (warns, on rank zero)."""
+        if not self.due(epoch, fitting):
+            return None
+        found, error = self.run(pl_module, explainer, batch_size=batch_size, activation=activation)
+        if error is not None:
+            rank_zero_warn(f"GradSkipCallback: shortcut discovery of epoch {epoch} skipped. {error}")
+        return found
+
+    def run(
+        self, pl_module: LightningModule, explainer: ModelExplainer, *, batch_size: int, activation: Activation
+    ) -> tuple[Discovery | None, str | None]:
+        """Explain, summarise and transplant on every rank: (the discovery, None) or (None, the first rank's error).
+
+        Every rank must call it. Isolated like the callback's explanation (RNG, modes, no parameter gradients).
+        """
+        probes = self.probes
+        if probes is None:
+            return None, "no discovery probes"
+        shard = shard_positions(len(probes))
+        device = next(explainer.model.parameters()).device
+        error, maps = None, None
+        with isolate_rng(include_cuda=True), torch.inference_mode(False), eval_mode(pl_module):
+            try:
+                chunks = []
+                for start in range(0, len(shard.positions), batch_size):
+                    index = shard.positions[start : start + batch_size]
+                    images = probes.images[index].clone().to(device)
+                    chunks.append(explainer.explain(images, probes.labels[index].to(device)).token_maps.detach())
+                maps = torch.cat(chunks)[: shard.count]
+                if not bool(torch.isfinite(maps).all()):
+                    raise ValueError("non-finite token maps of the discovery probes")
+            except Exception as err:  # noqa: BLE001 - isolation, as the callback's explanation
+                error = f"{type(err).__name__}: {err}"
+            errors: list[str | None] = [error]
+            if _world() > 1:
+                errors = [None] * _world()
+                dist.all_gather_object(errors, error)
+            failed = next((e for e in errors if e is not None), None)
+            if failed is not None:
+                return None, f"discovery: {failed}"
+            assert maps is not None
+            metric = ClassMapSummary(
+                explainer.num_classes, (maps.shape[1], maps.shape[2]), settings=self.settings.analysis
+            )
+            metric = metric.to(device)
+            metric.update(maps.double(), probes.labels[shard.positions[: shard.count]].to(device))
+            summary = metric.compute()  # syncs across processes
+            found = discover(
+                explainer.model,
+                probes.images.clone().to(device),
+                probes.labels.to(device),
+                summary,
+                patch_size=explainer.patch_size,
+                batch_size=self.settings.batch_size,
+                activation=activation,
+            )
+        return found, None
+
+    def newly_flagged(self, found: Discovery) -> list[int]:
+        """The flagged classes not alerted yet in this fit (then remembered)."""
+        new = [int(c) for c in found.flagged.nonzero()[:, 0].tolist() if int(c) not in self.alerted]
+        self.alerted.update(new)
+        return new
+
+    def state_dict(self) -> dict[str, object]:
+        probes = self.source.probes
+        return {"ids": None if probes is None else probes.ids.clone(), "alerted": sorted(self.alerted)}
+
+    def load_state_dict(self, state: dict[str, object] | None) -> None:
+        if not state:
+            return
+        ids = state.get("ids")
+        self.source.restore(ids if isinstance(ids, Tensor) else None)
+        alerted = state.get("alerted")
+        self.alerted = set(alerted) if isinstance(alerted, list) else set()

@@ -1,0 +1,143 @@
+"""What the discovery stage shows (rank zero): the class-mean map grid, a flagged class's strategies, the alert."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+from lightning.pytorch import Trainer
+from lightning.pytorch.loggers import WandbLogger
+from lightning.pytorch.utilities import rank_zero_warn
+
+from gradskip_lightning import render
+from gradskip_lightning.metrics import Discovery
+from gradskip_lightning.validation import required
+
+from .discovery import Discoverer
+from .keys import key
+from .probes import ProbeSet
+from .settings import RenderSettings
+
+__all__ = ["discovery_images", "alert_text", "send_alert", "show_discovery"]
+
+#: Colour of the hotspot's box in the images.
+BOX_RGB = (0, 255, 255)
+
+
+def _class_images(
+    probes: ProbeSet, display: tuple[Sequence[float] | None, Sequence[float] | None], count: int
+) -> np.ndarray:
+    """(K, H, W, 3) uint8: each class's mean display image (black without probes)."""
+    pictures = render.to_display(probes.images, *display).astype(np.float64)
+    labels = probes.labels.numpy()
+    means = np.zeros((count, *pictures.shape[1:]))
+    for label in range(count):
+        if (labels == label).any():
+            means[label] = pictures[labels == label].mean(axis=0)
+    return np.round(means).astype(np.uint8)
+
+
+def _tile(
+    image: np.ndarray, token_map: np.ndarray, box: Sequence[int] | None, settings: RenderSettings, text: str
+) -> np.ndarray:
+    """One captioned tile: ``token_map`` (h, w) over ``image`` (H, W, 3), the hotspot ``box`` (patches) outlined."""
+    factor = image.shape[0] // token_map.shape[0]
+    pixels = np.kron(token_map, np.ones((factor, factor)))
+    tile = render.overlay(image[None], pixels[None], alpha=settings.overlay_alpha, cmap=settings.colormap)[0]
+    if box is not None and box[2] > box[0]:
+        top, left, bottom, right = (v * factor for v in box)
+        tile[top:bottom, [left, right - 1]] = BOX_RGB
+        tile[[top, bottom - 1], left:right] = BOX_RGB
+    scale = max(1, -(-settings.display_size // tile.shape[0]))
+    return render.annotate(np.kron(tile, np.ones((scale, scale, 1), dtype=np.uint8)), text)
+
+
+def discovery_images(
+    found: Discovery,
+    probes: ProbeSet,
+    class_names: Sequence[str],
+    display: tuple[Sequence[float] | None, Sequence[float] | None],
+    settings: RenderSettings,
+    prefix: str,
+) -> dict[str, np.ndarray]:
+    """``discovery/<prefix>class_means``: a grid of every class's mean map over its mean image (hotspot outlined,
+    captioned with the suspicion); ``discovery/<prefix>strategy_maps/class_<k>`` for each flagged class: its strategies'
+    mean maps (captioned with their sizes)."""
+    summary = found.summary
+    count = len(summary.counts)
+    means = _class_images(probes, display, count)
+    tiles = [
+        _tile(means[c], summary.mean_maps[c].numpy(), summary.boxes[c].tolist(), settings,
+              f"{class_names[c][:16]} {found.suspicion[c].item():.2f}")
+        for c in range(count)
+    ]  # fmt: skip
+    images = {key("discovery", prefix, "class_means"): render.image_grid(np.stack(tiles))}
+    for label in found.flagged.nonzero()[:, 0].tolist():
+        strategies = summary.strategies[label]
+        tiles = [
+            _tile(means[label], strategies.mean_maps[s].numpy(), None, settings, f"strategy {s}: {int(size)} maps")
+            for s, size in enumerate(strategies.sizes.tolist())
+        ]
+        if tiles:
+            images[key("discovery", prefix, f"strategy_maps/class_{label}")] = render.image_grid(np.stack(tiles))
+    return images
+
+
+def alert_text(
+    found: Discovery, label: int, class_names: Sequence[str], patch_size: tuple[int, int], epoch: int
+) -> tuple[str, str]:
+    """(title, text) of the alert for flagged class ``label``: the class, its hotspot's box in pixels, flip rates."""
+    summary, transplant = found.summary, found.transplants[label]
+    top, left, bottom, right = summary.boxes[label].tolist()
+    ph, pw = patch_size
+    height, width = summary.mean_maps.shape[1] * ph, summary.mean_maps.shape[2] * pw
+    title = f"GradSkip discovery: class {class_names[label]!r} may use a shortcut"
+    text = (
+        f"Epoch {epoch}: class {label} ({class_names[label]}) has suspicion {found.suspicion[label].item():.2f} "
+        f"(threshold {summary.settings.alert_threshold:g}). Its hotspot is rows {top * ph}-{bottom * ph}, columns "
+        f"{left * pw}-{right * pw} px (of {height} x {width}); pasting it from this class's images onto other "
+        f"classes' images flips {transplant.flip_rate:.0%} of them to the class (random place "
+        f"{transplant.random_flip_rate:.0%}, same place from other classes {transplant.other_class_flip_rate:.0%}); "
+        f"its pixels' constancy is {transplant.constancy:.2f} (1: the same in every image, like a stamp)."
+    )
+    return title, text
+
+
+def send_alert(trainer: Trainer, title: str, text: str) -> None:
+    """``wandb.alert`` through the first W&B logger's run, or a console warning without one (rank zero).
+
+    Offline, wandb 0.31 writes the alert into the run file (an ``alert`` record, sent by ``wandb sync``) and
+    returns; the warning is printed too then, so that it is seen now.
+    """
+    logger = next((lg for lg in trainer.loggers if isinstance(lg, WandbLogger)), None)
+    offline = True
+    if logger is not None:
+        run = logger.experiment
+        offline = bool(getattr(getattr(run, "settings", None), "_offline", True))
+        try:
+            run.alert(title=title, text=text)
+        except Exception as err:  # noqa: BLE001 - an alert must not stop training
+            text = f"{text} (W&B alert failed: {type(err).__name__}: {err})"
+            offline = True
+    if offline:
+        rank_zero_warn(f"{title}. {text}")
+
+
+def show_discovery(
+    trainer: Trainer,
+    images: dict[str, np.ndarray],
+    found: Discovery,
+    discoverer: Discoverer,
+    class_names: Sequence[str],
+    display: tuple[Sequence[float] | None, Sequence[float] | None],
+    settings: RenderSettings,
+    patch_size: tuple[int, int],
+    epoch: int,
+    prefix: str,
+) -> None:
+    """Rank zero: the discovery images into the report's ``images``, an alert for each class flagged
+    for the first time."""
+    probes = required(discoverer.probes, "the discovery probes")
+    images.update(discovery_images(found, probes, class_names, display, settings, prefix))
+    for label in discoverer.newly_flagged(found):
+        send_alert(trainer, *alert_text(found, label, class_names, patch_size, epoch))

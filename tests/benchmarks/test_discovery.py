@@ -1,0 +1,53 @@
+"""The discovery subcommand's scores on hand-made records, and its report rebuilt from them."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+import pytest
+
+from gradskip_lightning.benchmarks.discovery.report import markdown
+from gradskip_lightning.benchmarks.discovery.scoring import FORMULAS, pair_wins, score, seed_rows
+from gradskip_lightning.benchmarks.discovery.trace import ClassRecord
+
+BASE = ClassRecord(
+    dataset="d", seed=0, variant="clean", shortcut="none", target=-1, method="m", share=0.1, epoch=1.0, label=0,
+    probes=8, flip_rate=0.1, random_flip_rate=0.1, other_class_flip_rate=0.0, constancy=0.0, concentration=0.5,
+    consistency=0.2, strategies=1, box=(0, 0, 4, 4), stamp=None, iou=math.nan, hit=math.nan, spurious_score=math.nan,
+)  # fmt: skip
+
+
+def records() -> list[ClassRecord]:
+    """Two seeds: a stamped model (class 1 found at epoch 2) and a clean model of 2 classes each."""
+    found = []
+    for seed in (0, 1):
+        for label in (0, 1):
+            found.append(replace(BASE, seed=seed, label=label))
+        for epoch, flip in ((1.0, 0.1), (2.0, 0.9)):
+            stamped = replace(BASE, seed=seed, variant="stamped", target=1, epoch=epoch, stamp=(0, 0, 4, 4))
+            found.append(replace(stamped, label=0))
+            found.append(replace(stamped, label=1, flip_rate=flip, constancy=1.0, iou=0.5, hit=1.0, spurious_score=0.9))
+    return found
+
+
+def test_the_suspicion_formulas():
+    stamp = replace(BASE, flip_rate=0.9, constancy=1.0)
+    assert FORMULAS["excess"](stamp) == pytest.approx(0.8)
+    assert FORMULAS["no_consistency"](stamp) == pytest.approx(0.8 * 0.5**0.5)
+    assert FORMULAS["full"](stamp) == pytest.approx(0.8 * 0.1 ** (1 / 3))
+    assert math.isnan(FORMULAS["full"](replace(stamp, flip_rate=math.nan)))
+
+
+def test_pair_wins_and_seed_rows():
+    assert pair_wins(math.nan, [0.0, math.nan]) == [0.5, 0.5]
+    assert seed_rows([]).numel() == 0 and seed_rows([(3, [1.0, 2.0])]).shape == (1, 2)
+
+
+def test_a_stamp_found_only_by_the_last_epoch_scores_as_such():
+    result = score(records(), "d", "m", 0.1, "no_consistency", threshold=0.15)
+    assert result.auroc.mean == 1.0 and result.detection.mean == 1.0 and result.false_alarms.mean == 0.0
+    assert result.iou.mean == 0.5 and result.hit.mean == 1.0
+    assert result.first_fire == (2.0, 2.0) and result.spurious_epoch == (1.0, 1.0)
+    text = markdown(records(), share=0.1, formula="no_consistency", threshold=0.15, command="c", facts={})
+    assert "| m | 1.00 | 0.50 | 1.00 | 1.00 | 0.00 |" in text

@@ -1,0 +1,144 @@
+"""The callback's discovery stage: a stamp nobody named is flagged on its class and place, a clean model raises
+no alarm, the keys and images reach a real offline W&B run, the probes survive a checkpoint."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+import wandb
+from lightning.pytorch import seed_everything
+from lightning.pytorch.loggers import CSVLogger, WandbLogger
+from PIL import Image
+
+from gradskip_lightning import DiscoveryStage, GradSkipCallback, ProbeSettings, ScoreSettings
+from gradskip_lightning.data.tags import SpuriousTag
+
+from .helpers import tiny_data, tiny_module, tiny_trainer
+from .wandb_files import find_runs, read_records, use_offline_wandb
+
+P = "gradskip/"
+D = f"discovery/{P}"
+#: An 8 x 8 checkerboard exactly on patch (1, 1) of the tiny ViT (8 px patches), on class 1: a place and a class
+#: that no config or other test uses.
+STAMP_CLASS, STAMP_BOX = 1, (8, 8, 16, 16)
+CHECKERBOARD = tuple(tuple(float((row + col) % 2) for col in range(8)) for row in range(8))
+
+
+def _callback(**discovery) -> GradSkipCallback:
+    return GradSkipCallback(
+        probes=ProbeSettings(num_probes=4),
+        scores=ScoreSettings(insertion_steps=2, fvt_top_k=0),
+        discovery=DiscoveryStage(**{"enabled": True, "probes_per_class": 8, **discovery}),
+        progress=False,
+    )
+
+
+def _train(root, stamped: bool, **kwargs):
+    """4 epochs of the tiny ViT on 256 planted-shapes images, the stamp on every class-1 image (or none)."""
+    seed_everything(0)
+    tag = SpuriousTag(STAMP_CLASS, p_in=1.0 if stamped else 0.0, p_out=0.0, pattern=CHECKERBOARD, position=(8, 8))
+    callback = _callback()
+    trainer = tiny_trainer(root, max_epochs=4, callbacks=[callback], num_sanity_val_steps=0, **kwargs)
+    module = tiny_module()
+    module.hparams.lr = 3e-3
+    trainer.fit(module, datamodule=tiny_data(tag=tag, train_size=256, val_size=64, batch_size=32))
+    return trainer, callback
+
+
+@pytest.fixture(scope="module")
+def stamped(tmp_path_factory):
+    root = tmp_path_factory.mktemp("stamped")
+    with pytest.warns(UserWarning, match="class 'green square' may use a shortcut") as caught:
+        trainer, callback = _train(root, stamped=True, logger=CSVLogger(str(root)))
+    return trainer, callback, [str(w.message) for w in caught]
+
+
+def test_a_stamp_nobody_named_is_flagged_on_its_class_with_its_hotspot_on_the_stamp(stamped):
+    trainer, _, warnings = stamped
+    metrics = {k: float(v) for k, v in trainer.callback_metrics.items() if k.startswith(D)}
+    threshold = DiscoveryStage().alert_threshold
+    suspicion = [metrics[f"{D}suspicion/class_{c}"] for c in range(4)]
+    assert (
+        suspicion[STAMP_CLASS] >= threshold and max(s for c, s in enumerate(suspicion) if c != STAMP_CLASS) < threshold
+    )
+    box = [metrics[f"{D}hotspot/{side}/class_{STAMP_CLASS}"] for side in ("top", "left", "bottom", "right")]
+    assert box[0] <= STAMP_BOX[0] and box[1] <= STAMP_BOX[1] and box[2] >= STAMP_BOX[2] and box[3] >= STAMP_BOX[3]
+    assert (box[2] - box[0]) * (box[3] - box[1]) <= 32 * 32 / 2  # on the stamp, not everywhere
+    assert metrics[f"{D}flip_rate/class_{STAMP_CLASS}"] > 0.8 > metrics[f"{D}random_flip_rate/class_{STAMP_CLASS}"]
+    assert metrics[f"{D}flagged"] == 1.0
+    (alert,) = [w for w in warnings if "may use a shortcut" in w]  # once per fit, not every epoch
+    assert f"rows {int(box[0])}-{int(box[2])}, columns {int(box[1])}-{int(box[3])} px" in alert and "flips" in alert
+
+
+def test_the_scalars_are_logged_and_the_images_written(stamped):
+    trainer, _, _ = stamped
+    import csv
+
+    with open(f"{trainer.logger.log_dir}/metrics.csv") as handle:
+        rows = [r for r in csv.DictReader(handle) if r.get(f"{D}suspicion/class_1")]
+    assert len(rows) == 4  # every explained epoch
+    names = {"suspicion", "flip_rate", "random_flip_rate", "other_class_flip_rate", "constancy", "consistency"}
+    assert {f"{D}{n}/class_{c}" for n in names for c in range(4)} <= set(rows[0])
+    grids = sorted((trainer.logger.log_dir and __import__("pathlib").Path(trainer.log_dir)).rglob("*class_means.png"))
+    assert len(grids) == 4
+    strategies = list(grids[-1].parent.glob(f"*strategy_maps_class_{STAMP_CLASS}.png"))
+    assert len(strategies) == 1 and np.asarray(Image.open(strategies[0])).shape[2] == 3
+
+
+def test_a_clean_model_raises_no_alarm_at_the_default_threshold(tmp_path, recwarn):
+    trainer, _ = _train(tmp_path, stamped=False, logger=False)
+    suspicion = [float(trainer.callback_metrics[f"{D}suspicion/class_{c}"]) for c in range(4)]
+    assert max(s for s in suspicion if not math.isnan(s)) < DiscoveryStage().alert_threshold
+    assert not [w for w in recwarn if "may use a shortcut" in str(w.message)]
+
+
+def test_the_discovery_probes_are_kept_in_the_checkpoint_and_restored(stamped):
+    _, callback, _ = stamped
+    state = callback.state_dict()
+    ids = state["discovery"]["ids"]
+    assert isinstance(ids, torch.Tensor) and len(ids) == 32 and state["discovery"]["alerted"] == [STAMP_CLASS]
+    fresh = _callback()
+    fresh.load_state_dict(state)
+    assert torch.equal(fresh._discovery.source.restored_ids, ids) and fresh._discovery.alerted == {STAMP_CLASS}
+    fresh.load_state_dict({k: v for k, v in state.items() if k != "discovery"})  # a checkpoint from before
+
+
+def test_the_discovery_keys_and_image_reach_an_offline_wandb_run(tmp_path, monkeypatch):
+    use_offline_wandb(monkeypatch, tmp_path)
+    seed_everything(0)
+    logger = WandbLogger(save_dir=str(tmp_path), offline=True, project="gradskip-test")
+    trainer = tiny_trainer(tmp_path, logger=logger, callbacks=[_callback(alert_threshold=0.0)], max_epochs=1)
+    with pytest.warns(UserWarning, match="may use a shortcut"):  # offline: the run file keeps it, the console says it
+        trainer.fit(tiny_module(), datamodule=tiny_data())
+    wandb.finish()
+    (run,) = find_runs(tmp_path / "wandb")
+    (row,) = run.rows_with(f"{D}suspicion/class_0")
+    for name in ("suspicion", "flip_rate", "constancy", "consistency", "concentration", "hotspot/top", "strategies"):
+        assert all(isinstance(row[f"{D}{name}/class_{c}"], (int, float)) for c in range(4)), (name, row)
+    assert row[f"{D}flagged"] >= 1 and row[f"{P}epoch"] == 0
+    media = row[f"{D}class_means"]
+    assert media["_type"] == "image-file"
+    pixels = np.asarray(Image.open(run.root / "files" / media["path"]))
+    assert pixels.dtype == np.uint8 and pixels.shape[2] == 3 and pixels.std() > 10
+    assert row[f"{D}strategy_maps/class_0"]["_type"] == "image-file"
+    (path,) = (run.root).glob("run-*.wandb")
+    alerts = [r for r in read_records(path) if r.WhichOneof("record_type") == "alert"]
+    assert len(alerts) == row[f"{D}flagged"] and "may use a shortcut" in alerts[0].alert.title
+
+
+@pytest.mark.parametrize(
+    ("change", "error", "match"),
+    [
+        ({"probes_per_class": 0}, ValueError, "probes_per_class"),
+        ({"every_n_epochs": 1.5}, ValueError, "every_n_epochs"),
+        ({"enabled": 1}, TypeError, "enabled"),
+        ({"hotspot_share": 2.0}, ValueError, "hotspot_share"),
+        ({"consistency": 1}, TypeError, "consistency"),
+    ],
+)
+def test_bad_discovery_settings_are_a_clear_error(change, error, match):
+    with pytest.raises(error, match=match):
+        DiscoveryStage(**change)
