@@ -374,10 +374,10 @@ class _DictItems(torch.utils.data.Dataset):
 
     def __getitem__(self, index):
         image, label, _ = self.dataset[index]
-        return {"image": image, "label": label}
+        return {"img_t": image, "y_t": label}  # keys the callback does not know
 
 
-def test_plain_dataloaders_of_dict_items_are_refused_before_training(tmp_path):
+def test_plain_dataloaders_of_unknown_dict_items_are_refused_before_training(tmp_path):
     from torch.utils.data import DataLoader
 
     data = tiny_data()
@@ -385,7 +385,7 @@ def test_plain_dataloaders_of_dict_items_are_refused_before_training(tmp_path):
     loader = DataLoader(_DictItems(data.val_dataset), batch_size=8)
     counter = _Counting()
     trainer = tiny_trainer(tmp_path, logger=False, callbacks=[counter, GradSkipCallback(**FAST)])
-    with pytest.raises(TypeError, match=r"got a dict. Make the dataset return such tuples, or pass probe_images"):
+    with pytest.raises(TypeError, match=r"the item has \['img_t', 'y_t'\]. Rename the keys"):
         trainer.fit(tiny_module(), train_dataloaders=loader, val_dataloaders=loader)
     assert counter.batches == 0
 
