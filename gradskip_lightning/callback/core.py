@@ -24,6 +24,8 @@ from gradskip_lightning.metrics.perturbation import Activation
 from gradskip_lightning.validation import required
 
 from . import setup as checks
+from .budget import TimeBudget
+from .compute import EpochWork
 from .drift import DriftTracker
 from .epoch import explain_isolated, monitor
 from .keys import key
@@ -120,6 +122,7 @@ class GradSkipCallback(Callback):
         self._source = ProbeSource(given, self.probes.num_probes, self.probes.probe_seed)
         self._drift = DriftTracker(top_k=self.scores.drift_top_k)
         self._schedule = EpochSchedule(every_n_epochs)
+        self._budget = TimeBudget(self.probes.max_overhead, method, compare_methods)
         self._explainers: dict[str, ModelExplainer] = {}
         self._data = checks.DataSetup(False, (mean, std), None, None)
         self._sheet: ProbeSheet | None = None
@@ -169,6 +172,7 @@ class GradSkipCallback(Callback):
         self._source.reset()
         self._drift.reset()
         self._schedule.reset()
+        self._budget.reset()
         self._sheet = None
 
     def _prepare(self) -> None:
@@ -192,7 +196,12 @@ class GradSkipCallback(Callback):
         self._ensure_probes(trainer)
 
     @override
+    def on_train_epoch_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        self._budget.train_started()
+
+    @override
     def on_validation_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        self._budget.train_ended()
         self._ensure_probes(trainer)
 
     # ----------------------------------------------------------------------------- schedule
@@ -209,6 +218,7 @@ class GradSkipCallback(Callback):
     @override
     def on_train_epoch_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
         self._schedule.last_trained = trainer.current_epoch
+        self._budget.train_ended()
         if self._schedule.due(trainer.current_epoch):
             self._explain_epoch(trainer, pl_module, trainer.current_epoch)
 
@@ -229,20 +239,24 @@ class GradSkipCallback(Callback):
         if trained:
             self._schedule.last_explained = epoch
         probes, sheet = required(self._source.probes, "the probe set"), required(self._sheet, "the probe sheet")
+        plan = self._budget.plan(trained)  # what the time budget leaves in this epoch (everything without one)
+        work = EpochWork(scored=plan.scored)
         merged, error = explain_isolated(
             pl_module,
-            self._explainers,
+            {name: self._explainers[name] for name in plan.methods},
             probes,
             self.scores,
             batch_size=self.probes.explain_batch_size,
             transplant=self._data.transplant,
             activation=self._activation,
             progress=self.progress and trainer.is_global_zero,
+            work=work,
         )
         if error is None:
             drift = self._drift.update(required(merged[self.method].token_maps, "the token maps"), store=trained)
             prefix = self.log_prefix if trained else f"{self.log_prefix}validate/"
             scalars = epoch_scalars(merged, self.method, drift, list(probes.regions or {}), epoch=epoch, prefix=prefix)
+            scalars.update(self._budget.scalars(prefix) if trained else {})
             monitor(trainer, scalars)
             if trainer.is_global_zero:
                 try:  # rank zero only, no collective inside: safe to skip alone
@@ -259,6 +273,8 @@ class GradSkipCallback(Callback):
                     error = f"{type(err).__name__}: {err}"
         if error is not None:
             rank_zero_warn(f"GradSkipCallback: explanation of epoch {epoch} skipped, training goes on. {error}")
+        elif trained:
+            self._budget.record(plan, time.perf_counter() - start, work.seconds)
 
     # ----------------------------------------------------------------------------- state
 
