@@ -121,8 +121,8 @@ def np_default_blur(image: np.ndarray) -> np.ndarray:
 
 
 def np_strong_blur(image: np.ndarray) -> np.ndarray:
-    """The default insertion start: sigma = side / 8, kernel 3 sigma each way (capped below the side)."""
-    sigma = image.shape[1] / 8
+    """The default insertion start: sigma = side / 4, kernel 3 sigma each way (capped below the side)."""
+    sigma = image.shape[1] / 4
     kernel = min(2 * int(np.ceil(3 * sigma)) + 1, 2 * ((image.shape[1] - 1) // 2) + 1)
     return np_gaussian_blur(image, kernel, sigma)
 
