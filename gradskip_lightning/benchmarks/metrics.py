@@ -61,7 +61,7 @@ def run(args: argparse.Namespace) -> list[dict]:
     def score(batch_size: int) -> CountingModel:
         counted = CountingModel(model)
         options = dict(patch_size=patch, steps=args.steps, batch_size=batch_size, precision=args.precision)
-        insertion_deletion(counted, images, targets, maps, **options)  # type: ignore[arg-type]
+        insertion_deletion(counted, images, targets, maps, **options)
         if args.device.startswith("cuda"):
             torch.cuda.synchronize()
         return counted
