@@ -67,3 +67,30 @@ def test_caption_and_annotate():
     assert render.caption("cat", "dog", 0.934) == "label=cat pred=dog p=0.93"
     out = render.annotate(np.zeros((20, 30, 3), np.uint8), "x", height=10)
     assert out.shape == (30, 30, 3) and (out[20:] < 255).any()
+
+
+def test_screen_grid_fits_the_side_and_upscales_by_an_integer():
+    images = np.random.default_rng(0).integers(0, 255, (32, 28, 28, 3), dtype=np.uint8)
+    grid = render.screen_grid(images)
+    assert max(grid.shape[:2]) <= render.GRID_SIDE
+    assert grid.shape[:2] == (6 * (3 * 28 + 2) + 2, 6 * (3 * 28 + 2) + 2)  # factor 3: 518 px, was 854
+    np.testing.assert_array_equal(grid[2 : 2 + 84 : 3, 2 : 2 + 84 : 3], images[0])
+    big = np.zeros((4, 400, 400, 3), dtype=np.uint8)
+    assert render.screen_grid(big).shape[:2] == (2 * 402 + 2, 2 * 402 + 2)  # never below the images' own size
+
+
+def test_overlay_at_the_image_size_then_upscaled_equals_the_overlay_at_display_size():
+    from gradskip_lightning.callback.report import _overlays, _upscaled
+    from gradskip_lightning.callback.settings import RenderSettings
+    from gradskip_lightning.callback.sinks import ProbeSheet
+
+    rng = np.random.default_rng(1)
+    native = rng.integers(0, 255, (3, 28, 28, 3), dtype=np.uint8)
+    display = render.upscale(native, 128)  # factor 5, as the probe sheet does
+    maps = torch.rand(3, 28, 28)
+    sheet = ProbeSheet([0, 1, 2], ["a"] * 3, np.zeros(3, dtype=np.int64), ["a"], display)
+    settings = RenderSettings()
+    fast = _upscaled(_overlays(sheet, maps, settings), 5)
+    big_maps = maps.repeat_interleave(5, dim=1).repeat_interleave(5, dim=2)
+    slow = render.overlay(display, big_maps, alpha=settings.overlay_alpha, cmap=settings.colormap)  # today's path
+    np.testing.assert_array_equal(fast, slow)

@@ -1,26 +1,39 @@
-"""The callback's epoch-end time against one training epoch (BloodMNIST, as configs/bloodmnist.yaml).
+"""The callback's epoch-end time against the training epoch, per part, on the main config's own settings.
 
-Trains ``--epochs`` epochs of the tiny ViT with GradSkipCallback attached (CSV logger, no W&B, so
-no upload or media time is counted) and reports, per epoch, the training time (first training
-batch start to the last training batch end, validation excluded), the callback's own
-``gradskip/time_s`` (explain, score, render, write the npz), the whole hook's wall time (that plus
-handing the row to the loggers and writing the PNGs), and ratio = hook time / training time.
+Trains ``--epochs`` epochs of the main config (``configs/bloodmnist.yaml``: its model, data and
+GradSkipCallback init args, read through :mod:`~gradskip_lightning.benchmarks.configs`; W&B offline
+in a temporary folder as the config logs, ``--logger csv`` for none) on one CPU device and reports,
+per epoch, the training time (first training batch start to the last training batch end,
+validation excluded), the whole epoch-end hook's wall time (explaining, scoring, rendering,
+handing the row to the loggers, files) and their ratio, with the hook split into parts: explain
+(the explain calls), perturbation (insertion/deletion forwards with their shared starts),
+violation, discovery (when the callback has that stage), rendering (building the report),
+logging (the logger sinks, W&B image encoding included), files (maps and image files) and other
+(the rest: gathering, drift, ...). The parts are timed by wrapping the callback's functions from
+outside, so the same command measures any version of the callback.
 """
 
 from __future__ import annotations
 
 import argparse
-import csv
+import functools
+import os
+import statistics
 import tempfile
 import time
-from pathlib import Path
+from collections import defaultdict
+from collections.abc import Callable
+from typing import Any
 
-from lightning.pytorch import Callback, Trainer, seed_everything
-from lightning.pytorch.loggers import CSVLogger
+from lightning.pytorch import Callback, LightningModule, Trainer, seed_everything
+from lightning.pytorch.loggers import CSVLogger, Logger, WandbLogger
 
-from gradskip_lightning.benchmarks.configs import config_settings
-from gradskip_lightning.callback import DiscoveryStage, GradSkipCallback, ProbeSettings, ScoreSettings
+from gradskip_lightning.benchmarks.configs import callback_settings, config_settings
+from gradskip_lightning.callback import DiscoveryStage, GradSkipCallback, ProbeSettings, RenderSettings, ScoreSettings
 from gradskip_lightning.validation import required
+
+#: The parts of the hook, in the table's order.
+PARTS = ("explain", "perturbation", "violation", "discovery", "rendering", "logging", "files", "other")
 
 
 class _TrainTimer(Callback):
@@ -31,49 +44,139 @@ class _TrainTimer(Callback):
         self._start = 0.0
         self._end = 0.0
 
-    def on_train_epoch_start(self, trainer, pl_module) -> None:
+    def on_train_epoch_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
         self._start = time.perf_counter()
 
-    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+    def on_train_batch_end(self, trainer: Trainer, pl_module: LightningModule, *args: Any) -> None:
         self._end = time.perf_counter()
 
-    def on_train_epoch_end(self, trainer, pl_module) -> None:
+    def on_train_epoch_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
         self.seconds.append(self._end - self._start)
 
 
 class _HookTimer(Callback):
-    """Wall seconds of the callbacks between ``start`` and ``stop`` at each validation end (logging included)."""
+    """Wall seconds of the callbacks between ``start()`` and this one at each validation end, and the parts'."""
 
-    def __init__(self) -> None:
+    def __init__(self, parts: dict[str, float]) -> None:
         self.seconds: list[float] = []
+        self.parts: list[dict[str, float]] = []
+        self._running = parts
         self._start = 0.0
 
     def start(self) -> Callback:
         timer = self
 
         class _Start(Callback):
-            def on_validation_epoch_end(self, trainer, pl_module) -> None:
+            def on_validation_epoch_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
                 timer._start = time.perf_counter()
+                timer._running.clear()
 
         return _Start()
 
-    def on_validation_epoch_end(self, trainer, pl_module) -> None:
+    def on_validation_epoch_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
         if not trainer.sanity_checking:
             self.seconds.append(time.perf_counter() - self._start)
+            self.parts.append(dict(self._running))
+
+
+class _Parts:
+    """Wraps functions so their wall seconds add up per part (the outermost timed call only)."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = defaultdict(float)
+        self._depth = 0
+
+    def wrap(self, owner: Any, name: str, part: str) -> None:
+        """Time ``owner.name`` (a module function, a class's method or an instance's) as ``part``; absent: skip."""
+        function: Callable[..., Any] | None = getattr(owner, name, None)
+        if function is None:
+            return
+        parts = self
+
+        @functools.wraps(function)
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            if parts._depth:
+                return function(*args, **kwargs)
+            parts._depth += 1
+            start = time.perf_counter()
+            try:
+                return function(*args, **kwargs)
+            finally:
+                parts._depth -= 1
+                parts.seconds[part] += time.perf_counter() - start
+
+        setattr(owner, name, timed)
+
+
+def _instrument(parts: _Parts, callback: GradSkipCallback) -> Callback:
+    """Wrap the callback's functions by part; the explainers are wrapped once setup made them (the returned hook)."""
+    from gradskip_lightning.callback import compute, discovery, epoch, scores, sinks
+
+    parts.wrap(scores, "insertion_deletion", "perturbation")
+    parts.wrap(compute, "perturbation_starts", "perturbation")
+    parts.wrap(scores, "faithfulness_violation", "violation")
+    parts.wrap(epoch, "build_report", "rendering")
+    for sink, part in (("WandbSink", "logging"), ("ScalarSink", "logging"), ("TensorBoardSink", "logging")):
+        parts.wrap(getattr(sinks, sink), "log", part)
+    for sink in ("MapsFileSink", "ImageFileSink"):
+        parts.wrap(getattr(sinks, sink), "log", "files")
+    parts.wrap(discovery.Discoverer, "run_epoch", "discovery")
+
+    class _WrapExplainers(Callback):
+        def on_fit_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
+            for explainer in callback._explainers.values():
+                parts.wrap(explainer, "explain", "explain")
+
+    return _WrapExplainers()
+
+
+def _max_overhead(text: str) -> float | None:
+    return None if text.lower() == "none" else float(text)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--data-root", default="../shared/data", help="folder holding bloodmnist.npz")
-    parser.add_argument("--epochs", type=int, default=1)
-    parser.add_argument("--num-probes", type=int, default=32)
-    parser.add_argument("--insertion-steps", type=int, default=16)
-    parser.add_argument("--compare", nargs="*", default=[], help="comparison methods (default: none)")
+    parser.add_argument("--config", default="bloodmnist", help="configs/<name>.yaml: model, data, callback settings")
+    parser.add_argument("--epochs", type=int, default=3)
+    parser.add_argument("--logger", choices=("wandb", "csv"), default="wandb", help="W&B offline (as the config)")
+    parser.add_argument("--num-probes", type=int, default=None, help="override the config's")
+    parser.add_argument("--insertion-steps", type=int, default=None, help="override the config's")
+    parser.add_argument("--compare", nargs="*", default=None, help="override the config's comparison methods")
+    parser.add_argument(
+        "--max-overhead",
+        type=_max_overhead,
+        default=argparse.SUPPRESS,
+        help="override the config's time budget, a fraction of the training epoch ('none': off)",
+    )
     parser.add_argument(
         "--discovery",
         type=int,
         default=0,
         metavar="PER_CLASS",
-        help="run the discovery stage with this many probes per class",
+        help="run the discovery stage with this many probes per class (0: as the config, off by default)",
+    )
+    parser.add_argument("--markdown", action="store_true", help="print the per-part table as Markdown")
+
+
+def _callback(args: argparse.Namespace) -> GradSkipCallback:
+    """The config's GradSkipCallback with the command line's overrides."""
+    init = callback_settings(args.config)
+    probes = dict(init.pop("probes", {}) or {})
+    scores = dict(init.pop("scores", {}) or {})
+    render = dict(init.pop("render", {}) or {})
+    if args.num_probes is not None:
+        probes["num_probes"] = args.num_probes
+    if "max_overhead" in vars(args):
+        probes["max_overhead"] = args.max_overhead
+    if args.insertion_steps is not None:
+        scores["insertion_steps"] = args.insertion_steps
+    if args.compare is not None:
+        init["compare_methods"] = args.compare
+    init["progress"] = False
+    if args.discovery > 0:
+        init["discovery"] = DiscoveryStage(enabled=True, probes_per_class=args.discovery)
+    return GradSkipCallback(
+        probes=ProbeSettings(**probes), scores=ScoreSettings(**scores), render=RenderSettings(**render), **init
     )
 
 
@@ -82,52 +185,89 @@ def run(args: argparse.Namespace) -> list[dict]:
     from gradskip_lightning.model import ViTClassifier
 
     seed_everything(0)
-    timer, hook = _TrainTimer(), _HookTimer()
-    callback = GradSkipCallback(
-        probes=ProbeSettings(num_probes=args.num_probes),
-        scores=ScoreSettings(insertion_steps=args.insertion_steps),
-        compare_methods=args.compare,
-        discovery=DiscoveryStage(enabled=args.discovery > 0, probes_per_class=max(1, args.discovery)),
-        progress=False,
-    )
+    parts = _Parts()
+    timer, hook = _TrainTimer(), _HookTimer(parts.seconds)
+    callback = _callback(args)
     with tempfile.TemporaryDirectory() as folder:
-        logger = CSVLogger(folder, name="bench")
+        logger: Logger
+        if args.logger == "wandb":
+            for variable in ("WANDB_DIR", "WANDB_DATA_DIR", "WANDB_CACHE_DIR"):
+                os.environ[variable] = folder
+            logger = WandbLogger(offline=True, save_dir=folder, project="gradskip-callback-benchmark")
+        else:
+            logger = CSVLogger(folder, name="bench")
         trainer = Trainer(
             max_epochs=args.epochs,
             accelerator="cpu",
             devices=1,
             logger=logger,
-            callbacks=[timer, hook.start(), callback, hook],
+            callbacks=[timer, _instrument(parts, callback), hook.start(), callback, hook],
             enable_checkpointing=False,
             enable_progress_bar=False,
             enable_model_summary=False,
             num_sanity_val_steps=0,
             default_root_dir=folder,
         )
-        model_args, data_args, _ = config_settings("bloodmnist")
+        model_args, data_args, _ = config_settings(args.config)
         data = BloodMNISTDataModule(**{**data_args, "root": args.data_root, "download": False})
         model = ViTClassifier(num_classes=data.num_classes, img_size=data.img_size, **model_args)
         trainer.fit(model, datamodule=data)
-        with open(Path(logger.log_dir) / "metrics.csv") as handle:
-            rows = [r for r in csv.DictReader(handle) if r.get("gradskip/time_s")]
-        callback_s = [float(r["gradskip/time_s"]) for r in rows]
-        discovery_s = [float(r.get("discovery/gradskip/time_s") or 0.0) for r in rows]
+        if args.logger == "wandb":
+            import wandb
+
+            wandb.finish()
+    settings = dict(
+        num_probes=callback.probes.num_probes,
+        insertion_steps=callback.scores.insertion_steps,
+        compare=list(callback.compare_methods),
+        max_overhead=callback.probes.max_overhead,
+        metrics_batch_size=callback.scores.metrics_batch_size,
+        logger=args.logger,
+        train_images=len(required(data.train_dataset, "the training split")),
+    )
     records = []
-    for epoch, (train_s, cb_s, hook_s, disc_s) in enumerate(zip(timer.seconds, callback_s, hook.seconds, discovery_s)):
-        record = dict(
-            epoch=epoch,
-            train_epoch_s=round(train_s, 3),
-            callback_time_s=round(cb_s, 3),
-            hook_s=round(hook_s, 3),
-            ratio=round(hook_s / train_s, 4),
-            discovery_s=round(disc_s, 3),
-            discovery_ratio=round(disc_s / train_s, 4),
-            num_probes=args.num_probes,
-            insertion_steps=args.insertion_steps,
-            compare=list(args.compare),
-            discovery_per_class=args.discovery,
-            train_images=len(required(data.train_dataset, "the training split")),
-        )
-        records.append(record)
-        print(record)
+    for epoch, (train_s, hook_s, seconds) in enumerate(zip(timer.seconds, hook.seconds, hook.parts)):
+        split = {part: seconds.get(part, 0.0) for part in PARTS if part != "other"}
+        split["other"] = max(0.0, hook_s - sum(split.values()))
+        record = dict(epoch=epoch, train_epoch_s=train_s, hook_s=hook_s, ratio=hook_s / train_s, parts=split)
+        records.append({**record, **settings})
+        print({k: round(v, 4) if isinstance(v, float) else v for k, v in record.items() if k != "parts"})
+    load = os.getloadavg()
+    summary = summarise(records)
+    print(
+        f"callback: median ratio {100 * summary['median_ratio']:.2f} % of the training epoch "
+        f"(mean {100 * summary['mean_ratio']:.2f} %) over {len(records)} epochs; settings {settings}; "
+        f"load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}"
+    )
+    print(markdown_table(records) if args.markdown else summary)
     return records
+
+
+def summarise(records: list[dict]) -> dict[str, Any]:
+    """Median and mean ratio, and each part's median seconds and share of the median training epoch."""
+    train = statistics.median(r["train_epoch_s"] for r in records)
+    return dict(
+        median_ratio=statistics.median(r["ratio"] for r in records),
+        mean_ratio=statistics.mean(r["ratio"] for r in records),
+        train_epoch_s=train,
+        hook_s=statistics.median(r["hook_s"] for r in records),
+        parts={part: statistics.median(r["parts"][part] for r in records) for part in PARTS},
+    )
+
+
+def markdown_table(records: list[dict]) -> str:
+    """The per-part table: seconds per epoch and share of the training epoch, per epoch and the median."""
+    head = "| part | " + " | ".join(f"epoch {r['epoch']} s" for r in records) + " | median s | % of training epoch |"
+    rows = [head, "|---|" + "---:|" * (len(records) + 2)]
+    summary = summarise(records)
+    for part in PARTS:
+        cells = " | ".join(f"{r['parts'][part]:.3f}" for r in records)
+        median = summary["parts"][part]
+        rows.append(f"| {part} | {cells} | {median:.3f} | {100 * median / summary['train_epoch_s']:.2f} |")
+    hooks = " | ".join(f"{r['hook_s']:.3f}" for r in records)
+    trains = " | ".join(f"{r['train_epoch_s']:.2f}" for r in records)
+    ratios = " | ".join(f"{100 * r['ratio']:.2f} %" for r in records)
+    rows.append(f"| **callback** | {hooks} | {summary['hook_s']:.3f} | **{100 * summary['median_ratio']:.2f}** |")
+    rows.append(f"| training epoch | {trains} | {summary['train_epoch_s']:.2f} | |")
+    rows.append(f"| ratio | {ratios} | {100 * summary['median_ratio']:.2f} % | |")
+    return "\n".join(rows)

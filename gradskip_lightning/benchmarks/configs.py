@@ -51,6 +51,19 @@ def config_settings(name: str) -> tuple[dict[str, Any], dict[str, Any], dict[str
     return _init_args(config["model"]), _init_args(config["data"]), dict(config["trainer"])
 
 
+def callback_settings(name: str, class_name: str = "GradSkipCallback") -> dict[str, Any]:
+    """The init args of the ``trainer.callbacks`` entry of ``configs/<name>.yaml`` whose class is
+    ``class_name`` (KeyError when there is none): what that config's runs give the callback.
+
+    >>> callback_settings("bloodmnist")["compare_methods"]
+    ['rollout']
+    """
+    for entry in config_settings(name)[2].get("callbacks", []):
+        if entry["class_path"].rpartition(".")[2] == class_name:
+            return dict(entry.get("init_args", {}))
+    raise KeyError(f"configs/{name}.yaml has no {class_name} in trainer.callbacks")
+
+
 def model_class(name: str) -> type[LightningModule]:
     """The model class named by ``model.class_path`` in ``configs/<name>.yaml``; a model section
     without one is a :class:`~gradskip_lightning.model.ViTClassifier` (train.py's default).

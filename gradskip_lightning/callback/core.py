@@ -24,6 +24,8 @@ from gradskip_lightning.validation import required
 
 from . import setup as checks
 from .averaging import Hook, averaged_weights
+from .budget import TimeBudget
+from .compute import EpochWork
 from .discovery import Discoverer, DiscoveryStage, discovery_scalars
 from .discovery_report import show_discovery
 from .drift import DriftTracker
@@ -126,6 +128,7 @@ class GradSkipCallback(Callback):
         self._schedule = EpochSchedule(every_n_epochs)
         self.discovery = discovery or DiscoveryStage()
         self._discovery = Discoverer(self.discovery, self.probes.probe_seed)
+        self._budget = TimeBudget(self.probes.max_overhead, method, compare_methods)
         self._explainers: dict[str, ModelExplainer] = {}
         self._data = checks.DataSetup(False, (mean, std), None, None)
         self._sheet: ProbeSheet | None = None
@@ -180,6 +183,7 @@ class GradSkipCallback(Callback):
         self._drift.reset()
         self._schedule.reset()
         self._discovery.reset()
+        self._budget.reset()
         self._sheet = None
         self._resumed = None
 
@@ -209,7 +213,12 @@ class GradSkipCallback(Callback):
         self._ensure_probes(trainer)
 
     @override
+    def on_train_epoch_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        self._budget.train_started()
+
+    @override
     def on_validation_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        self._budget.train_ended()
         self._ensure_probes(trainer)
 
     # ----------------------------------------------------------------------------- schedule
@@ -228,6 +237,7 @@ class GradSkipCallback(Callback):
     @override
     def on_train_epoch_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
         self._schedule.last_trained = trainer.current_epoch
+        self._budget.train_ended()
         if self._schedule.due(trainer.current_epoch):
             self._explain_epoch(trainer, pl_module, trainer.current_epoch, "train")
 
@@ -255,22 +265,26 @@ class GradSkipCallback(Callback):
         report: EpochReport | None = None
         try:
             probes, sheet = required(self._source.probes, "the probe set"), required(self._sheet, "the probe sheet")
+            plan = self._budget.plan(trained)  # what the time budget leaves in this epoch (everything without one)
+            work = EpochWork(scored=plan.scored)
             with averaged_weights(trainer, pl_module, self, hook):
                 merged, error = explain_isolated(
                     pl_module,
-                    self._explainers,
+                    {name: self._explainers[name] for name in plan.methods},
                     probes,
                     self.scores,
                     batch_size=self.probes.explain_batch_size,
                     transplant=self._data.transplant,
                     activation=self._activation,
                     progress=self.progress and trainer.is_global_zero,
+                    work=work,
                 )
             if error is None:  # the same on every rank: the gather agreed
                 drift = self._drift.update(required(merged[self.method].token_maps, "the token maps"), store=trained)
                 regions = list(probes.regions or {})
                 scalars = epoch_scalars(merged, self.method, drift, regions, epoch=epoch, prefix=prefix)
                 scalars[key(None, prefix, "skipped")] = 0.0
+                scalars.update(self._budget.scalars(prefix) if trained else {})
                 discovery_start = time.perf_counter()
                 explainer = self._explainers[self.method]
                 found = self._discovery.run_epoch(
@@ -296,6 +310,8 @@ class GradSkipCallback(Callback):
             error = f"{type(err).__name__}: {err}"
         if error is not None:
             report = skipped_report(trainer, epoch, prefix, error, self._monitored.get(prefix, set()))
+        elif trained:
+            self._budget.record(plan, time.perf_counter() - start, work.seconds)
         if report is not None:
             report.started, report.time_key = start, key(None, prefix, "time_s")
             log_to_sinks(self._sinks, report, required(self._sheet, "the probe sheet"))

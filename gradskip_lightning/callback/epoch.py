@@ -19,7 +19,7 @@ from gradskip_lightning.adapters.base import eval_mode
 from gradskip_lightning.explanation import ModelExplainer
 from gradskip_lightning.metrics.perturbation import Activation
 
-from .compute import explain_probes
+from .compute import EpochWork, explain_probes
 from .distributed import gather_records, shard_positions
 from .keys import key
 from .probes import ProbeSet
@@ -50,14 +50,17 @@ def explain_isolated(
     transplant: Transplant | None,
     activation: Activation,
     progress: bool,
+    work: EpochWork | None = None,
 ) -> tuple[dict[str, ProbeRecord], str | None]:
     """Explain this rank's shard of ``probes`` with every explainer (the first also gives head
     statistics) and gather the shards: (method -> record of all P probes, None), or ({}, the error)
-    when any rank failed. Every rank must call it (see :func:`~.distributed.gather_records`)."""
+    when any rank failed. Every rank must call it (see :func:`~.distributed.gather_records`).
+    ``work`` (one per epoch end) shares the perturbation starts between the methods."""
     shard = shard_positions(len(probes))
     records: dict[str, ProbeRecord] = {}
     error = None
     first = next(iter(explainers))
+    work = EpochWork() if work is None else work
     with isolate_rng(include_cuda=True), torch.inference_mode(False):
         try:
             part = probes.subset(shard.positions)
@@ -74,6 +77,7 @@ def explain_isolated(
                         activation=activation,
                         progress=progress,
                         agree=True,
+                        work=work,
                     )
         except Exception as err:  # noqa: BLE001 - isolation: torch.OutOfMemoryError, non-finite maps, ...
             error, records = f"{type(err).__name__}: {err}", {}

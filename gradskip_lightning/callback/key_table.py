@@ -75,6 +75,11 @@ def _other_rows(prefix: str) -> list[tuple[str, str]]:
             "else 0",
         ),
         (
+            f"`{key(None, prefix, 'budget/{overhead,compared_every,scores_every}')}`",
+            "with `max_overhead`: the last epoch end's time over the training epoch's; every how many explained "
+            "epochs the compared methods are explained and the perturbation scores computed",
+        ),
+        (
             f"`<section>/{prefix}validate/...`",
             "under `trainer.validate()`: the same keys, not written to the maps folder, drift references unchanged",
         ),

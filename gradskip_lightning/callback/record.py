@@ -84,6 +84,8 @@ class ProbeRecord:
         predictions: (P,) int64 predicted classes.
         probabilities: (P,) float32 probability of the predicted class (softmax or sigmoid).
         insertion, deletion: (P,) float32 AUCs; ins_minus_del their difference.
+        insertion_start: (P,) float32 the explained class's score on the insertion start (the same
+            for every method: near ``probabilities``, insertion is saturated).
         fvt_violation: (P,) float32 0/1 faithfulness violations (None when ``fvt_top_k`` is 0).
         pointing_hit: (P,) float32 0/1 Pointing Game hits (probes with an "object" region only).
         region_mass: (P, R) float32 relevance mass accuracy on each named region (NaN: empty region).
@@ -132,6 +134,17 @@ class ProbeRecord:
         scalar="ins_minus_del",
         compared=True,
         doc="insertion minus deletion",
+    )
+    insertion_start: Tensor | None = value(
+        scope="shared",
+        section="faithfulness",
+        scalar="insertion_start",
+        table="insertion_start",
+        npz=True,
+        doc=(
+            "the explained class's score on the insertion start image (no patch revealed yet): the floor "
+            "insertion starts from; close to the clean image's, insertion is saturated"
+        ),
     )
     fvt_violation: Tensor | None = value(
         scope="shared",

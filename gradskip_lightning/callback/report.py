@@ -73,11 +73,24 @@ def epoch_scalars(
     return scalars
 
 
+def _display_factor(sheet: ProbeSheet, maps: Tensor) -> int:
+    """The integer factor of the sheet's display images over the maps' (= the probes') size."""
+    return max(1, sheet.images.shape[1] // maps.shape[1])
+
+
 def _overlays(sheet: ProbeSheet, maps: Tensor, settings: RenderSettings) -> np.ndarray:
-    """Upscaled overlays (P, S, S, 3) uint8 of maps (P, H, W) over the sheet's display images."""
-    factor = sheet.images.shape[1] // maps.shape[1]
-    maps = maps.repeat_interleave(factor, dim=1).repeat_interleave(factor, dim=2) if factor > 1 else maps
-    return render.overlay(sheet.images, maps, alpha=settings.overlay_alpha, cmap=settings.colormap)
+    """Overlays (P, H, W, 3) uint8 of maps (P, H, W) at the probes' own size, coloured there (upscale after).
+
+    The sheet's display images are nearest-upscaled probes, so every ``factor``-th pixel is the probe's:
+    the result upscaled is pixel for pixel the overlay of the upscaled map on the display image.
+    """
+    factor = _display_factor(sheet, maps)
+    native = sheet.images[:, ::factor, ::factor] if factor > 1 else sheet.images
+    return render.overlay(native, maps, alpha=settings.overlay_alpha, cmap=settings.colormap)
+
+
+def _upscaled(overlays: np.ndarray, factor: int) -> np.ndarray:
+    return np.repeat(np.repeat(overlays, factor, axis=1), factor, axis=2) if factor > 1 else overlays
 
 
 def probe_sheet(
@@ -143,7 +156,9 @@ def build_report(
             arrays["region_names"] = np.asarray(sheet.regions, dtype=str)
     report = EpochReport(epoch=epoch, step=step, scalars=dict(scalars), method=method, arrays=arrays)
 
-    overlays = _overlays(sheet, required(main.maps, "the explained method's maps"), settings)
+    main_maps = required(main.maps, "the explained method's maps")
+    native = _overlays(sheet, main_maps, settings)
+    overlays = _upscaled(native, _display_factor(sheet, main_maps))  # display size: single overlays, table
     names = sheet.class_names
     predictions = required(main.predictions, "the predictions").tolist()
     probabilities = required(main.probabilities, "the probabilities").tolist()
@@ -151,7 +166,7 @@ def build_report(
         for i, probe_id in enumerate(sheet.probe_ids):
             text = render.caption(sheet.labels[i], names[predictions[i]], probabilities[i])
             report.overlays[key("probes", prefix, f"overlay/probe_{probe_id}")] = (overlays[i], text)
-    report.images[key("probes", prefix, "overlays")] = render.image_grid(overlays)
+    report.images[key("probes", prefix, "overlays")] = render.screen_grid(native)
     for field, part in HEAD_PARTS.items():
         heads = getattr(main, field)  # (P, L, H), NaN-padded for SegFormer (its stages differ in heads)
         if heads is None:
@@ -161,7 +176,7 @@ def build_report(
             values = heads[:, layer].flatten().numpy()
             report.histograms[key("heads", prefix, f"{part}/layer_{layer}")] = values[np.isfinite(values)]
     for name in compared:
-        report.images[key("probes", prefix, "overlays", method=name)] = render.image_grid(
+        report.images[key("probes", prefix, "overlays", method=name)] = render.screen_grid(
             _overlays(sheet, required(records[name].maps, f"{name}'s maps"), settings)
         )
 

@@ -23,7 +23,8 @@ from gradskip_lightning.metrics import (
     relevance_rank_accuracy,
     segmentation_scores_per_image,
 )
-from gradskip_lightning.metrics.perturbation import Activation
+from gradskip_lightning.metrics.insertion_deletion import Starts
+from gradskip_lightning.metrics.perturbation import Activation, class_probabilities
 from gradskip_lightning.validation import required
 
 from .probes import ProbeSet
@@ -49,6 +50,8 @@ class Chunk:
         settings: how to score.
         transplant: the live transplant test, or None.
         activation: "softmax", or "sigmoid" for multi-label models.
+        starts: the chunk's insertion starts and deletion ends with the model's logits, shared by
+            every method (None: the perturbation rows make their own).
     """
 
     explainer: ModelExplainer
@@ -58,16 +61,27 @@ class Chunk:
     settings: ScoreSettings
     transplant: Transplant | None
     activation: Activation
+    starts: Starts | None = None
 
     @property
     def perturbation(self) -> dict[str, Any]:
-        """The options every perturbation metric takes (a segmentation model's: the explained region)."""
+        """The options every perturbation metric takes (a segmentation model's: the explained region),
+        with the clean probes' scores from the explain forward (no image is forwarded twice)."""
         settings = self.settings
-        options = dict(patch_size=self.explainer.patch_size, batch_size=settings.metrics_batch_size)
+        options: dict[str, Any] = dict(patch_size=self.explainer.patch_size, batch_size=settings.metrics_batch_size)
         options["activation"] = self.activation
         if self.exp.region is not None:  # scored by the mean logit over the explained region
             options["regions"] = self.exp.region
+        options["clean_scores"] = self.clean_scores
         return options
+
+    @property
+    def clean_scores(self) -> Tensor:
+        """(B,) the explained class's score on each clean probe, from the explain forward's logits: its
+        probability, or a segmentation model's mean logit over the region (its logits are those means)."""
+        if self.exp.region is not None:
+            return self.exp.logits.gather(1, self.exp.targets[:, None])[:, 0]
+        return class_probabilities(self.exp.logits, self.exp.targets, self.activation)
 
 
 Requirement = Literal["masks", "regions", "transplant", "fvt_top_k"]
@@ -107,10 +121,16 @@ def _insertion_deletion(c: Chunk) -> dict[str, Tensor]:
         c.exp.maps,
         steps=c.settings.insertion_steps,
         deletion_baseline=c.settings.deletion_baseline,
+        insertion_start=c.settings.insertion_start,
+        starts=c.starts,
+        precision=c.settings.perturbation_precision,
         **c.perturbation,
     )
     return dict(
-        insertion=scores["insertion"], deletion=scores["deletion"], ins_minus_del=scores["insertion_minus_deletion"]
+        insertion=scores["insertion"],
+        deletion=scores["deletion"],
+        ins_minus_del=scores["insertion_minus_deletion"],
+        insertion_start=scores["insertion_start"],
     )
 
 
@@ -164,7 +184,7 @@ def _transplant(c: Chunk) -> dict[str, Tensor]:
 
 #: Every score, in the order they run.
 SCORES: tuple[Score, ...] = (
-    Score(("insertion", "deletion", "ins_minus_del"), _insertion_deletion),
+    Score(("insertion", "deletion", "ins_minus_del", "insertion_start"), _insertion_deletion),
     Score(("fvt_violation",), _violation, needs="fvt_top_k"),
     Score(("pointing_hit",), _pointing, needs="masks"),
     Score(("pixel_accuracy", "mean_iou", "average_precision"), _segmentation, needs="masks"),

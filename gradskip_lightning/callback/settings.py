@@ -34,6 +34,8 @@ __all__ = [
 
 Target = Literal["label", "prediction"]
 DeletionBaseline = Literal["zeros", "blur"]
+InsertionStart = Literal["blur", "rise", "mean", "zeros"]
+Precision = Literal["full", "bfloat16"]
 
 
 def positive(name: str, value: int) -> None:
@@ -55,15 +57,24 @@ class ProbeSettings:
         num_probes: probes drawn from the dataset, stratified by class.
         probe_seed: seed of the draw; the selection is kept in checkpoints.
         explain_batch_size: probes per explain call (bounds memory).
+        max_overhead: the callback's time budget as a fraction of the training epoch (0.02: 2 %):
+            over it, the compared methods are explained and the perturbation scores computed on
+            fewer epochs, said in the log and in ``<prefix>budget/...`` scalars (:mod:`.budget`);
+            None: everything every epoch.
     """
 
     num_probes: int = 32
     probe_seed: int = 0
     explain_batch_size: int = 32
+    max_overhead: float | None = None
 
     def __post_init__(self) -> None:
         positive("num_probes", self.num_probes)
         positive("explain_batch_size", self.explain_batch_size)
+        if self.max_overhead is not None and (isinstance(self.max_overhead, bool) or not self.max_overhead > 0):
+            raise ValueError(
+                f"max_overhead must be a fraction > 0 of the training epoch or None, got {self.max_overhead!r}"
+            )
 
 
 @dataclass(frozen=True)
@@ -74,8 +85,14 @@ class ScoreSettings:
         target: "label" explains the probe's label, "prediction" the predicted (most probable) class.
         insertion_steps: K, the perturbation steps of insertion/deletion.
         deletion_baseline: "zeros" or "blur", for deletion and the violation test.
+        insertion_start: the image insertion reveals patches on: "blur" (a strong blur, the class
+            evidence gone), "rise" (the paper's mild blur), "mean" (each image's mean colour) or
+            "zeros" (see :func:`~gradskip_lightning.metrics.insertion_deletion.insertion_start_images`).
         fvt_top_k: patches removed together by the faithfulness violation test; 0 skips it.
-        metrics_batch_size: perturbed images per forward call.
+        metrics_batch_size: perturbed images per forward call; None: by device (64 on CPU, 1024 on
+            CUDA, :func:`~gradskip_lightning.metrics.perturbation.default_batch_size`).
+        perturbation_precision: "full", or "bfloat16" autocast for the insertion/deletion forwards
+            (the violation test stays in full precision).
         pointing_tolerance: Pointing Game tolerance in pixels; None = 15 px at 224 px, scaled.
         drift_top_k: fraction of patches compared by the drift top-k IoU.
     """
@@ -84,15 +101,20 @@ class ScoreSettings:
     insertion_steps: int = 16
     deletion_baseline: DeletionBaseline = "zeros"
     fvt_top_k: int = 1
-    metrics_batch_size: int = 256
+    metrics_batch_size: int | None = None
     pointing_tolerance: float | None = None
     drift_top_k: float = 0.1
+    insertion_start: InsertionStart = "blur"
+    perturbation_precision: Precision = "full"
 
     def __post_init__(self) -> None:
         positive("insertion_steps", self.insertion_steps)
-        positive("metrics_batch_size", self.metrics_batch_size)
+        if self.metrics_batch_size is not None:
+            positive("metrics_batch_size", self.metrics_batch_size)
         _one_of("target", self.target, Target)
         _one_of("deletion_baseline", self.deletion_baseline, DeletionBaseline)
+        _one_of("insertion_start", self.insertion_start, InsertionStart)
+        _one_of("perturbation_precision", self.perturbation_precision, Precision)
         if not isinstance(self.fvt_top_k, int) or self.fvt_top_k < 0:
             raise ValueError(f"fvt_top_k must be an integer >= 0, got {self.fvt_top_k!r}")
         if not 0 < self.drift_top_k <= 1:
@@ -124,8 +146,10 @@ class RenderSettings:
 
 #: The callback's argument name of each group and its class.
 GROUPS: dict[str, type] = {"probes": ProbeSettings, "scores": ScoreSettings, "render": RenderSettings}
-#: The deprecated flat argument names: every group's field names.
-FLAT_NAMES = frozenset(f.name for kind in GROUPS.values() for f in dataclasses.fields(kind))
+#: Fields added after the flat spelling was deprecated: they have none.
+GROUPED_ONLY = frozenset({"max_overhead", "insertion_start", "perturbation_precision"})
+#: The deprecated flat argument names: every group's field names but :data:`GROUPED_ONLY`.
+FLAT_NAMES = frozenset(f.name for kind in GROUPS.values() for f in dataclasses.fields(kind)) - GROUPED_ONLY
 
 
 def grouped(groups: Mapping[str, Any], flat: Mapping[str, Any]) -> dict[str, Any]:

@@ -3,14 +3,18 @@
 Shared by insertion/deletion and the faithfulness violation test (their base: :class:`PerturbationMetric`).
 A perturbation is described at patch level: a bool mask (B, S, h, w) says, for each image and each
 of S perturbation steps, which patches are taken from ``fill`` instead of ``base``. The runner
-builds the B * S images chunk by chunk (``batch_size`` images per forward) so memory stays bounded
-and the model sees large batches.
+builds the B * S images chunk by chunk (``batch_size`` images per forward, by default
+:func:`default_batch_size` of the device) so memory stays bounded; a step whose mask is all False
+(the image ``base``) or all True (``fill``) is not forwarded when its score is given
+(``base_scores`` / ``fill_scores``), so a caller that knows those scores (the clean image's, from the
+explain forward; a start image shared by several methods) forwards no image twice.
 A classifier's score is the target's probability; a segmentation model's (``regions`` given) is the
 mean of the target's logit over the object's region on its logits grid.
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
 import warnings
 from functools import partial
@@ -32,8 +36,48 @@ class's own ``"sigmoid"`` (multi-label)."""
 
 ACTIVATIONS: tuple[str, ...] = ("softmax", "sigmoid")
 
+Precision = Literal["full", "bfloat16"]
+"""The perturbed forwards' precision: ``"full"`` (the model's dtype) or ``"bfloat16"`` autocast (where
+the device supports it; see docs/benchmarks.md for the measured score change)."""
+
+PRECISIONS: tuple[str, ...] = ("full", "bfloat16")
+
+#: Perturbed images per forward by device type, measured with ``python -m gradskip_lightning.benchmarks metrics``
+#: (docs/benchmarks.md): on CPU larger batches fall out of the cache (0.57 ms per image at 64 against
+#: 0.85 at 256 for the main config's ViT); accelerators want large batches.
+DEFAULT_BATCH_SIZES: dict[str, int] = {"cpu": 64, "cuda": 1024, "mps": 256}
+
 PatchSize = Union[int, tuple[int, int]]
 """Pixels per patch: one side, or (ph, pw); the explainer's ``patch_size`` (the model's token grid)."""
+
+
+def default_batch_size(device: torch.device | str) -> int:
+    """Perturbed images per forward on ``device``: :data:`DEFAULT_BATCH_SIZES` (256 for other types).
+
+    Example:
+        >>> default_batch_size("cpu"), default_batch_size(torch.device("cuda", 1))
+        (64, 1024)
+    """
+    return DEFAULT_BATCH_SIZES.get(torch.device(device).type, 256)
+
+
+def resolve_batch_size(batch_size: int | None, device: torch.device | str) -> int:
+    """``batch_size`` checked, or :func:`default_batch_size` of ``device`` when None."""
+    if batch_size is None:
+        return default_batch_size(device)
+    check_int(batch_size, "batch_size")
+    return batch_size
+
+
+def autocast(device: torch.device, precision: Precision) -> Any:
+    """The context of the perturbed forwards: nothing for ``"full"``, bfloat16 autocast otherwise
+    (ValueError where the device type has no autocast)."""
+    check_choice(precision, PRECISIONS, "precision")
+    if precision == "full":
+        return contextlib.nullcontext()
+    if not torch.amp.is_autocast_available(device.type):
+        raise ValueError(f'precision="bfloat16" needs autocast, which {device.type} does not support')
+    return torch.autocast(device.type, dtype=torch.bfloat16)
 
 
 def class_probabilities(logits: Tensor, targets: Tensor, activation: Activation = "softmax") -> Tensor:
@@ -84,6 +128,28 @@ def region_scores(logits: Tensor, targets: Tensor, regions: Tensor) -> Tensor:
     return inside.sum(dim=(1, 2)) / regions.sum(dim=(1, 2))
 
 
+def target_scores(
+    logits: Tensor, targets: Tensor, activation: Activation = "softmax", regions: Tensor | None = None
+) -> Tensor:
+    """Each row's score (n,): :func:`class_probabilities` of logits (n, K), or with ``regions``
+    (n, h, w) :func:`region_scores` of logits (n, K, h, w); half-precision logits are scored in float32."""
+    if isinstance(logits, Tensor) and logits.dtype in (torch.bfloat16, torch.float16):
+        logits = logits.float()
+    if regions is None:
+        return class_probabilities(logits, targets, activation)
+    return region_scores(logits, targets, regions)
+
+
+def forward_logits(
+    model: Callable[[Tensor], Tensor], images: Tensor, *, batch_size: int | None = None, precision: Precision = "full"
+) -> Tensor:
+    """The model's logits (n, ...) on images (n, C, H, W), ``batch_size`` at a time under no_grad."""
+    batch_size = resolve_batch_size(batch_size, images.device)
+    with torch.no_grad(), autocast(images.device, precision):
+        logits = [model(images[start : start + batch_size]) for start in range(0, len(images), batch_size)]
+    return torch.cat([x.float() if x.dtype in (torch.bfloat16, torch.float16) else x for x in logits])
+
+
 class CountingModel(nn.Module):
     """Wraps a classifier and counts its forward calls and the images they carried.
 
@@ -94,8 +160,8 @@ class CountingModel(nn.Module):
         >>> images, maps = torch.randn(2, 3, 16, 16), torch.rand(2, 16, 16)
         >>> counted = CountingModel(model)
         >>> scores = insertion_deletion(counted, images, torch.tensor([0, 3]), maps, patch_size=8, steps=4)
-        >>> counted.calls, counted.images  # 2 curves x 2 images x (K + 1) steps in one forward
-        (1, 20)
+        >>> counted.calls, counted.images  # the starts, one zeros image, the clean ones; 2 x 2 x (K - 1) inner steps
+        (4, 17)
     """
 
     def __init__(self, model: Callable[[Tensor], Tensor]) -> None:
@@ -174,9 +240,12 @@ def perturbed_probabilities(
     masks: Tensor,
     targets: Tensor,
     *,
-    batch_size: int,
+    batch_size: int | None = None,
     activation: Activation = "softmax",
     regions: Tensor | None = None,
+    base_scores: Tensor | None = None,
+    fill_scores: Tensor | None = None,
+    precision: Precision = "full",
 ) -> Tensor:
     """Score of each target class on every perturbed image: its probability, or its mean region logit.
 
@@ -191,33 +260,52 @@ def perturbed_probabilities(
         fill: images (B, C, H, W) that selected patches come from.
         masks: patch selections (B, S, h, w) bool; patches are (H / h) x (W / w) pixels.
         targets: classes (B,).
-        batch_size: images per forward call.
+        batch_size: images per forward call; None: :func:`default_batch_size` of the images' device.
         activation: "softmax" (multi-class) or "sigmoid" (multi-label), see :data:`Activation`.
         regions: None, or bool (B, h, w) on the model's logits grid: the pixels each image's score
             averages over.
+        base_scores, fill_scores: None, or the known scores (B,) of ``base`` and of ``fill``: steps
+            selecting no patch (or every patch) take them instead of a forward.
+        precision: "full", or "bfloat16" autocast for the forwards (:data:`Precision`).
 
     Returns:
-        Scores (B, S) in the dtype of the logits: probabilities, or mean logits with ``regions``.
+        Scores (B, S) float32 (float64 for a float64 model): probabilities, or mean logits with ``regions``.
     """
     check_choice(activation, ACTIVATIONS, "activation")
     check_regions(regions, base.shape[0])
-    check_int(batch_size, "batch_size")
+    batch_size = resolve_batch_size(batch_size, base.device)
     batch, steps, grid_h, grid_w = masks.shape
     ph, pw = base.shape[-2] // grid_h, base.shape[-1] // grid_w
     flat = masks.reshape(batch * steps, grid_h, grid_w).to(base.device)
     targets = targets.to(base.device)
+    known = torch.zeros(batch * steps, dtype=torch.bool, device=base.device)
+    values: Tensor | None = None
+    for given, chosen in ((base_scores, ~flat.flatten(1).any(dim=1)), (fill_scores, flat.flatten(1).all(dim=1))):
+        if given is None:
+            continue
+        given = given.to(base.device).reshape(batch)
+        values = torch.zeros(batch * steps, dtype=given.dtype, device=base.device) if values is None else values
+        chosen = chosen & ~known
+        values[chosen] = given.repeat_interleave(steps)[chosen].to(values.dtype)
+        known |= chosen
+    todo = (~known).nonzero()[:, 0]
     chunks = []
-    with torch.no_grad():
-        for start in range(0, batch * steps, batch_size):
-            index = torch.arange(start, min(start + batch_size, batch * steps), device=base.device)
+    with torch.no_grad(), autocast(base.device, precision):
+        for start in range(0, len(todo), batch_size):
+            index = todo[start : start + batch_size]
             sample = index // steps
             pixel_mask = flat[index].repeat_interleave(ph, dim=1).repeat_interleave(pw, dim=2)
             logits = model(torch.where(pixel_mask[:, None], fill[sample], base[sample]))
-            if regions is None:
-                chunks.append(class_probabilities(logits, targets[sample], activation))
-            else:
-                chunks.append(region_scores(logits, targets[sample], regions[sample]))
-    return torch.cat(chunks).reshape(batch, steps)
+            chunks.append(
+                target_scores(logits, targets[sample], activation, None if regions is None else regions[sample])
+            )
+    if values is None:
+        return torch.cat(chunks).reshape(batch, steps)
+    computed = torch.cat(chunks) if chunks else values[:0]
+    result = torch.zeros(batch * steps, dtype=torch.promote_types(values.dtype, computed.dtype), device=base.device)
+    result[known] = values[known].to(result.dtype)
+    result[todo] = computed.to(result.dtype)
+    return result.reshape(batch, steps)
 
 
 class PerturbationMetric(Metric):
@@ -237,10 +325,17 @@ class PerturbationMetric(Metric):
     """State name -> dtype of each per-image score summed over images."""
 
     def __init__(
-        self, *, patch_size: PatchSize, batch_size: int, activation: Activation, options: dict[str, Any], **kwargs: Any
+        self,
+        *,
+        patch_size: PatchSize,
+        batch_size: int | None,
+        activation: Activation,
+        options: dict[str, Any],
+        **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
-        check_int(batch_size, "batch_size")
+        if batch_size is not None:
+            check_int(batch_size, "batch_size")
         check_choice(activation, ACTIVATIONS, "activation")
         self.options = dict(
             patch_size=as_patch_size(patch_size), batch_size=batch_size, activation=activation, **options

@@ -14,6 +14,7 @@ def test_fields_declare_scope_scalars_table_and_files():
         "insertion": Scalar("faithfulness", "insertion"),
         "deletion": Scalar("faithfulness", "deletion"),
         "ins_minus_del": Scalar("faithfulness", "ins_minus_del"),
+        "insertion_start": Scalar("faithfulness", "insertion_start"),
         "fvt_violation": Scalar("faithfulness", "fvt_violation"),
         "pointing_hit": Scalar("regions", "pointing_game"),
         "region_mass": Scalar("regions", "mass", regions=True),
@@ -29,7 +30,7 @@ def test_fields_declare_scope_scalars_table_and_files():
     assert table_fields()["region_mass"] == ("mass", True)
     saved = {"targets", "predictions", "probabilities", "insertion", "deletion", "maps", "token_maps"}
     saved |= {"pointing_hit", "region_mass", "region_rank", "transplant_flip", "transplant_mass"}
-    saved |= {"pixel_accuracy", "mean_iou", "average_precision"}
+    saved |= {"pixel_accuracy", "mean_iou", "average_precision", "insertion_start"}
     assert set(npz_fields()) == saved
 
 

@@ -120,6 +120,24 @@ def np_default_blur(image: np.ndarray) -> np.ndarray:
     return np_gaussian_blur(image, max(3, 2 * round(sigma) + 1), sigma)
 
 
+def np_strong_blur(image: np.ndarray) -> np.ndarray:
+    """The default insertion start: sigma = side / 4, kernel 3 sigma each way (capped below the side)."""
+    sigma = image.shape[1] / 4
+    kernel = min(2 * int(np.ceil(3 * sigma)) + 1, 2 * ((image.shape[1] - 1) // 2) + 1)
+    return np_gaussian_blur(image, kernel, sigma)
+
+
+def np_insertion_start(image: np.ndarray, start: str) -> np.ndarray:
+    """The named insertion start of (C, H, W): "blur", "rise", "mean" or "zeros"."""
+    if start == "blur":
+        return np_strong_blur(image)
+    if start == "rise":
+        return np_default_blur(image)
+    if start == "mean":
+        return np.broadcast_to(image.mean(axis=(1, 2), keepdims=True), image.shape).copy()
+    return np.zeros_like(image)
+
+
 def np_trapezoid(values: list[float]) -> float:
     steps = len(values) - 1
     return sum((values[k] + values[k + 1]) / 2 for k in range(steps)) / steps

@@ -12,6 +12,7 @@ from tests.conftest import make_tiny_vit
 from .helpers import (
     mean_cell_segmenter,
     np_default_blur,
+    np_insertion_start,
     np_paste,
     np_patch_relevance,
     np_region_score,
@@ -21,15 +22,15 @@ from .helpers import (
 )
 
 
-def np_insertion_deletion(model, images, targets, maps, patch, steps, baseline):
+def np_insertion_deletion(model, images, targets, maps, patch, steps, baseline, start="blur"):
     """Plain-loop reference: perturbed images built one by one, scored in one forward per image."""
     insertion, deletion = [], []
     for b in range(len(images)):
         image, target = images[b].numpy(), int(targets[b])
         order = np.argsort(-np_patch_relevance(maps[b].numpy(), patch), kind="stable")
         counts = [int(np.floor(k * len(order) / steps + 0.5)) for k in range(steps + 1)]
-        blurred = np_default_blur(image)
-        removed = {"zeros": np.zeros_like(image), "blur": blurred}[baseline]
+        blurred = np_insertion_start(image, start)
+        removed = {"zeros": np.zeros_like(image), "blur": np_default_blur(image)}[baseline]
         deleted = [np_paste(image, removed, order[:n], patch) for n in counts]
         inserted = [np_paste(blurred, image, order[:n], patch) for n in counts]
         probs = np_softmax_probs(model, deleted + inserted, [target] * (2 * len(counts)))
@@ -38,17 +39,23 @@ def np_insertion_deletion(model, images, targets, maps, patch, steps, baseline):
     return np.array(insertion), np.array(deletion)
 
 
-@pytest.mark.parametrize(("steps", "baseline"), [(16, "zeros"), (5, "blur")])
-def test_matches_numpy_reference_on_random_inputs(steps, baseline):
+@pytest.mark.parametrize(
+    ("steps", "baseline", "start"),
+    [(16, "zeros", "blur"), (5, "blur", "blur"), (16, "zeros", "rise"), (5, "blur", "rise"), (4, "zeros", "mean"),
+     (4, "zeros", "zeros")],
+)  # fmt: skip
+def test_matches_numpy_reference_on_random_inputs(steps, baseline, start):
     model = make_tiny_vit(seed=1).double()
     generator = torch.Generator().manual_seed(steps)
     images = torch.randn(3, 3, 32, 32, generator=generator, dtype=torch.float64)
     maps = torch.randn(3, 32, 32, generator=generator, dtype=torch.float64)
     targets = torch.tensor([0, 2, 3])
     scores = insertion_deletion(
-        model, images, targets, maps, patch_size=8, steps=steps, deletion_baseline=baseline, batch_size=64
-    )
-    insertion, deletion = np_insertion_deletion(model, images, targets, maps, 8, steps, baseline)
+        model, images, targets, maps, patch_size=8, steps=steps, deletion_baseline=baseline, insertion_start=start,
+        batch_size=64,
+    )  # fmt: skip
+    insertion, deletion = np_insertion_deletion(model, images, targets, maps, 8, steps, baseline, start)
+    np.testing.assert_allclose(scores["insertion_start"].numpy(), scores["insertion_curve"][:, 0].numpy())
     np.testing.assert_allclose(scores["insertion"].numpy(), insertion, atol=1e-6, rtol=0)
     np.testing.assert_allclose(scores["deletion"].numpy(), deletion, atol=1e-6, rtol=0)
     np.testing.assert_allclose(scores["insertion_minus_deletion"].numpy(), insertion - deletion, atol=1e-6, rtol=0)
@@ -93,7 +100,7 @@ def test_metric_class_averages_over_updates():
     metric.update(model, images[4:], targets[4:], maps[4:])
     whole = insertion_deletion(model, images, targets, maps, patch_size=8, steps=8)
     result = metric.compute()
-    assert set(result) == {"insertion", "deletion", "insertion_minus_deletion"}
+    assert set(result) == {"insertion", "deletion", "insertion_minus_deletion", "insertion_start"}
     for key in result:
         torch.testing.assert_close(result[key], whole[key].mean(), atol=1e-12, rtol=0)
 
@@ -156,15 +163,15 @@ def test_sigmoid_activation_scores_each_label_alone():
 # ---------------------------------------------------------------- segmentation: the mean region logit
 
 
-def np_region_insertion_deletion(images, targets, maps, regions, patch, steps, baseline):
+def np_region_insertion_deletion(images, targets, maps, regions, patch, steps, baseline, start="blur"):
     """Plain-loop reference for :func:`helpers.mean_cell_segmenter`: curves of the mean region logit."""
     insertion, deletion = [], []
     for b in range(len(images)):
         image, target, region = images[b].numpy(), int(targets[b]), regions[b].numpy()
         order = np.argsort(-np_patch_relevance(maps[b].numpy(), patch), kind="stable")
         counts = [int(np.floor(k * len(order) / steps + 0.5)) for k in range(steps + 1)]
-        blurred = np_default_blur(image)
-        removed = {"zeros": np.zeros_like(image), "blur": blurred}[baseline]
+        blurred = np_insertion_start(image, start)
+        removed = {"zeros": np.zeros_like(image), "blur": np_default_blur(image)}[baseline]
         deletion.append([np_region_score(np_paste(image, removed, order[:n], patch), target, region) for n in counts])
         insertion.append([np_region_score(np_paste(blurred, image, order[:n], patch), target, region) for n in counts])
     return np.array(insertion), np.array(deletion)

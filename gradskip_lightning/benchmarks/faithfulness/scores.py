@@ -144,6 +144,8 @@ SCORES: tuple[Score, ...] = (
         True,
         lambda inputs: inputs.insertion_deletion["insertion_minus_deletion"].double(),
     ),
+    # the start image's probability: the same for every method; near the clean one, insertion is saturated
+    Score("insertion_start", "ins start", False, lambda inputs: inputs.insertion_deletion["insertion_start"].double()),
     Score("fvt_violation", "FVT", False, _violations),
     Score("pointing_game", "PG", True, _pointing),
     Score("class_sensitivity", "class sens.", False, _class_sensitivity, in_ablations=False),

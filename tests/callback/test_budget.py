@@ -1,0 +1,102 @@
+"""The time budget: over ``max_overhead`` the callback explains the compared methods and computes the
+perturbation scores on fewer epochs, and says so once in the log and every epoch in scalars."""
+
+from __future__ import annotations
+
+import csv
+import warnings
+from pathlib import Path
+
+import pytest
+from lightning.pytorch import seed_everything
+from lightning.pytorch.loggers import CSVLogger
+
+from gradskip_lightning import GradSkipCallback
+from gradskip_lightning.callback.budget import MAX_STRIDE, Plan, TimeBudget
+from gradskip_lightning.callback.settings import ProbeSettings, ScoreSettings
+
+from .helpers import tiny_data, tiny_module, tiny_trainer
+
+EPOCHS = 5
+
+
+def _rows(log_dir: str | Path) -> list[dict[str, float]]:
+    with open(Path(log_dir) / "metrics.csv") as handle:
+        rows = [row for row in csv.DictReader(handle) if row.get("gradskip/epoch")]
+    return [{k: float(v) for k, v in row.items() if v} for row in rows]
+
+
+def _fit(tmp_path: Path, max_overhead: float | None) -> tuple[list[dict[str, float]], list[str], dict[str, int]]:
+    seed_everything(0)
+    logger = CSVLogger(save_dir=str(tmp_path), name="csv")
+    callback = GradSkipCallback(
+        probes=ProbeSettings(num_probes=8, max_overhead=max_overhead),
+        scores=ScoreSettings(insertion_steps=4),
+        compare_methods=["rollout"],
+        progress=False,
+    )
+    trainer = tiny_trainer(tmp_path, logger=logger, callbacks=[callback], max_epochs=EPOCHS, num_sanity_val_steps=0)
+    calls = {"gradskip": 0, "rollout": 0}
+    module = tiny_module()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        original = GradSkipCallback.setup
+
+        def setup(self, trainer, pl_module, stage):  # count each explainer's explain calls
+            original(self, trainer, pl_module, stage)
+            for name, explainer in self._explainers.items():
+                explain = explainer.explain
+
+                def counted(*args, _name=name, _explain=explain, **kwargs):
+                    calls[_name] += 1
+                    return _explain(*args, **kwargs)
+
+                explainer.explain = counted
+
+        GradSkipCallback.setup = setup
+        try:
+            trainer.fit(module, datamodule=tiny_data())
+        finally:
+            GradSkipCallback.setup = original
+    messages = [str(w.message) for w in caught if "max_overhead" in str(w.message)]
+    return _rows(logger.log_dir), messages, calls
+
+
+def test_over_budget_the_compared_methods_and_scores_run_less_often_and_it_is_said(tmp_path):
+    rows, messages, calls = _fit(tmp_path / "tight", max_overhead=1e-6)  # any epoch end is over this budget
+    assert len(rows) == EPOCHS  # the explained method's maps every epoch
+    assert len(messages) == 1 and "every" in messages[0]  # said once
+    compared = [row for row in rows if "faithfulness/gradskip/insertion/rollout" in row]
+    scored = [row for row in rows if "faithfulness/gradskip/insertion" in row]
+    assert len(compared) == 1 and len(scored) == 1  # only the first epoch, which measured the costs
+    assert calls["rollout"] == 1 and calls["gradskip"] == EPOCHS  # one chunk of 8 probes per explain
+    assert all(row["gradskip/budget/compared_every"] == MAX_STRIDE for row in rows[1:])
+    assert all(row["gradskip/budget/scores_every"] == MAX_STRIDE for row in rows[1:])
+    assert all(row["gradskip/budget/overhead"] > 0 for row in rows[1:])
+
+    rows, messages, calls = _fit(tmp_path / "loose", max_overhead=1e6)  # never over budget
+    assert not messages and calls == {"gradskip": EPOCHS, "rollout": EPOCHS}
+    assert all("faithfulness/gradskip/insertion/rollout" in row for row in rows)
+    assert all(row["gradskip/budget/compared_every"] == 1 for row in rows)
+
+    rows, messages, _ = _fit(tmp_path / "off", max_overhead=None)
+    assert not messages and all("gradskip/budget/overhead" not in row for row in rows)
+
+
+def test_strides_thin_the_compared_methods_first_then_the_scores():
+    budget = TimeBudget(0.02, "gradskip", ["rollout"])
+    budget._train = [100.0]  # a 100 s training epoch: 2 s allowance
+    everything = budget.plan(fitting=True)
+    assert everything == Plan(("gradskip", "rollout"), frozenset({"gradskip", "rollout"}))
+    seconds = {"gradskip/maps": 0.2, "gradskip/scores": 1.0, "rollout/maps": 0.1, "rollout/scores": 1.9}
+    budget.record(everything, total=3.5, seconds=seconds)  # fixed 0.5 s: 0.5 + 1.0 + 2.0 / n <= 2 -> n = 4
+    assert (budget.compared_every, budget.scores_every) == (4, 1)
+    assert budget.overhead == pytest.approx(0.035)
+    plans = []
+    for _ in range(8):
+        plans.append(budget.plan(fitting=True))
+        ran = {name: value for name, value in seconds.items() if name.split("/")[0] in plans[-1].methods}
+        budget.record(plans[-1], total=0.5 + sum(ran.values()) - 0.2, seconds=ran)
+    assert [len(plan.methods) for plan in plans] == [1, 1, 1, 2, 1, 1, 1, 2]
+    assert all("gradskip" in plan.scored for plan in plans)
+    assert budget.plan(fitting=False).methods == ("gradskip", "rollout")  # validate(): everything
