@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Literal, get_args
+from typing import Any, Literal, get_args
 
 import numpy as np
 import torch
@@ -20,10 +20,13 @@ from gradskip_lightning.methods.output import MethodOutput, normalise
 from gradskip_lightning.methods.registry import METHOD_SPECS, MethodSpec
 from gradskip_lightning.validation import required
 
-AttentionWeighting = Literal["abs_grad", "pos_grad", "none"]
+AttentionWeighting = Literal["abs_grad", "pos_grad", "signed_grad", "none"]
 Gate = Literal["token", "layer", "off"]
 ClsMode = Literal["readout", "paper"]
 HeadSelection = Literal["top_omega", "top_sparsity", "bottom_sparsity"]
+Normalisation = Literal["rows", "layer"]
+TokenWeighting = Literal["off", "grad_x_act"]
+Readout = Literal["relevance", "grad_x_act"]
 
 
 @dataclass(frozen=True)
@@ -37,7 +40,15 @@ class GradSkipOptions:
         head_selection: which heads are kept when ``head_top_fraction < 1``: the highest omega
             ("top_omega"), the sparsest ("top_sparsity", the paper's ablation) or the least
             sparse ("bottom_sparsity", the paper's negative control).
-        attention_weighting: gradient factor G in W~: "abs_grad", "pos_grad" or "none".
+        attention_weighting: gradient factor G in W~: "abs_grad", "pos_grad", "signed_grad" (A * dy/dA
+            with its sign: relevance may turn negative on the way down; the map is clamped at 0 at the
+            end) or "none".
+        normalisation: how W~ is scaled: "rows" (each row sums to 1) or "layer" (one scalar per block
+            and image, so that the total relevance is kept while rows keep their relative mass).
+        token_weighting: "grad_x_act" re-weights the relevance entering the attention branch over the
+            query tokens by their contribution (<dy/du_i, a_i>)^+, keeping its total; "off".
+        readout: "grad_x_act" multiplies the bottom patch relevance by the tokens' (<dy/du^1_j, u^1_j>)^+
+            (gradient x activation after the bottom attention), keeping its total; "relevance" reads R^0.
         gate: skip gates per "token", per "layer" (default: it beat "token" on every score in
             docs/benchmarks.md), or "off" (beta_main = 1).
         cls_mode: "readout" (start at the tokens the head reads) or "paper" (patches only).
@@ -55,6 +66,9 @@ class GradSkipOptions:
     cls_mode: ClsMode = "readout"
     completeness: bool = False
     value_norm: bool = True
+    normalisation: Normalisation = "rows"
+    token_weighting: TokenWeighting = "off"
+    readout: Readout = "relevance"
     eps: float = 1e-12
 
     def __post_init__(self) -> None:
@@ -69,10 +83,38 @@ class GradSkipOptions:
             ("gate", Gate),
             ("cls_mode", ClsMode),
             ("head_selection", HeadSelection),
+            ("normalisation", Normalisation),
+            ("token_weighting", TokenWeighting),
+            ("readout", Readout),
         ):
             allowed = get_args(choices)
             if getattr(self, name) not in allowed:
                 raise ValueError(f"{name} must be one of {allowed}, got {getattr(self, name)!r}")
+
+    @staticmethod
+    def class_specific_overrides() -> dict[str, Any]:
+        """The options the :meth:`class_specific` preset changes from the defaults (docs/method.md)."""
+        return dict(CLASS_SPECIFIC)
+
+    @classmethod
+    def class_specific(cls, **changes: Any) -> GradSkipOptions:
+        """The class-specific preset: maps that follow the explained class and the weights (class
+        sensitivity and randomisation similarity measured in docs/benchmarks.md), ``changes`` on top."""
+        return cls(**{**CLASS_SPECIFIC, **changes})
+
+    @property
+    def conserves(self) -> bool:
+        """Whether every block step keeps the total relevance (W~ non-negative; the readout may rescale)."""
+        return self.attention_weighting != "signed_grad"
+
+    @property
+    def needs_contributions(self) -> bool:
+        """Whether a step needs the tokens' gradient x activation (x^{l-1}, a^l and dy/du^l)."""
+        return self.token_weighting != "off" or self.readout != "relevance"
+
+
+#: What :meth:`GradSkipOptions.class_specific` changes from the defaults.
+CLASS_SPECIFIC: dict[str, Any] = {"token_weighting": "grad_x_act", "normalisation": "layer"}
 
 
 def sort_rows(rows: Tensor) -> Tensor:
@@ -120,6 +162,7 @@ def head_weights(attn: Tensor, attn_grad: Tensor, options: GradSkipOptions) -> t
 GRADIENT_FACTORS: dict[str, Callable[[Tensor, Tensor], Tensor]] = {
     "abs_grad": lambda attn, grad: attn * grad.abs(),
     "pos_grad": lambda attn, grad: (attn * grad).clamp_min(0),
+    "signed_grad": lambda attn, grad: attn * grad,
     "none": lambda attn, grad: attn,
 }
 
@@ -134,7 +177,7 @@ def mixed_attention(
             (B, H, M), needed with ``options.value_norm``; omega: (B, H).
 
     Returns:
-        (B, N, M), non-negative.
+        (B, N, M), non-negative except with ``attention_weighting="signed_grad"``.
     """
     per_head = GRADIENT_FACTORS[options.attention_weighting](attn, attn_grad)
     if options.value_norm:
@@ -177,21 +220,58 @@ def propagate_block(relevance: Tensor, matrix: Tensor, beta_main: Tensor | None 
     return torch.einsum("bij,bi->bj", matrix, beta_main * relevance) + (1.0 - beta_main) * relevance
 
 
+def attention_weights(w: Tensor, kept: Tensor, normalisation: Normalisation) -> tuple[Tensor, Tensor]:
+    """W~ (B, N, M) scaled for one step, and its rows without mass ``empty`` (B, N) (given 0 weights).
+
+    "rows": w_ij / sum_j |w_ij|. "layer": w * k with one k per image, k = sum_i |kept_i| /
+    sum_i |kept_i| sum_j |w_ij| over the rows with mass, so that sum_j (W^T kept)_j = sum_i kept_i for
+    non-negative W while rows keep their relative mass; ``kept`` (B, N) is the relevance sent in.
+    """
+    mass = w.abs().sum(dim=-1)
+    empty = mass <= 0
+    tiny = torch.finfo(w.dtype).tiny
+    if normalisation == "rows":
+        scale = 1.0 / mass.clamp_min(tiny)
+    else:
+        held = torch.where(empty, torch.zeros_like(kept), kept.abs())
+        scale = (held.sum(dim=-1, keepdim=True) / (held * mass).sum(dim=-1, keepdim=True).clamp_min(tiny)).expand_as(
+            mass
+        )
+    return torch.where(empty[..., None], torch.zeros_like(w), w * scale[..., None]), empty
+
+
+def reweight(relevance: Tensor, weights: Tensor) -> Tensor:
+    """``relevance`` (B, N) times ``weights``^+ (B, N), rescaled to keep sum |relevance| per image;
+    unchanged where the product is all 0."""
+    weighted = relevance * weights.clamp_min(0)
+    total, new = relevance.abs().sum(dim=-1, keepdim=True), weighted.abs().sum(dim=-1, keepdim=True)
+    return torch.where(new > 0, weighted * total / new.clamp_min(torch.finfo(new.dtype).tiny), relevance)
+
+
+def attention_step(
+    kept: Tensor, w: Tensor, normalisation: Normalisation = "rows", key_to_token: Tensor | None = None
+) -> Tensor:
+    """W~'s share of one step, (B, N): kept (B, N) sent down the scaled W~ (:func:`attention_weights`
+    of w (B, N, M)), then through S (M, N) when ``key_to_token`` is given; empty rows keep their share.
+
+    With S, rownorm(W) S = rownorm(W S) (S's rows sum to 1), so the (N, N) matrix is never formed:
+    O(B N M) instead of O(B N M N).
+    """
+    weights, empty = attention_weights(w, kept, normalisation)
+    through = torch.einsum("bij,bi->bj", weights, kept)
+    if key_to_token is not None:
+        through = through @ key_to_token
+    return through + torch.where(empty, kept, torch.zeros_like(kept))
+
+
 def propagate_through_keys(relevance: Tensor, w: Tensor, key_to_token: Tensor, beta_main: Tensor) -> Tensor:
     """:func:`propagate_block` with M = rows_or_identity(W S), without forming the (N, N) matrix M.
-
-    W >= 0 and S's rows sum to 1, so W S has W's row sums and W's empty rows: rownorm(W S) =
-    rownorm(W) S, and R^{l-1} = S^T rownorm(W)^T (beta R^l) + [empty rows] beta R^l + (1 - beta) R^l,
-    O(B N M) instead of O(B N M N).
 
     Args:
         relevance: R^l, (B, N); w: W, (B, N, M), non-negative; key_to_token: S, (M, N);
             beta_main: (B, N).
     """
-    kept = beta_main * relevance
-    empty = w.sum(dim=-1) <= 0
-    through = torch.einsum("bij,bi->bj", normalise(w), kept) @ key_to_token
-    return through + torch.where(empty, kept, torch.zeros_like(kept)) + (1.0 - beta_main) * relevance
+    return attention_step(beta_main * relevance, w, "rows", key_to_token) + (1.0 - beta_main) * relevance
 
 
 def patch_tokens_only(tensors: BlockTensors, prefix: int) -> BlockTensors:
@@ -219,6 +299,7 @@ class BlockStep:
     grad_flow: Tensor  # g~ (B, H)
     sparsity: Tensor  # s~ (B, H)
     gates: Tensor  # beta_main (B, N)
+    contribution: Tensor | None = None  # <dy/du_i, u_i> (B, N), when an option needs it
 
 
 def start_relevance(top: Top, options: GradSkipOptions) -> Tensor:
@@ -244,19 +325,21 @@ def block_step(
     attn, attn_grad = tensors.attn, required(tensors.attn_grad, "gradskip: the block's attn_grad")
     omega, g_tilde, s_tilde = head_weights(attn, attn_grad, options)
     w = mixed_attention(attn, attn_grad, tensors.value_norm, omega, options)
-    if options.gate == "off":
-        beta = torch.ones_like(relevance)
-    else:
-        block_input, branch = required(tensors.block_input, "gradskip: the block's block_input"), tensors.branch
+    beta, main, contribution = torch.ones_like(relevance), None, None
+    if options.gate != "off" or options.needs_contributions:
+        block_input = required(tensors.block_input, "gradskip: the block's block_input")
+        branch = required(tensors.branch, "gradskip: the block's branch")
         branch_grad = required(tensors.branch_grad, "gradskip: the block's branch_grad")
-        beta = skip_gates(
-            block_input, required(branch, "gradskip: the block's branch"), branch_grad, options.gate, options.eps
-        )
-    if key_to_token is None:
-        below = propagate_block(relevance, rows_or_identity(w), beta)
-    else:
-        below = propagate_through_keys(relevance, w, key_to_token, beta)
-    return BlockStep(tensors.layer, relevance, below, omega, g_tilde, s_tilde, beta)
+        if options.gate != "off":
+            beta = skip_gates(block_input, branch, branch_grad, options.gate, options.eps)
+        if options.needs_contributions:
+            main = (branch_grad * branch).sum(dim=-1)
+            contribution = main + (branch_grad * block_input).sum(dim=-1)
+    kept = beta * relevance
+    if options.token_weighting == "grad_x_act":
+        kept = reweight(kept, required(main, "gradskip: the tokens' contributions"))
+    below = attention_step(kept, w, options.normalisation, key_to_token) + (1.0 - beta) * relevance
+    return BlockStep(tensors.layer, relevance, below, omega, g_tilde, s_tilde, beta, contribution)
 
 
 class GradSkipVisitor:
@@ -272,7 +355,7 @@ class GradSkipVisitor:
     def __init__(self, options: GradSkipOptions) -> None:
         self.options = options
         self.needs_value_norm = options.value_norm
-        self.needs_branch = options.gate != "off"
+        self.needs_branch = options.gate != "off" or options.needs_contributions
         self.steps: list[BlockStep] = []  # top block first
 
     def start(self, top: Top) -> None:
@@ -290,12 +373,23 @@ class GradSkipVisitor:
         """Patch relevance (B, P) and head weights, gradient flow, sparsity (B, L, H), gates (B, L, N)."""
         steps = self.steps[::-1]  # bottom block first
         patches = self.top.grid_size[0] * self.top.grid_size[1]
-        patch = steps[0].relevance_below[:, -patches:]
+        patch = readout(steps[0], patches, self.options)
         if self.options.completeness:
             explained = self.top.logits.gather(1, self.top.targets[:, None])
             patch = patch * explained / patch.sum(dim=-1, keepdim=True)
         stack = lambda name: torch.stack([getattr(s, name) for s in steps], dim=1)  # noqa: E731 - (B, L, ...)
         return MethodOutput(patch, stack("omega"), stack("grad_flow"), stack("sparsity"), stack("gates"))
+
+
+def readout(bottom: BlockStep, tokens: int, options: GradSkipOptions) -> Tensor:
+    """The map (B, tokens) from the bottom step: the last ``tokens`` entries of R^0, times the tokens'
+    gradient x activation with ``readout="grad_x_act"``, clamped at 0 with ``"signed_grad"``."""
+    relevance = bottom.relevance_below[:, -tokens:]
+    if options.readout == "grad_x_act":
+        relevance = reweight(
+            relevance, required(bottom.contribution, "gradskip: the tokens' contributions")[:, -tokens:]
+        )
+    return relevance if options.conserves else relevance.clamp_min(0)
 
 
 def propagation(capture: Capture, options: GradSkipOptions) -> list[BlockStep]:
