@@ -78,6 +78,8 @@ class ScoreSettings:
         metrics_batch_size: perturbed images per forward call.
         pointing_tolerance: Pointing Game tolerance in pixels; None = 15 px at 224 px, scaled.
         drift_top_k: fraction of patches compared by the drift top-k IoU.
+        class_sensitivity: also explain each probe's runner-up class (one more explain call per
+            method) and log the Spearman correlation of its map with the explained class's (off by default).
     """
 
     target: Target = "label"
@@ -87,6 +89,7 @@ class ScoreSettings:
     metrics_batch_size: int = 256
     pointing_tolerance: float | None = None
     drift_top_k: float = 0.1
+    class_sensitivity: bool = False
 
     def __post_init__(self) -> None:
         positive("insertion_steps", self.insertion_steps)
@@ -124,8 +127,10 @@ class RenderSettings:
 
 #: The callback's argument name of each group and its class.
 GROUPS: dict[str, type] = {"probes": ProbeSettings, "scores": ScoreSettings, "render": RenderSettings}
-#: The deprecated flat argument names: every group's field names.
-FLAT_NAMES = frozenset(f.name for kind in GROUPS.values() for f in dataclasses.fields(kind))
+#: Settings added after the groups: no deprecated flat argument.
+GROUPED_ONLY = frozenset({"class_sensitivity"})
+#: The deprecated flat argument names: every group's field names (but :data:`GROUPED_ONLY`).
+FLAT_NAMES = frozenset(f.name for kind in GROUPS.values() for f in dataclasses.fields(kind)) - GROUPED_ONLY
 
 
 def grouped(groups: Mapping[str, Any], flat: Mapping[str, Any]) -> dict[str, Any]:
