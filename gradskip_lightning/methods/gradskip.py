@@ -114,7 +114,11 @@ class GradSkipOptions:
 
 
 #: What :meth:`GradSkipOptions.class_specific` changes from the defaults.
-CLASS_SPECIFIC: dict[str, Any] = {"token_weighting": "grad_x_act", "normalisation": "layer"}
+CLASS_SPECIFIC: dict[str, Any] = {
+    "attention_weighting": "pos_grad",
+    "normalisation": "layer",
+    "token_weighting": "grad_x_act",
+}
 
 
 def sort_rows(rows: Tensor) -> Tensor:
