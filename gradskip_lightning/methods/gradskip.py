@@ -114,11 +114,7 @@ class GradSkipOptions:
 
 
 #: What :meth:`GradSkipOptions.class_specific` changes from the defaults.
-CLASS_SPECIFIC: dict[str, Any] = {
-    "attention_weighting": "pos_grad",
-    "normalisation": "layer",
-    "token_weighting": "grad_x_act",
-}
+CLASS_SPECIFIC: dict[str, Any] = {"attention_weighting": "pos_grad", "normalisation": "layer"}
 
 
 def sort_rows(rows: Tensor) -> Tensor:

@@ -31,8 +31,8 @@ SETTINGS: tuple[tuple[str, str, dict[str, Any]], ...] = (
     ("class_specific", "token_weighting=grad_x_act", {"token_weighting": "grad_x_act"}),
     ("class_specific", "readout=grad_x_act", {"readout": "grad_x_act"}),
     ("class_specific", "pos_grad, value_norm=False", {"attention_weighting": "pos_grad", "value_norm": False}),
-    ("class_specific", "pos_grad + normalisation=layer", {"attention_weighting": "pos_grad", "normalisation": "layer"}),
     ("class_specific", "preset class_specific()", CLASS_SPECIFIC),
+    ("class_specific", "preset + token_weighting=grad_x_act", {**CLASS_SPECIFIC, "token_weighting": "grad_x_act"}),
 )
 
 
