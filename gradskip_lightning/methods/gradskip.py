@@ -110,8 +110,23 @@ class GradSkipOptions:
     @property
     def needs_contributions(self) -> bool:
         """Whether a step needs the tokens' gradient x activation (x^{l-1}, a^l and dy/du^l)."""
-        return self.token_weighting != "off" or self.readout != "relevance"
+        return TOKEN_WEIGHTS[self.token_weighting] is not None or READOUT_WEIGHTS[self.readout] is not None
 
+
+#: A token's gradient x activation at a block, (B, N), from x^{l-1}, a^l and dy/du^l, each (B, N, D).
+TokenContribution = Callable[[Tensor, Tensor, Tensor], Tensor]
+#: ``token_weighting`` -> the weights of the queries' relevance entering the attention branch (None: unchanged):
+#: "grad_x_act", the attention branch's contribution <dy/du_i, a_i>.
+TOKEN_WEIGHTS: dict[str, TokenContribution | None] = {
+    "off": None,
+    "grad_x_act": lambda block_input, branch, grad: (grad * branch).sum(dim=-1),
+}
+#: ``readout`` -> the weights of the bottom patch relevance, from the bottom block (None: R^0 as it is):
+#: "grad_x_act", the token's contribution after the bottom attention <dy/du^1_j, u^1_j>.
+READOUT_WEIGHTS: dict[str, TokenContribution | None] = {
+    "relevance": None,
+    "grad_x_act": lambda block_input, branch, grad: (grad * (block_input + branch)).sum(dim=-1),
+}
 
 #: What :meth:`GradSkipOptions.class_specific` changes from the defaults.
 CLASS_SPECIFIC: dict[str, Any] = {"attention_weighting": "pos_grad", "normalisation": "layer"}
@@ -220,6 +235,21 @@ def propagate_block(relevance: Tensor, matrix: Tensor, beta_main: Tensor | None 
     return torch.einsum("bij,bi->bj", matrix, beta_main * relevance) + (1.0 - beta_main) * relevance
 
 
+def _layer_scale(mass: Tensor, empty: Tensor, kept: Tensor) -> Tensor:
+    """One k per image, (B, N): sum_i |kept_i| / sum_i |kept_i| mass_i over the rows with mass."""
+    held = torch.where(empty, torch.zeros_like(kept), kept.abs())
+    k = held.sum(dim=-1, keepdim=True) / (held * mass).sum(dim=-1, keepdim=True).clamp_min(torch.finfo(mass.dtype).tiny)
+    return k.expand_as(mass)
+
+
+#: ``normalisation`` -> the scale of each row of W~, (B, N), from the rows' absolute mass (B, N), their
+#: emptiness (B, N) and the relevance sent in (B, N).
+ROW_SCALES: dict[str, Callable[[Tensor, Tensor, Tensor], Tensor]] = {
+    "rows": lambda mass, empty, kept: 1.0 / mass.clamp_min(torch.finfo(mass.dtype).tiny),
+    "layer": _layer_scale,
+}
+
+
 def attention_weights(w: Tensor, kept: Tensor, normalisation: Normalisation) -> tuple[Tensor, Tensor]:
     """W~ (B, N, M) scaled for one step, and its rows without mass ``empty`` (B, N) (given 0 weights).
 
@@ -229,14 +259,7 @@ def attention_weights(w: Tensor, kept: Tensor, normalisation: Normalisation) -> 
     """
     mass = w.abs().sum(dim=-1)
     empty = mass <= 0
-    tiny = torch.finfo(w.dtype).tiny
-    if normalisation == "rows":
-        scale = 1.0 / mass.clamp_min(tiny)
-    else:
-        held = torch.where(empty, torch.zeros_like(kept), kept.abs())
-        scale = (held.sum(dim=-1, keepdim=True) / (held * mass).sum(dim=-1, keepdim=True).clamp_min(tiny)).expand_as(
-            mass
-        )
+    scale = ROW_SCALES[normalisation](mass, empty, kept)
     return torch.where(empty[..., None], torch.zeros_like(w), w * scale[..., None]), empty
 
 
@@ -299,7 +322,7 @@ class BlockStep:
     grad_flow: Tensor  # g~ (B, H)
     sparsity: Tensor  # s~ (B, H)
     gates: Tensor  # beta_main (B, N)
-    contribution: Tensor | None = None  # <dy/du_i, u_i> (B, N), when an option needs it
+    contribution: Tensor | None = None  # the read-out's token weights (B, N) (READOUT_WEIGHTS), when asked
 
 
 def start_relevance(top: Top, options: GradSkipOptions) -> Tensor:
@@ -325,19 +348,19 @@ def block_step(
     attn, attn_grad = tensors.attn, required(tensors.attn_grad, "gradskip: the block's attn_grad")
     omega, g_tilde, s_tilde = head_weights(attn, attn_grad, options)
     w = mixed_attention(attn, attn_grad, tensors.value_norm, omega, options)
-    beta, main, contribution = torch.ones_like(relevance), None, None
+    beta, token_weights, contribution = torch.ones_like(relevance), None, None
     if options.gate != "off" or options.needs_contributions:
         block_input = required(tensors.block_input, "gradskip: the block's block_input")
         branch = required(tensors.branch, "gradskip: the block's branch")
         branch_grad = required(tensors.branch_grad, "gradskip: the block's branch_grad")
         if options.gate != "off":
             beta = skip_gates(block_input, branch, branch_grad, options.gate, options.eps)
-        if options.needs_contributions:
-            main = (branch_grad * branch).sum(dim=-1)
-            contribution = main + (branch_grad * block_input).sum(dim=-1)
+        weigh, read = TOKEN_WEIGHTS[options.token_weighting], READOUT_WEIGHTS[options.readout]
+        token_weights = None if weigh is None else weigh(block_input, branch, branch_grad)
+        contribution = None if read is None else read(block_input, branch, branch_grad)
     kept = beta * relevance
-    if options.token_weighting == "grad_x_act":
-        kept = reweight(kept, required(main, "gradskip: the tokens' contributions"))
+    if token_weights is not None:
+        kept = reweight(kept, token_weights)
     below = attention_step(kept, w, options.normalisation, key_to_token) + (1.0 - beta) * relevance
     return BlockStep(tensors.layer, relevance, below, omega, g_tilde, s_tilde, beta, contribution)
 
@@ -382,13 +405,11 @@ class GradSkipVisitor:
 
 
 def readout(bottom: BlockStep, tokens: int, options: GradSkipOptions) -> Tensor:
-    """The map (B, tokens) from the bottom step: the last ``tokens`` entries of R^0, times the tokens'
-    gradient x activation with ``readout="grad_x_act"``, clamped at 0 with ``"signed_grad"``."""
+    """The map (B, tokens) from the bottom step: the last ``tokens`` entries of R^0, times the read-out's
+    token weights (:data:`READOUT_WEIGHTS`) when there are any, clamped at 0 with ``"signed_grad"``."""
     relevance = bottom.relevance_below[:, -tokens:]
-    if options.readout == "grad_x_act":
-        relevance = reweight(
-            relevance, required(bottom.contribution, "gradskip: the tokens' contributions")[:, -tokens:]
-        )
+    if bottom.contribution is not None:
+        relevance = reweight(relevance, bottom.contribution[:, -tokens:])
     return relevance if options.conserves else relevance.clamp_min(0)
 
 

@@ -177,7 +177,7 @@ def gradskip_segmentation(capture: SegmentationCapture, options: GradSkipOptions
 
     result = propagate(capture, rule)
     result.steps = steps
-    if options.readout != "relevance" or not options.conserves:  # the bottom step: stage 0's first block
+    if steps[-1].contribution is not None or not options.conserves:  # the bottom step: stage 0's first block
         shape = result.token_map.shape
         result.token_map = normalise(readout(steps[-1], shape[1] * shape[2], options)).reshape(shape)
     return result
