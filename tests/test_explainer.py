@@ -32,6 +32,47 @@ def test_batch_of_16_equals_16_single_calls(method):
     assert batch.valid.all()
 
 
+#: The class-specific options of GradSkip (docs/method.md, "Class-specific readings"), one at a time and the preset.
+CLASS_SPECIFIC = (
+    {"normalisation": "layer"},
+    {"token_weighting": "grad_x_act"},
+    {"readout": "grad_x_act"},
+    {"attention_weighting": "signed_grad"},
+    {"token_weighting": "grad_x_act", "gate": "off"},
+    GradSkipOptions.class_specific_overrides(),
+)
+
+
+@pytest.mark.parametrize("options", CLASS_SPECIFIC, ids=str)
+def test_class_specific_options_batch_equals_singles(options):
+    model = make_tiny_vit(num_classes=5, seed=1)
+    torch.manual_seed(0)
+    x = torch.randn(8, 3, 32, 32)
+    targets = torch.randint(0, 5, (8,))
+    explainer = Explainer(model, "gradskip", **options)
+    batch = explainer.explain(x, targets)
+    singles = torch.cat([explainer.explain(x[i : i + 1], targets[i : i + 1]).maps for i in range(8)])
+    assert (batch.maps - singles).abs().max() / batch.maps.abs().max() < 1e-5
+    assert batch.valid.all() and (batch.token_maps >= 0).all()
+
+
+@pytest.mark.parametrize("options", CLASS_SPECIFIC, ids=str)
+def test_class_specific_options_identity_block_and_conservation(options):
+    model = make_tiny_vit(depth=3, init_values=1e-1)
+    with torch.no_grad():
+        model.blocks[1].ls1.gamma.zero_()  # a^2 = 0: the block is the identity on the attention path
+    cap = capture(model, torch.randn(4, 3, 32, 32))
+    opts = GradSkipOptions(**options)
+    relevance = cap.readout
+    for layer in reversed(range(3)):
+        step = methods.block_step(relevance, cap.blocks[layer], opts)
+        if layer == 1 and opts.gate != "off":
+            torch.testing.assert_close(step.relevance_below, relevance, rtol=0, atol=0)
+        if opts.conserves:
+            torch.testing.assert_close(step.relevance_below.sum(-1), relevance.sum(-1))
+        relevance = step.relevance_below
+
+
 def test_random_floor_is_fixed_by_its_seed(tiny_vit):
     x = torch.randn(4, 3, 32, 32)
     first = Explainer(tiny_vit, "random", seed=3).explain(x).token_maps

@@ -98,6 +98,8 @@ class ProbeRecord:
             tag's class, 0 when not, NaN for probes of that class (see :mod:`.transplant`).
         transplant_mass: (P,) float32 relevance mass accuracy on the pasted tag of the map explaining
             the tag's class, NaN for probes of that class.
+        class_sensitivity: (P,) float32 Spearman correlation between the map of the explained class and
+            the map of the highest-scoring other class (1: the same map; with ``class_sensitivity``).
         gates: (P, L) mean beta_main over tokens.
         maps: (P, H, W) float32 relevance at input resolution.
         head_weights, grad_flow, sparsity: (P, L, H) head importance and its parts.
@@ -234,6 +236,19 @@ class ProbeRecord:
         table="transplant_tag_mass",
         npz=True,
         doc="relevance mass on the pasted tag of the map explaining the tag's class",
+    )
+    class_sensitivity: Tensor | None = value(
+        scope="shared",
+        section="faithfulness",
+        scalar="class_sensitivity",
+        compared=True,
+        table="class_sensitivity",
+        npz=True,
+        doc=(
+            "class sensitivity: Spearman correlation between the maps of the explained class and of the "
+            "highest-scoring other class (1: the same map whatever the class; lower: more class-specific); "
+            "one more explain call per method"
+        ),
     )
     gates: Tensor | None = value(scope="shared")
     maps: Tensor | None = value(scope="rank_zero", npz=True)

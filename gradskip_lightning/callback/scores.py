@@ -16,6 +16,7 @@ from torch import Tensor
 
 from gradskip_lightning.explanation import Explanation, ModelExplainer
 from gradskip_lightning.metrics import (
+    class_sensitivity,
     faithfulness_violation,
     insertion_deletion,
     pointing_game,
@@ -25,6 +26,7 @@ from gradskip_lightning.metrics import (
 )
 from gradskip_lightning.metrics.insertion_deletion import Starts
 from gradskip_lightning.metrics.perturbation import Activation, class_probabilities
+from gradskip_lightning.metrics.sensitivity import runner_up_classes
 from gradskip_lightning.validation import required
 
 from .probes import ProbeSet
@@ -84,7 +86,7 @@ class Chunk:
         return class_probabilities(self.exp.logits, self.exp.targets, self.activation)
 
 
-Requirement = Literal["masks", "regions", "transplant", "fvt_top_k"]
+Requirement = Literal["masks", "regions", "transplant", "fvt_top_k", "class_sensitivity"]
 
 #: When a score applies: the condition on the chunk, and its words for the README's table.
 REQUIREMENTS: dict[Requirement, tuple[Callable[[Chunk], bool], str]] = {
@@ -92,6 +94,10 @@ REQUIREMENTS: dict[Requirement, tuple[Callable[[Chunk], bool], str]] = {
     "regions": (lambda c: bool(c.probes.regions), "for probes with named regions"),
     "transplant": (lambda c: c.transplant is not None, "with `transplant`"),
     "fvt_top_k": (lambda c: c.settings.fvt_top_k > 0, "with `fvt_top_k` > 0"),
+    "class_sensitivity": (
+        lambda c: c.settings.class_sensitivity and c.explainer.num_classes >= 2,
+        "with `class_sensitivity`",
+    ),
 }
 
 
@@ -182,6 +188,14 @@ def _transplant(c: Chunk) -> dict[str, Tensor]:
     return dict(transplant_flip=flips, transplant_mass=mass)
 
 
+def _class_sensitivity(c: Chunk) -> dict[str, Tensor]:
+    """Spearman (B,) between each probe's map and the map of its runner-up class (one more explain call)."""
+    runner_up = c.explainer.explain(c.images, runner_up_classes(c.exp.logits, c.exp.targets))
+    if not bool(runner_up.valid.all()):
+        raise ExplainFailure(f"{runner_up.method}: non-finite relevance explaining the runner-up classes")
+    return dict(class_sensitivity=class_sensitivity(c.exp.maps, runner_up.maps).float())
+
+
 #: Every score, in the order they run.
 SCORES: tuple[Score, ...] = (
     Score(("insertion", "deletion", "ins_minus_del", "insertion_start"), _insertion_deletion),
@@ -190,4 +204,5 @@ SCORES: tuple[Score, ...] = (
     Score(("pixel_accuracy", "mean_iou", "average_precision"), _segmentation, needs="masks"),
     Score(("region_mass", "region_rank"), _regions, needs="regions"),
     Score(("transplant_flip", "transplant_mass"), _transplant, needs="transplant"),
+    Score(("class_sensitivity",), _class_sensitivity, needs="class_sensitivity"),
 )

@@ -95,6 +95,8 @@ class ScoreSettings:
             (the violation test stays in full precision).
         pointing_tolerance: Pointing Game tolerance in pixels; None = 15 px at 224 px, scaled.
         drift_top_k: fraction of patches compared by the drift top-k IoU.
+        class_sensitivity: also explain each probe's runner-up class (one more explain call per
+            method) and log the Spearman correlation of its map with the explained class's (off by default).
     """
 
     target: Target = "label"
@@ -106,6 +108,7 @@ class ScoreSettings:
     drift_top_k: float = 0.1
     insertion_start: InsertionStart = "blur"
     perturbation_precision: Precision = "full"
+    class_sensitivity: bool = False
 
     def __post_init__(self) -> None:
         positive("insertion_steps", self.insertion_steps)
@@ -147,7 +150,7 @@ class RenderSettings:
 #: The callback's argument name of each group and its class.
 GROUPS: dict[str, type] = {"probes": ProbeSettings, "scores": ScoreSettings, "render": RenderSettings}
 #: Fields added after the flat spelling was deprecated: they have none.
-GROUPED_ONLY = frozenset({"max_overhead", "insertion_start", "perturbation_precision"})
+GROUPED_ONLY = frozenset({"max_overhead", "insertion_start", "perturbation_precision", "class_sensitivity"})
 #: The deprecated flat argument names: every group's field names but :data:`GROUPED_ONLY`.
 FLAT_NAMES = frozenset(f.name for kind in GROUPS.values() for f in dataclasses.fields(kind)) - GROUPED_ONLY
 

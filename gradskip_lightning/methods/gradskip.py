@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Literal, get_args
+from typing import Any, Literal, get_args
 
 import numpy as np
 import torch
@@ -22,10 +22,13 @@ from gradskip_lightning.methods.output import MethodOutput, normalise
 from gradskip_lightning.methods.registry import METHOD_SPECS, MethodSpec
 from gradskip_lightning.validation import required
 
-AttentionWeighting = Literal["abs_grad", "pos_grad", "none"]
+AttentionWeighting = Literal["abs_grad", "pos_grad", "signed_grad", "none"]
 Gate = Literal["token", "layer", "off"]
 ClsMode = Literal["readout", "paper"]
 HeadSelection = Literal["top_omega", "top_sparsity", "bottom_sparsity"]
+Normalisation = Literal["rows", "layer"]
+TokenWeighting = Literal["off", "grad_x_act"]
+Readout = Literal["relevance", "grad_x_act"]
 
 
 @dataclass(frozen=True)
@@ -39,7 +42,15 @@ class GradSkipOptions:
         head_selection: which heads are kept when ``head_top_fraction < 1``: the highest omega
             ("top_omega"), the sparsest ("top_sparsity", the paper's ablation) or the least
             sparse ("bottom_sparsity", the paper's negative control).
-        attention_weighting: gradient factor G in W~: "abs_grad", "pos_grad" or "none".
+        attention_weighting: gradient factor G in W~: "abs_grad", "pos_grad", "signed_grad" (A * dy/dA
+            with its sign: relevance may turn negative on the way down; the map is clamped at 0 at the
+            end) or "none".
+        normalisation: how W~ is scaled: "rows" (each row sums to 1) or "layer" (one scalar per block
+            and image, so that the total relevance is kept while rows keep their relative mass).
+        token_weighting: "grad_x_act" re-weights the relevance entering the attention branch over the
+            query tokens by their contribution (<dy/du_i, a_i>)^+, keeping its total; "off".
+        readout: "grad_x_act" multiplies the bottom patch relevance by the tokens' (<dy/du^1_j, u^1_j>)^+
+            (gradient x activation after the bottom attention), keeping its total; "relevance" reads R^0.
         gate: skip gates per "token", per "layer" (default: it beat "token" on every score in
             docs/benchmarks.md), or "off" (beta_main = 1).
         cls_mode: "readout" (start at the tokens the head reads) or "paper" (patches only).
@@ -57,6 +68,9 @@ class GradSkipOptions:
     cls_mode: ClsMode = "readout"
     completeness: bool = False
     value_norm: bool = True
+    normalisation: Normalisation = "rows"
+    token_weighting: TokenWeighting = "off"
+    readout: Readout = "relevance"
     eps: float = 1e-12
 
     def __post_init__(self) -> None:
@@ -71,10 +85,53 @@ class GradSkipOptions:
             ("gate", Gate),
             ("cls_mode", ClsMode),
             ("head_selection", HeadSelection),
+            ("normalisation", Normalisation),
+            ("token_weighting", TokenWeighting),
+            ("readout", Readout),
         ):
             allowed = get_args(choices)
             if getattr(self, name) not in allowed:
                 raise ValueError(f"{name} must be one of {allowed}, got {getattr(self, name)!r}")
+
+    @staticmethod
+    def class_specific_overrides() -> dict[str, Any]:
+        """The options the :meth:`class_specific` preset changes from the defaults (docs/method.md)."""
+        return dict(CLASS_SPECIFIC)
+
+    @classmethod
+    def class_specific(cls, **changes: Any) -> GradSkipOptions:
+        """The class-specific preset: maps that follow the explained class and the weights (class
+        sensitivity and randomisation similarity measured in docs/benchmarks.md), ``changes`` on top."""
+        return cls(**{**CLASS_SPECIFIC, **changes})
+
+    @property
+    def conserves(self) -> bool:
+        """Whether every block step keeps the total relevance (W~ non-negative; the readout may rescale)."""
+        return self.attention_weighting != "signed_grad"
+
+    @property
+    def needs_contributions(self) -> bool:
+        """Whether a step needs the tokens' gradient x activation (x^{l-1}, a^l and dy/du^l)."""
+        return TOKEN_WEIGHTS[self.token_weighting] is not None or READOUT_WEIGHTS[self.readout] is not None
+
+
+#: A token's gradient x activation at a block, (B, N), from x^{l-1}, a^l and dy/du^l, each (B, N, D).
+TokenContribution = Callable[[Tensor, Tensor, Tensor], Tensor]
+#: ``token_weighting`` -> the weights of the queries' relevance entering the attention branch (None: unchanged):
+#: "grad_x_act", the attention branch's contribution <dy/du_i, a_i>.
+TOKEN_WEIGHTS: dict[str, TokenContribution | None] = {
+    "off": None,
+    "grad_x_act": lambda block_input, branch, grad: (grad * branch).sum(dim=-1),
+}
+#: ``readout`` -> the weights of the bottom patch relevance, from the bottom block (None: R^0 as it is):
+#: "grad_x_act", the token's contribution after the bottom attention <dy/du^1_j, u^1_j>.
+READOUT_WEIGHTS: dict[str, TokenContribution | None] = {
+    "relevance": None,
+    "grad_x_act": lambda block_input, branch, grad: (grad * (block_input + branch)).sum(dim=-1),
+}
+
+#: What :meth:`GradSkipOptions.class_specific` changes from the defaults.
+CLASS_SPECIFIC: dict[str, Any] = {"attention_weighting": "pos_grad", "normalisation": "layer"}
 
 
 def sort_rows(rows: Tensor) -> Tensor:
@@ -122,6 +179,7 @@ def head_weights(attn: Tensor, attn_grad: Tensor, options: GradSkipOptions) -> t
 GRADIENT_FACTORS: dict[str, Callable[[Tensor, Tensor], Tensor]] = {
     "abs_grad": lambda attn, grad: attn * grad.abs(),
     "pos_grad": lambda attn, grad: (attn * grad).clamp_min(0),
+    "signed_grad": lambda attn, grad: attn * grad,
     "none": lambda attn, grad: attn,
 }
 
@@ -136,7 +194,7 @@ def mixed_attention(
             (B, H, M), needed with ``options.value_norm``; omega: (B, H).
 
     Returns:
-        (B, N, M), non-negative.
+        (B, N, M), non-negative except with ``attention_weighting="signed_grad"``.
     """
     per_head = GRADIENT_FACTORS[options.attention_weighting](attn, attn_grad)
     if options.value_norm:
@@ -179,21 +237,66 @@ def propagate_block(relevance: Tensor, matrix: Tensor, beta_main: Tensor | None 
     return torch.einsum("bij,bi->bj", matrix, beta_main * relevance) + (1.0 - beta_main) * relevance
 
 
+def _layer_scale(mass: Tensor, empty: Tensor, kept: Tensor) -> Tensor:
+    """One k per image, (B, N): sum_i |kept_i| / sum_i |kept_i| mass_i over the rows with mass."""
+    held = torch.where(empty, torch.zeros_like(kept), kept.abs())
+    k = held.sum(dim=-1, keepdim=True) / (held * mass).sum(dim=-1, keepdim=True).clamp_min(torch.finfo(mass.dtype).tiny)
+    return k.expand_as(mass)
+
+
+#: ``normalisation`` -> the scale of each row of W~, (B, N), from the rows' absolute mass (B, N), their
+#: emptiness (B, N) and the relevance sent in (B, N).
+ROW_SCALES: dict[str, Callable[[Tensor, Tensor, Tensor], Tensor]] = {
+    "rows": lambda mass, empty, kept: 1.0 / mass.clamp_min(torch.finfo(mass.dtype).tiny),
+    "layer": _layer_scale,
+}
+
+
+def attention_weights(w: Tensor, kept: Tensor, normalisation: Normalisation) -> tuple[Tensor, Tensor]:
+    """W~ (B, N, M) scaled for one step, and its rows without mass ``empty`` (B, N) (given 0 weights).
+
+    "rows": w_ij / sum_j |w_ij|. "layer": w * k with one k per image, k = sum_i |kept_i| /
+    sum_i |kept_i| sum_j |w_ij| over the rows with mass, so that sum_j (W^T kept)_j = sum_i kept_i for
+    non-negative W while rows keep their relative mass; ``kept`` (B, N) is the relevance sent in.
+    """
+    mass = w.abs().sum(dim=-1)
+    empty = mass <= 0
+    scale = ROW_SCALES[normalisation](mass, empty, kept)
+    return torch.where(empty[..., None], torch.zeros_like(w), w * scale[..., None]), empty
+
+
+def reweight(relevance: Tensor, weights: Tensor) -> Tensor:
+    """``relevance`` (B, N) times ``weights``^+ (B, N), rescaled to keep sum |relevance| per image;
+    unchanged where the product is all 0."""
+    weighted = relevance * weights.clamp_min(0)
+    total, new = relevance.abs().sum(dim=-1, keepdim=True), weighted.abs().sum(dim=-1, keepdim=True)
+    return torch.where(new > 0, weighted * total / new.clamp_min(torch.finfo(new.dtype).tiny), relevance)
+
+
+def attention_step(
+    kept: Tensor, w: Tensor, normalisation: Normalisation = "rows", key_to_token: Tensor | None = None
+) -> Tensor:
+    """W~'s share of one step, (B, N): kept (B, N) sent down the scaled W~ (:func:`attention_weights`
+    of w (B, N, M)), then through S (M, N) when ``key_to_token`` is given; empty rows keep their share.
+
+    With S, rownorm(W) S = rownorm(W S) (S's rows sum to 1), so the (N, N) matrix is never formed:
+    O(B N M) instead of O(B N M N).
+    """
+    weights, empty = attention_weights(w, kept, normalisation)
+    through = torch.einsum("bij,bi->bj", weights, kept)
+    if key_to_token is not None:
+        through = through @ key_to_token
+    return through + torch.where(empty, kept, torch.zeros_like(kept))
+
+
 def propagate_through_keys(relevance: Tensor, w: Tensor, key_to_token: Tensor, beta_main: Tensor) -> Tensor:
     """:func:`propagate_block` with M = rows_or_identity(W S), without forming the (N, N) matrix M.
-
-    W >= 0 and S's rows sum to 1, so W S has W's row sums and W's empty rows: rownorm(W S) =
-    rownorm(W) S, and R^{l-1} = S^T rownorm(W)^T (beta R^l) + [empty rows] beta R^l + (1 - beta) R^l,
-    O(B N M) instead of O(B N M N).
 
     Args:
         relevance: R^l, (B, N); w: W, (B, N, M), non-negative; key_to_token: S, (M, N);
             beta_main: (B, N).
     """
-    kept = beta_main * relevance
-    empty = w.sum(dim=-1) <= 0
-    through = torch.einsum("bij,bi->bj", normalise(w), kept) @ key_to_token
-    return through + torch.where(empty, kept, torch.zeros_like(kept)) + (1.0 - beta_main) * relevance
+    return attention_step(beta_main * relevance, w, "rows", key_to_token) + (1.0 - beta_main) * relevance
 
 
 def patch_tokens_only(tensors: BlockTensors, prefix: int) -> BlockTensors:
@@ -221,6 +324,7 @@ class BlockStep:
     grad_flow: Tensor  # g~ (B, H)
     sparsity: Tensor  # s~ (B, H)
     gates: Tensor  # beta_main (B, N)
+    contribution: Tensor | None = None  # the read-out's token weights (B, N) (READOUT_WEIGHTS), when asked
 
 
 def start_relevance(top: Top, options: GradSkipOptions) -> Tensor:
@@ -246,19 +350,21 @@ def block_step(
     attn, attn_grad = tensors.attn, required(tensors.attn_grad, "gradskip: the block's attn_grad")
     omega, g_tilde, s_tilde = head_weights(attn, attn_grad, options)
     w = mixed_attention(attn, attn_grad, tensors.value_norm, omega, options)
-    if options.gate == "off":
-        beta = torch.ones_like(relevance)
-    else:
-        block_input, branch = required(tensors.block_input, "gradskip: the block's block_input"), tensors.branch
+    beta, token_weights, contribution = torch.ones_like(relevance), None, None
+    if options.gate != "off" or options.needs_contributions:
+        block_input = required(tensors.block_input, "gradskip: the block's block_input")
+        branch = required(tensors.branch, "gradskip: the block's branch")
         branch_grad = required(tensors.branch_grad, "gradskip: the block's branch_grad")
-        beta = skip_gates(
-            block_input, required(branch, "gradskip: the block's branch"), branch_grad, options.gate, options.eps
-        )
-    if key_to_token is None:
-        below = propagate_block(relevance, rows_or_identity(w), beta)
-    else:
-        below = propagate_through_keys(relevance, w, key_to_token, beta)
-    return BlockStep(tensors.layer, relevance, below, omega, g_tilde, s_tilde, beta)
+        if options.gate != "off":
+            beta = skip_gates(block_input, branch, branch_grad, options.gate, options.eps)
+        weigh, read = TOKEN_WEIGHTS[options.token_weighting], READOUT_WEIGHTS[options.readout]
+        token_weights = None if weigh is None else weigh(block_input, branch, branch_grad)
+        contribution = None if read is None else read(block_input, branch, branch_grad)
+    kept = beta * relevance
+    if token_weights is not None:
+        kept = reweight(kept, token_weights)
+    below = attention_step(kept, w, options.normalisation, key_to_token) + (1.0 - beta) * relevance
+    return BlockStep(tensors.layer, relevance, below, omega, g_tilde, s_tilde, beta, contribution)
 
 
 class GradSkipVisitor:
@@ -274,7 +380,7 @@ class GradSkipVisitor:
     def __init__(self, options: GradSkipOptions) -> None:
         self.options = options
         self.needs_value_norm = options.value_norm
-        self.needs_branch = options.gate != "off"
+        self.needs_branch = options.gate != "off" or options.needs_contributions
         self.steps: list[BlockStep] = []  # top block first
 
     def start(self, top: Top) -> None:
@@ -292,12 +398,21 @@ class GradSkipVisitor:
         """Patch relevance (B, P) and head weights, gradient flow, sparsity (B, L, H), gates (B, L, N)."""
         steps = self.steps[::-1]  # bottom block first
         patches = self.top.grid_size[0] * self.top.grid_size[1]
-        patch = steps[0].relevance_below[:, -patches:]
+        patch = readout(steps[0], patches, self.options)
         if self.options.completeness:
             explained = self.top.logits.gather(1, self.top.targets[:, None])
             patch = patch * explained / patch.sum(dim=-1, keepdim=True)
         stack = lambda name: torch.stack([getattr(s, name) for s in steps], dim=1)  # noqa: E731 - (B, L, ...)
         return MethodOutput(patch, stack("omega"), stack("grad_flow"), stack("sparsity"), stack("gates"))
+
+
+def readout(bottom: BlockStep, tokens: int, options: GradSkipOptions) -> Tensor:
+    """The map (B, tokens) from the bottom step: the last ``tokens`` entries of R^0, times the read-out's
+    token weights (:data:`READOUT_WEIGHTS`) when there are any, clamped at 0 with ``"signed_grad"``."""
+    relevance = bottom.relevance_below[:, -tokens:]
+    if bottom.contribution is not None:
+        relevance = reweight(relevance, bottom.contribution[:, -tokens:])
+    return relevance if options.conserves else relevance.clamp_min(0)
 
 
 def propagation(capture: Capture, options: GradSkipOptions) -> list[BlockStep]:

@@ -17,7 +17,7 @@ from torch import Tensor
 
 from gradskip_lightning.adapters import BlockTensors
 from gradskip_lightning.methods.baselines import NoOptions, RandomOptions, chefer_step, random_relevance, rollout_step
-from gradskip_lightning.methods.gradskip import BlockStep, GradSkipOptions, block_step, propagate_block
+from gradskip_lightning.methods.gradskip import BlockStep, GradSkipOptions, block_step, propagate_block, readout
 from gradskip_lightning.methods.output import normalise
 from gradskip_lightning.methods.registry import build_options
 from gradskip_lightning.registry import Registry
@@ -177,6 +177,9 @@ def gradskip_segmentation(capture: SegmentationCapture, options: GradSkipOptions
 
     result = propagate(capture, rule)
     result.steps = steps
+    if steps[-1].contribution is not None or not options.conserves:  # the bottom step: stage 0's first block
+        shape = result.token_map.shape
+        result.token_map = normalise(readout(steps[-1], shape[1] * shape[2], options)).reshape(shape)
     return result
 
 

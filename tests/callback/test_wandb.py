@@ -12,6 +12,7 @@ from lightning.pytorch.loggers import WandbLogger
 from PIL import Image
 
 from gradskip_lightning import GradSkipCallback
+from gradskip_lightning.callback.settings import ScoreSettings
 
 from .helpers import tiny_data, tiny_module, tiny_trainer
 from .wandb_files import find_runs, use_offline_wandb
@@ -27,7 +28,8 @@ def run(tmp_path_factory):
     with pytest.MonkeyPatch.context() as mp:  # module-scoped: set up the offline env here too
         use_offline_wandb(mp, root)
         seed_everything(0)
-        callback = GradSkipCallback(num_probes=NUM_PROBES, compare_methods=["rollout"], insertion_steps=8)
+        scores = ScoreSettings(insertion_steps=8, class_sensitivity=True)  # off by default: one more explain
+        callback = GradSkipCallback(num_probes=NUM_PROBES, compare_methods=["rollout"], scores=scores)
         logger = WandbLogger(save_dir=str(root), offline=True, project="gradskip-test")
         trainer = tiny_trainer(root, logger=logger, callbacks=[callback])
         trainer.fit(tiny_module(), datamodule=tiny_data())
@@ -80,6 +82,24 @@ def test_every_key_is_logged_with_sane_values(run):
     for key in drift:
         assert -1.0 <= second[key] <= 1.0, key
     assert f"probes/{P}probes" in first and f"probes/{P}probes" not in second
+
+
+def test_class_sensitivity_is_logged_per_method_and_in_the_table(run):
+    assert not ScoreSettings().class_sensitivity
+    for row in _rows(run):
+        assert -1.0 <= row[f"faithfulness/{P}class_sensitivity"] <= 1.0
+        # rollout does not read the class: the runner-up's map is the same map
+        assert row[f"faithfulness/{P}class_sensitivity/rollout"] == pytest.approx(1.0)
+    _, second = _rows(run)
+    table = json.loads((run.root / "files" / second[f"probes/{P}table"]["path"]).read_text())
+    (epoch_file,) = run.root.glob("gradskip/maps/epoch_0001.npz")
+    with np.load(epoch_file) as saved:
+        values = saved["class_sensitivity"]
+        assert values.shape == (NUM_PROBES,) and np.nanmean(values) == pytest.approx(
+            second[f"faithfulness/{P}class_sensitivity"], abs=1e-6
+        )
+        index = table["columns"].index("class_sensitivity")
+        np.testing.assert_allclose([r[index] for r in table["data"]], values, atol=1e-6)
 
 
 def test_grid_is_a_uint8_colour_image(run):

@@ -78,8 +78,53 @@ def test_skip_gates_first_order_split():
     assert torch.all(methods.skip_gates(x, a, g, "off") == 1)
 
 
+def test_layer_normalisation_keeps_the_total_and_the_rows_relative_mass():
+    w = torch.tensor([[[1.0, 1.0, 0.0], [0.0, 4.0, 4.0], [0.0, 0.0, 0.0]]])  # row 2 has no mass
+    kept = torch.tensor([[1.0, 1.0, 2.0]])
+    weights, empty = methods.attention_weights(w, kept, "layer")
+    # k = (1 + 1) / (1 * 2 + 1 * 8) = 0.2 over the rows with mass; row 2 keeps its 2.
+    torch.testing.assert_close(weights[0], 0.2 * w[0])
+    assert empty.tolist() == [[False, False, True]]
+    below = methods.attention_step(kept, w, "layer")
+    torch.testing.assert_close(below, torch.tensor([[0.2, 1.0, 2.8]]))
+    torch.testing.assert_close(below.sum(), kept.sum())
+    rows = methods.attention_step(kept, w, "rows")  # each row sums to 1: [0.5, 0.5, 0], [0, 0.5, 0.5]
+    torch.testing.assert_close(rows, torch.tensor([[0.5, 1.0, 2.5]]))
+
+
+def test_reweight_keeps_the_total_and_falls_back_where_nothing_is_positive():
+    relevance = torch.tensor([[1.0, 1.0, 2.0], [1.0, 1.0, 0.0]])
+    weights = torch.tensor([[1.0, -1.0, 3.0], [-1.0, 0.0, 2.0]])
+    # row 0: [1, 0, 6] scaled to the total 4; row 1: the product is 0 everywhere -> unchanged.
+    torch.testing.assert_close(
+        methods.reweight(relevance, weights), torch.tensor([[4 / 7, 0.0, 24 / 7], [1.0, 1.0, 0.0]])
+    )
+
+
+def test_signed_grad_keeps_the_sign_and_rows_have_unit_absolute_mass():
+    attn = torch.tensor([[[[0.5, 0.5], [0.5, 0.5]]]])
+    grad = torch.tensor([[[[2.0, -2.0], [1.0, 3.0]]]])
+    w = methods.mixed_attention(
+        attn, grad, None, torch.ones(1, 1), GradSkipOptions(attention_weighting="signed_grad", value_norm=False)
+    )
+    torch.testing.assert_close(w, torch.tensor([[[1.0, -1.0], [0.5, 1.5]]]))
+    weights, _ = methods.attention_weights(w, torch.ones(1, 2), "rows")
+    torch.testing.assert_close(weights.abs().sum(-1), torch.ones(1, 2))
+    assert not GradSkipOptions(attention_weighting="signed_grad").conserves and GradSkipOptions().conserves
+
+
+def test_class_specific_preset():
+    preset = GradSkipOptions.class_specific()
+    assert preset == GradSkipOptions(**GradSkipOptions.class_specific_overrides())
+    assert preset != GradSkipOptions() and preset.conserves
+    assert GradSkipOptions.class_specific(alpha=0.25).alpha == 0.25
+
+
 def test_options_are_validated():
     bad_options = (
+        {"normalisation": "columns"},
+        {"token_weighting": "grad"},
+        {"readout": "cls"},
         {"alpha": 1.5},
         {"gate": "sometimes"},
         {"head_top_fraction": 0.0},

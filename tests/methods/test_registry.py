@@ -21,7 +21,10 @@ def test_names_literal_and_specs_agree():
 def test_choice_options_are_literals_a_cli_can_list():
     hints = get_type_hints(GradSkipOptions)
     assert get_args(hints["gate"]) == ("token", "layer", "off")
-    assert get_args(hints["attention_weighting"]) == ("abs_grad", "pos_grad", "none")
+    assert get_args(hints["attention_weighting"]) == ("abs_grad", "pos_grad", "signed_grad", "none")
+    assert get_args(hints["normalisation"]) == ("rows", "layer")
+    assert get_args(hints["token_weighting"]) == ("off", "grad_x_act")
+    assert get_args(hints["readout"]) == ("relevance", "grad_x_act")
     assert get_args(hints["cls_mode"]) == ("readout", "paper")
     assert get_args(hints["head_selection"]) == ("top_omega", "top_sparsity", "bottom_sparsity")
 

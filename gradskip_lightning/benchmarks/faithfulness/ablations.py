@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from gradskip_lightning.methods import GradSkipOptions
+from gradskip_lightning.methods.gradskip import CLASS_SPECIFIC
 
 from .records import Row
 
@@ -20,9 +21,18 @@ SETTINGS: tuple[tuple[str, str, dict[str, Any]], ...] = (
     *(("cls_mode", f"cls_mode={c}", {"cls_mode": c}) for c in ("readout", "paper")),
     *(
         ("attention_weighting", f"attention_weighting={w}", {"attention_weighting": w})
-        for w in ("abs_grad", "pos_grad", "none")
+        for w in ("abs_grad", "pos_grad", "signed_grad", "none")
     ),
     *(("value_norm", f"value_norm={v}", {"value_norm": v}) for v in (True, False)),
+    # Readings that make the maps follow the class and the weights (docs/method.md, issue 21); the
+    # group's default row is the empty change. Class sensitivity and randomisation: --costly-ablations.
+    ("class_specific", "defaults", {}),
+    ("class_specific", "normalisation=layer", {"normalisation": "layer"}),
+    ("class_specific", "token_weighting=grad_x_act", {"token_weighting": "grad_x_act"}),
+    ("class_specific", "readout=grad_x_act", {"readout": "grad_x_act"}),
+    ("class_specific", "pos_grad, value_norm=False", {"attention_weighting": "pos_grad", "value_norm": False}),
+    ("class_specific", "preset class_specific()", CLASS_SPECIFIC),
+    ("class_specific", "preset + token_weighting=grad_x_act", {**CLASS_SPECIFIC, "token_weighting": "grad_x_act"}),
 )
 
 
@@ -46,15 +56,20 @@ def gradskip_overrides(pairs: list[str]) -> dict[str, Any]:
     return out
 
 
-def ablation_rows(base: dict[str, Any] | None = None) -> list[Row]:
-    """Every ablation row, each one option changed from ``base`` (GradSkipOptions overrides; None =
-    the defaults). An option equal to the base's is left out, so the setting that changes nothing is
-    the default row (``is_default``); every group has one.
+def ablation_rows(base: dict[str, Any] | None = None, groups: list[str] | None = None) -> list[Row]:
+    """Every ablation row (of ``groups``; None = all), each one option changed from ``base``
+    (GradSkipOptions overrides; None = the defaults). An option equal to the base's is left out, so the
+    setting that changes nothing is the default row (``is_default``); every group has one.
     """
     base = base or {}
     defaults = GradSkipOptions(**base)
     rows = []
+    known = {group for group, _, _ in SETTINGS}
+    if groups is not None and not set(groups) <= known:
+        raise ValueError(f"unknown ablation groups {sorted(set(groups) - known)}; choose from {sorted(known)}")
     for group, setting, options in SETTINGS:
+        if groups is not None and group not in groups:
+            continue
         changed = {**base, **{k: v for k, v in options.items() if getattr(defaults, k) != v}}
         rows.append(Row("ablations", setting, group, "ablation", changed, is_default=changed == base))
     return rows

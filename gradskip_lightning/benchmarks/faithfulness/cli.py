@@ -101,6 +101,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--ablations", action=argparse.BooleanOptionalAction, default=True, help="run the GradSkip ablations"
     )
     PROFILES.add(parser, "--ablation-size", "first images of the subset used for the ablations", type=int)
+    parser.add_argument(
+        "--ablation-groups", nargs="*", default=None, metavar="GROUP", help="run only these ablation groups"
+    )
+    parser.add_argument(
+        "--costly-ablations",
+        action="store_true",
+        help="also score class sensitivity and randomisation in the ablations (costly)",
+    )
     PROFILES.add(parser, "--bootstrap-resamples", "resamples of the interval bootstrap", type=int)
     parser.add_argument("--bootstrap-seed", type=int, default=0, help="generator seed of the interval bootstrap")
     parser.add_argument("--explain-batch", type=int, default=64, help="images per explain call")
@@ -146,7 +154,8 @@ def _score(
         randomisation_images=args.randomisation_images,
         seed=seed,
     )
-    scores = SCORES if method.row.table == "methods" else tuple(s for s in SCORES if s.in_ablations)
+    every = method.row.table == "methods" or args.costly_ablations
+    scores = SCORES if every else tuple(s for s in SCORES if s.in_ablations)
     values = score_all(inputs, scores)
     spent = cost(method.fn, model, subset.images[:1], subset.labels[:1]) if method.row.table == "methods" else None
     record = ScoreRecord(
@@ -207,7 +216,7 @@ def run_ablations(
     subset = subset.head(args.ablation_size)
     done: dict[tuple, SeedScores] = {}
     runs = []
-    for row in ablation_rows(gradskip_overrides(args.gradskip)):
+    for row in ablation_rows(gradskip_overrides(args.gradskip), args.ablation_groups):
         key = tuple(sorted(row.options.items()))
         if key not in done:
             done[key] = _score(Method(row, engine_method(SUBJECT, **row.options)), model, subset, args, dataset, seed)

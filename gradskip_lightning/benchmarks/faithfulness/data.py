@@ -131,7 +131,8 @@ def train_or_load(
     settings, _, trainer_args = config_settings(name)
     epochs = EPOCHS.get(name, trainer_args["max_epochs"]) if epochs is None else epochs
     seed_everything(seed, verbose=False)
-    model = cls(**settings, **{link: getattr(datamodule, link) for link in LINKED_FROM_DATA})
+    links = {link: getattr(datamodule, link) for link in LINKED_FROM_DATA}
+    model = cls(**{**settings, **links})  # a config that also sets a linked value (in_chans) gets the data's
     trainer = quiet_trainer(
         max_epochs=epochs,
         limit_val_batches=0,

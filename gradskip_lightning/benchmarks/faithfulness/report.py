@@ -8,6 +8,7 @@ marker lines in the target file, so the hand-written text around the generated t
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -22,8 +23,11 @@ END = "<!-- faithfulness:end -->"
 Record = ModelRecord | ScoreRecord | IntervalRecord | PairedDifference
 
 
-def _scores(table: Table) -> tuple[Score, ...]:
-    return SCORES if table == "methods" else tuple(s for s in SCORES if s.in_ablations)
+def _scores(table: Table, names: Iterable[str] = ()) -> tuple[Score, ...]:
+    """Every score for the methods table; for the ablations, the cheap ones and any other in ``names``
+    (the costly ones are scored there with ``--costly-ablations``)."""
+    names = set(names)
+    return SCORES if table == "methods" else tuple(s for s in SCORES if s.in_ablations or s.name in names)
 
 
 def _f(value: float | None, digits: int = 3) -> str:
@@ -47,7 +51,7 @@ def progress_line(record: ScoreRecord) -> str:
     """One console line per scored (seed, row): the seed's means."""
     row = record.row
     name = row.name + (" (default)" if row.is_default else "")
-    means = " ".join(f"{s.label} {_f(record.scores[s.name])}" for s in _scores(row.table))
+    means = " ".join(f"{s.label} {_f(record.scores[s.name])}" for s in _scores(row.table, record.scores))
     return f"  seed {record.seed} {name:32s} {means} ms/map {record.ms_per_map:.2f}"
 
 
@@ -69,17 +73,18 @@ def methods_table(records: list[IntervalRecord]) -> list[str]:
 
 def ablations_table(records: list[IntervalRecord]) -> list[str]:
     """Every ablation setting: mean [interval] per score and ms per map."""
-    scores = _scores("ablations")
+    scores = _scores("ablations", {name for r in records for name, v in r.scores.items() if v is not None})
     rows = []
     for r in records:
         setting = f"**{r.row.name}** (default)" if r.row.is_default else r.row.name
-        rows.append([r.row.group, setting, *(interval_cell(r.scores[s.name]) for s in scores), f"{r.ms_per_map:.2f}"])
+        cells = (interval_cell(r.scores.get(s.name)) for s in scores)
+        rows.append([r.row.group, setting, *cells, f"{r.ms_per_map:.2f}"])
     return _table(["group", "setting", *(s.title for s in scores), "ms/map"], rows)
 
 
 def differences_table(differences: list[PairedDifference], table: Table) -> list[str]:
     """One row per (subject, reference) pair: subject minus reference per score, with the verdict."""
-    scores = _scores(table)
+    scores = _scores(table, {d.score for d in differences})
     pairs: dict[tuple[str, str, str], dict[str, PairedDifference]] = {}
     for d in differences:
         pairs.setdefault((d.group, d.subject, d.reference), {})[d.score] = d

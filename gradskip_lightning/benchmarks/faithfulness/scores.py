@@ -8,7 +8,7 @@ in :data:`SCORES`.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -151,6 +151,12 @@ SCORES: tuple[Score, ...] = (
     Score("class_sensitivity", "class sens.", False, _class_sensitivity, in_ablations=False),
     Score("randomisation_similarity", "rand. sim.", False, _randomisation, in_ablations=False),
 )
+
+
+def scored(names: Iterable[str]) -> tuple[Score, ...]:
+    """The :data:`SCORES` named in ``names`` (e.g. the keys of a run's values), in table order."""
+    present = set(names)
+    return tuple(score for score in SCORES if score.name in present)
 
 
 def score_all(inputs: ScoreInputs, scores: tuple[Score, ...] = SCORES) -> dict[str, Tensor | None]:

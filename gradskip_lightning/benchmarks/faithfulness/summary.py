@@ -10,7 +10,7 @@ from torch import Tensor
 
 from .bootstrap import BootstrapSettings, hierarchical_bootstrap, verdict
 from .records import IntervalRecord, PairedDifference, Row, ScoreRecord
-from .scores import SCORES, Score
+from .scores import Score, scored
 
 #: The method every other method is compared with, and what its rows are called.
 SUBJECT = "gradskip"
@@ -42,8 +42,9 @@ def _by_row(runs: list[SeedScores]) -> dict[tuple[str, str, str], list[SeedScore
     return grouped
 
 
-def _scores_of(row: Row) -> tuple[Score, ...]:
-    return SCORES if row.table == "methods" else tuple(s for s in SCORES if s.in_ablations)
+def _scores_of(runs: list[SeedScores]) -> tuple[Score, ...]:
+    """The scores a row was scored with (the costly ones only in the methods table, unless asked)."""
+    return scored(runs[0].values)
 
 
 def interval_records(runs: list[SeedScores], settings: BootstrapSettings) -> list[IntervalRecord]:
@@ -52,7 +53,7 @@ def interval_records(runs: list[SeedScores], settings: BootstrapSettings) -> lis
     for row_runs in _by_row(runs).values():
         first = row_runs[0].record
         intervals = {}
-        for score in _scores_of(first.row):
+        for score in _scores_of(row_runs):
             values = _stack(row_runs, score.name)
             intervals[score.name] = None if values is None else hierarchical_bootstrap(values, settings)
         out.append(
@@ -88,7 +89,7 @@ def paired_differences(runs: list[SeedScores], settings: BootstrapSettings) -> l
     out = []
     for subject, reference in comparisons([row_runs[0].record.row for row_runs in grouped.values()]):
         subject_runs, reference_runs = grouped[_key(subject)], grouped[_key(reference)]
-        for score in _scores_of(subject):
+        for score in _scores_of(subject_runs):
             a, b = _stack(subject_runs, score.name), _stack(reference_runs, score.name)
             if a is None or b is None:
                 continue
