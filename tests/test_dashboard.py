@@ -9,7 +9,7 @@ import wandb
 from lightning.pytorch import seed_everything
 from lightning.pytorch.loggers import WandbLogger
 
-from gradskip_lightning import DiscoveryStage, GradSkipCallback
+from gradskip_lightning import DiscoveryStage, GradSkipCallback, ScoreSettings
 from gradskip_lightning.callback.keys import SECTIONS
 from gradskip_lightning.callback.record import scalar_fields
 from gradskip_lightning.dashboard import build_workspace, main
@@ -31,6 +31,7 @@ def logged_keys(tmp_path_factory) -> set[str]:
         seed_everything(0)
         callback = GradSkipCallback(
             num_probes=8,
+            scores=ScoreSettings(class_sensitivity=True),  # every optional score on, so every chart has its key
             insertion_steps=4,
             compare_methods=["rollout"],
             transplant=True,

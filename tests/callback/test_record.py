@@ -24,13 +24,14 @@ def test_fields_declare_scope_scalars_table_and_files():
         "average_precision": Scalar("regions", "average_precision"),
         "transplant_flip": Scalar("transplant", "flip_rate"),
         "transplant_mass": Scalar("transplant", "tag_mass"),
+        "class_sensitivity": Scalar("faithfulness", "class_sensitivity"),
     }
     assert "transplant_flip" not in scalar_fields(compared_only=True)  # the model's, not a method's
     assert list(table_fields())[:3] == ["probabilities", "insertion", "deletion"]
     assert table_fields()["region_mass"] == ("mass", True)
     saved = {"targets", "predictions", "probabilities", "insertion", "deletion", "maps", "token_maps"}
     saved |= {"pointing_hit", "region_mass", "region_rank", "transplant_flip", "transplant_mass"}
-    saved |= {"pixel_accuracy", "mean_iou", "average_precision", "insertion_start"}
+    saved |= {"pixel_accuracy", "mean_iou", "average_precision", "insertion_start", "class_sensitivity"}
     assert set(npz_fields()) == saved
 
 
