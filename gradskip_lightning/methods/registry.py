@@ -17,8 +17,19 @@ from gradskip_lightning.registry import Registry
 MethodName = Literal["gradskip", "raw_attention", "rollout", "chefer", "random", "lrp"]
 
 
+class HasOptions:
+    """What every family's method spec shares: its options dataclass and how a call's keyword
+    arguments become one (:func:`build_options`)."""
+
+    options: type
+
+    def make_options(self, method: str, **options: Any) -> Any:
+        """The options dataclass built from keyword arguments (ValueError naming unknown ones)."""
+        return build_options(self.options, method, **options)
+
+
 @dataclass(frozen=True)
-class MethodSpec:
+class MethodSpec(HasOptions):
     """One explanation method.
 
     Attributes:
@@ -38,10 +49,6 @@ class MethodSpec:
     @property
     def needs_backward(self) -> bool:
         return self.mode != "forward"
-
-    def make_options(self, method: str, **options: Any) -> Any:
-        """The options dataclass built from keyword arguments (see :func:`build_options`)."""
-        return build_options(self.options, method, **options)
 
 
 def build_options(options_type: type, method: str, **options: Any) -> Any:

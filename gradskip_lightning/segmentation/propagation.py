@@ -19,7 +19,7 @@ from gradskip_lightning.adapters import BlockTensors
 from gradskip_lightning.methods.baselines import NoOptions, RandomOptions, chefer_step, random_relevance, rollout_step
 from gradskip_lightning.methods.gradskip import BlockStep, GradSkipOptions, block_step, propagate_block, readout
 from gradskip_lightning.methods.output import normalise
-from gradskip_lightning.methods.registry import build_options
+from gradskip_lightning.methods.registry import HasOptions
 from gradskip_lightning.registry import Registry
 from gradskip_lightning.segmentation.capture import SegmentationCapture, StageTensors
 from gradskip_lightning.validation import required
@@ -230,15 +230,11 @@ def random_segmentation(capture: SegmentationCapture, options: RandomOptions) ->
 
 
 @dataclass(frozen=True)
-class SegmentationSpec:
+class SegmentationSpec(HasOptions):
     """One segmentation method: its propagation over a capture and its options dataclass."""
 
     propagation: Callable[[SegmentationCapture, Any], SegmentationRelevance]
     options: type
-
-    def make_options(self, method: str, **options: Any) -> Any:
-        """The options dataclass built from keyword arguments (ValueError naming unknown ones)."""
-        return build_options(self.options, method, **options)
 
 
 #: The SegFormer family's methods, in the order of :data:`SegmentationMethod` (a test checks both agree).

@@ -34,7 +34,7 @@ from gradskip_lightning.methods.gradskip import (
     start_relevance,
 )
 from gradskip_lightning.methods.lrp import token_relevance
-from gradskip_lightning.methods.registry import build_options
+from gradskip_lightning.methods.registry import HasOptions
 from gradskip_lightning.registry import Registry
 from gradskip_lightning.swin.adapter import BlockWindows, SwinLayout
 from gradskip_lightning.validation import required
@@ -215,15 +215,11 @@ class SwinRandomVisitor(SwinVisitor):
 
 
 @dataclass(frozen=True)
-class SwinSpec:
+class SwinSpec(HasOptions):
     """One Swin method: its visitor, built from (options, layout) per pass, and its options dataclass."""
 
     visitor: Callable[[Any, SwinLayout], SwinVisitor]
     options: type
-
-    def make_options(self, method: str, **options: Any) -> Any:
-        """The options dataclass built from keyword arguments (ValueError naming unknown ones)."""
-        return build_options(self.options, method, **options)
 
 
 #: The Swin family's methods, in the order of :data:`SwinMethod`.
