@@ -20,7 +20,7 @@ from typing import Any, ClassVar
 import torch
 from torch import Tensor, nn
 
-from gradskip_lightning.adapters import ADAPTERS, find_adapter
+from gradskip_lightning.adapters import ADAPTERS, Adapter, UnsupportedModel, find_adapter
 from gradskip_lightning.explanation import ExplainerBase, Explanation, Task, all_finite, relevance_maps
 from gradskip_lightning.families import explainer_for, register_family
 from gradskip_lightning.methods import METHODS, MethodName, method_spec
@@ -50,14 +50,26 @@ class Explainer(ExplainerBase):
     methods: ClassVar[tuple[str, ...]] = METHODS
 
     def __init__(self, model: nn.Module, method: str = "gradskip", **options: Any) -> None:
-        self.model = model  # images -> logits; what the metrics run
-        self.adapter = find_adapter(model)
+        self.adapter = self._adapter_of(model)
         if self.adapter.backbone is model and self.adapter.num_classes <= 0:
-            raise TypeError(
+            raise UnsupportedModel(
                 f"{type(model).__name__} has no classifier head (num_classes=0): nothing to explain. "
                 "Pass the module that applies the head (its forward must return logits)."
             )
+        self.model = self._logits_module(model)  # images -> logits; what the metrics run
         self.method = method
+        self._use_method(method, options)
+
+    def _adapter_of(self, model: nn.Module) -> Adapter:
+        """The adapter of the backbone in ``model`` (a family on the timm pass overrides it)."""
+        return find_adapter(model)
+
+    def _logits_module(self, model: nn.Module) -> nn.Module:
+        """The module whose forward returns the logits (B, K): ``model`` itself here."""
+        return model
+
+    def _use_method(self, method: str, options: dict[str, Any]) -> None:
+        """Set the method's spec and its options dataclass."""
         self.spec = method_spec(method)
         self.options = self.spec.make_options(method, **options)
 

@@ -41,7 +41,7 @@ from gradskip_lightning.adapters.hooked import BlockPoints, HookedAdapter
 from gradskip_lightning.explainer import Explainer
 from gradskip_lightning.explanation import Task
 from gradskip_lightning.families import register_family
-from gradskip_lightning.methods import METHODS, method_spec
+from gradskip_lightning.methods import METHODS
 
 __all__ = ["HF_MODELS", "HFViTAdapter", "HFViTExplainer", "LogitsOf", "find_hf_vit", "holds_hf_vit"]
 
@@ -312,18 +312,12 @@ class HFViTExplainer(Explainer):
     task: ClassVar[Task] = "classification"
     methods: ClassVar[tuple[str, ...]] = METHODS
 
-    def __init__(self, model: nn.Module, method: str = "gradskip", **options: Any) -> None:
-        backbone = find_hf_vit(model)
-        self.adapter = HFViTAdapter(backbone)
-        if backbone is model and self.adapter.num_classes <= 0:
-            raise UnsupportedModel(
-                f"{type(model).__name__} has no classifier head: nothing to explain. Pass the module that "
-                "applies the head (its forward must return logits)."
-            )
-        self.model = LogitsOf(model) if backbone is model else model
-        self.method = method
-        self.spec = method_spec(method)
-        self.options = self.spec.make_options(method, **options)
+    def _adapter_of(self, model: nn.Module) -> HFViTAdapter:
+        return HFViTAdapter(find_hf_vit(model))
+
+    def _logits_module(self, model: nn.Module) -> nn.Module:
+        """A bare HF classifier returns an output object: :class:`LogitsOf` gives its logits."""
+        return LogitsOf(model) if self.adapter.backbone is model else model
 
 
 register_family(

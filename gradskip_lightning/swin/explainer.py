@@ -53,15 +53,10 @@ class SwinExplainer(Explainer):
     methods: ClassVar[tuple[str, ...]] = SWIN_METHODS.names
     adapter: SwinAdapter
 
-    def __init__(self, model: nn.Module, method: str = "gradskip", **options: Any) -> None:
-        self.model = model
-        self.adapter = SwinAdapter(find_swin(model))
-        if self.adapter.backbone is model and self.adapter.num_classes <= 0:
-            raise TypeError(
-                f"{type(model).__name__} has no classifier head (num_classes=0): nothing to explain. "
-                "Pass the module that applies the head (its forward must return logits)."
-            )
-        self.method = method
+    def _adapter_of(self, model: nn.Module) -> SwinAdapter:
+        return SwinAdapter(find_swin(model))
+
+    def _use_method(self, method: str, options: dict[str, Any]) -> None:
         self.swin_spec = swin_spec(method)
         self.options = self.swin_spec.make_options(method, **options)
 
