@@ -22,7 +22,7 @@ from numbers import Integral, Real
 from typing import TypeGuard, TypeVar
 
 import torch
-from torch import Tensor, nn
+from torch import Tensor
 
 __all__ = [
     "as_bool_masks",
@@ -167,7 +167,7 @@ def check_class_targets(targets: Tensor, batch: int, num_classes: int) -> None:
         raise ValueError(f"targets must be in [0, {num_classes}); got {targets.tolist()}")
 
 
-def check_logits(model: nn.Module, logits: object, batch: int) -> None:
+def check_logits(model: object, logits: object, batch: int) -> None:
     """Require the float logits (batch, C), C >= 1, that ``model``'s forward returned."""
     if not isinstance(logits, Tensor) or logits.ndim != 2 or logits.shape[0] != batch or not logits.shape[1]:
         raise ValueError(

@@ -128,7 +128,8 @@ class GradSkipCallback(Callback):
         self._schedule = EpochSchedule(every_n_epochs)
         self.discovery = discovery or DiscoveryStage()
         self._discovery = Discoverer(self.discovery, self.probes.probe_seed)
-        self._budget = TimeBudget(self.probes.max_overhead, method, compare_methods)
+        own = self.discovery.every_n_epochs if self.discovery.enabled else None
+        self._budget = TimeBudget(self.probes.max_overhead, method, compare_methods, discovery_every=own)
         self._explainers: dict[str, ModelExplainer] = {}
         self._data = checks.DataSetup(False, (mean, std), None, None)
         self._sheet: ProbeSheet | None = None
@@ -265,7 +266,8 @@ class GradSkipCallback(Callback):
         report: EpochReport | None = None
         try:
             probes, sheet = required(self._source.probes, "the probe set"), required(self._sheet, "the probe sheet")
-            plan = self._budget.plan(trained)  # what the time budget leaves in this epoch (everything without one)
+            discovery_due = self._discovery.due(epoch, trained)
+            plan = self._budget.plan(trained, discovery_due)  # what the budget leaves (everything without one)
             work = EpochWork(scored=plan.scored)
             with averaged_weights(trainer, pl_module, self, hook):
                 merged, error = explain_isolated(
@@ -287,11 +289,14 @@ class GradSkipCallback(Callback):
                 scalars.update(self._budget.scalars(prefix) if trained else {})
                 discovery_start = time.perf_counter()
                 explainer = self._explainers[self.method]
-                found = self._discovery.run_epoch(
-                    pl_module, explainer, epoch, trained, batch_size=self.probes.explain_batch_size,
-                    activation=self._activation,
-                )  # fmt: skip
+                found = None
+                if plan.discovery:
+                    found = self._discovery.run_epoch(
+                        pl_module, explainer, epoch, batch_size=self.probes.explain_batch_size,
+                        activation=self._activation,
+                    )  # fmt: skip
                 discovery_s = time.perf_counter() - discovery_start
+                work.add("discovery", discovery_s)
                 if found is not None:
                     scalars.update(discovery_scalars(found, explainer.patch_size, prefix))
                 monitor(trainer, scalars)
@@ -311,7 +316,7 @@ class GradSkipCallback(Callback):
         if error is not None:
             report = skipped_report(trainer, epoch, prefix, error, self._monitored.get(prefix, set()))
         elif trained:
-            self._budget.record(plan, time.perf_counter() - start, work.seconds)
+            self._budget.record(plan, time.perf_counter() - start, work.seconds, discovery_due)
         if report is not None:
             report.started, report.time_key = start, key(None, prefix, "time_s")
             log_to_sinks(self._sinks, report, required(self._sheet, "the probe sheet"))

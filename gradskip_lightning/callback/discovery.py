@@ -53,7 +53,7 @@ class DiscoveryStage(DiscoverySettings):
     """
 
     enabled: bool = False
-    probes_per_class: int = 16
+    probes_per_class: int = 8
     every_n_epochs: int = 1
     batch_size: int = 64
 
@@ -157,14 +157,11 @@ class Discoverer:
         pl_module: LightningModule,
         explainer: ModelExplainer,
         epoch: int,
-        fitting: bool,
         *,
         batch_size: int,
         activation: Activation,
     ) -> Discovery | None:
-        """The stage of this explained epoch (every rank), or None: not due, off, or failed (warns, on rank zero)."""
-        if not self.due(epoch, fitting):
-            return None
+        """The stage at ``epoch`` (every rank; the caller checks :meth:`due`), or None: failed (warns, on rank zero)."""
         found, error = self.run(pl_module, explainer, batch_size=batch_size, activation=activation)
         if error is not None:
             rank_zero_warn(f"GradSkipCallback: shortcut discovery of epoch {epoch} skipped. {error}")

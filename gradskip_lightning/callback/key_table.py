@@ -75,9 +75,10 @@ def _other_rows(prefix: str) -> list[tuple[str, str]]:
             "else 0",
         ),
         (
-            f"`{key(None, prefix, 'budget/{overhead,compared_every,scores_every}')}`",
+            f"`{key(None, prefix, 'budget/{overhead,compared_every,discovery_every,scores_every}')}`",
             "with `max_overhead`: the last epoch end's time over the training epoch's; every how many explained "
-            "epochs the compared methods are explained and the perturbation scores computed",
+            "epochs the compared methods are explained (with `compare_methods`) and the perturbation scores "
+            "computed; at every how many of its epochs the discovery stage runs (with `discovery`)",
         ),
         (
             f"`<section>/{prefix}validate/...`",

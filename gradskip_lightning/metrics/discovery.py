@@ -130,9 +130,11 @@ def discover(
     ``summary`` is :func:`summarise_classes` of these probes' token maps (or a :class:`ClassMapSummary`);
     its settings give the seed and the alert threshold. A class without probes or without a hotspot
     gets NaN rates and NaN suspicion. See :func:`hotspot_transplant` for ``model``, ``batch_size``
-    and ``activation``.
+    and ``activation``; the unchanged probes go through ``model`` once for every class.
     """
     check_class_targets(classes, len(images), len(summary.counts))
+    with torch.no_grad():
+        logits = torch.cat([model(images[start : start + batch_size]) for start in range(0, len(images), batch_size)])
     transplants = tuple(
         hotspot_transplant(
             model,
@@ -144,6 +146,7 @@ def discover(
             seed=summary.settings.seed,
             batch_size=batch_size,
             activation=activation,
+            logits=logits,
         )
         for label in range(len(summary.counts))
     )

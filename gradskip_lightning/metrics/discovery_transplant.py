@@ -24,7 +24,13 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from gradskip_lightning.validation import check_choice, check_image_batch, check_patch_mask, check_targets
+from gradskip_lightning.validation import (
+    check_choice,
+    check_image_batch,
+    check_logits,
+    check_patch_mask,
+    check_targets,
+)
 
 from .perturbation import ACTIVATIONS, Activation, class_probabilities
 
@@ -140,11 +146,13 @@ def hotspot_transplant(
     seed: int = 0,
     batch_size: int = 256,
     activation: Activation = "softmax",
+    logits: Tensor | None = None,
 ) -> HotspotTransplant:
     """Paste class ``target``'s hotspot onto the other classes' probes, with controls (see the module docstring).
 
     All images go through ``model`` in chunks of ``batch_size`` under ``torch.no_grad()``: the
-    recipients once unchanged, then 3 pasted copies of each (n_o + 3 * recipients images).
+    recipients once unchanged (unless ``logits`` gives them), then 3 pasted copies of each
+    (n_o + 3 * recipients images).
 
     Args:
         model: images (B, C, H, W) -> logits (B, K), in eval mode (the mode is left as it is).
@@ -156,6 +164,8 @@ def hotspot_transplant(
         seed: of the random placements of control (a).
         batch_size: images per forward call.
         activation: "softmax" (a flip: arg-max) or "sigmoid" (multi-label: its sigmoid > 0.5).
+        logits: (P, K) the model's logits of the unchanged ``images``, when known (their forward is
+            then skipped; :func:`~.discovery.discover` computes them once for every class).
 
     Example:
         >>> def model(x):  # class 1 iff the top-left 2 x 2 pixels are 1
@@ -199,7 +209,12 @@ def hotspot_transplant(
 
     if not len(donors) or not hotspot.any():
         return HotspotTransplant(target, 0, math.nan, math.nan, math.nan, constancy)
-    eligible = (~predictions(len(others), lambda start, stop: images[others[start:stop]]).to(device)).nonzero()[:, 0]
+    if logits is None:
+        clean = predictions(len(others), lambda start, stop: images[others[start:stop]])
+    else:
+        check_logits(model, logits, len(images))
+        clean = predicted_as(logits.to(device)[others], target, activation)
+    eligible = (~clean.to(device)).nonzero()[:, 0]
     count = len(eligible)
     if not count:
         return HotspotTransplant(target, 0, math.nan, math.nan, math.nan, constancy)

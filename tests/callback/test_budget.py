@@ -13,6 +13,7 @@ from lightning.pytorch.loggers import CSVLogger
 
 from gradskip_lightning import GradSkipCallback
 from gradskip_lightning.callback.budget import MAX_STRIDE, Plan, TimeBudget
+from gradskip_lightning.callback.discovery import DiscoveryStage
 from gradskip_lightning.callback.settings import ProbeSettings, ScoreSettings
 
 from .helpers import tiny_data, tiny_module, tiny_trainer
@@ -26,13 +27,16 @@ def _rows(log_dir: str | Path) -> list[dict[str, float]]:
     return [{k: float(v) for k, v in row.items() if v} for row in rows]
 
 
-def _fit(tmp_path: Path, max_overhead: float | None) -> tuple[list[dict[str, float]], list[str], dict[str, int]]:
+def _fit(
+    tmp_path: Path, max_overhead: float | None, discovery: bool = False
+) -> tuple[list[dict[str, float]], list[str], dict[str, int]]:
     seed_everything(0)
     logger = CSVLogger(save_dir=str(tmp_path), name="csv")
     callback = GradSkipCallback(
         probes=ProbeSettings(num_probes=8, max_overhead=max_overhead),
         scores=ScoreSettings(insertion_steps=4),
         compare_methods=["rollout"],
+        discovery=DiscoveryStage(enabled=discovery, probes_per_class=2),
         progress=False,
     )
     trainer = tiny_trainer(tmp_path, logger=logger, callbacks=[callback], max_epochs=EPOCHS, num_sanity_val_steps=0)
@@ -79,6 +83,11 @@ def test_over_budget_the_compared_methods_and_scores_run_less_often_and_it_is_sa
     assert all("faithfulness/gradskip/insertion/rollout" in row for row in rows)
     assert all(row["gradskip/budget/compared_every"] == 1 for row in rows)
 
+    rows, messages, _ = _fit(tmp_path / "tight-discovery", max_overhead=1e-6, discovery=True)
+    assert len(messages) == 1 and "discovery stage runs at every 16" in messages[0]
+    assert [("discovery/gradskip/max_suspicion" in row) for row in rows] == [True] + [False] * (EPOCHS - 1)
+    assert all(row["gradskip/budget/discovery_every"] == MAX_STRIDE for row in rows[1:])
+
     rows, messages, _ = _fit(tmp_path / "off", max_overhead=None)
     assert not messages and all("gradskip/budget/overhead" not in row for row in rows)
 
@@ -100,3 +109,50 @@ def test_strides_thin_the_compared_methods_first_then_the_scores():
     assert [len(plan.methods) for plan in plans] == [1, 1, 1, 2, 1, 1, 1, 2]
     assert all("gradskip" in plan.scored for plan in plans)
     assert budget.plan(fitting=False).methods == ("gradskip", "rollout")  # validate(): everything
+
+
+def test_discovery_is_thinned_after_the_compared_methods_and_before_the_scores():
+    budget = TimeBudget(0.02, "gradskip", ["rollout"], discovery_every=1)
+    budget._train = [100.0]  # 2 s allowance
+    everything = budget.plan(fitting=True, discovery_due=True)
+    assert everything.discovery and everything.methods == ("gradskip", "rollout")
+    seconds = {"gradskip/maps": 0.2, "gradskip/scores": 0.5, "rollout/maps": 0.1, "rollout/scores": 0.9, "discovery": 4}
+    budget.record(everything, total=6.0, seconds=seconds, discovery_due=True)
+    # fixed 0.5 + scores 0.5 + compared 1.0 / n + discovery 4 / d <= 2: the smallest d is 5 (with n = 5), m stays 1
+    assert budget.every == {"compared": 5, "discovery": 5, "scores": 1}
+    scalars = budget.scalars("gradskip/")
+    assert scalars["gradskip/budget/discovery_every"] == 5 and scalars["gradskip/budget/scores_every"] == 1
+    runs, compared = [], []
+    for _ in range(10):
+        plan = budget.plan(fitting=True, discovery_due=True)
+        runs.append(plan.discovery)
+        compared.append("rollout" in plan.methods)
+        ran = {
+            k: v for k, v in seconds.items() if k.split("/")[0] in plan.methods or (k == "discovery" and plan.discovery)
+        }
+        budget.record(plan, total=0.5 + sum(ran.values()) - 0.2, seconds=ran, discovery_due=True)
+    assert runs == [False, False, False, False, True] * 2  # every 5th epoch
+    assert compared == [False] * 5 + [True] + [False] * 4  # due with discovery: one epoch later, not on the same
+    assert budget.plan(fitting=False, discovery_due=True).discovery  # validate(): everything
+
+
+def test_the_discovery_stride_counts_only_the_stages_own_epochs():
+    budget = TimeBudget(0.02, "gradskip", [], discovery_every=2)
+    budget._train = [100.0]
+    budget.record(
+        budget.plan(True, True), total=2.5, seconds={"gradskip/scores": 0.5, "discovery": 2.0}, discovery_due=True
+    )
+    # fixed 0 + 0.5 + 2.0 / (2 x d) <= 2 -> d = 1: the own period already halves it
+    assert budget.every == {"discovery": 1, "scores": 1}
+    budget.record(
+        budget.plan(True, True), total=8.5, seconds={"gradskip/scores": 0.5, "discovery": 8.0}, discovery_due=True
+    )
+    assert budget.every == {"discovery": 3, "scores": 1}  # 0.5 + 8 / (2 x 3) = 1.83 <= 2
+    due = [False, True] * 4  # the stage's own schedule: every 2nd explained epoch
+    runs = []
+    for own in due:
+        plan = budget.plan(True, own)
+        runs.append(plan.discovery)
+        seconds = {"gradskip/scores": 0.5, **({"discovery": 8.0} if plan.discovery else {})}
+        budget.record(plan, sum(seconds.values()), seconds, discovery_due=own)
+    assert runs == [False, False, False, False, False, True, False, False]  # its 3rd own epoch after the last run

@@ -170,8 +170,24 @@ def test_the_hotspot_transplant_flips_to_the_stamped_class_and_the_controls_do_n
     for clean in (found.transplants[0], found.transplants[2]):
         assert clean.constancy < 0.3 and clean.excess < 0.1
     assert found.suspicion[[0, 2]].max() < 0.05
-    # per class: the 24 recipients unchanged, then 3 pasted copies of each, in chunks of 7
-    assert model.calls == 3 * (math.ceil(24 / 7) + math.ceil(3 * 24 / 7)) and model.images == 3 * (24 + 3 * 24)
+    # the 36 probes unchanged once for every class, then per class 3 pasted copies of its 24 recipients, in chunks of 7
+    assert model.calls == math.ceil(36 / 7) + 3 * math.ceil(3 * 24 / 7) and model.images == 36 + 3 * (3 * 24)
+
+
+def test_known_logits_skip_the_unchanged_forward_with_the_same_result():
+    images, classes, maps = stamp_case()
+    summary = summarise_classes(maps, classes, 3, DiscoverySettings())
+    plain, given = CountingModel(StampModel()), CountingModel(StampModel())
+    logits = StampModel()(images)
+    for target in range(3):
+        expected = hotspot_transplant(plain, images, classes, summary.hotspots[target], target, patch_size=PATCH)
+        found = hotspot_transplant(
+            given, images, classes, summary.hotspots[target], target, patch_size=PATCH, logits=logits
+        )
+        assert found == expected
+    assert plain.images - given.images == 3 * 24  # the recipients' unchanged forward, per class
+    with pytest.raises(ValueError, match="num_classes"):
+        hotspot_transplant(given, images, classes, summary.hotspots[1], 1, patch_size=PATCH, logits=logits[:5])
 
 
 def test_constancy_is_high_for_a_stamp_and_low_for_random_texture():
