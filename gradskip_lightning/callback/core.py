@@ -71,6 +71,10 @@ class GradSkipCallback(Callback):
         mean, std: normalisation to undo for display; None reads the datamodule's.
         progress: a progress bar while explaining takes several chunks.
         transplant: the live transplant test: a ``SpuriousTag``, True (the datamodule's tag) or False.
+        backbone: the module path (as ``pl_module.get_submodule`` takes it: ``"student"``,
+            ``"nets.student"``) of the network to explain when the LightningModule holds several
+            (a teacher and a student, an EMA copy); that submodule's forward must return the
+            network's logits, and it is what every method and score runs. None: the LightningModule.
         num_probes, ..., probe_overlays: deprecated flat spellings of the groups' fields.
 
     Example::
@@ -97,6 +101,7 @@ class GradSkipCallback(Callback):
         std: Sequence[float] | None = None,
         progress: bool = True,
         transplant: SpuriousTag | bool = False,
+        backbone: str | None = None,
         # Deprecated flat spellings (explicit, not **kwargs, so LightningCLI YAML accepts them too).
         num_probes: int | None = None,
         probe_seed: int | None = None,
@@ -118,16 +123,16 @@ class GradSkipCallback(Callback):
         settings = grouped({"probes": probes, "scores": scores, "render": render}, flat)
         self.probes, self.scores, self.render = settings["probes"], settings["scores"], settings["render"]
         compare_methods = list(compare_methods)
-        check_arguments(every_n_epochs, method, compare_methods, log_prefix, mean, std, transplant)
+        check_arguments(every_n_epochs, method, compare_methods, log_prefix, mean, std, transplant, backbone)
         given = given_probes(probe_images, probe_labels, probe_masks)
         self.method, self.method_options, self.compare_methods = method, dict(method_options or {}), compare_methods
         self.log_prefix, self.mean, self.std = log_prefix, mean, std
-        self.progress, self.transplant = progress, transplant
-        self._source = ProbeSource(given, self.probes.num_probes, self.probes.probe_seed)
+        self.progress, self.transplant, self.backbone = progress, transplant, backbone
+        self._source = ProbeSource(given, self.probes.num_probes, self.probes.probe_seed, self.probes.item_keys)
         self._drift = DriftTracker(top_k=self.scores.drift_top_k)
         self._schedule = EpochSchedule(every_n_epochs)
         self.discovery = discovery or DiscoveryStage()
-        self._discovery = Discoverer(self.discovery, self.probes.probe_seed)
+        self._discovery = Discoverer(self.discovery, self.probes.probe_seed, self.probes.item_keys)
         own = self.discovery.every_n_epochs if self.discovery.enabled else None
         self._budget = TimeBudget(self.probes.max_overhead, method, compare_methods, discovery_every=own)
         self._explainers: dict[str, ModelExplainer] = {}
@@ -158,7 +163,8 @@ class GradSkipCallback(Callback):
         others = [c.log_prefix for c in callbacks if c is not self and isinstance(c, GradSkipCallback)]
         checks.refuse_shared_folder(self.log_prefix, others)
         checks.check_precision(trainer)
-        self._explainers = checks.explainers_for(pl_module, [self.method, *self.compare_methods], self.method_options)
+        methods = [self.method, *self.compare_methods]
+        self._explainers = checks.explainers_for(pl_module, methods, self.method_options, self.backbone)
         if trainer.state.fn == TrainerFn.FITTING:
             if self._fit_trainer is not None and self._fit_trainer is not trainer:
                 self._reset()

@@ -35,7 +35,7 @@ from gradskip_lightning.metrics.perturbation import Activation
 
 from .distributed import shard_positions
 from .keys import key
-from .probes import ProbeSet, ProbeSource
+from .probes import ItemKeys, ProbeSet, ProbeSource
 from .settings import positive
 
 __all__ = ["DiscoveryStage", "Discoverer", "discovery_scalars", "CLASS_VALUES"]
@@ -122,11 +122,12 @@ class Discoverer:
     Args:
         settings: the ``discovery`` group.
         seed: seed of the probe draw (the callback's ``probe_seed``).
+        keys: where mapping dataset items hold the image, the label and the masks (the callback's probes').
     """
 
-    def __init__(self, settings: DiscoveryStage, seed: int) -> None:
+    def __init__(self, settings: DiscoveryStage, seed: int, keys: ItemKeys = ItemKeys()) -> None:
         self.settings = settings
-        self.source = ProbeSource(None, settings.probes_per_class, seed)
+        self.source = ProbeSource(None, settings.probes_per_class, seed, keys)
         self.alerted: set[int] = set()
 
     @property

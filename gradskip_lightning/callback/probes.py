@@ -12,6 +12,11 @@ background), otherwise every class in the map. The draw is stratified over those
 each probe explains its class over the positions the model predicts as it, and its ``"object"``
 region is that class's pixels. Such a probe's id is ``index * K + class`` (an image with two
 classes gives two probes).
+
+Mapping items (MONAI, HF datasets) give their image, label and masks under the keys of
+:class:`ItemKeys` (the callback's ``ProbeSettings(image_key, label_key, mask_keys)``; by default
+the common names of :data:`IMAGE_KEYS`, :data:`LABEL_KEYS`, :data:`REGION_KEYS`); their other
+fields are never read.
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ from gradskip_lightning.validation import required
 __all__ = [
     "ProbeSet",
     "ProbeSource",
+    "ItemKeys",
     "stratified_indices",
     "dataset_labels",
     "explained_labels",
@@ -47,7 +53,10 @@ __all__ = [
 OBJECT = "object"
 """The region the Pointing Game scores."""
 
-ITEM_FORMS = "(image, label), (image, label, mask (H, W) bool or 0/1) or (image, label, {name: mask})"
+ITEM_FORMS = (
+    "(image, label), (image, label, mask (H, W) bool or 0/1), (image, label, {name: mask}) or mappings (their keys: "
+    "ProbeSettings' image_key, label_key, mask_keys)"
+)
 """The dataset items probes are read from, for messages."""
 
 #: A region name inside a logged key: no "/" (it would read as another key), no leading dot, no space.
@@ -99,6 +108,115 @@ def _float32(images: Tensor, what: str) -> Tensor:
         )
         images = images.float()
     return images
+
+
+#: Keys of a mapping item (MONAI, HF datasets) read as the image, the label and the regions, first found first.
+IMAGE_KEYS = ("image", "pixel_values", "img", "images")
+LABEL_KEYS = ("label", "labels", "target", "targets", "class")
+REGION_KEYS = ("mask", "masks", "regions")
+
+
+@dataclass(frozen=True)
+class ItemKeys:
+    """Which fields of a mapping dataset item (MONAI, HF datasets) hold the image, the label and
+    the region masks; every other field (ids, paths, metadata, other tensors) is never read.
+
+    Attributes:
+        image: the image's key; None: the first of :data:`IMAGE_KEYS` the item has.
+        label: the label's key; None: the first of :data:`LABEL_KEYS`.
+        masks: the keys whose values are (H, W) masks, each region named by its key, or a mapping
+            {key: region name} (``{"seg": "object"}``: the ``"object"`` region, which the Pointing
+            Game scores); empty: no regions. None: the first of :data:`REGION_KEYS` the item has
+            (a mask is the ``"object"`` region, a dict {name: mask} named regions), no other key.
+
+    Raises:
+        TypeError: a key that is not a string. ValueError: an empty key, a mask key given twice,
+            a region name that cannot be part of a logged key (:func:`check_region_name`).
+
+    Example:
+        >>> keys = ItemKeys(image="img", label="target", masks=["seg"])
+        >>> image, label, regions = keys.read({"img": torch.zeros(3, 2, 2), "target": 1, "seg": torch.ones(2, 2),
+        ...                                    "patient_id": 3, "path": "a.png"})
+        >>> label, list(regions)
+        (1, ['seg'])
+    """
+
+    image: str | None = None
+    label: str | None = None
+    masks: Sequence[str] | Mapping[str, str] | None = None
+
+    def __post_init__(self) -> None:
+        for option, key in (("image_key", self.image), ("label_key", self.label)):
+            if key is not None:
+                _check_key(option, key)
+        if self.masks is None:
+            return
+        if isinstance(self.masks, str) or not isinstance(self.masks, (Sequence, Mapping)):
+            raise TypeError(
+                f"mask_keys must be a list of keys or a mapping {{key: region name}}; got {self.masks!r}. "
+                "One mask key: mask_keys=[key]"
+            )
+        keys = list(self.masks)
+        for key in keys:
+            _check_key("mask_keys", key)
+        if len(set(keys)) != len(keys):
+            raise ValueError(f"mask_keys names a key twice: {keys}")
+        names = list(self.regions.values())
+        for name in names:
+            check_region_name(name)
+        if len(set(names)) != len(names):
+            raise ValueError(f"mask_keys gives two keys the same region name: {dict(self.regions)}")
+
+    @property
+    def regions(self) -> dict[str, str]:
+        """Mask key -> region name of the named :attr:`masks` (empty when None)."""
+        if isinstance(self.masks, Mapping):
+            return dict(self.masks)
+        return {key: key for key in self.masks or ()}
+
+    @property
+    def named(self) -> bool:
+        """Whether any key is named (a dataset of tuple items then cannot be read with them)."""
+        return (self.image, self.label, self.masks) != (None, None, None)
+
+    def read(self, item: Mapping[str, Any], index: int = 0) -> tuple:
+        """(image, label[, regions]) of the mapping ``item`` (dataset item ``index``, for messages).
+
+        Raises:
+            ValueError: a named key the item lacks. TypeError: no default key found.
+        """
+        image, label = (
+            _field(item, key, option, index) if key is not None else next((item[k] for k in keys if k in item), None)
+            for key, option, keys in ((self.image, "image_key", IMAGE_KEYS), (self.label, "label_key", LABEL_KEYS))
+        )
+        if image is None or label is None:
+            raise TypeError(
+                f"GradSkipCallback reads a mapping item's image from one of {IMAGE_KEYS} and its label from one of "
+                f"{LABEL_KEYS}; the item has {sorted(map(str, item))}. Name its keys with "
+                "ProbeSettings(image_key=..., label_key=...), or pass probe_images and probe_labels to the callback"
+            )
+        if self.masks is None:
+            regions = next((item[k] for k in REGION_KEYS if k in item), None)
+        else:
+            regions = {name: _field(item, key, "mask_keys", index) for key, name in self.regions.items()} or None
+        return (image, label) if regions is None else (image, label, regions)
+
+
+def _check_key(option: str, key: object) -> None:
+    if not isinstance(key, str):
+        raise TypeError(f"{option} must name a key of the dataset's items as a string; got {key!r}")
+    if not key:
+        raise ValueError(f"{option} must be a non-empty key of the dataset's items; got ''")
+
+
+def _field(item: Mapping[str, Any], key: str, option: str, index: int) -> Any:
+    """``item[key]``, or ValueError naming the key, the item's keys and ``option``."""
+    if key not in item:
+        raise ValueError(
+            f"dataset item {index} has no key {key!r} (probes.{option}); its keys are {sorted(map(str, item))}. "
+            f"Name one of them in ProbeSettings({option}=...)"
+        )
+    return item[key]
 
 
 @dataclass
@@ -200,20 +318,20 @@ def _is_label_map(label: Tensor, image: Tensor) -> bool:
     return label.ndim == 2 and not label.is_floating_point() and tuple(label.shape) == tuple(image.shape[-2:])
 
 
-def dataset_labels(dataset: Dataset) -> Tensor:
+def dataset_labels(dataset: Dataset, keys: ItemKeys = ItemKeys()) -> Tensor:
     """All labels of a dataset, (N,) int64 or (N, C) multi-hot, read without loading images.
 
     Uses the dataset's ``labels`` or ``targets`` (torchvision) attribute, through ``Subset``
     indices; only a dataset with neither is read item by item (label maps then give the classes
-    present, :func:`label_presence`).
+    present, :func:`label_presence`), a mapping item's label under ``keys``.
     """
     if isinstance(dataset, Subset):
-        return dataset_labels(dataset.dataset)[torch.as_tensor(dataset.indices, dtype=torch.long)]
+        return dataset_labels(dataset.dataset, keys)[torch.as_tensor(dataset.indices, dtype=torch.long)]
     labels = getattr(dataset, "labels", None)
     if labels is None:
         labels = getattr(dataset, "targets", None)
     if labels is None:
-        labels = torch.stack([torch.as_tensor(_item(dataset, i)[1]) for i in range(len(dataset))])  # type: ignore[arg-type]  # map-style: sized
+        labels = torch.stack([torch.as_tensor(_item(dataset, i, keys)[1]) for i in range(len(dataset))])  # type: ignore[arg-type]  # map-style: sized
     labels = torch.as_tensor(labels)
     if labels.ndim == 3:  # label maps (N, H, W)
         return label_presence(labels)
@@ -266,41 +384,32 @@ def stratified_indices(labels: Tensor, num_probes: int, seed: int) -> Tensor:
     return chosen_t[order]
 
 
-#: Keys of a mapping item (MONAI, HF datasets) read as the image, the label and the regions, first found first.
-IMAGE_KEYS = ("image", "pixel_values", "img", "images")
-LABEL_KEYS = ("label", "labels", "target", "targets", "class")
-REGION_KEYS = ("mask", "masks", "regions")
-
-
-def _from_mapping(item: Mapping[str, Any]) -> tuple:
-    """(image, label[, regions]) of a mapping item; its other fields (ids, paths, metadata) are ignored."""
-    image, label, regions = (
-        next((item[k] for k in keys if k in item), None) for keys in (IMAGE_KEYS, LABEL_KEYS, REGION_KEYS)
-    )
-    if image is None or label is None:
-        raise TypeError(
-            f"GradSkipCallback reads a mapping item's image from one of {IMAGE_KEYS} and its label from one of "
-            f"{LABEL_KEYS}; the item has {sorted(map(str, item))}. Rename the keys in the dataset's transform, "
-            "or pass probe_images and probe_labels to the callback"
-        )
-    return (image, label) if regions is None else (image, label, regions)
-
-
-def _item(dataset: Dataset, index: int) -> tuple:
+def _item(dataset: Dataset, index: int, keys: ItemKeys) -> tuple:
     item = dataset[index]
     if isinstance(item, Mapping):
-        return _from_mapping(item)
+        return keys.read(item, index)
     if not isinstance(item, (tuple, list)) or len(item) < 2:
         raise TypeError(
             f"GradSkipCallback reads probes as dataset items (image, label), (image, label, mask), "
             f"(image, label, regions dict) or mappings with {IMAGE_KEYS[0]!r} and {LABEL_KEYS[0]!r} keys; got a "
             f"{type(item).__name__}. Make the dataset return such items, or pass probe_images and probe_labels"
         )
+    if keys.named:
+        raise TypeError(
+            f"probes.image_key, label_key or mask_keys name the fields of mapping items, but dataset item {index} is "
+            f"a {type(item).__name__} (read by position: image, label[, mask]). Leave them unset for such a dataset"
+        )
     return tuple(item)
 
 
-def load_probes(dataset: Dataset, indices: Sequence[int] | Tensor, frequency: Tensor | None = None) -> ProbeSet:
-    """Read the probes at ``indices`` from a dataset of ``(image, label[, mask | regions])`` items.
+def load_probes(
+    dataset: Dataset,
+    indices: Sequence[int] | Tensor,
+    frequency: Tensor | None = None,
+    keys: ItemKeys = ItemKeys(),
+) -> ProbeSet:
+    """Read the probes at ``indices`` from a dataset of ``(image, label[, mask | regions])`` items,
+    or of mappings read through ``keys`` (:class:`ItemKeys`).
 
     Reads items by index only: no DataLoader and no iterator is touched. Multi-hot labels (C,)
     explain the label :func:`explained_labels` picks with ``frequency`` (C,) (default: the
@@ -310,7 +419,7 @@ def load_probes(dataset: Dataset, indices: Sequence[int] | Tensor, frequency: Te
     labels: list[Tensor] = []
     regions: list[dict[str, Tensor]] = []
     for index in torch.as_tensor(indices).tolist():
-        item = _item(dataset, index)
+        item = _item(dataset, index, keys)
         image = torch.as_tensor(item[0])
         if not image.is_floating_point():
             raise TypeError(
@@ -319,7 +428,7 @@ def load_probes(dataset: Dataset, indices: Sequence[int] | Tensor, frequency: Te
             )
         images.append(_float32(image, f"dataset item {index}'s images") if not images else image.to(images[0].dtype))
         labels.append(torch.as_tensor(item[1]))
-        item_regions = _as_regions(item[2], f"dataset item {index}'s third element") if len(item) > 2 else None
+        item_regions = _as_regions(item[2], f"dataset item {index}'s masks") if len(item) > 2 else None
         if item_regions is not None:
             for name, mask in item_regions.items():
                 if tuple(mask.shape) != tuple(image.shape[-2:]):
@@ -342,9 +451,9 @@ def load_probes(dataset: Dataset, indices: Sequence[int] | Tensor, frequency: Te
     return ProbeSet(torch.stack(images), stacked.reshape(-1), ids, merged, multi_hot)
 
 
-def is_segmentation_dataset(dataset: Dataset) -> bool:
-    """True when the dataset's items are ``(image, label map)`` (read from its first item)."""
-    item = _item(dataset, 0)
+def is_segmentation_dataset(dataset: Dataset, keys: ItemKeys = ItemKeys()) -> bool:
+    """True when the dataset's items are ``(image, label map)`` (read from its first item, through ``keys``)."""
+    item = _item(dataset, 0, keys)
     image, label = torch.as_tensor(item[0]), torch.as_tensor(item[1])
     return len(item) == 2 and _is_label_map(label, image)
 
@@ -361,12 +470,14 @@ def segmentation_pairs(presence: Tensor) -> tuple[Tensor, Tensor]:
     return index * presence.shape[1] + classes, classes
 
 
-def load_segmentation_probes(dataset: Dataset, pair_ids: Sequence[int] | Tensor, num_classes: int) -> ProbeSet:
+def load_segmentation_probes(
+    dataset: Dataset, pair_ids: Sequence[int] | Tensor, num_classes: int, keys: ItemKeys = ItemKeys()
+) -> ProbeSet:
     """Read the (image, class) probes ``pair_ids`` (``index * num_classes + class``) from a dataset
-    of ``(image, label map)`` items: each explains its class, its ``"object"`` region the class's
-    pixels. Reads items by index only."""
+    of ``(image, label map)`` items (mappings: through ``keys``): each explains its class, its
+    ``"object"`` region the class's pixels. Reads items by index only."""
     pair_ids = torch.as_tensor(pair_ids).long()
-    images, maps = zip(*(_item(dataset, int(i))[:2] for i in pair_ids // num_classes))
+    images, maps = zip(*(_item(dataset, int(i), keys)[:2] for i in pair_ids // num_classes))
     classes = pair_ids % num_classes
     label_maps = torch.stack([torch.as_tensor(m) for m in maps])
     return ProbeSet(
@@ -437,12 +548,14 @@ class ProbeSource:
         given: explicit probes, or None to draw ``num_probes`` with ``seed`` from a dataset.
         num_probes: probes drawn, stratified by (explained) class.
         seed: seed of the draw.
+        keys: where mapping items hold the image, the label and the masks.
     """
 
-    def __init__(self, given: ProbeSet | None, num_probes: int, seed: int) -> None:
+    def __init__(self, given: ProbeSet | None, num_probes: int, seed: int, keys: ItemKeys = ItemKeys()) -> None:
         self.given = given
         self.num_probes = num_probes
         self.seed = seed
+        self.keys = keys
         self.dataset: Dataset | None = None
         self.restored_ids: Tensor | None = None
         self._drawn: ProbeSet | None = None
@@ -464,8 +577,8 @@ class ProbeSource:
         if self.probes is not None:
             return self.probes
         self.dataset = dataset
-        labels = dataset_labels(dataset)
-        segmentation = labels.ndim == 2 and is_segmentation_dataset(dataset)
+        labels = dataset_labels(dataset, self.keys)
+        segmentation = labels.ndim == 2 and is_segmentation_dataset(dataset, self.keys)
         pair_ids, strata = segmentation_pairs(labels) if segmentation else (None, labels)
         ids = self.restored_ids
         if ids is not None:
@@ -490,9 +603,10 @@ class ProbeSource:
                 )
             ids = required(pair_ids, "the (image, class) pairs")[drawn] if segmentation else drawn
         if segmentation:
-            self._drawn = load_segmentation_probes(dataset, ids, labels.shape[1])
+            self._drawn = load_segmentation_probes(dataset, ids, labels.shape[1], self.keys)
         else:
-            self._drawn = load_probes(dataset, ids, labels.float().sum(dim=0) if labels.ndim == 2 else None)
+            frequency = labels.float().sum(dim=0) if labels.ndim == 2 else None
+            self._drawn = load_probes(dataset, ids, frequency, self.keys)
         return self._drawn
 
     def restore(self, ids: Tensor | None) -> None:

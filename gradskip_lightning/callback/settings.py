@@ -18,7 +18,9 @@ from lightning.pytorch.utilities import rank_zero_deprecation
 
 from gradskip_lightning import render
 from gradskip_lightning.data.tags import SpuriousTag
-from gradskip_lightning.families import all_methods
+from gradskip_lightning.families import all_methods, check_backbone
+
+from .probes import ItemKeys
 
 __all__ = [
     "ProbeSettings",
@@ -61,12 +63,29 @@ class ProbeSettings:
             over it, the compared methods are explained, the discovery stage run and the perturbation
             scores computed on fewer epochs, said in the log and in ``<prefix>budget/...`` scalars (:mod:`.budget`);
             None: everything every epoch.
+        image_key, label_key: the keys of a mapping dataset item (MONAI, HF datasets) holding the
+            image and the label; None: the first common name the item has (``image``,
+            ``pixel_values``, ``img``, ``images``; ``label``, ``labels``, ``target``, ``targets``,
+            ``class``).
+        mask_keys: the keys whose values are (H, W) region masks, each region named by its key, or
+            {key: region name} (``{"seg": "object"}``: the region the Pointing Game scores); []: no
+            regions. None: the first of ``mask``, ``masks``, ``regions`` (a mask: the ``"object"``
+            region; a dict: named regions). Every other field (ids, paths, metadata, other
+            tensors) is never read (:class:`~.probes.ItemKeys`). The discovery probes are read the same way.
     """
 
     num_probes: int = 32
     probe_seed: int = 0
     explain_batch_size: int = 32
     max_overhead: float | None = None
+    image_key: str | None = None
+    label_key: str | None = None
+    mask_keys: Sequence[str] | Mapping[str, str] | None = None
+
+    @property
+    def item_keys(self) -> ItemKeys:
+        """Where mapping dataset items hold the image, the label and the masks."""
+        return ItemKeys(self.image_key, self.label_key, self.mask_keys)
 
     def __post_init__(self) -> None:
         positive("num_probes", self.num_probes)
@@ -75,6 +94,7 @@ class ProbeSettings:
             raise ValueError(
                 f"max_overhead must be a fraction > 0 of the training epoch or None, got {self.max_overhead!r}"
             )
+        ItemKeys(self.image_key, self.label_key, self.mask_keys)  # refuses bad keys, naming the option
 
 
 @dataclass(frozen=True)
@@ -150,7 +170,17 @@ class RenderSettings:
 #: The callback's argument name of each group and its class.
 GROUPS: dict[str, type] = {"probes": ProbeSettings, "scores": ScoreSettings, "render": RenderSettings}
 #: Fields added after the flat spelling was deprecated: they have none.
-GROUPED_ONLY = frozenset({"max_overhead", "insertion_start", "perturbation_precision", "class_sensitivity"})
+GROUPED_ONLY = frozenset(
+    {
+        "max_overhead",
+        "insertion_start",
+        "perturbation_precision",
+        "class_sensitivity",
+        "image_key",
+        "label_key",
+        "mask_keys",
+    }
+)
 #: The deprecated flat argument names: every group's field names but :data:`GROUPED_ONLY`.
 FLAT_NAMES = frozenset(f.name for kind in GROUPS.values() for f in dataclasses.fields(kind)) - GROUPED_ONLY
 
@@ -181,9 +211,12 @@ def check_arguments(
     mean: Sequence[float] | None,
     std: Sequence[float] | None,
     transplant: SpuriousTag | bool,
+    backbone: str | None = None,
 ) -> None:
     """Refuse the callback's ungrouped arguments, each with a message naming it."""
     positive("every_n_epochs", every_n_epochs)
+    if backbone is not None:
+        check_backbone(backbone)
     methods = all_methods()
     if method not in methods:
         raise ValueError(f"method must be one of {methods}, got {method!r}")

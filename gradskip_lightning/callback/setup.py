@@ -60,18 +60,26 @@ def refuse_shared_folder(prefix: str, others: Sequence[str]) -> None:
 
 
 def explainers_for(
-    pl_module: LightningModule, methods: Sequence[str], options: dict[str, object]
+    pl_module: LightningModule, methods: Sequence[str], options: dict[str, object], backbone: str | None = None
 ) -> dict[str, ModelExplainer]:
-    """An explainer per method name (the first gets ``options``), through :func:`~gradskip_lightning.explainer_for`."""
+    """An explainer per method name (the first gets ``options``) of the network at the module path
+    ``backbone`` of ``pl_module`` (None: ``pl_module``), through :func:`~gradskip_lightning.explainer_for`.
+
+    The path is relative to the LightningModule the hooks receive, also under DDP (which wraps it
+    without copying: the explained submodule holds the weights being trained).
+    """
     explainers = {}
     for name in methods:
         try:
-            explainers[name] = explainer_for(pl_module, method=name, **(options if name == methods[0] else {}))
+            explainers[name] = explainer_for(
+                pl_module, method=name, backbone=backbone, **(options if name == methods[0] else {})
+            )
         except TypeError as err:
             received = f"{type(pl_module).__module__}.{type(pl_module).__qualname__}"
             raise TypeError(
                 f"GradSkipCallback: {str(err).rstrip('.')}. Received a {received}: pass a LightningModule that is or "
-                "holds exactly one network of the supported families above."
+                "holds a network of the supported families above (several: name the one to explain with "
+                "GradSkipCallback(backbone='<its module path>'))."
             ) from err
     return explainers
 
