@@ -1,4 +1,4 @@
-"""ViTClassifier: a LightningModule around a timm Vision Transformer."""
+"""ViTClassifier: a LightningModule around a timm Vision Transformer (a plain ViT or a Swin)."""
 
 from __future__ import annotations
 
@@ -108,7 +108,7 @@ PROBABILITIES: dict[Task, Callable[[Tensor], Tensor]] = {
 
 
 class ViTClassifier(TrainedModule):
-    """Image classifier: a timm Vision Transformer trained with AdamW.
+    """Image classifier: a timm Vision Transformer (a plain ViT, or a hierarchical Swin) trained with AdamW.
 
     ``task="multiclass"``: cross-entropy; logs ``{train,val,test}/loss``, ``/acc`` (top-1 accuracy)
     and ``/auroc`` (macro one-vs-rest AUROC), the two figures MedMNIST reports.
@@ -125,9 +125,11 @@ class ViTClassifier(TrainedModule):
         img_size: input image side in pixels.
         patch_size: patch side in pixels.
         in_chans: input channels.
-        embed_dim: token width; None keeps the named model's.
-        depth: number of transformer blocks; None keeps the named model's.
-        num_heads: attention heads per block; None keeps the named model's.
+        embed_dim: token width (a Swin's first stage); None keeps the named model's.
+        depth: number of transformer blocks (a ViT); None keeps the named model's.
+        num_heads: attention heads per block (a Swin: one per stage); None keeps the named model's.
+        depths: blocks per stage (a Swin); None keeps the named model's.
+        window_size: attention window side in tokens (a Swin); None keeps the named model's.
         drop_path_rate: stochastic-depth rate.
         lr: peak AdamW learning rate.
         weight_decay: AdamW weight decay (not applied to biases, norms and position embeddings).
@@ -139,6 +141,8 @@ class ViTClassifier(TrainedModule):
 
         model = ViTClassifier(num_classes=8, img_size=28, patch_size=4, embed_dim=96, depth=4, num_heads=3)
         logits = model(torch.randn(2, 3, 28, 28))  # (2, 8)
+        swin = ViTClassifier("swin_tiny_patch4_window7_224", num_classes=4, img_size=32, patch_size=2,
+                             embed_dim=48, depths=[2, 2], num_heads=[3, 6], window_size=4)
     """
 
     def __init__(
@@ -152,7 +156,9 @@ class ViTClassifier(TrainedModule):
         in_chans: int = 3,
         embed_dim: int | None = None,
         depth: int | None = None,
-        num_heads: int | None = None,
+        num_heads: int | list[int] | None = None,
+        depths: list[int] | None = None,
+        window_size: int | None = None,
         drop_path_rate: float = 0.0,
         lr: float = 1e-3,
         weight_decay: float = 0.05,
@@ -176,7 +182,13 @@ class ViTClassifier(TrainedModule):
         if lr <= 0:
             raise ValueError(f"lr must be > 0, got {lr}")
         self.save_hyperparameters()
-        sizes = {"embed_dim": embed_dim, "depth": depth, "num_heads": num_heads}
+        sizes = {
+            "embed_dim": embed_dim,
+            "depth": depth,
+            "num_heads": num_heads,
+            "depths": depths,
+            "window_size": window_size,
+        }
         overrides: dict[str, Any] = {name: value for name, value in sizes.items() if value is not None}
         self.model = timm.create_model(
             model_name,

@@ -35,6 +35,7 @@ EXPECTED = {
     "chestmnist.yaml",
     "planted_shapes.yaml",
     "planted_shapes_ddp.yaml",
+    "planted_shapes_swin.yaml",
     "planted_segformer.yaml",
     "shortcut.yaml",
 }

@@ -10,6 +10,7 @@ import torch
 from lightning.pytorch import Trainer
 from lightning.pytorch.loggers import CSVLogger
 from timm.layers import DropPath
+from timm.models.swin_transformer import SwinTransformer
 from timm.models.vision_transformer import VisionTransformer
 from torch.utils.data import DataLoader, TensorDataset
 
@@ -27,6 +28,27 @@ def test_builds_the_requested_timm_vit():
     assert len(vit.blocks) == 2 and vit.embed_dim == 48 and vit.blocks[0].attn.num_heads == 3
     assert isinstance(vit.blocks[-1].drop_path1, DropPath) and vit.blocks[-1].drop_path1.drop_prob == pytest.approx(0.2)
     assert model(torch.randn(2, 3, 32, 32)).shape == (2, 4)
+
+
+def test_builds_a_timm_swin_with_its_stage_options():
+    model = ViTClassifier(
+        "swin_tiny_patch4_window7_224",
+        num_classes=4,
+        img_size=32,
+        patch_size=2,
+        embed_dim=16,
+        depths=[2, 1],
+        num_heads=[1, 2],
+        window_size=4,
+    )
+    swin = model.model
+    assert isinstance(swin, SwinTransformer) and swin.patch_embed.grid_size == (16, 16)
+    assert [len(stage.blocks) for stage in swin.layers] == [2, 1] and swin.num_features == 32
+    assert [stage.blocks[0].attn.num_heads for stage in swin.layers] == [1, 2]
+    assert swin.layers[0].blocks[1].window_size == (4, 4) and swin.layers[0].blocks[1].shift_size == (2, 2)
+    assert model(torch.randn(2, 3, 32, 32)).shape == (2, 4)
+    with pytest.raises(TypeError, match="depth"):  # a ViT option the Swin does not take
+        ViTClassifier("swin_tiny_patch4_window7_224", num_classes=4, img_size=32, patch_size=2, depth=2)
 
 
 def test_in_chans_and_named_model_defaults():

@@ -216,15 +216,32 @@ class SwinRandomVisitor(SwinVisitor):
 
 @dataclass(frozen=True)
 class SwinSpec(HasOptions):
-    """One Swin method: its visitor, built from (options, layout) per pass, and its options dataclass."""
+    """One Swin method: its visitor, built from (options, layout) per pass, its options dataclass, and
+    the options the windowed step does not implement (``unsupported``: refused unless at their default)."""
 
     visitor: Callable[[Any, SwinLayout], SwinVisitor]
     options: type
+    unsupported: tuple[str, ...] = ()
+
+    def make_options(self, method: str, **options: Any) -> Any:
+        """The options dataclass; ValueError for unknown options and for an unsupported one changed."""
+        built, defaults = super().make_options(method, **options), self.options()
+        changed = [f"{n}={getattr(built, n)!r}" for n in self.unsupported if getattr(built, n) != getattr(defaults, n)]
+        if changed:
+            raise ValueError(
+                f"{method} on a Swin does not implement {', '.join(changed)} (see the 'Swin' section of "
+                "docs/method.md); leave these at their defaults"
+            )
+        return built
 
 
 #: The Swin family's methods, in the order of :data:`SwinMethod`.
 SWIN_METHODS: Registry[SwinSpec] = Registry("Swin method")
-SWIN_METHODS.register("gradskip", SwinSpec(SwinGradSkipVisitor, GradSkipOptions))
+# issue 21's class-specific readings (W~ scaled per layer, token and read-out weights) are not windowed yet
+SWIN_METHODS.register(
+    "gradskip",
+    SwinSpec(SwinGradSkipVisitor, GradSkipOptions, unsupported=("normalisation", "token_weighting", "readout")),
+)
 SWIN_METHODS.register("raw_attention", SwinSpec(SwinRawAttentionVisitor, NoOptions))
 SWIN_METHODS.register("rollout", SwinSpec(SwinRolloutVisitor, NoOptions))
 SWIN_METHODS.register("chefer", SwinSpec(SwinCheferVisitor, NoOptions))

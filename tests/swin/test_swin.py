@@ -188,3 +188,15 @@ def test_unsupported_configurations_are_refused_with_their_reason():
         SwinAdapter(tiny(global_pool=""))
     with pytest.raises(UnsupportedModel, match=r"stage 0's grid \(12, 12\) is not a multiple of its window \(8, 8\)"):
         SwinAdapter(tiny(img_size=24, window_size=8))
+
+
+def test_gradskip_options_the_windows_do_not_carry_are_refused_not_ignored():
+    model = tiny()
+    with pytest.raises(ValueError, match="does not implement normalisation='layer', readout='grad_x_act'"):
+        SwinExplainer(model, "gradskip", normalisation="layer", readout="grad_x_act")
+    with pytest.raises(ValueError, match="token_weighting='grad_x_act'"):
+        SwinExplainer(model, "gradskip", token_weighting="grad_x_act")
+    # the options it does carry change the maps
+    base = SwinExplainer(model).explain(images(), TARGETS).maps
+    weighted = SwinExplainer(model, "gradskip", attention_weighting="pos_grad").explain(images(), TARGETS).maps
+    assert (weighted - base).abs().max() > 1e-4

@@ -2,10 +2,10 @@
 differences and GradSkip ablations.
 
 Run as ``python -m gradskip_lightning.benchmarks faithfulness [--seeds 0 1 2] [--data-root DIR]
-[--markdown PATH] [--quick]``. Per dataset (planted shapes on a tiny and on a deeper ViT, and
-BloodMNIST with ``--data-root``) and per training seed, a ViT is trained with its config's settings
-(or loaded with ``--checkpoints``); the same fixed test images are explained by every method, with
-the true label as target, and scored per image (the columns of
+[--markdown PATH] [--quick]``. Per dataset (planted shapes on a tiny and on a deeper ViT and on a
+small Swin, and BloodMNIST with ``--data-root``) and per training seed, a model is trained with its
+config's settings (or loaded with ``--checkpoints``); the same fixed test images are explained by
+every method, with the true label as target, and scored per image (the columns of
 :data:`~gradskip_lightning.benchmarks.faithfulness.scores.SCORES`). Each score is reported as the
 mean with a 95 % hierarchical bootstrap interval over seeds and images, and GradSkip is compared
 with every other method by paired per-image differences (ahead / tied / behind). GradSkip's options

@@ -24,7 +24,7 @@ from gradskip_lightning.data.base import ImageClassificationDataModule
 from gradskip_lightning.model import LINKED_FROM_DATA
 
 #: Datasets; each trains with ``configs/<name>.yaml``.
-DATASETS = ("planted_shapes", "planted_shapes_deep", "bloodmnist")
+DATASETS = ("planted_shapes", "planted_shapes_deep", "planted_shapes_swin", "bloodmnist")
 #: Training epochs that differ from the config's: 4 of BloodMNIST's 10, so the whole benchmark fits
 #: in 30 minutes on 2 CPU cores (``--epochs 10`` trains as the config does).
 EPOCHS = {"bloodmnist": 4}

@@ -1,6 +1,7 @@
 """Methods as map functions ``(model, images, targets) -> maps (B, H, W)``: their maps over a subset,
 their CPU time and their FLOPs per map. The scores of the maps are in
-:mod:`~gradskip_lightning.benchmarks.faithfulness.scores`.
+:mod:`~gradskip_lightning.benchmarks.faithfulness.scores`. A model is explained by its registered
+family (:func:`~gradskip_lightning.families.explainer_for`: a timm ViT or a Swin).
 """
 
 from __future__ import annotations
@@ -13,9 +14,10 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
-from gradskip_lightning.adapters import find_adapter
-from gradskip_lightning.benchmarks.cost import FAMILIES, count_flops, forward_flops
-from gradskip_lightning.explainer import Explainer
+from gradskip_lightning.adapters import Adapter, UnsupportedModel, find_adapter
+from gradskip_lightning.benchmarks.cost import count_flops
+from gradskip_lightning.families import explainer_for, family_of
+from gradskip_lightning.swin import SwinAdapter, find_swin
 
 from .records import Row
 
@@ -33,12 +35,32 @@ class Method:
 
 
 def engine_method(method: str, **options) -> MapFn:
-    """Map function of an :class:`~gradskip_lightning.explainer.Explainer` method with ``options``."""
+    """Map function of ``method`` with ``options``, explained by the model's family's explainer."""
 
     def explain(model: nn.Module, images: Tensor, targets: Tensor) -> Tensor:
-        return Explainer(model, method, **options).explain(images, targets).maps
+        return explainer_for(model, method, **options).explain(images, targets).maps
 
     return explain
+
+
+#: Registered family (:func:`~gradskip_lightning.families.family_of`) -> the adapter of its backbone
+#: in a model: the families the benchmark's configs train (ViTClassifier builds timm models).
+ADAPTER_OF: dict[str, Callable[[nn.Module], Adapter]] = {
+    "timm_vit": find_adapter,
+    "timm_swin": lambda model: SwinAdapter(find_swin(model)),
+}
+
+
+def adapter_of(model: nn.Module) -> Adapter:
+    """The adapter of ``model``'s backbone (patch size, explain mode, randomisation cascade).
+
+    Raises:
+        UnsupportedModel (a TypeError): no family explains ``model``, or not one of :data:`ADAPTER_OF`.
+    """
+    family = family_of(model)
+    if family not in ADAPTER_OF:
+        raise UnsupportedModel(f"the faithfulness benchmark runs {tuple(ADAPTER_OF)} models, not {family}")
+    return ADAPTER_OF[family](model)
 
 
 def compute_maps(fn: MapFn, model: nn.Module, images: Tensor, targets: Tensor, batch_size: int) -> tuple[Tensor, float]:
@@ -54,10 +76,15 @@ def compute_maps(fn: MapFn, model: nn.Module, images: Tensor, targets: Tensor, b
     return torch.cat(chunks), statistics.median(per_map_ms)
 
 
+def eager_flops(model: nn.Module, fn: Callable[[], object]) -> int:
+    """FLOPs of ``fn()`` with ``model``'s attention non-fused, so FlopCounterMode sees it."""
+    with adapter_of(model).explain_mode(model):
+        return count_flops(fn)
+
+
 def flops_per_map(fn: MapFn, model: nn.Module, image: Tensor, target: Tensor) -> int:
-    """FLOPs of one map for one image (1, C, H, W), attention non-fused so FlopCounterMode sees it."""
-    with find_adapter(model).explain_mode(model):
-        return count_flops(lambda: fn(model, image, target))
+    """FLOPs of one map for one image (1, C, H, W)."""
+    return eager_flops(model, lambda: fn(model, image, target))
 
 
 @dataclass(frozen=True)
@@ -75,4 +102,6 @@ class Cost:
 def cost(fn: MapFn, model: nn.Module, image: Tensor, target: Tensor) -> Cost:
     """GFLOPs per map and the ratio to one forward, for one image (1, C, H, W)."""
     per_map = flops_per_map(fn, model, image, target)
-    return Cost(per_map / 1e9, per_map / forward_flops(model, FAMILIES["vit"], image))
+    with torch.no_grad():
+        forward = eager_flops(model, lambda: model(image))
+    return Cost(per_map / 1e9, per_map / forward)

@@ -1,7 +1,7 @@
 """Peer attribution methods from other libraries, as map functions ``(model, images, targets) -> maps``.
 
 Optional benchmark-only dependencies, imported lazily: Captum (Integrated Gradients, Input x
-Gradient) and pytorch-grad-cam (Grad-CAM with a ViT reshape). Every function returns maps
+Gradient) and pytorch-grad-cam (Grad-CAM with a ViT or Swin reshape). Every function returns maps
 (B, H, W) float32 at input resolution, higher = more relevant to the target class, so they go
 through the same metric functions as the engine's maps.
 
@@ -22,9 +22,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
-from gradskip_lightning.adapters import find_adapter
-
-from .maps import MapFn
+from .maps import MapFn, adapter_of
 
 
 @dataclass(frozen=True)
@@ -85,16 +83,19 @@ def grad_cam(model: nn.Module, images: Tensor, targets: Tensor) -> Tensor:
     """pytorch-grad-cam GradCAM on the last block's ``norm1`` output, patch tokens as a (h, w) grid.
 
     As in pytorch-grad-cam's ViT example: prefix tokens dropped, tokens (B, P, D) reshaped to
-    (B, D, h, w). The library's backward writes parameter ``.grad``; it is cleared afterwards.
+    (B, D, h, w); a Swin block's tokens are already a grid (B, h, w, D) (its last stage's, as in the
+    library's Swin example). The library's backward writes parameter ``.grad``; it is cleared afterwards.
     """
     from pytorch_grad_cam import GradCAM
     from pytorch_grad_cam.utils.model_targets import ClassifierOutputTarget
 
-    adapter = find_adapter(model)
+    adapter = adapter_of(model)
     h, w = adapter.grid_size
     prefix = adapter.num_prefix_tokens
 
     def reshape(tokens: Tensor) -> Tensor:
+        if tokens.dim() == 4:  # a Swin block's (B, h, w, D)
+            return tokens.permute(0, 3, 1, 2)
         patches = tokens[:, prefix:, :]
         return patches.reshape(patches.shape[0], h, w, patches.shape[2]).permute(0, 3, 1, 2)
 

@@ -15,7 +15,6 @@ from functools import cached_property
 import torch
 from torch import Tensor, nn
 
-from gradskip_lightning.adapters import find_adapter
 from gradskip_lightning.metrics import (
     class_sensitivity,
     faithfulness_violation,
@@ -25,7 +24,7 @@ from gradskip_lightning.metrics import (
 )
 from gradskip_lightning.metrics.sensitivity import runner_up_classes
 
-from .maps import MapFn
+from .maps import MapFn, adapter_of
 
 
 @dataclass
@@ -96,7 +95,7 @@ def _randomisation(inputs: ScoreInputs) -> Tensor:
         inputs.targets[few],
         lambda model, images, targets: inputs.map_fn(model, images, targets).detach(),
         seed=inputs.seed,
-        cascade_for=find_adapter,
+        cascade_for=adapter_of,
     )
     return curve.similarity.nanmean(dim=0).double()
 
