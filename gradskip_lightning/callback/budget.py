@@ -3,18 +3,18 @@
 With ``max_overhead`` (e.g. 0.02: 2 % of the training epoch) the callback measures each training
 epoch (first batch start to validation start, or to the epoch end without validation) and its own
 time at the epoch end (explaining, scoring, discovery, rendering, logging, files). When over budget
-it thins the work, cheapest loss first (:data:`PARTS`): the compared methods are explained every
-n-th explained epoch, then the discovery stage runs at every d-th of its epochs, then the explained
-method's perturbation scores (insertion/deletion, the violation test) are computed every m-th; the
-explained method's maps, drift and overlays stay every epoch. A thinned part runs on an epoch of its
-own where it can (the most valuable due part first), so no epoch end carries them all. It says so
+it thins the work, cheapest loss first: the compared methods are explained every n-th explained
+epoch, then the explained method's perturbation scores (insertion/deletion, the violation test) are
+computed every m-th explained epoch and the discovery stage run at every d-th of its epochs, m = d
+(the scores are the trend, discovery the alarm: neither starves); the explained method's maps,
+drift and overlays stay every epoch. A thinned part runs on an epoch of its own where it can (the
+most valuable due part first, :data:`PARTS` reversed), so no epoch end carries them all. It says so
 once in the log and every explained epoch in ``<prefix>budget/...`` scalars, never silently.
 ``trainer.validate()`` always does everything.
 """
 
 from __future__ import annotations
 
-import itertools
 import statistics
 import time
 from collections.abc import Sequence
@@ -31,9 +31,9 @@ __all__ = ["MAX_STRIDE", "PARTS", "Part", "Plan", "TimeBudget"]
 MAX_STRIDE = 16
 
 #: A part of the epoch end's work that the budget can put on fewer epochs.
-Part = Literal["compared", "discovery", "scores"]
-#: The parts, thinned in this order (cheapest loss first); the reverse is their priority when several are due.
-PARTS: tuple[Part, ...] = ("compared", "discovery", "scores")
+Part = Literal["compared", "scores", "discovery"]
+#: The parts, from the least valuable: when several thinned parts are due, the last runs first.
+PARTS: tuple[Part, ...] = ("compared", "scores", "discovery")
 
 
 @dataclass(frozen=True)
@@ -62,9 +62,9 @@ class TimeBudget:
 
     The costs are the last measured seconds of each part (:meth:`record`): ``fixed`` (the explained
     method's maps, rendering, logging, files), ``scores`` (its perturbation scores), ``compared``
-    (the compared methods' maps and scores) and ``discovery``. The strides (:attr:`every`) are the
-    smallest with fixed + scores / m + compared / n + discovery / (discovery_every x d) <= max_overhead
-    x training seconds, raised in :data:`PARTS` order (n first, m last).
+    (the compared methods' maps and scores) and ``discovery``. The strides (:attr:`every`) fit
+    fixed + scores / m + compared / n + discovery / (discovery_every x d) <= max_overhead x training
+    seconds: n raised first (up to :data:`MAX_STRIDE`), then m = d together, each the smallest that fits.
     """
 
     def __init__(
@@ -184,12 +184,15 @@ class TimeBudget:
         return self._costs[part] / (own * stride)
 
     def _strides(self, allowance: float) -> dict[Part, int]:
-        """The smallest strides (the last part's raised last) that fit ``allowance`` seconds, else all at most."""
-        ranges = [range(1, MAX_STRIDE + 1)] * len(self.parts)
-        for strides in itertools.product(*ranges):  # the last part's stride varies slowest
-            every = dict(zip(self.parts, reversed(strides), strict=True))
-            if self._costs["fixed"] + sum(self._per_epoch(p, s) for p, s in every.items()) <= allowance:
-                return every
+        """The strides that fit ``allowance`` seconds: the compared methods thinned first, up to :data:`MAX_STRIDE`;
+        then the scores and discovery together, at the smallest common stride (neither starves the other);
+        all at most when even that does not fit."""
+        shared = [part for part in self.parts if part != "compared"]
+        for level in range(1, MAX_STRIDE + 1):
+            for compared in range(1, MAX_STRIDE + 1) if "compared" in self.parts else (1,):
+                every = {**({"compared": compared} if "compared" in self.parts else {}), **dict.fromkeys(shared, level)}
+                if self._costs["fixed"] + sum(self._per_epoch(p, s) for p, s in every.items()) <= allowance:
+                    return {part: every[part] for part in self.parts}
         return dict.fromkeys(self.parts, MAX_STRIDE)
 
     def _described(self) -> str:

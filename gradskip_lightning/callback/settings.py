@@ -60,8 +60,8 @@ class ProbeSettings:
         probe_seed: seed of the draw; the selection is kept in checkpoints.
         explain_batch_size: probes per explain call (bounds memory).
         max_overhead: the callback's time budget as a fraction of the training epoch (0.02: 2 %):
-            over it, the compared methods are explained, the discovery stage run and the perturbation
-            scores computed on fewer epochs, said in the log and in ``<prefix>budget/...`` scalars (:mod:`.budget`);
+            over it, the compared methods are explained on fewer epochs, then the perturbation scores
+            computed and the discovery stage run on fewer epochs together, said in the log and in ``<prefix>budget/...`` scalars (:mod:`.budget`);
             None: everything every epoch.
         image_key, label_key: the keys of a mapping dataset item (MONAI, HF datasets) holding the
             image and the label; None: the first common name the item has (``image``,

@@ -111,28 +111,36 @@ def test_strides_thin_the_compared_methods_first_then_the_scores():
     assert budget.plan(fitting=False).methods == ("gradskip", "rollout")  # validate(): everything
 
 
-def test_discovery_is_thinned_after_the_compared_methods_and_before_the_scores():
+def test_the_compared_methods_are_thinned_first_then_the_scores_and_discovery_together():
     budget = TimeBudget(0.02, "gradskip", ["rollout"], discovery_every=1)
     budget._train = [100.0]  # 2 s allowance
     everything = budget.plan(fitting=True, discovery_due=True)
     assert everything.discovery and everything.methods == ("gradskip", "rollout")
     seconds = {"gradskip/maps": 0.2, "gradskip/scores": 0.5, "rollout/maps": 0.1, "rollout/scores": 0.9, "discovery": 4}
     budget.record(everything, total=6.0, seconds=seconds, discovery_due=True)
-    # fixed 0.5 + scores 0.5 + compared 1.0 / n + discovery 4 / d <= 2: the smallest d is 5 (with n = 5), m stays 1
-    assert budget.every == {"compared": 5, "discovery": 5, "scores": 1}
+    # fixed 0.5 + (scores 0.5 + discovery 4) / L + compared 1.0 / n <= 2: L = 4 (1.625), then n = 3 (1.958)
+    assert budget.every == {"compared": 3, "scores": 4, "discovery": 4}
     scalars = budget.scalars("gradskip/")
-    assert scalars["gradskip/budget/discovery_every"] == 5 and scalars["gradskip/budget/scores_every"] == 1
-    runs, compared = [], []
-    for _ in range(10):
+    assert scalars["gradskip/budget/discovery_every"] == 4 and scalars["gradskip/budget/compared_every"] == 3
+    ran_parts = []
+    for _ in range(12):
         plan = budget.plan(fitting=True, discovery_due=True)
-        runs.append(plan.discovery)
-        compared.append("rollout" in plan.methods)
+        parts = {
+            "compared": "rollout" in plan.methods,
+            "scores": "gradskip" in plan.scored,
+            "discovery": plan.discovery,
+        }
+        ran_parts.append({name for name, ran in parts.items() if ran})
         ran = {
             k: v for k, v in seconds.items() if k.split("/")[0] in plan.methods or (k == "discovery" and plan.discovery)
         }
+        ran = {k: v for k, v in ran.items() if k != "gradskip/scores" or parts["scores"]}
         budget.record(plan, total=0.5 + sum(ran.values()) - 0.2, seconds=ran, discovery_due=True)
-    assert runs == [False, False, False, False, True] * 2  # every 5th epoch
-    assert compared == [False] * 5 + [True] + [False] * 4  # due with discovery: one epoch later, not on the same
+    assert all(len(parts) <= 1 for parts in ran_parts)  # one thinned part per epoch end
+    # discovery (the most valuable) on time every 4th epoch; the scores and rollout when next free
+    assert [e for e, parts in enumerate(ran_parts) if "discovery" in parts] == [3, 7, 11]
+    assert [e for e, parts in enumerate(ran_parts) if "scores" in parts] == [4, 8]
+    assert [e for e, parts in enumerate(ran_parts) if "compared" in parts] == [2, 5, 9]
     assert budget.plan(fitting=False, discovery_due=True).discovery  # validate(): everything
 
 
@@ -140,19 +148,22 @@ def test_the_discovery_stride_counts_only_the_stages_own_epochs():
     budget = TimeBudget(0.02, "gradskip", [], discovery_every=2)
     budget._train = [100.0]
     budget.record(
-        budget.plan(True, True), total=2.5, seconds={"gradskip/scores": 0.5, "discovery": 2.0}, discovery_due=True
+        budget.plan(True, True), total=2.1, seconds={"gradskip/scores": 0.1, "discovery": 2.0}, discovery_due=True
     )
-    # fixed 0 + 0.5 + 2.0 / (2 x d) <= 2 -> d = 1: the own period already halves it
-    assert budget.every == {"discovery": 1, "scores": 1}
+    # fixed 0 + (0.1 + 2.0 / 2) / L <= 2 -> L = 1: the own period already halves discovery's cost
+    assert budget.every == {"scores": 1, "discovery": 1}
     budget.record(
-        budget.plan(True, True), total=8.5, seconds={"gradskip/scores": 0.5, "discovery": 8.0}, discovery_due=True
+        budget.plan(True, True), total=8.1, seconds={"gradskip/scores": 0.1, "discovery": 8.0}, discovery_due=True
     )
-    assert budget.every == {"discovery": 3, "scores": 1}  # 0.5 + 8 / (2 x 3) = 1.83 <= 2
+    assert budget.every == {"scores": 3, "discovery": 3}  # (0.1 + 8 / 2) / 3 = 1.37 <= 2 (own period 1: L = 5)
     due = [False, True] * 4  # the stage's own schedule: every 2nd explained epoch
     runs = []
     for own in due:
         plan = budget.plan(True, own)
         runs.append(plan.discovery)
-        seconds = {"gradskip/scores": 0.5, **({"discovery": 8.0} if plan.discovery else {})}
+        seconds = {
+            **({"gradskip/scores": 0.1} if "gradskip" in plan.scored else {}),
+            **({"discovery": 8.0} if plan.discovery else {}),
+        }
         budget.record(plan, sum(seconds.values()), seconds, discovery_due=own)
     assert runs == [False, False, False, False, False, True, False, False]  # its 3rd own epoch after the last run
