@@ -129,7 +129,8 @@ def fit_text(text: str, width: float, size: float = TITLE_POINTS, max_lines: int
     def fits(line: str) -> bool:
         return measure.get_text_width_height_descent(line, font, ismath=False)[0] <= width
 
-    lines, rest = [], text.strip()
+    lines: list[str] = []
+    rest = text.strip()
     while len(lines) < max_lines - 1 and not fits(rest):
         end = len(rest)
         while end > 1 and not fits(rest[:end]):  # the longest start that fits
