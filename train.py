@@ -6,16 +6,22 @@
 
 The model is a :class:`~gradskip_lightning.model.ViTClassifier` unless the config's ``model``
 names another ``class_path`` (e.g. ``gradskip_lightning.segmentation.module.SegmentationModule``).
-W&B runs offline unless you set ``WANDB_MODE`` yourself (e.g. ``WANDB_MODE=online``).
+W&B runs offline unless you set ``WANDB_MODE`` yourself (e.g. ``WANDB_MODE=online``). When stdout
+is not a terminal (redirected to a file, a pipe, a batch job's log), the progress bar is off unless
+the config sets ``trainer.enable_progress_bar``, and each epoch prints one line of metrics
+(:class:`~gradskip_lightning.console.EpochLine`).
 """
 
 from __future__ import annotations
 
 import os
+import sys
+from typing import Any
 
-from lightning.pytorch import LightningDataModule, LightningModule
+from lightning.pytorch import LightningDataModule, LightningModule, Trainer
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 
+from gradskip_lightning.console import EpochLine
 from gradskip_lightning.model import DEFAULT_MODEL, LINKED_FROM_DATA
 
 
@@ -27,6 +33,16 @@ class GradSkipCLI(LightningCLI):
         parser.set_defaults({"model": {"class_path": DEFAULT_MODEL}})
         for name in LINKED_FROM_DATA:
             parser.link_arguments(f"data.{name}", f"model.init_args.{name}", apply_on="instantiate")
+
+    def instantiate_trainer(self, **kwargs: Any) -> Trainer:
+        """The Trainer, without a progress bar when stdout is not a terminal (it would draw nothing
+        there) unless the config sets ``enable_progress_bar``."""
+        if (
+            not sys.stdout.isatty()
+            and self._get(self.config_init, "trainer", default={}).get("enable_progress_bar") is None
+        ):
+            kwargs.setdefault("enable_progress_bar", False)
+        return super().instantiate_trainer(**kwargs)
 
 
 def main(args: list[str] | None = None, run: bool = True) -> GradSkipCLI:
@@ -40,6 +56,7 @@ def main(args: list[str] | None = None, run: bool = True) -> GradSkipCLI:
         args=args,
         run=run,
         save_config_kwargs={"overwrite": True},
+        trainer_defaults={} if sys.stdout.isatty() else {"callbacks": [EpochLine()]},  # after the config's callbacks
     )
 
 

@@ -6,8 +6,9 @@ Usage::
     python -m gradskip_lightning.timeline wandb/offline-run-*/gradskip/maps -o timeline.png
     python -m gradskip_lightning.timeline entity/project/gradskip-maps-<run id>:latest -o timeline.png
 
-Rows are probes, columns are logged epochs (the first column is the probe image); each cell is
-the overlay of that epoch's map with its insertion and deletion scores. When the probes have
+Rows are probes, columns are logged epochs (the first column is the probe image, under its class
+name and beside its probe id); each cell is the overlay of that epoch's map with its insertion and
+deletion scores. A header names the method drawn and shows the colour scale. When the probes have
 named regions (e.g. ``object`` and ``tag``), a chart under the picture shows the mean relevance
 mass on each region over every logged epoch (and on the transplanted tag, when the callback ran
 the transplant test): a map that moves from the object to the tag is a model learning a
@@ -29,11 +30,18 @@ import numpy as np
 from gradskip_lightning import render
 from gradskip_lightning.callback.files import PROBES_FILE, MapsRecord, read_maps
 
-__all__ = ["find_maps_dir", "timeline_figure", "region_curves", "main"]
+__all__ = ["find_maps_dir", "fit_text", "timeline_figure", "region_curves", "main"]
 
-#: Height in inches of one probe row, and of the region chart under the picture.
+#: Heights in inches of the header (the method and the colour scale), of one probe row and of the
+#: region chart under the picture; the width of one column; the title font size in points.
+HEADER_INCHES = 0.7
 ROW_INCHES = 1.6
 CHART_INCHES = 2.4
+COLUMN_INCHES = 1.5
+TITLE_POINTS = 7
+#: The widest a title may be, in points: no wider than the image under it, so inside its column and
+#: clear of the neighbours' titles.
+TITLE_WIDTH = 0.8 * 72 * COLUMN_INCHES
 
 
 #: A W&B artifact name: ``[entity/]project/name:version`` (a local path has no ``:version`` part).
@@ -103,10 +111,74 @@ def region_curves(record: MapsRecord) -> tuple[list[int], dict[str, np.ndarray]]
     return epochs, {name: np.asarray(values) for name, values in curves.items()}
 
 
+def fit_text(text: str, width: float, size: float = TITLE_POINTS, max_lines: int = 3) -> str:
+    """``text`` in at most ``max_lines`` lines, each at most ``width`` points wide at font ``size``
+    (points): broken at a space or before "(" where one is near, else inside a word; what does not
+    fit is cut with an ellipsis.
+
+    >>> print(fit_text("immature granulocytes(myelocytes, metamyelocytes and promyelocytes)", 75.6))
+    immature
+    granulocytes
+    (myelocytes, meta…
+    """
+    from matplotlib.font_manager import FontProperties
+    from matplotlib.textpath import TextToPath
+
+    font, measure = FontProperties(size=size), TextToPath()
+
+    def fits(line: str) -> bool:
+        return measure.get_text_width_height_descent(line, font, ismath=False)[0] <= width
+
+    lines: list[str] = []
+    rest = text.strip()
+    while len(lines) < max_lines - 1 and not fits(rest):
+        end = len(rest)
+        while end > 1 and not fits(rest[:end]):  # the longest start that fits
+            end -= 1
+        end = max(rest.rfind(" ", 0, end + 1), rest.rfind("(", 1, end), 0) or end
+        lines.append(rest[:end].rstrip())
+        rest = rest[end:].lstrip()
+    if not fits(rest):  # the last line: what fits of the rest, and an ellipsis
+        while rest and not fits(rest + "…"):
+            rest = rest[:-1]
+        rest = rest.rstrip() + "…"
+    return "\n".join([*lines, rest])
+
+
+def _header(figure, cell, methods: list[str], cmap: str, alpha: float) -> None:
+    """The method drawn (left) and the colour scale of the maps (over the epoch columns)."""
+    from matplotlib.cm import ScalarMappable
+    from matplotlib.colors import Normalize
+
+    label = figure.add_subplot(cell[0, 0])
+    label.set_axis_off()
+    label.text(0.5, 0.5, fit_text(f"method: {', '.join(methods)}", TITLE_WIDTH, 8), ha="center", va="center",
+               fontsize=8, fontweight="bold", transform=label.transAxes)  # fmt: skip
+    scale = figure.add_subplot(cell[0, 1:])
+    scale.set_axis_off()
+    bar = figure.colorbar(
+        ScalarMappable(Normalize(0.0, 1.0), cmap),
+        cax=scale.inset_axes((0.05, 0.55, 0.9, 0.25)),
+        orientation="horizontal",
+    )
+    bar.set_ticks([0.0, 0.5, 1.0])
+    bar.ax.tick_params(labelsize=6, length=2, pad=1)
+    bar.set_label(
+        f"relevance: each map scaled to its own range (1: its most relevant pixel), drawn at alpha {alpha:g}",
+        fontsize=6,
+        labelpad=1,
+    )
+
+
 def timeline_figure(
     record: MapsRecord, *, max_epochs: int = 12, max_probes: int = 32, cmap: str = "inferno", alpha: float = 0.5
 ):
-    """A matplotlib Figure (Agg) of the timeline; see the module docstring."""
+    """A matplotlib Figure (Agg) of the timeline; see the module docstring.
+
+    A header names the method drawn and shows the colour scale; each row's probe id is written left
+    of its image and the class name, wrapped or cut to fit its column, above it (the rows grow by
+    the title lines beyond the first, so the images keep their size).
+    """
     from matplotlib.figure import Figure
     from matplotlib.ticker import MaxNLocator
 
@@ -114,16 +186,21 @@ def timeline_figure(
     probes = _pick(len(record.probe_ids), max_probes)
     images = record.images
     curve_epochs, curves = region_curves(record)
-    height = ROW_INCHES * len(probes) + (CHART_INCHES if curves else 0.0)
-    figure = Figure(figsize=(1.5 * (len(epochs) + 1), height), dpi=100)
-    ratios = [ROW_INCHES] * len(probes) + ([CHART_INCHES] if curves else [])
-    grid = figure.add_gridspec(len(ratios), len(epochs) + 1, height_ratios=ratios)
-    axes = np.array([[figure.add_subplot(grid[r, c]) for c in range(len(epochs) + 1)] for r in range(len(probes))])
     names = record.class_names
-    for row, p in enumerate(probes):
-        label = names[int(record.labels[p])] if names else str(int(record.labels[p]))
+    titles = [
+        fit_text(names[int(record.labels[p])] if names else str(int(record.labels[p])), TITLE_WIDTH) for p in probes
+    ]
+    row = ROW_INCHES + max(title.count("\n") for title in titles) * TITLE_POINTS * 1.25 / 72  # room for wrapped titles
+    ratios = [HEADER_INCHES] + [row] * len(probes) + ([CHART_INCHES] if curves else [])
+    figure = Figure(figsize=(COLUMN_INCHES * (len(epochs) + 1), sum(ratios)), dpi=100, layout="constrained")
+    grid = figure.add_gridspec(len(ratios), len(epochs) + 1, height_ratios=ratios)
+    methods = sorted({str(arrays["method"]) for arrays in epochs})
+    _header(figure, grid, methods, cmap, alpha)
+    axes = np.array([[figure.add_subplot(grid[1 + r, c]) for c in range(len(epochs) + 1)] for r in range(len(probes))])
+    for row, (p, title) in enumerate(zip(probes, titles)):
         axes[row, 0].imshow(images[p])
-        axes[row, 0].set_title(f"#{int(record.probe_ids[p])} {label}", fontsize=7)
+        axes[row, 0].set_title(title, fontsize=TITLE_POINTS)
+        axes[row, 0].set_ylabel(f"#{int(record.probe_ids[p])}", fontsize=TITLE_POINTS)
         for col, arrays in enumerate(epochs, start=1):
             maps = arrays["maps"][p : p + 1]
             factor = images.shape[1] // maps.shape[1]
@@ -134,10 +211,13 @@ def timeline_figure(
                 f"del {float(arrays['deletion'][p]):.2f}",
                 fontsize=6,
             )
-    for axis in axes.flat:
+    for axis in axes[:, 1:].flat:
         axis.set_axis_off()
+    for axis in axes[:, 0]:  # no frame or ticks; the probe id stays as the y label
+        axis.set(xticks=[], yticks=[])
+        axis.spines[:].set_visible(False)
     if curves:
-        chart = figure.add_subplot(grid[len(probes), :])
+        chart = figure.add_subplot(grid[1 + len(probes), :])
         for name, values in curves.items():
             chart.plot(curve_epochs, values, marker="o", label=name, linestyle="--" if "transplanted" in name else "-")
         chart.xaxis.set_major_locator(MaxNLocator(integer=True))
@@ -146,7 +226,6 @@ def timeline_figure(
         chart.set_ylim(0.0, 1.0)
         chart.tick_params(labelsize=6)
         chart.legend(fontsize=6, loc="upper left")
-    figure.tight_layout()
     return figure
 
 

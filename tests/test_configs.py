@@ -76,6 +76,10 @@ def test_config_builds(config, tmp_path, monkeypatch):
         assert model.model.patch_embed.proj.in_channels == data.in_chans
         assert tuple(model.model.patch_embed.img_size) == (data.img_size, data.img_size)
     assert sum(isinstance(cb, GradSkipCallback) for cb in trainer.callbacks) == 1
+    # best.ckpt by the monitor; last.ckpt every epoch (save_last only copies the best since Lightning 2.6)
+    checkpoints = {cb.filename: cb for cb in trainer.callbacks if isinstance(cb, ModelCheckpoint)}
+    assert set(checkpoints) == {"best", "last"} and checkpoints["best"].monitor and not checkpoints["best"].save_last
+    assert checkpoints["last"].monitor is None and checkpoints["last"].save_top_k == 1
     assert isinstance(trainer.logger, WandbLogger)
     assert trainer.max_epochs >= 1
     assert os.listdir(workdir) == []
@@ -137,7 +141,7 @@ def test_ddp_config_uses_two_cpu_processes():
 
 def test_segformer_config_checkpoints_on_miou_and_keeps_the_callback():
     cli = build(CONFIGS_DIR / "planted_segformer.yaml")
-    (checkpoint,) = [cb for cb in cli.trainer.callbacks if isinstance(cb, ModelCheckpoint)]
+    (checkpoint,) = [cb for cb in cli.trainer.callbacks if isinstance(cb, ModelCheckpoint) and cb.filename == "best"]
     assert (checkpoint.monitor, checkpoint.mode) == ("val/miou", "max")
     assert cli.datamodule.class_names[0] == "background" and cli.model.num_classes == 5
     assert cli.model(torch.zeros(2, 3, 64, 64)).shape == (2, 5, 16, 16)

@@ -23,7 +23,7 @@ LAYERS: list[set[str]] = [
     {"explainer", "segmentation"},
     {"hf_vit", "swin"},
     {"callback"},
-    {"dashboard", "timeline", "__init__"},
+    {"console", "dashboard", "timeline", "__init__"},
     {"benchmarks"},
 ]
 LAYER = {room: level for level, rooms in enumerate(LAYERS) for room in rooms}

@@ -6,14 +6,17 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from gradskip_lightning import render
 from gradskip_lightning.callback.files import read_maps, write_epoch, write_probes
-from gradskip_lightning.timeline import find_maps_dir, main
+from gradskip_lightning.timeline import CHART_INCHES, HEADER_INCHES, ROW_INCHES, find_maps_dir, main, timeline_figure
+
+LONG_NAME = "immature granulocytes(myelocytes, metamyelocytes and promyelocytes)"  # BloodMNIST's class 3
 
 
-def _write_run(folder, probes=3, epochs=(0, 2, 4)):
+def _write_run(folder, probes=3, epochs=(0, 2, 4), names=("cat", "dog")):
     rng = np.random.default_rng(0)
     images = rng.integers(0, 255, (probes, 64, 64, 3), dtype=np.uint8)
-    write_probes(folder, np.arange(probes) * 7, np.arange(probes) % 2, images, ["cat", "dog"])
+    write_probes(folder, np.arange(probes) * 7, np.arange(probes) % 2, images, list(names))
     for epoch in epochs:
         arrays = {
             "probe_ids": np.arange(probes) * 7,
@@ -33,9 +36,64 @@ def test_timeline_png_has_a_row_per_probe_and_a_column_per_epoch(tmp_path):
     assert find_maps_dir(tmp_path / "run") == maps  # a log dir above the maps folder works too
     out = main([str(tmp_path / "run"), "-o", str(tmp_path / "timeline.png")])
     width, height = Image.open(out).size
-    assert (width, height) == (int(1.5 * 4 * 100), int(1.6 * 3 * 100))  # 1 image + 3 epochs, 3 probes
+    assert (width, height) == (
+        int(1.5 * 4 * 100),
+        int((HEADER_INCHES + ROW_INCHES * 3) * 100),
+    )  # 1 + 3 epochs, 3 probes
     two = main([str(maps), "-o", str(tmp_path / "two.png"), "--max-epochs", "2"])
     assert Image.open(two).size[0] == int(1.5 * 3 * 100)  # first and last epoch only
+
+
+def _drawn_texts(figure):
+    """Every non-empty text the figure draws: titles, axis labels, tick labels, texts, of every axes
+    and inset (the colour bar)."""
+
+    def of(axes):
+        yield from (axes.title, axes._left_title, axes._right_title, *axes.texts)
+        if axes.axison:  # axis labels and tick labels are drawn only then
+            yield from (axes.xaxis.label, axes.yaxis.label, *axes.get_xticklabels(), *axes.get_yticklabels())
+        for child in axes.child_axes:
+            yield from of(child)
+
+    every = [t for axes in figure.axes for t in of(axes)] + list(figure.texts)
+    return [t for t in dict.fromkeys(every) if t.get_visible() and t.get_text().strip()]
+
+
+def test_a_long_class_name_stays_in_its_cell_and_the_header_names_the_method_and_the_colour_scale(tmp_path, capsys):
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    maps = tmp_path / "maps"
+    _write_run(maps, probes=8, names=(LONG_NAME, "basophil"))
+    record = read_maps(maps)
+    figure = timeline_figure(record, max_probes=3)
+    FigureCanvasAgg(figure).draw()
+    page = figure.bbox
+    texts = {t: t.get_window_extent() for t in _drawn_texts(figure)}
+    outside = [t.get_text() for t, box in texts.items() if box.x0 < page.x0 or box.x1 > page.x1 or box.y0 < page.y0]
+    assert not outside and all(box.y1 <= page.y1 for box in texts.values()), f"outside the figure: {outside}"
+    ids = [t for t in texts if t.get_text().startswith("#")]
+    assert sorted(t.get_text() for t in ids) == ["#0", "#28", "#49"]  # probes 0, 4, 7 of 8, every row labelled
+    long_titles = [t for t in texts if t.get_text().startswith("immature")]
+    assert len(long_titles) == 2  # probes #0 and #28 are class 0, #49 class 1
+    for title in long_titles:
+        assert title.get_text() != LONG_NAME and "granulocytes" in title.get_text() and "\n" in title.get_text()
+        cell = title.axes.get_window_extent()  # the image under it, after the layout
+        assert cell.x0 - 0.5 <= texts[title].x0 and texts[title].x1 <= cell.x1 + 0.5, "wider than its image"
+        overlapping = [t.get_text() for t in texts if t is not title and texts[title].overlaps(texts[t])]
+        assert not overlapping, f"{title.get_text()!r} overlaps {overlapping}"  # the probe ids, the first epoch's title
+    assert [t.get_text() for t in texts if t.get_text().startswith("method")] == ["method: gradskip"]
+    (scale,) = [t for t in texts if t.get_text().startswith("relevance")]
+    assert "each map scaled to its own range" in scale.get_text()
+    (bar,) = [c.get_window_extent() for a in figure.axes for c in a.child_axes if c.xaxis.label is scale]
+    # the colour bar: inferno from 0 (left) to 1 (right)
+    pixels = np.asarray(figure.canvas.buffer_rgba())[:, :, :3].astype(int)
+    row = int(page.height - (bar.y0 + bar.y1) / 2)
+    ends = pixels[row, [int(bar.x0) + 2, int(bar.x1) - 3]]
+    expected = render.apply_colormap(np.array([0.0, 1.0]), "inferno").astype(int)
+    assert np.abs(ends - expected).max() < 20, (ends, expected)
+    main([str(maps), "-o", str(tmp_path / "six.png"), "--max-probes", "6"])
+    assert "(6 of 8 probes, 3 of 3 epochs)" in capsys.readouterr().out
+    assert Image.open(tmp_path / "six.png").size[1] > int((HEADER_INCHES + ROW_INCHES * 6) * 100)  # 3-line titles
 
 
 def test_timeline_names_what_is_missing(tmp_path):
@@ -48,7 +106,7 @@ def test_timeline_names_what_is_missing(tmp_path):
 
 
 def test_region_curves_under_the_picture_follow_the_mass_on_each_region(tmp_path):
-    from gradskip_lightning.timeline import CHART_INCHES, ROW_INCHES, region_curves
+    from gradskip_lightning.timeline import region_curves
 
     maps = tmp_path / "maps"
     _write_run(maps, probes=2, epochs=(0, 1, 2))
@@ -65,7 +123,7 @@ def test_region_curves_under_the_picture_follow_the_mass_on_each_region(tmp_path
     np.testing.assert_allclose(curves["tag"], [0.1, 0.5, 0.9], atol=1e-6)  # the NaN probe left out
     np.testing.assert_allclose(curves["tag (transplanted)"], [0.1, 0.5, 0.9], atol=1e-6)
     out = main([str(maps), "-o", str(tmp_path / "timeline.png")])
-    assert Image.open(out).size == (int(1.5 * 4 * 100), int((ROW_INCHES * 2 + CHART_INCHES) * 100))
+    assert Image.open(out).size == (int(1.5 * 4 * 100), int((HEADER_INCHES + ROW_INCHES * 2 + CHART_INCHES) * 100))
 
 
 def _maps_folder(folder, epochs=(0, 1, 2)):

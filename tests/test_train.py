@@ -4,12 +4,14 @@ links (classes, size, channels, task), one CLI epoch."""
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 import torch
+import yaml
 
 import train
 from gradskip_lightning.data import PlantedShapesSegmentationDataModule
@@ -77,6 +79,19 @@ def test_a_model_paired_with_the_other_task_fails_clearly(override, message):
         train.main(["--config", str(SEGFORMER), *override, "--data.img_size", "64"], run=False)
 
 
+def test_without_a_terminal_the_bar_is_off_unless_asked_for_and_epoch_lines_come_after_the_callbacks():
+    from gradskip_lightning import GradSkipCallback
+    from gradskip_lightning.console import EpochLine
+
+    assert not sys.stdout.isatty()  # pytest captures stdout
+    cli = train.main(["--config", str(PLANTED)], run=False)
+    assert cli.trainer.progress_bar_callback is None
+    kinds = [type(c) for c in cli.trainer.callbacks]
+    assert kinds.count(EpochLine) == 1 and kinds.index(GradSkipCallback) < kinds.index(EpochLine)
+    asked = train.main(["--config", str(PLANTED), "--trainer.enable_progress_bar=true"], run=False)
+    assert asked.trainer.progress_bar_callback is not None
+
+
 @pytest.mark.slow
 def test_one_epoch_through_the_cli(tmp_path):
     outputs = tmp_path / "outputs"
@@ -101,3 +116,50 @@ def test_one_epoch_through_the_cli(tmp_path):
     assert state["epoch"] == 0 and state["global_step"] == 2
     assert state["hyper_parameters"]["num_classes"] == 4 and state["hyper_parameters"]["img_size"] == 32
     assert (outputs / "config.yaml").exists()  # LightningCLI saved the resolved config beside the run
+
+
+@pytest.mark.slow
+def test_redirected_cli_run_prints_epoch_lines_keeps_the_final_epoch_in_last_ckpt_and_names_its_maps(tmp_path):
+    """3 epochs of the planted-shapes config, stdout to a file; the best checkpoint's monitor only
+    worsens after epoch 0 (``epoch``, mode min), as a val/acc that stops improving would."""
+    config = yaml.safe_load(PLANTED.read_text())
+    best, last = config["trainer"]["callbacks"][:2]
+    assert (best["init_args"]["filename"], last["init_args"]) == ("best", {"filename": "last"})
+    best["init_args"].update(monitor="epoch", mode="min")
+    config["trainer"]["callbacks"][-1]["init_args"]["probes"]["num_probes"] = 4
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(config))
+    outputs = tmp_path / "outputs"
+    command = [
+        sys.executable, str(ROOT / "train.py"), "fit", "--config", str(tmp_path / "config.yaml"),
+        "--trainer.max_epochs=3", "--trainer.limit_train_batches=2", "--trainer.limit_val_batches=1",
+        "--data.train_size=64", "--data.val_size=32", "--data.test_size=32", "--data.batch_size=32",
+        "--model.embed_dim=48", "--model.depth=2", "--model.patch_size=8",
+        f"--trainer.logger.init_args.save_dir={outputs}",
+    ]  # fmt: skip
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    with open(tmp_path / "stdout.txt", "w") as stdout:  # a file: not a terminal
+        done = subprocess.run(
+            command, cwd=tmp_path, env=env, stdout=stdout, stderr=subprocess.PIPE, text=True, timeout=600
+        )
+    assert done.returncode == 0, done.stderr[-4000:]
+    printed = (tmp_path / "stdout.txt").read_text()
+    assert "it/s" not in printed and "Epoch " not in printed  # no progress bar frame
+    lines = [line for line in printed.splitlines() if line.startswith("epoch ")]
+    assert [line.split(" ")[1] for line in lines] == ["0/2", "1/2", "2/2"], printed[-3000:]
+    (run,) = find_runs(outputs / "wandb")
+    logged = [row["val/acc"] for row in run.rows_with("val/acc")]
+    shown = [float(re.search(r" val/acc=(\S+)", line)[1]) for line in lines]
+    assert shown == pytest.approx(logged, abs=5e-4) and all("faithfulness/gradskip/insertion=" in x for x in lines)
+
+    run_id = run.root.name.rsplit("-", 1)[1]
+    folder = outputs / "gradskip-lightning" / run_id / "checkpoints"  # outputs/<project>/<run id>/checkpoints
+    assert sorted(p.name for p in folder.iterdir()) == ["best.ckpt", "last.ckpt"]
+    epochs = {p.stem: torch.load(p, map_location="cpu", weights_only=True)["epoch"] for p in folder.iterdir()}
+    assert epochs == {"best": 0, "last": 2}
+
+    maps = re.search(
+        r"GradSkip maps of this run: (\S+) \(draw them: python -m gradskip_lightning.timeline", done.stderr
+    )
+    assert maps, done.stderr[-3000:]
+    assert (tmp_path / maps[1]).resolve() == (run.root / "gradskip" / "maps").resolve()
+    assert sorted(p.name for p in (tmp_path / maps[1]).glob("epoch_*.npz")) == [f"epoch_000{e}.npz" for e in range(3)]

@@ -9,6 +9,7 @@ files and images written before.
 
 from __future__ import annotations
 
+import shlex
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 from lightning.pytorch.loggers import Logger, TensorBoardLogger, WandbLogger
+from lightning.pytorch.utilities import rank_zero_info
 
 from gradskip_lightning.render import annotate
 
@@ -234,7 +236,12 @@ class MapsFileSink:
         write_epoch(self.folder, report.epoch, report.step, report.method, report.arrays)
 
     def finish(self) -> None:
-        pass
+        """Name this run's maps folder in the log (``outputs/wandb/latest-run`` moves with the next run)."""
+        if self._probes_written:
+            rank_zero_info(
+                f"GradSkip maps of this run: {self.folder} (draw them: "
+                f"python -m gradskip_lightning.timeline {shlex.quote(str(self.folder))} -o timeline.png)"
+            )
 
 
 def make_sinks(trainer: Any, prefix: str, out_dir: Path) -> list[Sink]:
