@@ -90,6 +90,9 @@ def test_quick_run_records_intervals_markdown_and_reload(tmp_path, capsys):
     assert text.startswith("# Benchmarks\n\nhand-written intro") and text.endswith("hand-written reading\n")
     assert "old tables" not in text and "| **gradskip** | yes |" in text and "| gradskip − rollout |" in text
     assert "hierarchical bootstrap (500 resamples" in text
+    floor = {d["subject"] for d in differences if d["reference"] == "random" and d["score"] == "insertion"}
+    assert floor == (ENGINE | PEERS) - {"random"}  # every method's insertion against the floor's
+    assert "#### planted_shapes: insertion above the random floor" in text and "| lrp | " in text
 
     # The saved checkpoints reload to the same models: same GradSkip scores; explicit options beat --quick.
     main(
