@@ -69,6 +69,10 @@ def test_quick_run_writes_records_markdown_figure_and_reloads(tmp_path):
     text = doc.read_text()
     assert text.startswith("# Benchmarks\n\nintro\n\n") and text.endswith("\n\nreading\n") and "old tables" not in text
     assert "| **gradskip** |" in text and "| gradskip − grad_cam |" in text and "decode_head.activation" in text
+    floor = {d["subject"] for d in by_kind["difference"] if d["reference"] == "random" and d["score"] == "insertion"}
+    assert floor == set(METHODS) - {"random"}
+    assert "Insertion above the random floor" in text and "| start image (its own score: nothing inserted) |" in text
+    assert "| rollout − random |" not in text and "| chefer | " in text
     assert figure.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and figure.stat().st_size < 300_000
 
     reloaded = tmp_path / "reloaded.json"
@@ -146,4 +150,8 @@ def test_differences_give_verdicts_by_direction_and_intervals_span_the_seeds():
     verdicts = {(d.reference, d.score): d.verdict for d in paired_differences(runs, settings)}
     assert verdicts[("rollout", "mean_iou")] == "ahead" and verdicts[("rollout", "deletion")] == "behind"
     assert verdicts[("random", "mean_iou")] == "tied"
-    assert paired_differences(_runs("rollout", 0.5), settings) == []  # no GradSkip, nothing to compare
+    assert paired_differences(_runs("rollout", 0.5), settings) == []  # no GradSkip or floor, nothing to compare
+    # Every other method against the random floor, on insertion only; GradSkip's pair is its own.
+    floor = [d for d in paired_differences(runs, settings) if d.reference == "random" and d.subject != "gradskip"]
+    assert [(d.subject, d.score, d.verdict) for d in floor] == [("rollout", "insertion", "behind")]
+    assert floor[0].difference.mean == pytest.approx(-0.3)

@@ -76,7 +76,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=Path,
         default=None,
         metavar="DIR",
-        help="load DIR/<dataset>-seed<k>.ckpt (ViTClassifier checkpoints) instead of training",
+        help="load DIR/<dataset>-seed<k>.ckpt (ViTClassifier checkpoints); a seed without one is trained",
     )
     parser.add_argument(
         "--save-checkpoints", type=Path, default=None, metavar="DIR", help="save each trained model there"
@@ -179,6 +179,9 @@ def run_seed(dataset: str, seed: int, args: argparse.Namespace) -> tuple[ModelRe
     """Train (or load) the model of one dataset and seed; score every method and every ablation."""
     datamodule = make_datamodule(dataset, args.data_root)
     checkpoint = None if args.checkpoints is None else checkpoint_path(args.checkpoints, dataset, seed)
+    if checkpoint is not None and not checkpoint.exists():
+        print(f"note: {checkpoint} not found: {dataset} seed {seed} is trained", flush=True)
+        checkpoint = None
     model, facts = train_or_load(
         dataset,
         datamodule,

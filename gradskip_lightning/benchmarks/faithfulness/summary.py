@@ -14,6 +14,10 @@ from .scores import Score, scored
 
 #: The method every other method is compared with, and what its rows are called.
 SUBJECT = "gradskip"
+#: The random floor: every other method's insertion is compared with its (:func:`floor_comparisons`).
+FLOOR = "random"
+#: The scores compared with the floor's.
+FLOOR_SCORES = ("insertion",)
 
 
 @dataclass(frozen=True)
@@ -82,16 +86,27 @@ def comparisons(rows: list[Row]) -> list[tuple[Row, Row]]:
     return pairs
 
 
+def floor_comparisons(rows: list[Row]) -> list[tuple[Row, Row]]:
+    """(method, :data:`FLOOR`) pairs for every method but GradSkip (its pair is in :func:`comparisons`)
+    and the floor itself; none without a floor row."""
+    methods = [row for row in rows if row.table == "methods"]
+    floors = [row for row in methods if row.name == FLOOR]
+    return [(row, floor) for floor in floors for row in methods if row.name not in (SUBJECT, FLOOR)]
+
+
 def paired_differences(runs: list[SeedScores], settings: BootstrapSettings) -> list[PairedDifference]:
     """Subject minus reference per image, same images and seeds, for every pair of :func:`comparisons`
-    and every score both have; with bootstrap intervals and verdicts."""
+    on every score both have, then for every pair of :func:`floor_comparisons` on :data:`FLOOR_SCORES`;
+    with bootstrap intervals and verdicts."""
     grouped = _by_row(runs)
+    rows = [row_runs[0].record.row for row_runs in grouped.values()]
+    pairs = [(*pair, None) for pair in comparisons(rows)] + [(*pair, FLOOR_SCORES) for pair in floor_comparisons(rows)]
     out = []
-    for subject, reference in comparisons([row_runs[0].record.row for row_runs in grouped.values()]):
+    for subject, reference, only in pairs:
         subject_runs, reference_runs = grouped[_key(subject)], grouped[_key(reference)]
         for score in _scores_of(subject_runs):
             a, b = _stack(subject_runs, score.name), _stack(reference_runs, score.name)
-            if a is None or b is None:
+            if a is None or b is None or (only is not None and score.name not in only):
                 continue
             difference = hierarchical_bootstrap(a - b, settings)
             first = subject_runs[0].record

@@ -127,7 +127,8 @@ class SegmentationScore:
 
 #: Per-image score columns, in table order: the localisation scores of
 #: :func:`~gradskip_lightning.metrics.segmentation_scores_per_image`, then the region-logit
-#: insertion/deletion of :func:`~gradskip_lightning.metrics.insertion_deletion` (logit units).
+#: insertion/deletion of :func:`~gradskip_lightning.metrics.insertion_deletion` with its start's
+#: own score (logit units).
 SCORES: tuple[SegmentationScore, ...] = (
     SegmentationScore("pixel_accuracy", "PA", True),
     SegmentationScore("mean_iou", "mIoU", True),
@@ -135,6 +136,8 @@ SCORES: tuple[SegmentationScore, ...] = (
     SegmentationScore("insertion", "ins", True),
     SegmentationScore("deletion", "del", False),
     SegmentationScore("insertion_minus_deletion", "ins−del", True),
+    # the start image's region logit: the same for every method; near the clean one, insertion is saturated
+    SegmentationScore("insertion_start", "ins start", False),
 )
 #: Scores pooled over all pixels of the subset (the paper's PA and mIoU).
 POOLED: tuple[SegmentationScore, ...] = (

@@ -13,7 +13,13 @@ from typing import Any
 
 from gradskip_lightning.benchmarks.faithfulness.bootstrap import BootstrapSettings
 from gradskip_lightning.benchmarks.faithfulness.records import PairedDifference
-from gradskip_lightning.benchmarks.faithfulness.report import difference_cell, interval_cell, write_section
+from gradskip_lightning.benchmarks.faithfulness.report import (
+    difference_cell,
+    floor_table,
+    interval_cell,
+    write_section,
+)
+from gradskip_lightning.benchmarks.faithfulness.summary import FLOOR
 
 from .methods import GRAD_CAM_LAYER, POOLED, SCORES, SUBJECT
 from .models import CONFIG
@@ -85,7 +91,7 @@ def differences_table(differences: list[PairedDifference]) -> list[str]:
 
 
 def section_body(records: list[Record]) -> list[str]:
-    """Models, the methods table and the paired differences."""
+    """Models, the methods table, the paired differences and the insertion against the floor."""
     models = [r for r in records if isinstance(r, SegmentationModelRecord)]
     intervals = [r for r in records if isinstance(r, SegmentationIntervalRecord)]
     differences = [r for r in records if isinstance(r, PairedDifference)]
@@ -93,7 +99,14 @@ def section_body(records: list[Record]) -> list[str]:
     lines += [f"- {model_line(m)}" for m in models] + [""]
     lines += methods_table(intervals) + [""]
     lines += [f"{SUBJECT} minus each method (paired per image; ahead / tied / behind):", ""]
-    return lines + differences_table(differences)
+    lines += differences_table([d for d in differences if d.subject == SUBJECT])
+    floor = [d for d in differences if d.reference == FLOOR and d.score == "insertion"]
+    by_method = {r.method: r.scores for r in intervals}
+    if floor:
+        lines += ["", f"Insertion above the {FLOOR} floor (region-mean target logit; paired per image):", ""]
+        start = by_method[FLOOR]["insertion_start"]
+        lines += floor_table(start, {name: scores["insertion"] for name, scores in by_method.items()}, floor)
+    return lines
 
 
 def markdown(

@@ -11,6 +11,7 @@ from torch import Tensor, nn
 
 from gradskip_lightning.benchmarks.faithfulness.bootstrap import BootstrapSettings, hierarchical_bootstrap, verdict
 from gradskip_lightning.benchmarks.faithfulness.records import Interval, PairedDifference
+from gradskip_lightning.benchmarks.faithfulness.summary import FLOOR, FLOOR_SCORES
 from gradskip_lightning.metrics import insertion_deletion, segmentation_scores, segmentation_scores_per_image
 
 from .methods import POOLED, SCORES, SUBJECT
@@ -100,28 +101,30 @@ def interval_records(runs: list[SeedScores], settings: BootstrapSettings) -> lis
 
 
 def paired_differences(runs: list[SeedScores], settings: BootstrapSettings) -> list[PairedDifference]:
-    """GradSkip minus every other method per image (same images and seeds), per score, with
-    bootstrap intervals and verdicts; none when GradSkip was not run."""
+    """GradSkip minus every other method per image (same images and seeds) on every score, then every
+    other method minus the random floor on :data:`~gradskip_lightning.benchmarks.faithfulness.summary.FLOOR_SCORES`;
+    with bootstrap intervals and verdicts. Pairs whose methods were not run are left out."""
     grouped = _by_method(runs)
-    if SUBJECT not in grouped:
-        return []
-    subject = grouped[SUBJECT]
+    pairs = [(SUBJECT, reference, SCORES) for reference in grouped if reference != SUBJECT]
+    floor_scores = tuple(s for s in SCORES if s.name in FLOOR_SCORES)
+    pairs += [(subject, FLOOR, floor_scores) for subject in grouped if subject not in (SUBJECT, FLOOR)]
     out = []
-    for reference, reference_runs in grouped.items():
-        if reference == SUBJECT:
+    for subject, reference, scores in pairs:
+        if subject not in grouped or reference not in grouped:
             continue
-        for score in SCORES:
-            a, b = _stack(subject, score.name), _stack(reference_runs, score.name)
+        subject_runs = grouped[subject]
+        for score in scores:
+            a, b = _stack(subject_runs, score.name), _stack(grouped[reference], score.name)
             difference = hierarchical_bootstrap(a - b, settings)
             out.append(
                 PairedDifference(
-                    dataset=subject[0].record.dataset,
+                    dataset=subject_runs[0].record.dataset,
                     table="methods",
                     score=score.name,
-                    subject=SUBJECT,
+                    subject=subject,
                     reference=reference,
                     group="",
-                    seeds=tuple(run.record.seed for run in subject),
+                    seeds=tuple(run.record.seed for run in subject_runs),
                     images=a.shape[1],
                     difference=difference,
                     verdict=verdict(difference, score.higher_is_better),

@@ -99,8 +99,12 @@ def test_quick_run_records_intervals_markdown_and_reload(tmp_path, capsys):
     assert text.startswith("# Benchmarks\n\nhand-written intro") and text.endswith("hand-written reading\n")
     assert "old tables" not in text and "| **gradskip** | yes |" in text and "| gradskip − rollout |" in text
     assert "hierarchical bootstrap (500 resamples" in text
+    floor = {d["subject"] for d in differences if d["reference"] == "random" and d["score"] == "insertion"}
+    assert floor == (ENGINE | PEERS) - {"random"}  # every method's insertion against the floor's
+    assert "#### planted_shapes: insertion above the random floor" in text and "| lrp | " in text
 
-    # The saved checkpoints reload to the same models: same GradSkip scores; explicit options beat --quick.
+    # The saved checkpoints reload to the same models: same GradSkip scores; explicit options beat --quick;
+    # a seed without a checkpoint is trained.
     main(
         [
             "faithfulness",
@@ -109,6 +113,7 @@ def test_quick_run_records_intervals_markdown_and_reload(tmp_path, capsys):
             "planted_shapes",
             "--seeds",
             "1",
+            "2",
             "--checkpoints",
             str(ckpt),
             "--methods",
@@ -120,12 +125,14 @@ def test_quick_run_records_intervals_markdown_and_reload(tmp_path, capsys):
         ]
     )
     again = json.loads(out_json.read_text())
-    (model,) = [r for r in again if r["record"] == "model"]
-    assert model["seed"] == 1 and model["checkpoint"].endswith("planted_shapes-seed1.ckpt")
-    (score,) = [r for r in again if r["record"] == "score"]
+    loaded, trained_now = [r for r in again if r["record"] == "model"]
+    assert loaded["seed"] == 1 and loaded["checkpoint"].endswith("planted_shapes-seed1.ckpt")
+    assert (trained_now["seed"], trained_now["checkpoint"], trained_now["epochs"]) == (2, None, 1)
+    out = capsys.readouterr().out
+    assert "planted_shapes-seed2.ckpt not found" in out and "planted_shapes_deep" not in out
+    score = next(r for r in again if r["record"] == "score" and r["seed"] == 1)
     trained = next(r for r in methods if r["seed"] == 1 and r["row"]["name"] == "gradskip")
     assert score["scores"] == trained["scores"]
-    assert "planted_shapes_deep" not in capsys.readouterr().out
 
 
 def test_quick_mode_runs_the_swin_beside_the_vit_and_skips_the_settings_it_refuses(tmp_path, capsys):

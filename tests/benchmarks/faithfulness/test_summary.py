@@ -13,6 +13,7 @@ from gradskip_lightning.benchmarks.faithfulness.scores import SCORES
 from gradskip_lightning.benchmarks.faithfulness.summary import (
     SeedScores,
     comparisons,
+    floor_comparisons,
     interval_records,
     paired_differences,
 )
@@ -78,6 +79,31 @@ def test_intervals_and_paired_differences_of_known_scores():
     assert "| gradskip − rollout | +0.100 [+0.100, +0.100] ahead |" in text
     assert "| gate | gate=off − gate=layer | +0.100 [+0.100, +0.100] ahead |" in text
     assert "| **gradskip** | n/a | 0.645 [" in text and "seed 1: trained 1 epochs in 2 s, accuracy 0.900" in text
+
+
+def test_every_method_is_compared_with_the_random_floor_on_insertion_and_the_table_shows_it():
+    rows = [(Row("methods", "gradskip"), 0.6), (Row("methods", "rollout"), 0.5), (Row("methods", "random"), 0.3)]
+    runs = [_run(row, seed, level) for seed in (0, 1) for row, level in rows]
+    assert [(s.name, r.name) for s, r in floor_comparisons([row for row, _ in rows])] == [("rollout", "random")]
+    assert floor_comparisons([Row("methods", "gradskip"), Row("methods", "rollout")]) == []  # no floor row
+
+    differences = paired_differences(runs, SETTINGS)
+    floor = {(d.subject, d.score): d for d in differences if d.reference == "random"}
+    # GradSkip's pair has every score (its own table); every other method's has insertion only.
+    assert {score for subject, score in floor if subject == "rollout"} == {"insertion"}
+    assert ("gradskip", "deletion") in floor and ("random", "insertion") not in floor
+    rollout = floor[("rollout", "insertion")]
+    assert math.isclose(rollout.difference.low, 0.2) and math.isclose(rollout.difference.high, 0.2)
+    assert rollout.verdict == "ahead"
+
+    models = [ModelRecord("d", s, None, 1, 2.0, 0.9, 10) for s in (0, 1)]
+    text = "\n".join(dataset_section("d", [*models, *interval_records(runs, SETTINGS), *differences]))
+    floor_part = text[text.index("#### d: insertion above the random floor") :]
+    assert "| start image (its own score: nothing inserted) | 0.345 [" in floor_part  # random's start
+    assert "| random (the floor) | 0.345 [" in floor_part
+    assert "| gradskip | 0.645 [" in floor_part and "| +0.300 [+0.300, +0.300] ahead |" in floor_part
+    assert "| rollout | 0.545 [" in floor_part and "| +0.200 [+0.200, +0.200] ahead |" in floor_part
+    assert "rollout − random" not in text  # not a row of GradSkip's table
 
 
 def test_write_markdown_creates_a_file_with_markers(tmp_path):
