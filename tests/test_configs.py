@@ -89,6 +89,10 @@ def test_bloodmnist_root_override_and_download_default():
     cli = build(Path("configs/bloodmnist.yaml").resolve(), "--data.root", "/somewhere/medmnist")
     assert cli.datamodule.path == Path("/somewhere/medmnist/bloodmnist.npz")
     assert cli.datamodule.download and cli.datamodule.img_size == 28
+    (callback,) = [cb for cb in cli.trainer.callbacks if isinstance(cb, GradSkipCallback)]
+    # the main config finds shortcuts nobody named, within its 2 % time budget (docs/benchmarks.md)
+    assert callback.discovery.enabled and callback.discovery.probes_per_class == 8
+    assert callback.probes.max_overhead == 0.02
 
 
 def test_shortcut_configs_plant_the_tag_in_training_and_validation_alike():

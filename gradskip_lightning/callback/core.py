@@ -164,6 +164,8 @@ class GradSkipCallback(Callback):
         checks.refuse_shared_folder(self.log_prefix, others)
         checks.check_precision(trainer)
         methods = [self.method, *self.compare_methods]
+        if self.discovery.enabled and self.discovery.method not in (None, *methods):
+            methods.append(self.discovery.method)  # explained for the discovery probes only
         self._explainers = checks.explainers_for(pl_module, methods, self.method_options, self.backbone)
         if trainer.state.fn == TrainerFn.FITTING:
             if self._fit_trainer is not None and self._fit_trainer is not trainer:
@@ -294,7 +296,7 @@ class GradSkipCallback(Callback):
                 scalars[key(None, prefix, "skipped")] = 0.0
                 scalars.update(self._budget.scalars(prefix) if trained else {})
                 discovery_start = time.perf_counter()
-                explainer = self._explainers[self.method]
+                explainer = self._explainers[self.discovery.method or self.method]
                 found = None
                 if plan.discovery:
                     found = self._discovery.run_epoch(

@@ -30,6 +30,7 @@ from torch.utils.data import Dataset
 
 from gradskip_lightning.adapters.base import eval_mode
 from gradskip_lightning.explanation import ModelExplainer
+from gradskip_lightning.families import all_methods
 from gradskip_lightning.metrics import ClassMapSummary, Discovery, DiscoverySettings, discover
 from gradskip_lightning.metrics.perturbation import Activation
 
@@ -50,12 +51,15 @@ class DiscoveryStage(DiscoverySettings):
         probes_per_class: discovery probes drawn per class (stratified, ``probe_seed``), explained for their class.
         every_n_epochs: run at every n-th explained epoch (epochs n-1, 2n-1, ...; always under ``validate()``).
         batch_size: images per forward of the transplant test.
+        method: the method whose maps the stage summarises (None: the callback's ``method``); another
+            one is explained for the discovery probes only (with its default options).
     """
 
     enabled: bool = False
     probes_per_class: int = 8
     every_n_epochs: int = 1
     batch_size: int = 64
+    method: str | None = None
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -64,6 +68,8 @@ class DiscoveryStage(DiscoverySettings):
         positive("probes_per_class", self.probes_per_class)
         positive("every_n_epochs", self.every_n_epochs)
         positive("batch_size", self.batch_size)
+        if self.method is not None and self.method not in all_methods():
+            raise ValueError(f"discovery method must be None or one of {all_methods()}, got {self.method!r}")
 
     @property
     def analysis(self) -> DiscoverySettings:

@@ -137,8 +137,28 @@ def test_the_discovery_keys_and_image_reach_an_offline_wandb_run(tmp_path, monke
         ({"enabled": 1}, TypeError, "enabled"),
         ({"hotspot_share": 2.0}, ValueError, "hotspot_share"),
         ({"consistency": 1}, TypeError, "consistency"),
+        ({"method": "lrp2"}, ValueError, "discovery method"),
     ],
 )
 def test_bad_discovery_settings_are_a_clear_error(change, error, match):
     with pytest.raises(error, match=match):
         DiscoveryStage(**change)
+
+
+def test_the_stage_can_summarise_another_methods_maps(tmp_path, monkeypatch):
+    from gradskip_lightning.callback.discovery import Discoverer
+
+    used, run_epoch = [], Discoverer.run_epoch
+
+    def recorded(self, pl_module, explainer, *args, **kwargs):
+        used.append(explainer.method)
+        return run_epoch(self, pl_module, explainer, *args, **kwargs)
+
+    monkeypatch.setattr(Discoverer, "run_epoch", recorded)
+    seed_everything(0)
+    callback = _callback(method="lrp")
+    trainer = tiny_trainer(tmp_path, logger=False, callbacks=[callback], max_epochs=2, num_sanity_val_steps=0)
+    trainer.fit(tiny_module(), datamodule=tiny_data())
+    assert used == ["lrp", "lrp"] and list(callback._explainers) == ["gradskip", "lrp"]
+    assert f"{D}suspicion/class_0" in trainer.callback_metrics
+    assert f"faithfulness/{P}insertion/lrp" not in trainer.callback_metrics  # explained for discovery only
