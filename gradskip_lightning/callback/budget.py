@@ -190,7 +190,9 @@ class TimeBudget:
         shared = [part for part in self.parts if part != "compared"]
         for level in range(1, MAX_STRIDE + 1):
             for compared in range(1, MAX_STRIDE + 1) if "compared" in self.parts else (1,):
-                every = {**({"compared": compared} if "compared" in self.parts else {}), **dict.fromkeys(shared, level)}
+                every: dict[Part, int] = dict.fromkeys(shared, level)
+                if "compared" in self.parts:
+                    every["compared"] = compared
                 if self._costs["fixed"] + sum(self._per_epoch(p, s) for p, s in every.items()) <= allowance:
                     return {part: every[part] for part in self.parts}
         return dict.fromkeys(self.parts, MAX_STRIDE)

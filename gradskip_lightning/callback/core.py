@@ -163,8 +163,8 @@ class GradSkipCallback(Callback):
         others = [c.log_prefix for c in callbacks if c is not self and isinstance(c, GradSkipCallback)]
         checks.refuse_shared_folder(self.log_prefix, others)
         checks.check_precision(trainer)
-        methods = [self.method, *self.compare_methods]
-        if self.discovery.enabled and self.discovery.method not in (None, *methods):
+        methods: list[str] = [self.method, *self.compare_methods]
+        if self.discovery.enabled and self.discovery.method is not None and self.discovery.method not in methods:
             methods.append(self.discovery.method)  # explained for the discovery probes only
         self._explainers = checks.explainers_for(pl_module, methods, self.method_options, self.backbone)
         if trainer.state.fn == TrainerFn.FITTING:
