@@ -153,7 +153,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=int,
         default=0,
         metavar="PER_CLASS",
-        help="run the discovery stage with this many probes per class (0: as the config, off by default)",
+        help="run the discovery stage with this many probes per class (0: as the config; the main config runs it)",
     )
     parser.add_argument("--markdown", action="store_true", help="print the per-part table as Markdown")
 
@@ -173,10 +173,15 @@ def _callback(args: argparse.Namespace) -> GradSkipCallback:
     if args.compare is not None:
         init["compare_methods"] = args.compare
     init["progress"] = False
+    discovery = dict(init.pop("discovery", {}) or {})
     if args.discovery > 0:
-        init["discovery"] = DiscoveryStage(enabled=True, probes_per_class=args.discovery)
+        discovery.update(enabled=True, probes_per_class=args.discovery)
     return GradSkipCallback(
-        probes=ProbeSettings(**probes), scores=ScoreSettings(**scores), render=RenderSettings(**render), **init
+        discovery=DiscoveryStage(**discovery),
+        probes=ProbeSettings(**probes),
+        scores=ScoreSettings(**scores),
+        render=RenderSettings(**render),
+        **init,
     )
 
 
