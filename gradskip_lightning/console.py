@@ -10,8 +10,10 @@ faithfulness/gradskip/insertion=0.6123 faithfulness/gradskip/deletion=0.2011 63.
 
 The values are those of ``trainer.callback_metrics`` at the end of the training epoch: the model's
 epoch metrics (``train/loss_epoch`` shown as ``train/loss``; per-step values left out) and, for each
-:class:`~gradskip_lightning.callback.GradSkipCallback`, its main scores when present; the time is
-the epoch's wall time in seconds, validation and the callback's explanation included.
+:class:`~gradskip_lightning.callback.GradSkipCallback`, its main scores when computed at this epoch
+(not those the time budget or ``every_n_epochs`` left for another: ``callback_metrics`` keeps their
+older values, :attr:`~gradskip_lightning.callback.GradSkipCallback.logged_keys` says which are new);
+the time is the epoch's wall time in seconds, validation and the callback's explanation included.
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ MAIN_SCORES: tuple[tuple[Section, str], ...] = (
     ("faithfulness", "deletion"),
     ("regions", "pointing_game"),
     ("transplant", "flip_rate"),
+    ("discovery", "max_suspicion"),
 )
 
 
@@ -98,12 +101,10 @@ class EpochLine(Callback):
             return
         metrics = trainer.callback_metrics
         callbacks: list[Callback] = trainer.callbacks  # type: ignore[attr-defined]  # set by the Trainer
-        prefixes = [c.log_prefix for c in callbacks if isinstance(c, GradSkipCallback)]
-        line = epoch_line(
-            trainer.current_epoch,
-            trainer.max_epochs,
-            metrics,
-            line_keys(metrics, prefixes),
-            time.perf_counter() - self._started,
-        )
+        explaining = [c for c in callbacks if isinstance(c, GradSkipCallback)]
+        fresh = frozenset().union(*(c.logged_keys for c in explaining))
+        # a score computed at an earlier epoch (the time budget, every_n_epochs) is not repeated as this one's
+        shown = line_keys(metrics, [c.log_prefix for c in explaining])
+        keys = [k for k in shown if MODEL_KEY.fullmatch(k) or k in fresh]
+        line = epoch_line(trainer.current_epoch, trainer.max_epochs, metrics, keys, time.perf_counter() - self._started)
         print(line, file=self.stream or sys.stdout, flush=True)

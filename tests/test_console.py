@@ -67,3 +67,24 @@ def test_line_keys_order_the_model_metrics_then_each_callbacks_main_scores():
         "train/acc_epoch", "train/loss", "val/acc", "val/loss",
         "faithfulness/gs/insertion", "faithfulness/gs/deletion", "regions/gs/mass/object", "regions/gs/mass/tag",
     ]  # fmt: skip
+
+
+def test_a_score_the_budget_left_out_is_not_repeated_as_this_epochs(tmp_path, capsys):
+    callback = GradSkipCallback(
+        probes=ProbeSettings(num_probes=4, max_overhead=1e-6), scores=ScoreSettings(insertion_steps=4)
+    )  # every epoch end is over this budget: the scores run at epoch 0 only
+    trainer = tiny_trainer(
+        tmp_path,
+        max_epochs=3,
+        limit_train_batches=2,
+        limit_val_batches=1,
+        logger=False,
+        callbacks=[callback, EpochLine()],
+    )
+    trainer.fit(tiny_module(), datamodule=tiny_data())
+    lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("epoch ")]
+    assert len(lines) == 3
+    assert "faithfulness/gradskip/insertion=" in lines[0]
+    assert all("faithfulness/gradskip/insertion=" not in line and "val/acc=" in line for line in lines[1:])
+    assert "faithfulness/gradskip/insertion" in trainer.callback_metrics  # still there for monitors: the last value
+    assert "regions/gradskip/pointing_game=" in lines[2]  # computed every epoch

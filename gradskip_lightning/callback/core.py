@@ -136,6 +136,9 @@ class GradSkipCallback(Callback):
         own = self.discovery.every_n_epochs if self.discovery.enabled else None
         self._budget = TimeBudget(self.probes.max_overhead, method, compare_methods, discovery_every=own)
         self._explainers: dict[str, ModelExplainer] = {}
+        #: The keys this training epoch's explanation put in ``callback_metrics`` (empty until it runs; a
+        #: score the time budget left out of the epoch keeps its older value there, and is not in it).
+        self.logged_keys: frozenset[str] = frozenset()
         self._data = checks.DataSetup(False, (mean, std), None, None)
         self._sheet: ProbeSheet | None = None
         self._sinks: list[Sink] = []
@@ -224,6 +227,7 @@ class GradSkipCallback(Callback):
     @override
     def on_train_epoch_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
         self._budget.train_started()
+        self.logged_keys = frozenset()
 
     @override
     def on_validation_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
@@ -308,6 +312,7 @@ class GradSkipCallback(Callback):
                 if found is not None:
                     scalars.update(discovery_scalars(found, explainer.patch_size, prefix))
                 monitor(trainer, scalars)
+                self.logged_keys = frozenset(scalars)
                 self._monitored.setdefault(prefix, set()).update(scalars)
                 if trainer.is_global_zero:
                     report = full_report(
@@ -323,6 +328,7 @@ class GradSkipCallback(Callback):
             error = f"{type(err).__name__}: {err}"
         if error is not None:
             report = skipped_report(trainer, epoch, prefix, error, self._monitored.get(prefix, set()))
+            self.logged_keys = frozenset(self._monitored.get(prefix, set()))  # NaN this epoch
         elif trained:
             self._budget.record(plan, time.perf_counter() - start, work.seconds, discovery_due)
         if report is not None:
