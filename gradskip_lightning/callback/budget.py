@@ -44,11 +44,13 @@ class Plan:
         methods: the methods explained (the explained one first).
         scored: the methods whose perturbation scores are computed.
         discovery: whether the discovery stage runs.
+        discovery_due: whether its own schedule had it at this epoch (its stride counts these epochs).
     """
 
     methods: tuple[str, ...]
     scored: frozenset[str]
     discovery: bool = False
+    discovery_due: bool = False
 
 
 class TimeBudget:
@@ -128,20 +130,18 @@ class TimeBudget:
         ``discovery_due``: the discovery stage's own schedule has it at this epoch."""
         every = (self.method, *self.compared)
         if self.max_overhead is None or not fitting:
-            return Plan(every, frozenset(every), discovery_due)
+            return Plan(every, frozenset(every), discovery_due, discovery_due)
         offered = [p for p in self.parts if p != "discovery" or discovery_due]
         due = [p for p in offered if self._since[p] + 1 >= self.every[p]]
         thinned = [p for p in due if self.every[p] > 1]
         runs = {p for p in due if self.every[p] == 1} | set(thinned[-1:])  # one thinned part: the most valuable
         compared = self.compared if "compared" in runs else ()
         scored = {*compared, *((self.method,) if "scores" in runs else ())}
-        return Plan((self.method, *compared), frozenset(scored), "discovery" in runs)
+        return Plan((self.method, *compared), frozenset(scored), "discovery" in runs, discovery_due)
 
-    def record(self, plan: Plan, total: float, seconds: dict[str, float], discovery_due: bool = False) -> None:
+    def record(self, plan: Plan, total: float, seconds: dict[str, float]) -> None:
         """The epoch end's ``total`` seconds and its parts' (:attr:`~.compute.EpochWork.seconds`:
-        ``"<method>/maps"``, ``"<method>/scores"``, ``"discovery"``); re-plan the strides and say so once.
-
-        ``discovery_due``: as given to :meth:`plan` for this epoch."""
+        ``"<method>/maps"``, ``"<method>/scores"``, ``"discovery"``); re-plan the strides and say so once."""
         if self.max_overhead is None:
             return
         ran: dict[Part, bool] = {
@@ -161,7 +161,7 @@ class TimeBudget:
         for part in self.parts:
             if ran[part]:
                 self._since[part] = 0
-            elif part != "discovery" or discovery_due:
+            elif part != "discovery" or plan.discovery_due:
                 self._since[part] += 1
         self._costs.update(parts)
         self._costs["fixed"] = max(0.0, total - sum(parts.values()))  # maps, rendering, logging, files

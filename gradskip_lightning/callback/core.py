@@ -278,8 +278,8 @@ class GradSkipCallback(Callback):
         report: EpochReport | None = None
         try:
             probes, sheet = required(self._source.probes, "the probe set"), required(self._sheet, "the probe sheet")
-            discovery_due = self._discovery.due(epoch, trained)
-            plan = self._budget.plan(trained, discovery_due)  # what the budget leaves (everything without one)
+            # what the time budget leaves in this epoch (everything without one)
+            plan = self._budget.plan(trained, self._discovery.due(epoch, trained))
             work = EpochWork(scored=plan.scored)
             with averaged_weights(trainer, pl_module, self, hook):
                 merged, error = explain_isolated(
@@ -330,7 +330,7 @@ class GradSkipCallback(Callback):
             report = skipped_report(trainer, epoch, prefix, error, self._monitored.get(prefix, set()))
             self.logged_keys = frozenset(self._monitored.get(prefix, set()))  # NaN this epoch
         elif trained:
-            self._budget.record(plan, time.perf_counter() - start, work.seconds, discovery_due)
+            self._budget.record(plan, time.perf_counter() - start, work.seconds)
         if report is not None:
             report.started, report.time_key = start, key(None, prefix, "time_s")
             log_to_sinks(self._sinks, report, required(self._sheet, "the probe sheet"))

@@ -117,7 +117,7 @@ def test_the_compared_methods_are_thinned_first_then_the_scores_and_discovery_to
     everything = budget.plan(fitting=True, discovery_due=True)
     assert everything.discovery and everything.methods == ("gradskip", "rollout")
     seconds = {"gradskip/maps": 0.2, "gradskip/scores": 0.5, "rollout/maps": 0.1, "rollout/scores": 0.9, "discovery": 4}
-    budget.record(everything, total=6.0, seconds=seconds, discovery_due=True)
+    budget.record(everything, total=6.0, seconds=seconds)
     # fixed 0.5 + (scores 0.5 + discovery 4) / L + compared 1.0 / n <= 2: L = 4 (1.625), then n = 3 (1.958)
     assert budget.every == {"compared": 3, "scores": 4, "discovery": 4}
     scalars = budget.scalars("gradskip/")
@@ -135,7 +135,7 @@ def test_the_compared_methods_are_thinned_first_then_the_scores_and_discovery_to
             k: v for k, v in seconds.items() if k.split("/")[0] in plan.methods or (k == "discovery" and plan.discovery)
         }
         ran = {k: v for k, v in ran.items() if k != "gradskip/scores" or parts["scores"]}
-        budget.record(plan, total=0.5 + sum(ran.values()) - 0.2, seconds=ran, discovery_due=True)
+        budget.record(plan, total=0.5 + sum(ran.values()) - 0.2, seconds=ran)
     assert all(len(parts) <= 1 for parts in ran_parts)  # one thinned part per epoch end
     # discovery (the most valuable) on time every 4th epoch; the scores and rollout when next free
     assert [e for e, parts in enumerate(ran_parts) if "discovery" in parts] == [3, 7, 11]
@@ -147,14 +147,10 @@ def test_the_compared_methods_are_thinned_first_then_the_scores_and_discovery_to
 def test_the_discovery_stride_counts_only_the_stages_own_epochs():
     budget = TimeBudget(0.02, "gradskip", [], discovery_every=2)
     budget._train = [100.0]
-    budget.record(
-        budget.plan(True, True), total=2.1, seconds={"gradskip/scores": 0.1, "discovery": 2.0}, discovery_due=True
-    )
+    budget.record(budget.plan(True, True), total=2.1, seconds={"gradskip/scores": 0.1, "discovery": 2.0})
     # fixed 0 + (0.1 + 2.0 / 2) / L <= 2 -> L = 1: the own period already halves discovery's cost
     assert budget.every == {"scores": 1, "discovery": 1}
-    budget.record(
-        budget.plan(True, True), total=8.1, seconds={"gradskip/scores": 0.1, "discovery": 8.0}, discovery_due=True
-    )
+    budget.record(budget.plan(True, True), total=8.1, seconds={"gradskip/scores": 0.1, "discovery": 8.0})
     assert budget.every == {"scores": 3, "discovery": 3}  # (0.1 + 8 / 2) / 3 = 1.37 <= 2 (own period 1: L = 5)
     due = [False, True] * 4  # the stage's own schedule: every 2nd explained epoch
     runs = []
@@ -165,5 +161,5 @@ def test_the_discovery_stride_counts_only_the_stages_own_epochs():
             **({"gradskip/scores": 0.1} if "gradskip" in plan.scored else {}),
             **({"discovery": 8.0} if plan.discovery else {}),
         }
-        budget.record(plan, sum(seconds.values()), seconds, discovery_due=own)
+        budget.record(plan, sum(seconds.values()), seconds)
     assert runs == [False, False, False, False, False, True, False, False]  # its 3rd own epoch after the last run
