@@ -8,7 +8,9 @@ Usage::
 
 Rows are probes, columns are logged epochs (the first column is the probe image, under its class
 name and beside its probe id); each cell is the overlay of that epoch's map with its insertion and
-deletion scores. A header names the method drawn and shows the colour scale. When the probes have
+deletion scores where that epoch computed them (a time budget thins the scores: the other cells
+show the epoch alone). A header names the method drawn, the epochs without scores, and shows the
+colour scale. When the probes have
 named regions (e.g. ``object`` and ``tag``), a chart under the picture shows the mean relevance
 mass on each region over every logged epoch (and on the transplanted tag, when the callback ran
 the transplant test): a map that moves from the object to the tag is a model learning a
@@ -30,7 +32,7 @@ import numpy as np
 from gradskip_lightning import render
 from gradskip_lightning.callback.files import PROBES_FILE, MapsRecord, read_maps
 
-__all__ = ["find_maps_dir", "fit_text", "timeline_figure", "region_curves", "main"]
+__all__ = ["find_maps_dir", "fit_text", "timeline_figure", "region_curves", "cell_title", "unscored_epochs", "main"]
 
 #: Heights in inches of the header (the method and the colour scale), of one probe row and of the
 #: region chart under the picture; the width of one column; the title font size in points.
@@ -42,6 +44,10 @@ TITLE_POINTS = 7
 #: The widest a title may be, in points: no wider than the image under it, so inside its column and
 #: clear of the neighbours' titles.
 TITLE_WIDTH = 0.8 * 72 * COLUMN_INCHES
+
+
+#: The per-probe scores a cell's title shows where its epoch has them: (array name, label).
+CELL_SCORES = (("insertion", "ins"), ("deletion", "del"))
 
 
 #: A W&B artifact name: ``[entity/]project/name:version`` (a local path has no ``:version`` part).
@@ -111,6 +117,39 @@ def region_curves(record: MapsRecord) -> tuple[list[int], dict[str, np.ndarray]]
     return epochs, {name: np.asarray(values) for name, values in curves.items()}
 
 
+def cell_title(arrays: dict[str, np.ndarray], probe: int) -> str:
+    """A cell's title: the epoch and the scores of :data:`CELL_SCORES` that its file holds.
+
+    >>> cell_title({"epoch": np.asarray(3), "insertion": np.asarray([0.5]), "deletion": np.asarray([0.25])}, 0)
+    'e3 ins 0.50 del 0.25'
+    >>> cell_title({"epoch": np.asarray(4)}, 0)
+    'e4'
+    """
+    scores = [f"{label} {float(arrays[name][probe]):.2f}" for name, label in CELL_SCORES if name in arrays]
+    return " ".join([f"e{int(arrays['epoch'])}", *scores])
+
+
+def unscored_epochs(epochs: Sequence[dict[str, np.ndarray]]) -> list[int]:
+    """The epochs whose files hold none of the :data:`CELL_SCORES` (not computed there: thinned by the
+    time budget, or turned off)."""
+    return [int(arrays["epoch"]) for arrays in epochs if not any(name in arrays for name, _ in CELL_SCORES)]
+
+
+def _spans(values: Sequence[int]) -> str:
+    """Sorted integers as runs: ``[1, 2, 3, 5]`` -> ``"1-3, 5"``.
+
+    >>> _spans([1, 2, 3, 5, 7, 8])
+    '1-3, 5, 7-8'
+    """
+    runs: list[list[int]] = []
+    for value in values:
+        if runs and value == runs[-1][-1] + 1:
+            runs[-1].append(value)
+        else:
+            runs.append([value])
+    return ", ".join(f"{run[0]}-{run[-1]}" if len(run) > 1 else f"{run[0]}" for run in runs)
+
+
 def fit_text(text: str, width: float, size: float = TITLE_POINTS, max_lines: int = 3) -> str:
     """``text`` in at most ``max_lines`` lines, each at most ``width`` points wide at font ``size``
     (points): broken at a space or before "(" where one is near, else inside a word; what does not
@@ -145,8 +184,9 @@ def fit_text(text: str, width: float, size: float = TITLE_POINTS, max_lines: int
     return "\n".join([*lines, rest])
 
 
-def _header(figure, cell, methods: list[str], cmap: str, alpha: float) -> None:
-    """The method drawn (left) and the colour scale of the maps (over the epoch columns)."""
+def _header(figure, cell, methods: list[str], unscored: list[int], cmap: str, alpha: float) -> None:
+    """The method drawn (left), and over the epoch columns the colour scale of the maps and the
+    drawn epochs that have no scores."""
     from matplotlib.cm import ScalarMappable
     from matplotlib.colors import Normalize
 
@@ -163,11 +203,10 @@ def _header(figure, cell, methods: list[str], cmap: str, alpha: float) -> None:
     )
     bar.set_ticks([0.0, 0.5, 1.0])
     bar.ax.tick_params(labelsize=6, length=2, pad=1)
-    bar.set_label(
-        f"relevance: each map scaled to its own range (1: its most relevant pixel), drawn at alpha {alpha:g}",
-        fontsize=6,
-        labelpad=1,
-    )
+    label_text = f"relevance: each map scaled to its own range (1: its most relevant pixel), drawn at alpha {alpha:g}"
+    if unscored:
+        label_text += f"\nno insertion/deletion scores at epoch {_spans(unscored)} (not computed there)"
+    bar.set_label(label_text, fontsize=6, labelpad=1)
 
 
 def timeline_figure(
@@ -195,7 +234,7 @@ def timeline_figure(
     figure = Figure(figsize=(COLUMN_INCHES * (len(epochs) + 1), sum(ratios)), dpi=100, layout="constrained")
     grid = figure.add_gridspec(len(ratios), len(epochs) + 1, height_ratios=ratios)
     methods = sorted({str(arrays["method"]) for arrays in epochs})
-    _header(figure, grid, methods, cmap, alpha)
+    _header(figure, grid, methods, unscored_epochs(epochs), cmap, alpha)
     axes = np.array([[figure.add_subplot(grid[1 + r, c]) for c in range(len(epochs) + 1)] for r in range(len(probes))])
     for row, (p, title) in enumerate(zip(probes, titles)):
         axes[row, 0].imshow(images[p])
@@ -206,11 +245,7 @@ def timeline_figure(
             factor = images.shape[1] // maps.shape[1]
             maps = np.repeat(np.repeat(maps, factor, axis=1), factor, axis=2)
             axes[row, col].imshow(render.overlay(images[p : p + 1], maps, alpha=alpha, cmap=cmap)[0])
-            axes[row, col].set_title(
-                f"e{int(arrays['epoch'])} ins {float(arrays['insertion'][p]):.2f} "
-                f"del {float(arrays['deletion'][p]):.2f}",
-                fontsize=6,
-            )
+            axes[row, col].set_title(cell_title(arrays, p), fontsize=6)
     for axis in axes[:, 1:].flat:
         axis.set_axis_off()
     for axis in axes[:, 0]:  # no frame or ticks; the probe id stays as the y label
@@ -249,6 +284,10 @@ def main(argv: Sequence[str] | None = None) -> Path:
         len(_pick(len(x), most)) for x, most in ((record.probe_ids, args.max_probes), (record.epochs, args.max_epochs))
     )
     print(f"wrote {output} ({probes} of {len(record.probe_ids)} probes, {epochs} of {len(record.epochs)} epochs)")
+    unscored = unscored_epochs(record.epochs)
+    if unscored:
+        print(f"epochs without insertion/deletion scores (not computed there, e.g. thinned by the time budget): "
+              f"{_spans(unscored)}")  # fmt: skip
     return output
 
 

@@ -9,15 +9,16 @@ from torch.utils.data import DataLoader
 from gradskip_lightning.data import PlantedShapesDataset
 from gradskip_lightning.explainer import Explainer
 from gradskip_lightning.metrics import pointing_game, spearman
-from tests.conftest import make_tiny_vit
+from tests.conftest import TRAIN_SEED, make_tiny_vit
+
+pytestmark = pytest.mark.trained
 
 
 @pytest.fixture(scope="module")
 def trained():
-    """(model, images, labels, masks): a 2-block ViT trained to high accuracy, and 128 test items."""
-    torch.manual_seed(0)
-    model = make_tiny_vit(num_classes=4, embed_dim=64, num_heads=4)
-    train_images, train_labels, _ = next(iter(DataLoader(PlantedShapesDataset(2048, seed=0), batch_size=2048)))
+    """(model, images, labels, masks): a 2-block ViT trained to high accuracy (seed: TRAIN_SEED), and 256 test items."""
+    model = make_tiny_vit(num_classes=4, embed_dim=64, num_heads=4, seed=TRAIN_SEED)
+    train_images, train_labels, _ = next(iter(DataLoader(PlantedShapesDataset(2048, seed=TRAIN_SEED), batch_size=2048)))
     optimiser = torch.optim.AdamW(model.parameters(), lr=2e-3)
     model.train()
     for _ in range(4):
@@ -26,10 +27,11 @@ def trained():
             torch.nn.functional.cross_entropy(model(train_images[batch]), train_labels[batch]).backward()
             optimiser.step()
     model.eval()
-    images, labels, masks = next(iter(DataLoader(PlantedShapesDataset(128, seed=99), batch_size=128)))
+    images, labels, masks = next(iter(DataLoader(PlantedShapesDataset(256, seed=99), batch_size=256)))
     with torch.no_grad():
         accuracy = (model(images).argmax(1) == labels).float().mean().item()
-    assert accuracy > 0.9, f"the fixture model did not learn planted shapes (accuracy {accuracy:.2f})"
+    # 0.93-1.00 over seeds 0-9
+    assert accuracy > 0.85, f"the fixture model did not learn planted shapes (accuracy {accuracy:.2f})"
     return model, images, labels, masks
 
 
@@ -44,10 +46,11 @@ def test_gradskip_points_at_the_planted_object(trained):
     gradskip = Explainer(model).explain(images, labels)
     floor = Explainer(model, "random").explain(images, labels)
     hits, floor_hits = patch_hits(gradskip.token_maps, masks).mean(), patch_hits(floor.token_maps, masks).mean()
-    # Measured here: 0.84 (random 0.19) on 256 items. An 8 px object straddles up to 4 of 16 patches.
-    assert hits >= 0.75, f"most relevant patch on the object for {hits:.2f} of images"
+    # Over training seeds 0-9 on these 256 items: 0.71-0.92, mean 0.81 (random 0.19): the thresholds are about
+    # 3 standard deviations under the mean. An 8 px object straddles up to 4 of 16 patches.
+    assert hits >= 0.6, f"most relevant patch on the object for {hits:.2f} of images"
     assert hits > floor_hits + 0.4, f"{hits:.2f} vs random {floor_hits:.2f}"
-    # The pixel-level Pointing Game (2 px tolerance at 32 px) is stricter but far above the floor too.
+    # The pixel-level Pointing Game (2 px tolerance at 32 px) is stricter but far above the floor too (by 0.56-0.74).
     assert pointing_game(gradskip.maps, masks).float().mean() > pointing_game(floor.maps, masks).float().mean() + 0.4
 
 
@@ -59,7 +62,7 @@ def test_maps_change_when_the_weights_are_randomised(trained):
     same = spearman(maps, Explainer(model).explain(images, labels).maps).mean()
     rho = spearman(maps, random_maps).mean()
     assert same > 0.999
-    assert rho < 0.5, f"mean rank correlation with a randomised model {rho:.2f}"
+    assert rho < 0.5, f"mean rank correlation with a randomised model {rho:.2f}"  # 0.02-0.17 over seeds 0-9
 
 
 @pytest.mark.parametrize("family", ["torchvision", "hf_vit"])
@@ -73,5 +76,5 @@ def test_the_same_weights_in_torchvision_and_hf_point_at_the_planted_object(trai
     moved = timm_to_torchvision(model) if family == "torchvision" else timm_to_hf(model)
     ours, reference = explainer_for(moved).explain(images, labels), Explainer(model).explain(images, labels)
     assert torch.equal(ours.predictions, reference.predictions)
-    assert patch_hits(ours.token_maps, masks).mean() >= 0.75
+    assert patch_hits(ours.token_maps, masks).mean() >= 0.6  # as the timm model's, above
     torch.testing.assert_close(ours.token_maps, reference.token_maps, rtol=1e-4, atol=1e-6)

@@ -162,3 +162,33 @@ def test_a_failed_write_leaves_the_previous_file_and_no_temporary(tmp_path, monk
         write_epoch(folder, 0, 0, "gradskip", {"maps": np.zeros((2, 8, 8), np.float32)})
     assert (folder / "epoch_0000.npz").read_bytes() == before
     assert sorted(p.name for p in folder.iterdir()) == ["epoch_0000.npz", "probes.npz"]
+
+
+def test_epochs_the_budget_left_unscored_are_drawn_and_named(tmp_path, capsys):
+    """A run whose time budget computed the scores at epochs 0 and 5 only: every epoch is a column,
+    the scored ones show their scores, the others their epoch alone, and the command says which."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    maps = tmp_path / "maps"
+    _write_run(maps, probes=2, epochs=range(8))
+    for epoch in (1, 2, 3, 4, 6, 7):  # what the budget's files hold: no insertion or deletion
+        with np.load(maps / f"epoch_{epoch:04d}.npz") as saved:
+            arrays = {k: saved[k] for k in saved.files if k not in ("epoch", "step", "method", "insertion", "deletion")}
+        write_epoch(maps, epoch, 10 * epoch, "gradskip", arrays)
+    record = read_maps(maps)
+    figure = timeline_figure(record)
+    FigureCanvasAgg(figure).draw()
+    titles = [t.get_text() for t in _drawn_texts(figure) if t.get_text().startswith("e")]
+    assert sorted(titles) == sorted(
+        [f"e{e}" for e in (1, 2, 3, 4, 6, 7) for _ in range(2)]
+        + [f"e{e} ins {float(record.epochs[e]['insertion'][p]):.2f} del {float(record.epochs[e]['deletion'][p]):.2f}"
+           for e in (0, 5) for p in range(2)]
+    )  # fmt: skip
+    (scale,) = [t.get_text() for t in _drawn_texts(figure) if t.get_text().startswith("relevance")]
+    assert "no insertion/deletion scores at epoch 1-4, 6-7" in scale
+    main([str(maps), "-o", str(tmp_path / "thinned.png")])
+    said = capsys.readouterr().out
+    assert (
+        "epochs without insertion/deletion scores (not computed there, e.g. thinned by the time budget): 1-4, 6-7"
+        in said
+    )

@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 import yaml
@@ -163,3 +164,38 @@ def test_redirected_cli_run_prints_epoch_lines_keeps_the_final_epoch_in_last_ckp
     assert maps, done.stderr[-3000:]
     assert (tmp_path / maps[1]).resolve() == (run.root / "gradskip" / "maps").resolve()
     assert sorted(p.name for p in (tmp_path / maps[1]).glob("epoch_*.npz")) == [f"epoch_000{e}.npz" for e in range(3)]
+
+
+@pytest.mark.slow
+def test_the_main_config_with_its_budget_then_the_printed_timeline_command(tmp_path):
+    """The README's path on the main config: a few epochs of configs/bloodmnist.yaml (its 2 % time
+    budget on, so short epochs leave the scores out of most epoch files), then the timeline command
+    exactly as the end of fit prints it."""
+    from tests.data.conftest import write_medmnist_file
+
+    write_medmnist_file(tmp_path, "bloodmnist")
+    command = [
+        sys.executable, str(ROOT / "train.py"), "fit", "--config", str(ROOT / "configs" / "bloodmnist.yaml"),
+        f"--data.root={tmp_path}", "--data.download=false", "--trainer.max_epochs=3",
+        "--trainer.limit_train_batches=2", "--trainer.limit_val_batches=1",
+        f"--trainer.logger.init_args.save_dir={tmp_path / 'outputs'}",
+    ]  # fmt: skip
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    done = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-4000:]
+    printed = re.search(r"\(draw them: (python -m gradskip_lightning\.timeline .+?)\)\s*$", done.stderr, re.M)
+    assert printed, done.stderr[-3000:]
+    maps = Path(printed[1].split()[3])
+    scored = [
+        "insertion" in np.load(path).files for path in sorted((tmp_path / maps).glob("epoch_*.npz"))
+    ]  # the budget thinned the scores: some epochs have none
+    assert len(scored) == 3 and scored[0] and not all(scored), scored
+    timeline = subprocess.run(
+        [sys.executable, *printed[1].split()[1:]], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300
+    )
+    assert timeline.returncode == 0, timeline.stderr[-3000:]
+    assert "(32 of 32 probes, 3 of 3 epochs)" in timeline.stdout
+    (said,) = [line for line in timeline.stdout.splitlines() if line.startswith("epochs without insertion/deletion")]
+    spans = [[int(e) for e in span.split("-")] for span in said.rsplit(": ", 1)[1].split(", ")]
+    assert {e for span in spans for e in range(span[0], span[-1] + 1)} == {e for e, has in enumerate(scored) if not has}
+    assert (tmp_path / "timeline.png").stat().st_size > 10_000

@@ -10,22 +10,25 @@ from gradskip_lightning.data import PlantedShapesSegmentationDataModule
 from gradskip_lightning.metrics import parameter_randomisation, relevance_mass_accuracy, segmentation_scores_per_image
 from gradskip_lightning.segmentation import SEGMENTATION_METHODS, SegformerCascade, SegmentationExplainer
 from gradskip_lightning.segmentation.module import SegmentationModule
+from tests.conftest import TRAIN_SEED
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.trained]
 
 
 @pytest.fixture(scope="module")
 def trained():
-    """The module (trained 6 epochs, about 25 s; val mIoU above 0.8) and 32 validation images, their
-    square's class and its pixels."""
-    seed_everything(0)
-    data = PlantedShapesSegmentationDataModule(train_size=2000, val_size=64, test_size=32, batch_size=32)
+    """The module (trained 6 epochs, about 25 s; val mIoU 0.80-0.88 over seeds 0-7) and 32 validation
+    images, their square's class and its pixels."""
+    seed_everything(TRAIN_SEED)
+    data = PlantedShapesSegmentationDataModule(
+        train_size=2000, val_size=64, test_size=32, batch_size=32, seed=TRAIN_SEED
+    )
     module = SegmentationModule(num_classes=data.num_classes, img_size=64, task="segmentation", lr=0.004)
     trainer = Trainer(
         max_epochs=6, logger=False, enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False
     )
     trainer.fit(module, datamodule=data)
-    assert trainer.callback_metrics["val/miou"] > 0.8
+    assert trainer.callback_metrics["val/miou"] > 0.7  # 0.80-0.88 over seeds 0-7
     items = [data.val_dataset[i] for i in range(32)]
     images = torch.stack([image for image, _ in items])
     label_maps = torch.stack([label_map for _, label_map in items])
@@ -41,7 +44,8 @@ def test_the_maps_find_the_planted_square(trained, method):
     area = squares.float().mean().item()  # 0.035 of the pixels
     mass = relevance_mass_accuracy(out.maps, squares).mean().item()
     scores = segmentation_scores_per_image(out.maps, squares)
-    # measured: mass 0.28 (rollout) to 0.72 (raw attention), GradSkip 0.45; AP 0.91-0.93
+    # over seeds 0-7: mass 7.8-9.2 x the area (rollout) to 19-21 x (raw attention), GradSkip 10-14 x; AP 0.90-0.95;
+    # the random floor 0.94-1.03 x
     assert mass > 5 * area, f"{method}: relevance mass {mass:.3f} on squares covering {area:.3f}"
     assert scores["average_precision"].mean() > 0.7
     floor = SegmentationExplainer(module, "random").explain(images, classes)
@@ -54,4 +58,4 @@ def test_randomised_weights_lose_the_square(trained, method):
     explain = lambda model, x, t: SegmentationExplainer(model, method).explain(x, t).maps  # noqa: E731
     curve = parameter_randomisation(module, images[:8], classes[:8], explain, cascade_for=SegformerCascade)
     assert curve.layers[0] == "decode_head" and curve.layers[-1] == "stages.0.blocks.0"
-    assert curve.mean[-1] < 0.5, curve.mean
+    assert curve.mean[-1] < 0.5, curve.mean  # -0.14 to 0.25 over seeds 0-7
