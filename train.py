@@ -4,8 +4,8 @@
     python train.py fit --config configs/bloodmnist.yaml --data.root /folder/with/bloodmnist.npz
     python train.py fit --config configs/planted_segformer.yaml
 
-The model is a :class:`~gradskip_lightning.model.ViTClassifier` unless the config's ``model``
-names another ``class_path`` (e.g. ``gradskip_lightning.segmentation.module.SegmentationModule``).
+The model is a :class:`~gradskip_lightning.training.classifier.ViTClassifier` unless the config's ``model``
+names another ``class_path`` (e.g. ``gradskip_lightning.training.segmentation.SegmentationModule``).
 W&B runs offline unless you set ``WANDB_MODE`` yourself (e.g. ``WANDB_MODE=online``). When stdout
 is not a terminal (redirected to a file, a pipe, a batch job's log), the progress bar is off unless
 the config sets ``trainer.enable_progress_bar``, and each epoch prints one line of metrics
@@ -22,7 +22,7 @@ from lightning.pytorch import LightningDataModule, LightningModule, Trainer
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 
 from gradskip_lightning.console import EpochLine
-from gradskip_lightning.model import DEFAULT_MODEL, LINKED_FROM_DATA
+from gradskip_lightning.training.classifier import DEFAULT_MODEL, LINKED_FROM_DATA
 
 
 class GradSkipCLI(LightningCLI):

@@ -21,8 +21,8 @@ from gradskip_lightning.data import (
     PlantedShapesSegmentationDataModule,
     SpuriousTag,
 )
-from gradskip_lightning.model import ViTClassifier
-from gradskip_lightning.segmentation.module import SegmentationModule
+from gradskip_lightning.training.classifier import ViTClassifier
+from gradskip_lightning.training.segmentation import SegmentationModule
 from tests.data.conftest import write_medmnist_file
 
 # pytest's own arguments are in sys.argv while the tests pass args= to LightningCLI.

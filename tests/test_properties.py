@@ -7,7 +7,7 @@ import torch
 from torch.utils.data import DataLoader
 
 from gradskip_lightning.data import PlantedShapesDataset
-from gradskip_lightning.explainer import Explainer
+from gradskip_lightning.families.timm_vit import TimmViTExplainer
 from gradskip_lightning.metrics import pointing_game, spearman
 from tests.conftest import TRAIN_SEED, make_tiny_vit
 
@@ -43,8 +43,8 @@ def patch_hits(token_maps: torch.Tensor, masks: torch.Tensor, patch: int = 8) ->
 
 def test_gradskip_points_at_the_planted_object(trained):
     model, images, labels, masks = trained
-    gradskip = Explainer(model).explain(images, labels)
-    floor = Explainer(model, "random").explain(images, labels)
+    gradskip = TimmViTExplainer(model).explain(images, labels)
+    floor = TimmViTExplainer(model, "random").explain(images, labels)
     hits, floor_hits = patch_hits(gradskip.token_maps, masks).mean(), patch_hits(floor.token_maps, masks).mean()
     # Over training seeds 0-9 on these 256 items: 0.71-0.92, mean 0.81 (random 0.19): the thresholds are about
     # 3 standard deviations under the mean. An 8 px object straddles up to 4 of 16 patches.
@@ -56,10 +56,10 @@ def test_gradskip_points_at_the_planted_object(trained):
 
 def test_maps_change_when_the_weights_are_randomised(trained):
     model, images, labels, _ = trained
-    maps = Explainer(model).explain(images, labels).maps
+    maps = TimmViTExplainer(model).explain(images, labels).maps
     randomised = make_tiny_vit(num_classes=4, embed_dim=64, num_heads=4, seed=123)
-    random_maps = Explainer(randomised).explain(images, labels).maps
-    same = spearman(maps, Explainer(model).explain(images, labels).maps).mean()
+    random_maps = TimmViTExplainer(randomised).explain(images, labels).maps
+    same = spearman(maps, TimmViTExplainer(model).explain(images, labels).maps).mean()
     rho = spearman(maps, random_maps).mean()
     assert same > 0.999
     assert rho < 0.5, f"mean rank correlation with a randomised model {rho:.2f}"  # 0.02-0.17 over seeds 0-9
@@ -74,7 +74,7 @@ def test_the_same_weights_in_torchvision_and_hf_point_at_the_planted_object(trai
 
     model, images, labels, masks = trained
     moved = timm_to_torchvision(model) if family == "torchvision" else timm_to_hf(model)
-    ours, reference = explainer_for(moved).explain(images, labels), Explainer(model).explain(images, labels)
+    ours, reference = explainer_for(moved).explain(images, labels), TimmViTExplainer(model).explain(images, labels)
     assert torch.equal(ours.predictions, reference.predictions)
     assert patch_hits(ours.token_maps, masks).mean() >= 0.6  # as the timm model's, above
     torch.testing.assert_close(ours.token_maps, reference.token_maps, rtol=1e-4, atol=1e-6)

@@ -1,15 +1,13 @@
-"""The package's shape: no import cycle, no upward import between its rooms, no concrete explainer
-class tested outside its own family, one name per registered choice."""
+"""The package's shape: no import cycle, no upward import between its rooms, each family in its own
+folder known to the rest only through its package, no concrete explainer class tested outside its
+own family, one name per registered choice, no deprecation shim."""
 
 from __future__ import annotations
 
 import ast
-import warnings
 from collections import defaultdict
 from pathlib import Path
 from typing import get_args
-
-import pytest
 
 import gradskip_lightning
 
@@ -17,20 +15,21 @@ PACKAGE = Path(gradskip_lightning.__file__).parent
 
 #: The rooms of the package, lowest first: a module imports only from its own room or lower layers.
 LAYERS: list[set[str]] = [
-    {"registry", "validation"},
-    {"explanation", "render", "data", "adapters"},
-    {"methods", "metrics", "model", "families"},
-    {"explainer", "segmentation"},
-    {"hf_vit", "swin"},
+    {"core"},
+    {"render", "data", "methods", "metrics"},
+    {"families", "training"},
     {"callback"},
     {"console", "dashboard", "timeline", "__init__"},
     {"benchmarks"},
 ]
+FAMILIES_DIR = PACKAGE / "families"
+#: Modules of the families room that several families share (a library's conventions, not a family).
+SHARED_BY_FAMILIES = {"timm_common", "transformers_attention"}
 LAYER = {room: level for level, rooms in enumerate(LAYERS) for room in rooms}
-#: Explainer and explanation classes, and the files of the family they belong to.
+#: TimmViTExplainer and explanation classes, and the files of the family they belong to.
 CONCRETE = {
-    "Explainer": "explainer.py",
-    "SegmentationExplainer": "segmentation/",
+    "TimmViTExplainer": "explainer.py",
+    "SegFormerExplainer": "segmentation/",
     "SegmentationExplanation": "segmentation/",
     "HFViTExplainer": "hf_vit.py",
     "SwinExplainer": "swin/",
@@ -105,7 +104,7 @@ def test_metrics_depend_on_tensors_only():
         f"{_module(p)} imports {name}"
         for p in (PACKAGE / "metrics").rglob("*.py")
         for name, _ in _imports(p)
-        if _room(name) not in {"metrics", "validation", "registry", "explanation"}  # explanation: the protocol
+        if _room(name) not in {"metrics", "core"}
     ]
     assert not models, models
 
@@ -151,41 +150,60 @@ def test_no_concrete_explainer_class_is_tested_outside_its_family():
     assert not found, found
 
 
+def _family_of(module: str) -> str | None:
+    """``"swin"`` for ``gradskip_lightning.families.swin.adapter``; None outside a family's folder."""
+    parts = module.split(".")
+    is_family = len(parts) > 2 and parts[1] == "families" and (FAMILIES_DIR / parts[2]).is_dir()
+    return parts[2] if is_family else None
+
+
+def test_each_family_is_one_folder_under_families():
+    from gradskip_lightning.families import FAMILIES
+
+    folders = {p.name for p in FAMILIES_DIR.iterdir() if p.is_dir() and (p / "__init__.py").is_file()}
+    homes = {_family_of(family.explainer.__module__) for family in FAMILIES.values()}
+    assert homes == folders, (homes, folders)
+
+
+def test_a_family_imports_no_other_family_and_the_rest_only_its_package():
+    """A family's modules import core, methods, the shared modules and their own folder; outside
+    the families, code sees a family only through its package (``families.swin``), never a module in it."""
+    crossing = []
+    for path in PACKAGE.rglob("*.py"):
+        module = _module(path)
+        for name, _ in _imports(path):
+            target = _family_of(name)
+            if target is None or target == _family_of(module):
+                continue
+            inside = len(name.split(".")) > 3  # families.<name>.<module>
+            if _family_of(module) is not None or (inside and module != "gradskip_lightning.families"):
+                crossing.append(f"{module} imports {name}")
+    assert not crossing, crossing
+
+
 def test_each_method_literal_names_its_registry():
-    from gradskip_lightning.methods import METHOD_SPECS, MethodName
-    from gradskip_lightning.segmentation import SEGMENTATION_METHODS, SegmentationMethod
-    from gradskip_lightning.swin import SWIN_METHODS, SwinMethod
-
-    assert get_args(MethodName) == METHOD_SPECS.names
-    assert get_args(SegmentationMethod) == SEGMENTATION_METHODS.names
-    assert get_args(SwinMethod) == SWIN_METHODS.names
-
-
-def test_families_are_registered_with_their_explainers_methods():
-    from gradskip_lightning.explainer import Explainer
+    from gradskip_lightning.callback.settings import MethodName
     from gradskip_lightning.families import FAMILIES, all_methods
-    from gradskip_lightning.segmentation import SegmentationExplainer
 
-    assert FAMILIES.names == ("timm_vit", "segformer", "hf_vit", "timm_swin")
-    assert FAMILIES["segformer"].methods == SegmentationExplainer.methods
-    assert all_methods() == Explainer.methods  # the ViT family has every SegFormer method too
+    for family in FAMILIES.values():
+        assert get_args(family.method_names) == family.methods, family.name
+    assert set(get_args(MethodName)) == set(all_methods())  # the callback's method choices
 
 
-@pytest.mark.parametrize(
-    "module, name",
-    [
-        ("gradskip_lightning.methods", "weighted_attention"),
-        ("gradskip_lightning.methods", "rollout"),
-        ("gradskip_lightning.methods", "chefer"),
-    ],
-)
-def test_removed_names_still_work_with_a_deprecation_warning(module, name):
-    import importlib
+def test_the_family_index_lists_every_family_with_its_explainers_methods():
+    from gradskip_lightning.families import FAMILIES
 
-    with pytest.warns(DeprecationWarning, match=name):
-        function = getattr(importlib.import_module(module), name)
-    assert callable(function)
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        with pytest.raises(AttributeError):
-            getattr(importlib.import_module(module), "no_such_name")
+    assert FAMILIES.names == ("timm_vit", "torchvision_vit", "hf_vit", "timm_swin", "segformer")
+    for name, family in FAMILIES.items():
+        assert family.name == name and family.methods == family.explainer.methods
+
+
+def test_the_package_has_no_deprecation_shim():
+    """Nothing has been released: a renamed option or module is renamed, with no deprecated spelling."""
+    found = [
+        f"{path.relative_to(PACKAGE)}:{number}"
+        for path in PACKAGE.rglob("*.py")
+        for number, line in enumerate(path.read_text().splitlines(), 1)
+        if "DeprecationWarning" in line or "rank_zero_deprecation" in line or "def __getattr__(name" in line
+    ]
+    assert not found, found

@@ -16,8 +16,8 @@ import yaml
 
 import train
 from gradskip_lightning.data import PlantedShapesSegmentationDataModule
-from gradskip_lightning.model import ViTClassifier
-from gradskip_lightning.segmentation.module import SegmentationModule
+from gradskip_lightning.training.classifier import ViTClassifier
+from gradskip_lightning.training.segmentation import SegmentationModule
 from tests.callback.wandb_files import find_runs
 
 # pytest's own arguments are in sys.argv while the tests pass args= to LightningCLI.
@@ -71,7 +71,10 @@ def test_model_section_without_class_path_is_a_vit_classifier_and_takes_short_ov
     "override,message",
     [
         (["--data", "gradskip_lightning.data.PlantedShapesDataModule"], "task must be .segmentation.*ViTClassifier"),
-        (["--model", "gradskip_lightning.model.ViTClassifier"], "segmentation data use .*SegmentationModule"),
+        (
+            ["--model", "gradskip_lightning.training.classifier.ViTClassifier"],
+            "segmentation data use .*SegmentationModule",
+        ),
     ],
     ids=["classification data, segmentation model", "segmentation data, classifier"],
 )

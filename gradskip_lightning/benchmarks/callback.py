@@ -30,7 +30,7 @@ from lightning.pytorch.loggers import CSVLogger, Logger, WandbLogger
 
 from gradskip_lightning.benchmarks.configs import callback_settings, config_settings
 from gradskip_lightning.callback import DiscoveryStage, GradSkipCallback, ProbeSettings, RenderSettings, ScoreSettings
-from gradskip_lightning.validation import required
+from gradskip_lightning.core.validation import required
 
 #: The parts of the hook, in the table's order.
 PARTS = ("explain", "perturbation", "violation", "discovery", "rendering", "logging", "files", "other")
@@ -187,7 +187,7 @@ def _callback(args: argparse.Namespace) -> GradSkipCallback:
 
 def run(args: argparse.Namespace) -> list[dict]:
     from gradskip_lightning.data import BloodMNISTDataModule
-    from gradskip_lightning.model import ViTClassifier
+    from gradskip_lightning.training.classifier import ViTClassifier
 
     seed_everything(0)
     parts = _Parts()

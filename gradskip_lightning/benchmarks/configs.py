@@ -10,7 +10,7 @@ from typing import Any, TypeVar
 import yaml
 from lightning.pytorch import LightningDataModule, LightningModule
 
-from gradskip_lightning.model import DEFAULT_MODEL
+from gradskip_lightning.training.classifier import DEFAULT_MODEL
 
 CONFIGS_DIR = Path(__file__).resolve().parents[2] / "configs"
 
@@ -30,7 +30,7 @@ def _init_args(section: dict[str, Any]) -> dict[str, Any]:
 
 
 def _class(path: str) -> Any:
-    """The class named by a dotted ``path``, e.g. ``gradskip_lightning.model.ViTClassifier``."""
+    """The class named by a dotted ``path``, e.g. ``gradskip_lightning.training.classifier.ViTClassifier``."""
     module, _, cls = path.rpartition(".")
     return getattr(importlib.import_module(module), cls)
 
@@ -66,7 +66,7 @@ def callback_settings(name: str, class_name: str = "GradSkipCallback") -> dict[s
 
 def model_class(name: str) -> type[LightningModule]:
     """The model class named by ``model.class_path`` in ``configs/<name>.yaml``; a model section
-    without one is a :class:`~gradskip_lightning.model.ViTClassifier` (train.py's default).
+    without one is a :class:`~gradskip_lightning.training.classifier.ViTClassifier` (train.py's default).
 
     >>> model_class("planted_segformer").__name__, model_class("planted_shapes").__name__
     ('SegmentationModule', 'ViTClassifier')

@@ -37,12 +37,12 @@ import torch
 from torch import Tensor, nn
 from torch.utils.flop_counter import FlopCounterMode
 
-from gradskip_lightning.adapters import find_adapter
-from gradskip_lightning.explainer import METHODS, Explainer
-from gradskip_lightning.hf_vit import HFViTAdapter, HFViTExplainer
-from gradskip_lightning.segmentation import SEGMENTATION_METHODS, SegmentationExplainer
-from gradskip_lightning.segmentation.capture import explain_mode as segformer_explain_mode
-from gradskip_lightning.swin import SwinAdapter, SwinExplainer
+from gradskip_lightning.families.hf_vit import HFViTAdapter, HFViTExplainer
+from gradskip_lightning.families.segformer import SEGFORMER_METHODS, SegFormerExplainer
+from gradskip_lightning.families.segformer import explain_mode as segformer_explain_mode
+from gradskip_lightning.families.swin import SwinAdapter, SwinExplainer
+from gradskip_lightning.families.timm_vit import TimmViTExplainer, adapter_for
+from gradskip_lightning.methods import PASS_METHODS
 
 #: The pseudo-method of the floor row: forward + activation-only backward, no method.
 FLOOR = "floor"
@@ -94,7 +94,7 @@ def segformer_map(model: Any, method: str) -> Callable[[Tensor], object]:
     """images (B, 3, H, W) -> the explanation of class 0 over the whole logits grid
     (B, ceil(H / stride_0), ceil(W / stride_0))."""
     stride = model.config.strides[0]
-    explainer = SegmentationExplainer(model, method)
+    explainer = SegFormerExplainer(model, method)
 
     def run(images: Tensor) -> object:
         b, _, h, w = images.shape
@@ -127,14 +127,14 @@ ModelFamily = Literal["vit", "segformer", "hf_vit", "swin"]
 #: Kind of model -> how it is run.
 FAMILIES: dict[ModelFamily, Family] = {
     "vit": Family(
-        methods=METHODS,
-        eager=lambda model: find_adapter(model).explain_mode(model),
+        methods=PASS_METHODS.names,
+        eager=lambda model: adapter_for(model).explain_mode(model),
         logits=lambda model, images: model(images),
-        first_block=lambda model: find_adapter(model).blocks[0],
-        explain=lambda model, method: Explainer(model, method).explain,
+        first_block=lambda model: adapter_for(model).blocks[0],
+        explain=lambda model, method: TimmViTExplainer(model, method).explain,
     ),
     "segformer": Family(
-        methods=tuple(SEGMENTATION_METHODS),
+        methods=tuple(SEGFORMER_METHODS),
         eager=segformer_explain_mode,
         logits=lambda model, images: model(pixel_values=images).logits,
         first_block=lambda model: model.segformer.stages[0].blocks[0],

@@ -26,12 +26,14 @@ import timm
 import torch
 from torch import nn
 
-from gradskip_lightning.adapters import Adapter, UnsupportedModel, find_adapter
-from gradskip_lightning.explainer import Explainer
-from gradskip_lightning.hf_vit import HF_MODELS, HFViTAdapter, HFViTExplainer
+from gradskip_lightning.core.explanation import UnsupportedModel
+from gradskip_lightning.core.pass_explainer import PassExplainer
+from gradskip_lightning.core.validation import required
+from gradskip_lightning.families import swin
+from gradskip_lightning.families.hf_vit import HF_MODELS, HFViTAdapter, HFViTExplainer
+from gradskip_lightning.families.swin import SWIN_METHODS, SwinAdapter, SwinExplainer
+from gradskip_lightning.families.timm_vit import TimmViTAdapter, TimmViTExplainer, adapter_for
 from gradskip_lightning.methods import BlockStep, GradSkipOptions, propagation
-from gradskip_lightning.swin import SwinAdapter, SwinExplainer, find_swin
-from gradskip_lightning.swin.propagation import SwinGradSkipVisitor
 
 #: The timm modules whose models are ViT-family classifiers.
 FAMILY_MODULES = (
@@ -73,7 +75,7 @@ def family_names() -> list[tuple[str, str]]:
     return [(module, name) for module in FAMILY_MODULES for name in timm.list_models(module=module)]
 
 
-def kind(adapter: Adapter) -> tuple[str, ...]:
+def kind(adapter: TimmViTAdapter) -> tuple[str, ...]:
     """What distinguishes one backbone configuration from another for the adapters."""
     block = adapter.blocks[0]
     return (
@@ -92,7 +94,7 @@ def build(name: str, **overrides) -> nn.Module:
         return timm.create_model(name, pretrained=False, num_classes=NUM_CLASSES, **overrides).eval()
 
 
-def small_instance(name: str, full: Adapter) -> nn.Module:
+def small_instance(name: str, full: TimmViTAdapter) -> nn.Module:
     """``name`` with 2 blocks, in float64, on a 4x4 token grid (set by the image size or, for
     NaFlexViT, the position-embedding grid), else at the first size the model accepts. ``full``:
     the adapter of the full-size (meta) model; per-block key/value heads become those of its
@@ -113,7 +115,7 @@ def small_instance(name: str, full: Adapter) -> nn.Module:
         except (TypeError, AssertionError, ValueError, RuntimeError):
             continue
         built = built or model
-        if find_adapter(model).grid_size == (4, 4):
+        if adapter_for(model).grid_size == (4, 4):
             return model
     if built is None:
         raise ValueError(f"{name} cannot be built with depth=2")
@@ -122,23 +124,25 @@ def small_instance(name: str, full: Adapter) -> nn.Module:
 
 def check_properties(model: nn.Module) -> str:
     """ "" when batch == singles and conservation hold on random images, else what failed."""
-    return check_explainer(Explainer(model), vit_steps)
+    return check_explainer(TimmViTExplainer(model), vit_steps)
 
 
-def vit_steps(explainer: Explainer, images: torch.Tensor, targets: torch.Tensor) -> list[BlockStep]:
+def vit_steps(explainer: PassExplainer, images: torch.Tensor, targets: torch.Tensor) -> list[BlockStep]:
     """GradSkip's block steps of one capture through the explainer's adapter (timm, torchvision, HF)."""
     return propagation(explainer.adapter.capture(explainer.model, images, targets), GradSkipOptions())
 
 
-def swin_steps(explainer: Explainer, images: torch.Tensor, targets: torch.Tensor) -> list[BlockStep]:
+def swin_steps(explainer: PassExplainer, images: torch.Tensor, targets: torch.Tensor) -> list[BlockStep]:
     """GradSkip's windowed block steps of one Swin capture."""
     adapter: Any = explainer.adapter  # a SwinAdapter: its layout maps window slots to grid positions
-    visitor = SwinGradSkipVisitor(GradSkipOptions(), adapter.layout(images.device))
+    visitor = SWIN_METHODS["gradskip"].step(GradSkipOptions(), adapter.layout(images.device))
     explainer.adapter.capture(explainer.model, images, targets).replay(visitor)
-    return visitor.steps
+    return required(visitor.steps, "the Swin visitor's steps")
 
 
-def check_explainer(explainer: Explainer, steps: Callable[[Explainer, torch.Tensor, torch.Tensor], list]) -> str:
+def check_explainer(
+    explainer: PassExplainer, steps: Callable[[PassExplainer, torch.Tensor, torch.Tensor], list]
+) -> str:
     """ "" when batch == singles and every one of GradSkip's ``steps`` conserves relevance, else what failed."""
     images = torch.randn(BATCH, explainer.in_chans, *explainer.img_size, dtype=torch.float64)
     targets = torch.arange(BATCH) % NUM_CLASSES
@@ -161,7 +165,7 @@ def cover(names: list[tuple[str, str]]) -> list[CoverageRecord]:
         with torch.device("meta"):
             model = build(name)
         try:
-            adapter = find_adapter(model)
+            adapter = adapter_for(model)
         except UnsupportedModel as error:
             records.append(CoverageRecord(name, module, False, str(error).split(" Supported")[0]))
             continue
@@ -267,13 +271,13 @@ OTHER_FAMILIES: dict[str, OtherFamily] = {
     "torchvision vision_transformer": OtherFamily(
         _torchvision_names,
         torchvision_vit,
-        find_adapter,
-        lambda name: check_explainer(Explainer(small_torchvision_vit()), vit_steps),
+        adapter_for,
+        lambda name: check_explainer(TimmViTExplainer(small_torchvision_vit()), vit_steps),
     ),
     "timm swin_transformer": OtherFamily(
         lambda: timm.list_models(module="swin_transformer"),
         build,
-        lambda model: SwinAdapter(find_swin(model)),
+        lambda model: SwinAdapter(swin.FAMILY.find(model)),
         lambda name: check_explainer(SwinExplainer(small_swin(name)), swin_steps),
     ),
     "transformers (hf_vit)": OtherFamily(_hf_names, hf_vit, HFViTAdapter, hf_check),

@@ -34,8 +34,9 @@ from lightning.pytorch.loggers import CSVLogger
 
 from gradskip_lightning import GradSkipCallback, ProbeSettings, ScoreSettings
 from gradskip_lightning.data import PlantedShapesDataModule
-from gradskip_lightning.explainer import METHODS, Explainer
-from gradskip_lightning.model import ViTClassifier
+from gradskip_lightning.families.timm_vit import TimmViTExplainer
+from gradskip_lightning.methods import PASS_METHODS
+from gradskip_lightning.training.classifier import ViTClassifier
 
 CheckName = Literal["batch_equals_singles", "mixed_precision_fit", "oom_skipped", "ms_per_map"]
 ModelName = Literal["vit_tiny_test", "vit_base_patch16_224"]
@@ -49,7 +50,7 @@ MODELS: dict[str, dict] = {
     "vit_base_patch16_224": dict(model_name="vit_base_patch16_224"),
 }
 #: Methods whose maps are a function of the image and target only ("random" draws afresh per call).
-DETERMINISTIC_METHODS = tuple(method for method in METHODS if method != "random")
+DETERMINISTIC_METHODS = tuple(method for method in PASS_METHODS.names if method != "random")
 #: Bytes no device holds (256 TiB): allocating them raises torch.OutOfMemoryError on CUDA.
 IMPOSSIBLE_BYTES = 1 << 48
 NO_CUDA = "No CUDA device is present: the GPU checks were not run. Run this command on a machine with a GPU."
@@ -94,7 +95,7 @@ def check_batch_equals_singles(
     relative = {}
     with full_float32():
         for method in DETERMINISTIC_METHODS:
-            explainer = Explainer(vit, method)
+            explainer = TimmViTExplainer(vit, method)
             batch = explainer.explain(images, targets).maps
             singles = torch.cat(
                 [explainer.explain(images[i : i + 1], targets[i : i + 1]).maps for i in range(batch_size)]
@@ -168,14 +169,14 @@ def check_mixed_precision_fit(device: str | torch.device, precision: Precision, 
 
 @contextmanager
 def impossible_allocation_before_explain(device: torch.device) -> Iterator[None]:
-    """Every ``Explainer.explain`` call first allocates :data:`IMPOSSIBLE_BYTES` on ``device`` (and fails)."""
-    explain = Explainer.explain
+    """Every ``TimmViTExplainer.explain`` call first allocates :data:`IMPOSSIBLE_BYTES` on ``device`` (and fails)."""
+    explain = TimmViTExplainer.explain
 
     def explain_after_allocation(self, images, targets=None):
         torch.empty(IMPOSSIBLE_BYTES, dtype=torch.uint8, device=device)
         return explain(self, images, targets)
 
-    with mock.patch.object(Explainer, "explain", explain_after_allocation):
+    with mock.patch.object(TimmViTExplainer, "explain", explain_after_allocation):
         yield
 
 
@@ -222,7 +223,7 @@ def check_ms_per_map(
     records = []
     for method in methods:
         start = time.perf_counter()
-        explainer = Explainer(vit, method)
+        explainer = TimmViTExplainer(vit, method)
         if device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(device)
         maps = explainer.explain(images).maps

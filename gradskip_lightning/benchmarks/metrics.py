@@ -16,8 +16,8 @@ import time
 import timm
 import torch
 
-from gradskip_lightning.adapters import find_adapter
 from gradskip_lightning.benchmarks.configs import config_settings
+from gradskip_lightning.families.timm_vit import adapter_for
 from gradskip_lightning.metrics import CountingModel, insertion_deletion
 from gradskip_lightning.metrics.perturbation import default_batch_size
 
@@ -56,7 +56,7 @@ def run(args: argparse.Namespace) -> list[dict]:
     images = torch.randn(args.images, 3, args.img_size, args.img_size, device=args.device)
     targets = torch.randint(0, args.num_classes, (args.images,), device=args.device)
     maps = torch.rand(args.images, args.img_size, args.img_size, device=args.device)
-    patch = find_adapter(model).patch_size
+    patch = adapter_for(model).patch_size
 
     def score(batch_size: int) -> CountingModel:
         counted = CountingModel(model)

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor
 
-from gradskip_lightning.explanation import ModelExplainer
+from gradskip_lightning.core.explanation import ModelExplainer
 from gradskip_lightning.metrics.insertion_deletion import Starts, perturbation_starts
 from gradskip_lightning.metrics.perturbation import Activation, class_probabilities
 

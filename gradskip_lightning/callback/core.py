@@ -16,11 +16,11 @@ from lightning.pytorch.trainer.states import TrainerFn
 from torch import Tensor
 from typing_extensions import override
 
+from gradskip_lightning.core.explanation import ModelExplainer
+from gradskip_lightning.core.validation import required
 from gradskip_lightning.data.tags import SpuriousTag
-from gradskip_lightning.explanation import ModelExplainer
 from gradskip_lightning.methods import MethodName
 from gradskip_lightning.metrics.perturbation import Activation
-from gradskip_lightning.validation import required
 
 from . import setup as checks
 from .averaging import Hook, averaged_weights

@@ -28,8 +28,8 @@ from lightning.pytorch.utilities.seed import isolate_rng
 from torch import Tensor
 from torch.utils.data import Dataset
 
-from gradskip_lightning.adapters.base import eval_mode
-from gradskip_lightning.explanation import ModelExplainer
+from gradskip_lightning.core.adapter import eval_mode
+from gradskip_lightning.core.explanation import ModelExplainer
 from gradskip_lightning.families import all_methods
 from gradskip_lightning.metrics import ClassMapSummary, Discovery, DiscoverySettings, discover
 from gradskip_lightning.metrics.perturbation import Activation

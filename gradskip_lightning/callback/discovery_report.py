@@ -10,8 +10,8 @@ from lightning.pytorch.loggers import WandbLogger
 from lightning.pytorch.utilities import rank_zero_warn
 
 from gradskip_lightning import render
+from gradskip_lightning.core.validation import required
 from gradskip_lightning.metrics import Discovery
-from gradskip_lightning.validation import required
 
 from .discovery import Discoverer
 from .keys import key

@@ -8,8 +8,8 @@ import torch
 from lightning.pytorch.utilities import rank_zero_warn
 from torch import Tensor
 
+from gradskip_lightning.core.validation import required
 from gradskip_lightning.metrics import drift
-from gradskip_lightning.validation import required
 
 from .probes import ProbeSet
 

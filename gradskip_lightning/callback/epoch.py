@@ -15,8 +15,8 @@ from lightning.pytorch.utilities import rank_zero_warn
 from lightning.pytorch.utilities.seed import isolate_rng
 from torch import Tensor
 
-from gradskip_lightning.adapters.base import eval_mode
-from gradskip_lightning.explanation import ModelExplainer
+from gradskip_lightning.core.adapter import eval_mode
+from gradskip_lightning.core.explanation import ModelExplainer
 from gradskip_lightning.metrics.perturbation import Activation
 
 from .compute import EpochWork, explain_probes

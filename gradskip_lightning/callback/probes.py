@@ -33,7 +33,7 @@ from lightning.pytorch.utilities import rank_zero_warn
 from torch import Tensor
 from torch.utils.data import Dataset, Subset
 
-from gradskip_lightning.validation import required
+from gradskip_lightning.core.validation import required
 
 __all__ = [
     "ProbeSet",

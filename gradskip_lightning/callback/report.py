@@ -9,7 +9,7 @@ import torch
 from torch import Tensor
 
 from gradskip_lightning import render
-from gradskip_lightning.validation import required
+from gradskip_lightning.core.validation import required
 
 from .keys import key
 from .probes import ProbeSet

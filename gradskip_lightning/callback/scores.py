@@ -14,7 +14,8 @@ from typing import Any, Literal
 import torch
 from torch import Tensor
 
-from gradskip_lightning.explanation import Explanation, ModelExplainer
+from gradskip_lightning.core.explanation import Explanation, ModelExplainer
+from gradskip_lightning.core.validation import required
 from gradskip_lightning.metrics import (
     class_sensitivity,
     faithfulness_violation,
@@ -27,7 +28,6 @@ from gradskip_lightning.metrics import (
 from gradskip_lightning.metrics.insertion_deletion import Starts
 from gradskip_lightning.metrics.perturbation import Activation, class_probabilities
 from gradskip_lightning.metrics.sensitivity import runner_up_classes
-from gradskip_lightning.validation import required
 
 from .probes import ProbeSet
 from .settings import ScoreSettings

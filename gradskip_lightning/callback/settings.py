@@ -17,8 +17,9 @@ from typing import Any, Literal, get_args
 from lightning.pytorch.utilities import rank_zero_deprecation
 
 from gradskip_lightning import render
+from gradskip_lightning.core.family import check_backbone
 from gradskip_lightning.data.tags import SpuriousTag
-from gradskip_lightning.families import all_methods, check_backbone
+from gradskip_lightning.families import all_methods
 
 from .probes import ItemKeys
 

@@ -14,8 +14,8 @@ from lightning.pytorch import LightningModule, Trainer
 from lightning.pytorch.trainer.states import TrainerFn
 from torch.utils.data import Dataset
 
+from gradskip_lightning.core.explanation import ModelExplainer
 from gradskip_lightning.data.tags import SpuriousTag
-from gradskip_lightning.explanation import ModelExplainer
 from gradskip_lightning.families import explainer_for
 
 from .probes import ProbeSet, check_probes

@@ -1,37 +1,56 @@
-"""Adapters for backbones whose blocks are not timm's: the tensors are read at hook points the
-adapter names per block (:class:`BlockPoints`), and the pass is a :class:`HookedPass`, the
-:class:`~gradskip_lightning.adapters.streaming.StreamedPass` with its hooks placed there.
+"""What the streamed pass needs from a network: :class:`PassAdapter`, and the :class:`BlockPoints`
+where each block's tensors appear.
 
-A :class:`HookedAdapter` says where each block's attention probabilities, attention branch and
-value vectors appear, how to make the probabilities exist on the path to the output for one call
-(:meth:`HookedAdapter.explain_mode`: torchvision's explicit attention, HF's eager attention) and
-how to hold them constant in the backward (:meth:`HookedAdapter.constant_attention`, for CP-LRP).
-Everything else (streaming, the order of the blocks, the gradient hooks, the checks) is the
-timm pass's.
+A family whose network is a stack of residual attention blocks (timm's ViTs and Swin,
+torchvision's ViT, HF's ViTs) writes one :class:`PassAdapter` subclass: its blocks, where each
+block's attention probabilities, attention branch and value vectors appear (:meth:`~PassAdapter.block_points`),
+its token grid, its read-out, and how to make the probabilities exist on the path to the output for
+one call (:meth:`~PassAdapter.explain_mode`) and hold them constant in the backward
+(:meth:`~PassAdapter.constant_attention`, for CP-LRP). The pass itself (hooks, streaming, the
+backward, the checks) is :class:`~gradskip_lightning.core.streaming.StreamedPass`, the same for
+every family. Hooks exist only during one call; modes and switches are restored on exit, and no
+parameter ``.grad`` is written.
 
 Shapes: B images, H heads, N tokens (prefix tokens first), D channels, A = H * head width.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
-from functools import partial
-from types import SimpleNamespace
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 from torch import Tensor, nn
-from torch.utils.hooks import RemovableHandle
 
-from gradskip_lightning.adapters.base import Adapter, eval_mode, parameter_holders_outside
-from gradskip_lightning.adapters.conservative import constant_hooks
-from gradskip_lightning.adapters.streaming import PassState, StreamedPass
-from gradskip_lightning.adapters.tensors import BlockVisitor, Top
-from gradskip_lightning.adapters.values import value_norms
+from gradskip_lightning.core.explanation import UnsupportedModel
+from gradskip_lightning.core.streaming import StreamedPass
+from gradskip_lightning.core.tensors import BlockVisitor, Capture, CaptureMode, Recorder, Top
 
-__all__ = ["BlockPoints", "HookedAdapter", "HookedPass"]
+__all__ = ["BlockPoints", "PassAdapter", "UnsupportedModel", "eval_mode", "parameter_holders_outside"]
+
+
+@contextmanager
+def eval_mode(*models: nn.Module) -> Iterator[None]:
+    """Every module of ``models`` in eval mode inside the block; each module's own mode restored on
+    exit (``model.train()`` afterwards would flip modules a user froze in eval)."""
+    modules = {id(m): m for model in models for m in model.modules()}.values()
+    modes = [(m, m.training) for m in modules]
+    try:
+        for module, _ in modes:
+            module.training = False
+        yield
+    finally:
+        for module, training in modes:
+            module.training = training
+
+
+def parameter_holders_outside(model: nn.Module, inner: nn.Module) -> list[nn.Module]:
+    """The modules of ``model`` outside ``inner`` that hold parameters of their own (e.g. a head in
+    the LightningModule around a backbone): what the randomisation test re-initialises with the head."""
+    inside = {id(m) for m in inner.modules()}
+    return [m for m in model.modules() if id(m) not in inside and next(m.parameters(recurse=False), None) is not None]
 
 
 @dataclass(frozen=True)
@@ -43,8 +62,13 @@ class BlockPoints:
             ``probabilities_index`` of a tuple; A^l must be on the path to the block's output.
         branch: the module whose output in its first call of the block is a^l (B, N, D), the
             attention branch as added to the residual stream (or its ``branch_index`` of a tuple).
-        values: the module whose output is the value vectors (B, N, A).
-        heads: H, the attention's heads.
+        values: the module whose output holds the value vectors; ``value_vectors`` takes them out of
+            it, (B, N, A) (None: the output is them).
+        heads: H, the attention's heads; value_heads: its value heads (grouped-query attention),
+            None: as many as ``heads``.
+        attention, values_from_input: for an attention that may apply its value weight functionally
+            (``values`` then never runs): the attention module, and its values (B, N, A) from its
+            input (B, N, D).
     """
 
     probabilities: nn.Module
@@ -53,28 +77,99 @@ class BlockPoints:
     heads: int
     probabilities_index: int | None = None
     branch_index: int | None = None
+    value_vectors: Callable[[Tensor], Tensor] | None = None
+    value_heads: int | None = None
+    attention: nn.Module | None = None
+    values_from_input: Callable[[Tensor], Tensor] | None = None
 
 
-def _pick(out: Any, index: int | None) -> Tensor:
-    return out if index is None else out[index]
+class PassAdapter:
+    """Access to one network of a family: its blocks, token grid, prefix tokens and read-out.
 
-
-class HookedAdapter(Adapter):
-    """An adapter whose tensors are read at the :class:`BlockPoints` it names.
-
-    Subclasses set :attr:`family` and :attr:`backbone_types` and define :meth:`check`,
-    :attr:`blocks`, :meth:`block_points`, :attr:`head`, :meth:`norm_scope`, :meth:`readout` and the
-    geometry properties; :meth:`explain_mode` and :meth:`constant_attention` where the attention
+    Subclasses set :attr:`architecture` and define :meth:`check` (raise :class:`UnsupportedModel`
+    with the reason for a configuration they cannot explain), :attr:`blocks`, :meth:`block_points`,
+    the geometry properties, :attr:`head`, :attr:`num_classes`, :meth:`readout`, :meth:`norm_scope`,
+    :meth:`reinitialise` and :meth:`constant_attention`; :meth:`explain_mode` where the attention
     needs a per-call switch.
+
+    Args:
+        backbone: the network (found in the model by the family, see
+            :func:`~gradskip_lightning.core.family.find_network`).
     """
+
+    #: The network's architecture, in words the error messages and tests use ("vision_transformer").
+    architecture: ClassVar[str]
+
+    def __init__(self, backbone: nn.Module) -> None:
+        self.backbone: Any = backbone  # the family's network class: its attributes are checked by check()
+        self.check()
+
+    # -- what a family's adapter defines ---------------------------------------------------------
+    def check(self) -> None:
+        """Raise :class:`UnsupportedModel` when this backbone's configuration cannot be explained."""
+
+    @property
+    def blocks(self) -> list[nn.Module]:
+        """The transformer blocks, bottom first."""
+        raise NotImplementedError
 
     def block_points(self, block: nn.Module) -> BlockPoints:
         """Where ``block``'s tensors appear."""
         raise NotImplementedError
 
     @property
+    def num_prefix_tokens(self) -> int:
+        """Tokens before the patches: CLS, distillation, register tokens."""
+        raise NotImplementedError
+
+    @property
+    def grid_size(self) -> tuple[int, int]:
+        """Token grid (h, w) of the maps."""
+        raise NotImplementedError
+
+    @property
+    def img_size(self) -> tuple[int, int]:
+        """Input size (H, W) in pixels."""
+        raise NotImplementedError
+
+    @property
+    def in_chans(self) -> int:
+        """Input channels C."""
+        raise NotImplementedError
+
+    @property
     def head(self) -> nn.Module | None:
-        """The backbone's own classifier head, None when it has none."""
+        """The backbone's own classifier head, None when it has none (the head is outside)."""
+        raise NotImplementedError
+
+    @property
+    def num_classes(self) -> int:
+        """Classes of the backbone's own head; 0 when it has none."""
+        raise NotImplementedError
+
+    def readout(
+        self, batch: int, pool_input: Tensor | None, device: torch.device, dtype: torch.dtype = torch.float32
+    ) -> Tensor:
+        """The token distribution the pooling reads, (B, N), each row summing to 1; ``pool_input``:
+        the tokens entering :attr:`pool_input_module` (B, N or P, D), when it has one."""
+        raise NotImplementedError
+
+    @property
+    def pool_input_module(self) -> nn.Module | None:
+        """A pooling module whose input the read-out needs (attention pooling), or None."""
+        return None
+
+    def norm_scope(self) -> list[nn.Module]:
+        """Where a conservative pass holds norm denominators constant: the blocks and what follows them."""
+        raise NotImplementedError
+
+    def reinitialise(self, layer: nn.Module) -> None:
+        """Re-initialise every submodule of ``layer`` in place (the randomisation test)."""
+        raise NotImplementedError
+
+    def constant_attention(self) -> AbstractContextManager[None]:
+        """Inside :meth:`explain_mode`: the attention probabilities held constant in the backward
+        (their forward value unchanged), for one conservative pass."""
         raise NotImplementedError
 
     @contextmanager
@@ -83,79 +178,67 @@ class HookedAdapter(Adapter):
         with eval_mode(self.backbone if model is None else model, self.backbone):
             yield
 
-    @contextmanager
-    def constant_attention(self) -> Iterator[None]:
-        """Inside :meth:`explain_mode`: the attention probabilities held constant in the backward
-        (their forward value unchanged), for one conservative pass."""
-        raise NotImplementedError
+    # -- derived ---------------------------------------------------------------------------------
+    @property
+    def patch_size(self) -> tuple[int, int]:
+        """Pixels per token (ph, pw): image size over grid size (a hybrid stem counts as its stride)."""
+        (h, w), (gh, gw) = self.img_size, self.grid_size
+        return (h // gh, w // gw)
 
     def cascade(self, model: nn.Module) -> list[tuple[str, list[nn.Module]]]:
-        """As :meth:`Adapter.cascade`, with the head :attr:`head`."""
+        """Layers of the parameter-randomisation test, top first: ``"head"`` (:attr:`head` and every
+        module of ``model`` outside the backbone that holds parameters), then ``"blocks.{L-1}"`` down
+        to ``"blocks.0"``."""
         outside = parameter_holders_outside(model, self.backbone)
         head = [] if self.head is None else [self.head]
         blocks = [(f"blocks.{i}", [block]) for i, block in reversed(list(enumerate(self.blocks)))]
         return [("head", head + outside), *blocks]
 
+    def capture(
+        self,
+        model: nn.Module,
+        images: Tensor,
+        targets: Tensor | None = None,
+        with_gradients: bool = True,
+        conservative: bool = False,
+    ) -> Capture:
+        """Every block's tensors of one pass (:meth:`run` into a :class:`Recorder`): for tests and
+        property checks; the explainers stream instead.
+
+        Args:
+            with_gradients: False: mode "forward" (no backward); True: mode "gradients".
+            conservative: mode "conservative" (CP-LRP; ``with_gradients`` is then ignored).
+
+        Other arguments and errors as in :meth:`run`.
+        """
+        mode: CaptureMode = "conservative" if conservative else "gradients" if with_gradients else "forward"
+        recorder = Recorder(mode)
+        self.run(model, images, targets, recorder)
+        return recorder.capture()
+
     def run(self, model: nn.Module, images: Tensor, targets: Tensor | None, visitor: BlockVisitor) -> Top:
-        """As :meth:`Adapter.run`, through a :class:`HookedPass`."""
-        return HookedPass(self, model, visitor).run(images, targets)
+        """Run ``model(images)`` once, and in modes "gradients" and "conservative" one
+        activation-only backward of y = sum_b logit[b, target_b], streaming into ``visitor``.
 
+        Each block's tensors go to ``visitor.block`` as soon as they exist and are dropped right
+        after (order: :mod:`gradskip_lightning.core.tensors`); mode "forward" runs without autograd
+        graph. Hooks exist only during this call, whose state is a fresh
+        :class:`~gradskip_lightning.core.streaming.StreamedPass`.
 
-class HookedPass(StreamedPass):
-    """:class:`StreamedPass` with its hooks at the adapter's :class:`BlockPoints`; a conservative
-    pass also runs inside :meth:`HookedAdapter.constant_attention`.
+        Args:
+            model: the module whose forward maps images to logits (B, num_classes); it holds
+                :attr:`backbone`.
+            images: (B, C, H, W), validated and normalised as the model expects.
+            targets: (B,) class indices, or None for the predicted classes.
+            visitor: the consumer; its ``mode`` picks the pass.
 
-    Args:
-        adapter: the adapter of the backbone inside ``model``.
-        model: the module whose forward maps images to logits (B, C).
-        visitor: the consumer; its ``mode`` picks the pass.
-    """
+        Returns:
+            The :class:`Top` also given to ``visitor.start``.
 
-    adapter: HookedAdapter
+        Raises:
+            ValueError: the forward does not return logits (B, C), or does not run the backbone
+                once, or a block's attention gets no gradient.
 
-    def __init__(self, adapter: HookedAdapter, model: nn.Module, visitor: BlockVisitor) -> None:
-        self.adapter = adapter
-        self.model = model
-        self.visitor = visitor
-        self.mode = visitor.mode
-        self.streaming = self.mode == "gradients"
-        self.blocks = adapter.blocks
-        self.points = [adapter.block_points(block) for block in self.blocks]
-        self.attentions = []  # value vectors come from their own hook point, never from an attention's input
-        self.state = PassState()
-        self.branched: set[int] = set()  # blocks whose branch module has run once in this pass
-
-    def forward(self, images: Tensor) -> Tensor:
-        if self.mode != "conservative":
-            return super().forward(images)
-        with self.adapter.constant_attention():
-            return super().forward(images)
-
-    def install(self, handles: list[RemovableHandle]) -> None:
-        for i, (block, points) in enumerate(zip(self.blocks, self.points)):
-            handles.append(block.register_forward_pre_hook(partial(self.on_block_input, i), with_kwargs=True))
-            handles.append(points.probabilities.register_forward_hook(partial(self.on_probabilities, i)))
-            handles.append(points.branch.register_forward_hook(partial(self.on_first_branch, i)))
-            if self.visitor.needs_value_norm:
-                handles.append(points.values.register_forward_hook(partial(self.on_value_vectors, i)))
-        handles.append(self.blocks[-1].register_forward_hook(self.on_output))
-        handles.append(self.blocks[0].register_forward_pre_hook(self.on_input, with_kwargs=True))
-        if self.mode == "conservative":  # the attention is held by constant_attention; the norms here
-            handles += constant_hooks([], self.adapter.norm_scope())
-
-    def on_probabilities(self, i: int, module: nn.Module, args: tuple[Any, ...], out: Any) -> None:
-        """A^l (B, H, N, N) from the probability point (see :meth:`StreamedPass.on_attn`)."""
-        self.on_attn(i, module, args, _pick(out, self.points[i].probabilities_index))
-
-    def on_first_branch(self, i: int, module: nn.Module, args: tuple[Any, ...], out: Any) -> None:
-        """a^l (B, N, D) from the branch point's first call in block ``i`` (a drop-path module may
-        run again for the MLP branch; see :meth:`StreamedPass.on_branch`)."""
-        if i not in self.branched:
-            self.branched.add(i)
-            self.on_branch(i, module, args, _pick(out, self.points[i].branch_index))
-
-    def on_value_vectors(self, i: int, _module: nn.Module, _args: tuple[Any, ...], out: Tensor) -> None:
-        """||v^l|| (B, H, N) from the value vectors (B, N, A)."""
-        heads: Any = SimpleNamespace(num_heads=self.points[i].heads)  # what value_norms reads
-        with torch.no_grad():
-            self.state.value_norm[i] = value_norms(heads, out.detach())
+        Works inside ``torch.no_grad()`` and ``torch.inference_mode()``.
+        """
+        return StreamedPass(self, model, visitor).run(images, targets)

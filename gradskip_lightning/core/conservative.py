@@ -3,15 +3,17 @@
 Gradient x input is a conservative relevance propagation through a transformer once the two
 non-linearities that mix channels or tokens multiplicatively are held constant in the backward:
 the softmax attention probabilities A^l and the denominators of the normalisations (the LayerNorm
-std, the RMSNorm rms, timm's SimpleNorm std). :func:`constant_hooks` installs forward hooks that do exactly that for one
-call (the forward values are unchanged); nothing is patched on any class.
+std, the RMSNorm rms, timm's SimpleNorm std). Forward hooks do exactly that for one
+call (:func:`detached_outputs` for A^l, :func:`constant_norm_hooks` for the norms; the forward
+values are unchanged); nothing is patched on any class.
 
 Shapes: (B, N, D) tokens, the norms act on the last axis D.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 import torch
@@ -68,19 +70,21 @@ def _constant_norm(module: nn.Module, args: tuple, out: Tensor) -> Tensor:
     return out if rule is None else rule(module, args[0])
 
 
-def constant_hooks(attention_outputs: list[nn.Module], scope: list[nn.Module]) -> list[RemovableHandle]:
-    """Forward hooks that hold attention and norm denominators constant in the backward.
+@contextmanager
+def detached_outputs(modules: Sequence[nn.Module]) -> Iterator[None]:
+    """Inside the block, each of ``modules`` returns its output detached (the forward value unchanged):
+    for the modules whose output is A^l, the attention probabilities held constant in the backward."""
+    handles = [m.register_forward_hook(_detach_output) for m in modules]
+    try:
+        yield
+    finally:
+        for handle in handles:
+            handle.remove()
 
-    Args:
-        attention_outputs: the modules whose output is A^l (each block's ``attn.attn_drop``); their
-            output is detached.
-        scope: modules whose norms (every submodule with a rule in :data:`CONSTANT_DENOMINATOR`)
-            compute their output with a detached denominator.
 
-    Returns:
-        The handles; the caller removes them after its one forward.
-    """
-    handles = [m.register_forward_hook(_detach_output) for m in attention_outputs]
+def constant_norm_hooks(scope: list[nn.Module]) -> list[RemovableHandle]:
+    """Forward hooks that hold the norm denominators of ``scope`` constant in the backward: every
+    submodule with a rule in :data:`CONSTANT_DENOMINATOR` computes its output with a detached
+    denominator. The caller removes the handles after its one forward."""
     norms = {id(m): m for root in scope for m in root.modules() if constant_denominator_rule(m) is not None}
-    handles += [m.register_forward_hook(_constant_norm) for m in norms.values()]
-    return handles
+    return [m.register_forward_hook(_constant_norm) for m in norms.values()]

@@ -4,7 +4,7 @@ the :class:`ModelExplainer` protocol the callback, the metrics and the benchmark
 
 A family implements one step, :meth:`ExplainerBase._explain` (checked, device-placed inputs in,
 an :class:`Explanation` out, built with :func:`relevance_maps`); the input checks, the device and
-precision rules and the zeroing of non-finite maps are the base's. Families register in
+precision rules and the zeroing of non-finite maps are the base's. The family index is
 :mod:`gradskip_lightning.families`.
 """
 
@@ -18,9 +18,14 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from gradskip_lightning.validation import check_class_targets, check_image_batch
+from gradskip_lightning.core.validation import check_class_targets, check_image_batch
 
-__all__ = ["Explanation", "ExplainerBase", "ModelExplainer", "Task", "relevance_maps"]
+__all__ = ["Explanation", "ExplainerBase", "ModelExplainer", "Task", "UnsupportedModel", "relevance_maps"]
+
+
+class UnsupportedModel(TypeError):
+    """A model (or one of its settings) no family can explain; the message says which and why."""
+
 
 Task = Literal["classification", "segmentation"]
 """What a family's logits mean: one score per class of the image, or one per class and position."""
@@ -107,7 +112,7 @@ class ModelExplainer(Protocol):
         ...
 
     def check_images(self, images: Tensor) -> None:
-        """Raise (see :mod:`gradskip_lightning.validation`) unless the model can explain ``images``."""
+        """Raise (see :mod:`gradskip_lightning.core.validation`) unless the model can explain ``images``."""
         ...
 
     def check_targets(self, targets: Tensor, batch: int) -> None:
@@ -162,6 +167,18 @@ class ExplainerBase:
     @property
     def num_classes(self) -> int:
         raise NotImplementedError
+
+    @staticmethod
+    def check_model(model: object) -> None:
+        """Raise :class:`UnsupportedModel` unless ``model`` is a module with a forward of its own (a
+        ``ModuleDict`` or ``ModuleList`` holding networks has none: name one of them)."""
+        if not isinstance(model, nn.Module):
+            raise UnsupportedModel(f"Cannot explain a {type(model).__name__}: not a torch.nn.Module.")
+        if type(model).forward is nn.Module.forward:
+            raise UnsupportedModel(
+                f"Cannot explain a {type(model).__name__}: it is a container with no forward of its own. Explain "
+                "the network inside it whose forward returns the logits (backbone='<its module path>')."
+            )
 
     def check_images(self, images: Tensor) -> None:
         check_image_batch(images)

@@ -1,53 +1,38 @@
-"""The registry of model families: which explainer explains a model.
+"""What a model family is (:class:`Family`), and the one way every family finds its networks in a
+model (:func:`find_network`, :func:`backbones`, :func:`select_backbone`, :func:`family_of`).
 
-A family is a predicate on the model (``matches``: is it, or does it hold, a network of this
-family?) and the explainer class that implements
-:class:`~gradskip_lightning.explanation.ModelExplainer` for it; the class gives the family's name
-(``family``) and its methods (``methods``). :func:`explainer_for` is a lookup: the one family
-whose predicate accepts the model builds its explainer. Each family's module registers it with
-:func:`register_family` (as timm's model modules register their models): timm's ViT backbones in
-:mod:`gradskip_lightning.explainer` (one :mod:`adapter <gradskip_lightning.adapters>` per timm
-class, torchvision's ViT among them), HF SegFormer in :mod:`gradskip_lightning.segmentation.explainer`,
-HF ViT/DeiT/DINOv2/BEiT classifiers in :mod:`gradskip_lightning.hf_vit`, timm Swin in
-:mod:`gradskip_lightning.swin.explainer`; importing
-:mod:`gradskip_lightning` imports them all, so the registry is complete whatever is imported.
+A family is its explainer class (which gives the family's name, ``family``, and its method names,
+``methods``), a predicate that recognises one of its networks, and the networks in words. The
+family index, :mod:`gradskip_lightning.families`, lists every family and binds these functions to
+that list (``explainer_for``).
 
-A model holding several supported networks (a teacher and a student, an EMA copy) is refused,
-naming them (:func:`backbones`); ``explainer_for(model, backbone="student")`` explains the one at
-that module path (as ``model.get_submodule`` takes it), whatever its family: the explained module
-is ``model.get_submodule(backbone)``, so its forward must return that network's logits (a timm
-model with its head, an HF ``...ForImageClassification``, torchvision's ViT, a LightningModule).
-
-Example:
-    >>> import timm
-    >>> vit = timm.create_model("vit_tiny_patch16_224", img_size=32, patch_size=8, depth=2, num_classes=3)
-    >>> explainer = explainer_for(vit, "rollout")
-    >>> explainer.family, explainer.task, explainer.method in explainer.methods
-    ('timm_vit', 'classification', True)
+A network is a module the family's predicate recognises (a timm ``VisionTransformer``, an HF
+``ViTForImageClassification``); an outer match holds the inner ones (an HF classifier holds its
+base model), so only the outermost count. A model holding several networks (a teacher and a
+student, an EMA copy) names the one to explain by its module path (``backbone="student"``); the
+explained module is ``model.get_submodule(backbone)``, whose forward must return that network's
+logits.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from torch import nn
 
-from gradskip_lightning.adapters import UnsupportedModel
-from gradskip_lightning.explanation import ModelExplainer
-from gradskip_lightning.registry import Registry
+from gradskip_lightning.core.explanation import ModelExplainer, UnsupportedModel
 
 __all__ = [
-    "FAMILIES",
     "Backbone",
     "Family",
-    "all_methods",
     "backbones",
     "check_backbone",
-    "explainer_for",
     "family_of",
-    "register_family",
+    "find_network",
+    "outermost",
+    "select_backbone",
 ]
 
 
@@ -56,37 +41,60 @@ class Family:
     """One model family.
 
     Attributes:
-        matches: True when a model is, or holds, a network of the family (cheap: no forward).
         explainer: the explainer class, built as ``explainer(model, method, **options)``.
-        describe: the family's networks in words, for error messages.
+        is_network: True for a network of the family itself (cheap: no forward).
+        describe: the family's networks in words, for messages.
+        method_names: the ``Literal`` of the family's method names (the structure test checks it
+            against ``explainer.methods``).
     """
 
-    matches: Callable[[nn.Module], bool]
     explainer: type[ModelExplainer]
+    is_network: Callable[[nn.Module], bool]
     describe: str
+    method_names: Any
+
+    @property
+    def name(self) -> str:
+        """The family's name: its explainer's ``family``."""
+        return self.explainer.family
 
     @property
     def methods(self) -> tuple[str, ...]:
         """The method names the family's explainer takes."""
         return self.explainer.methods
 
-
-#: The model families, in registration order.
-FAMILIES: Registry[Family] = Registry("model family")
-
-
-def register_family(*, matches: Callable[[nn.Module], bool], explainer: type[ModelExplainer], describe: str) -> Family:
-    """Register a model family under its explainer's ``family`` name (see :class:`Family`); returns it."""
-    return FAMILIES.register(explainer.family, Family(matches, explainer, describe))
+    def find(self, model: nn.Module) -> nn.Module:
+        """The one outermost network of the family that ``model`` is or holds (:func:`find_network`)."""
+        return find_network(model, self.is_network, self.name, self.describe)
 
 
-def _supported() -> str:
-    return "; ".join(f"{name}: {family.describe}" for name, family in FAMILIES.items())
+def outermost(model: nn.Module, is_network: Callable[[nn.Module], bool]) -> list[tuple[str, nn.Module]]:
+    """The outermost modules of ``model`` (itself included) that ``is_network`` accepts: (module path, module)."""
+    found = [(path, m) for path, m in model.named_modules() if is_network(m)]
+    inner = {id(sub) for _, m in found for sub in m.modules() if sub is not m}
+    return [(path, m) for path, m in found if id(m) not in inner]
+
+
+def find_network(model: nn.Module, is_network: Callable[[nn.Module], bool], family: str, describe: str) -> nn.Module:
+    """The one outermost network (``is_network``) of ``family`` that ``model`` is or holds; the one
+    finder every family uses.
+
+    Raises:
+        UnsupportedModel (a TypeError): none, or several (the message names their paths).
+    """
+    found = outermost(model, is_network)
+    if len(found) != 1:
+        where = f" at {', '.join(repr(p) for p, _ in found)}" if found else ""
+        raise UnsupportedModel(
+            f"Cannot explain {type(model).__name__} as a {family} model: it holds {len(found)} {describe} "
+            f"network(s){where}; exactly one is needed."
+        )
+    return found[0][1]
 
 
 @dataclass(frozen=True)
 class Backbone:
-    """One supported network inside a model, and where to find it.
+    """One network inside a model, and where to find it.
 
     Attributes:
         path: the module path to pass as ``backbone=``: the network's highest ancestor below the
@@ -94,54 +102,71 @@ class Backbone:
         module: the module at ``path``.
         network_path: the network's own path (``path`` itself, or below it: ``"student.backbone"``).
         network: the network.
-        families: the families that take it.
+        family: its family.
+        refused: why the family's explainer cannot explain ``module`` ("" when it can): a container
+            with no forward, a network without head alone.
     """
 
     path: str
     module: nn.Module
     network_path: str
     network: nn.Module
-    families: tuple[str, ...]
+    family: Family
+    refused: str
 
     def describe(self) -> str:
         """``'student' (VisionTransformer; timm_vit)``, with the network's path when it lies deeper."""
         where = repr(self.path) if self.path else "the model itself"
         network = type(self.network).__name__
         held = "" if self.network is self.module else f" holding a {network} at {self.network_path!r}"
-        return f"{where} ({type(self.module).__name__}{held}; {', '.join(self.families)})"
+        return f"{where} ({type(self.module).__name__}{held}; {self.family.name})"
 
 
-def backbones(model: nn.Module) -> list[Backbone]:
-    """The supported networks of ``model``, by module path.
+def _refusal(family: Family, module: nn.Module) -> str:
+    """Why ``family``'s explainer cannot explain ``module`` ("" when it can); builds nothing but adapters."""
+    try:
+        family.explainer(module)  # type: ignore[call-arg]  # the default method
+    except (UnsupportedModel, ValueError) as error:
+        return str(error)
+    return ""
 
-    A network is a smallest module some family matches (a timm ``VisionTransformer``, an HF
-    ``ViTModel``); it is reported at its highest ancestor holding no other network, the module a
-    ``backbone=`` path names (``"student"`` for a network at ``"student.backbone"``).
+
+def backbones(model: nn.Module, families: Sequence[Family]) -> list[Backbone]:
+    """The networks of ``families`` in ``model``, by module path, each at its highest ancestor below
+    ``model`` that holds no other network (the module a ``backbone=`` path names: ``"student"`` for
+    a network at ``"student.backbone"``), with whether the family can explain that module.
 
     Example:
         >>> import timm
+        >>> from gradskip_lightning.families import FAMILIES
         >>> vit = lambda: timm.create_model("vit_tiny_patch16_224", img_size=32, patch_size=8, depth=2, num_classes=3)
-        >>> [b.path for b in backbones(nn.ModuleDict({"teacher": vit(), "student": vit()}))]
-        ['teacher', 'student']
+        >>> [(b.path, b.refused) for b in backbones(nn.ModuleDict({"teacher": vit(), "student": vit()}), FAMILIES)]
+        [('teacher', ''), ('student', '')]
     """
-    modules = dict(model.named_modules())
-    matched = {path: tuple(n for n, f in FAMILIES.items() if f.matches(m)) for path, m in modules.items()}
-
-    def child_paths(path: str) -> list[str]:
-        return [f"{path}.{name}" if path else name for name, _ in modules[path].named_children()]
-
-    networks = [p for p, found in matched.items() if found and not any(matched.get(c) for c in child_paths(p))]
+    families = list(families)
+    found = [
+        (path, m, next(f for f in families if f.is_network(m)))
+        for path, m in outermost(model, lambda m: any(f.is_network(m) for f in families))
+    ]
+    networks = [path for path, _, _ in found]
 
     def owner(network: str) -> str:
-        parts = network.split(".")
+        parts = network.split(".") if network else []
         for end in range(1, len(parts) + 1):
             prefix = ".".join(parts[:end])
-            others = [o for o in networks if o != network and (o == prefix or o.startswith(f"{prefix}."))]
-            if not others:
+            if not any(o != network and (o == prefix or o.startswith(f"{prefix}.")) for o in networks):
                 return prefix
         return network
 
-    return [Backbone(owner(n), modules[owner(n)], n, modules[n], matched[n]) for n in networks]
+    result = []
+    for path, network, family in found:
+        module = model.get_submodule(owner(path))
+        result.append(Backbone(owner(path), module, path, network, family, _refusal(family, module)))
+    return result
+
+
+def _listed(found: list[Backbone]) -> str:
+    return ", ".join(b.describe() for b in found) if found else "none"
 
 
 def check_backbone(path: object) -> str:
@@ -160,82 +185,67 @@ def check_backbone(path: object) -> str:
     return path
 
 
-def _listed(found: list[Backbone]) -> str:
-    return ", ".join(b.describe() for b in found) if found else "none"
+def _explainable(model: nn.Module, families: Sequence[Family]) -> str:
+    """The explainable networks of ``model`` in words, for the hints of an error."""
+    return _listed([b for b in backbones(model, families) if not b.refused])
 
 
-def _select(model: nn.Module, backbone: str) -> nn.Module:
-    """``model.get_submodule(backbone)``, or ValueError listing where ``model``'s supported networks are."""
+def select_backbone(model: nn.Module, backbone: str, families: Sequence[Family]) -> nn.Module:
+    """``model.get_submodule(backbone)`` when it holds exactly one network its family can explain.
+
+    Raises:
+        ValueError: no such submodule; a module without a forward (a ``ModuleDict``); one holding
+            none or several networks, or a network its family refuses (a headless network alone).
+            The message lists where the explainable networks are.
+    """
     check_backbone(backbone)
+    hint = f"{type(model).__name__}'s networks that can be explained are at: {_explainable(model, families)}"
     try:
         module = model.get_submodule(backbone)
     except AttributeError as err:
         raise ValueError(
-            f"backbone={backbone!r} is not a submodule of {type(model).__name__} ({err}). Its supported networks "
-            f"are at: {_listed(backbones(model))}"
+            f"backbone={backbone!r} is not a submodule of {type(model).__name__} ({err}). {hint}"
         ) from None
-    held = backbones(module)
+    held = backbones(module, families)
     if len(held) > 1:
-        inside = [b for b in backbones(model) if b.network_path.startswith(f"{backbone}.")]
+        inside = [b for b in backbones(model, families) if b.network_path.startswith(f"{backbone}.") and not b.refused]
         raise ValueError(
-            f"backbone={backbone!r} is a {type(module).__name__} holding {len(held)} supported networks: "
-            f"{_listed(inside)}. Name the one to explain"
+            f"backbone={backbone!r} is a {type(module).__name__} holding {len(held)} networks: name the one to "
+            f"explain: {_listed(inside)}"
         )
     if not held:
         raise ValueError(
-            f"backbone={backbone!r} is a {type(module).__name__}, which holds no supported network. "
-            f"{type(model).__name__}'s supported networks are at: {_listed(backbones(model))}"
+            f"backbone={backbone!r} is a {type(module).__name__}, which holds no supported network. {hint}"
         )
+    refused = _refusal(held[0].family, module)
+    if refused:
+        raise ValueError(f"backbone={backbone!r} cannot be explained: {refused}. {hint}")
     return module
 
 
-def family_of(model: nn.Module) -> str:
-    """The name of the one registered family that ``model`` is or holds.
+def family_of(model: nn.Module, families: Sequence[Family]) -> Family:
+    """The one family of ``families`` whose networks ``model`` is or holds.
 
     Raises:
-        UnsupportedModel (a TypeError): no family matches, or ``model`` holds several networks
-            (the message names their module paths and classes, see :func:`backbones`).
+        UnsupportedModel (a TypeError): not a module, no network, or several (the message names
+            where the explainable ones are, see :func:`backbones`).
     """
+    supported = "; ".join(f"{f.name}: {f.describe}" for f in families)
     if not isinstance(model, nn.Module):
         raise UnsupportedModel(
-            f"Cannot explain a {type(model).__name__}: not a torch.nn.Module. Supported: {_supported()}."
+            f"Cannot explain a {type(model).__name__}: not a torch.nn.Module. Supported: {supported}."
         )
-    held = backbones(model)
+    held = backbones(model, families)
     if len(held) > 1:
+        explainable = [b for b in held if not b.refused]
+        example = f" (e.g. backbone={explainable[-1].path!r})" if explainable else ""
         raise UnsupportedModel(
-            f"Cannot explain {type(model).__name__}: it holds {len(held)} supported networks: {_listed(held)}. "
-            f"Pass backbone= with the module path of the one to explain (e.g. backbone={held[-1].path!r}); "
+            f"Cannot explain {type(model).__name__}: it holds {len(held)} networks; those that can be explained are "
+            f"at: {_listed(explainable)}. Pass backbone= with the module path of the one to explain{example}; "
             "that module's forward must return its logits"
         )
-    found = [name for name, family in FAMILIES.items() if family.matches(model)]
-    if len(found) != 1:
-        what = "no supported model" if not found else f"models of several families ({', '.join(found)})"
+    if not held:
         raise UnsupportedModel(
-            f"Cannot explain {type(model).__name__}: it holds {what}; exactly one is needed. Supported: {_supported()}."
+            f"Cannot explain {type(model).__name__}: it holds no supported network. Supported: {supported}."
         )
-    return found[0]
-
-
-def explainer_for(
-    model: nn.Module, method: str = "gradskip", *, backbone: str | None = None, **options: Any
-) -> ModelExplainer:
-    """The explainer of ``model``'s family, explaining with ``method`` and its ``options``.
-
-    Args:
-        backbone: the module path (``model.get_submodule``) of the network to explain when
-            ``model`` holds several (``"student"``, ``"nets.student"``); the explained module is
-            that submodule, whose forward must return the network's logits. None: ``model``.
-
-    Raises:
-        UnsupportedModel (a TypeError): see :func:`family_of`, or the family's own refusal.
-        ValueError: a method or option the family does not have; a ``backbone`` path that names no
-            submodule, or one without a supported network (the message lists where they are).
-    """
-    explained = model if backbone is None else _select(model, backbone)
-    explainer: Any = FAMILIES[family_of(explained)].explainer  # a class implementing the protocol
-    return explainer(explained, method, **options)
-
-
-def all_methods() -> tuple[str, ...]:
-    """Every method name of any registered family, in first-registration order."""
-    return tuple(dict.fromkeys(m for _, family in FAMILIES.items() for m in family.methods))
+    return held[0].family

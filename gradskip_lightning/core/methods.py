@@ -1,68 +1,39 @@
-"""The timm ViT family's methods: name -> :class:`MethodSpec` (the method's visitor of one pass,
-which gives the pass it needs, and its options dataclass). Each method's module registers itself
-(``METHOD_SPECS.register(name, MethodSpec(...))`` at its end; :mod:`gradskip_lightning.methods`
-imports them all); the :class:`~gradskip_lightning.explainer.Explainer` looks methods up here;
-:data:`MethodName` types the same names, in registration order (a test checks that both agree).
+"""One method-spec type for every family: a method's step and its options.
+
+A family's methods are a :class:`~gradskip_lightning.core.registry.Registry` of :class:`MethodSpec`
+(name -> spec), written as one table next to the family's ``Literal`` of the same names (the
+structure test checks that both agree, for every family at once). The step is what the family runs
+for the method: the visitor class of a streamed pass (timm, torchvision and HF ViTs), the visitor
+factory of the windowed pass (Swin), or a propagation over a capture (SegFormer).
+
+Example:
+    >>> from dataclasses import dataclass
+    >>> @dataclass(frozen=True)
+    ... class Seeded:
+    ...     seed: int = 0
+    ...     sharpness: float = 1.0
+    >>> spec = MethodSpec(step=print, options=Seeded, unsupported=("sharpness",))
+    >>> spec.make_options("random", seed=3)
+    Seeded(seed=3, sharpness=1.0)
+    >>> spec.make_options("random", colour=1)
+    Traceback (most recent call last):
+    ...
+    ValueError: Method 'random' takes no option(s) ['colour']; it takes ['seed', 'sharpness']
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
-from typing import Any, Literal
+from typing import Any, Generic, TypeVar
 
-from gradskip_lightning.adapters import CaptureMode
-from gradskip_lightning.methods.output import MethodVisitor
-from gradskip_lightning.registry import Registry
+__all__ = ["MethodSpec", "build_options"]
 
-MethodName = Literal["gradskip", "raw_attention", "rollout", "chefer", "random", "lrp"]
-
-
-class HasOptions:
-    """What every family's method spec shares: its options dataclass and how a call's keyword
-    arguments become one (:func:`build_options`)."""
-
-    options: type
-
-    def make_options(self, method: str, **options: Any) -> Any:
-        """The options dataclass built from keyword arguments (ValueError naming unknown ones)."""
-        return build_options(self.options, method, **options)
-
-
-@dataclass(frozen=True)
-class MethodSpec(HasOptions):
-    """One explanation method.
-
-    Attributes:
-        visitor: the method's :class:`~gradskip_lightning.methods.output.MethodVisitor` class,
-            built from the options for each pass; its ``mode`` picks the pass.
-        options: the frozen dataclass of the method's options (keyword arguments of the Explainer).
-    """
-
-    visitor: type[MethodVisitor]
-    options: type
-
-    @property
-    def mode(self) -> CaptureMode:
-        """The pass the method needs: "forward", "gradients" or "conservative"."""
-        return self.visitor.mode
-
-    @property
-    def needs_backward(self) -> bool:
-        return self.mode != "forward"
+Step = TypeVar("Step")
 
 
 def build_options(options_type: type, method: str, **options: Any) -> Any:
     """``options_type(**options)``, a frozen dataclass of ``method``'s options; ValueError naming
-    unknown keywords and the allowed ones.
-
-    Example:
-        >>> from dataclasses import dataclass
-        >>> @dataclass(frozen=True)
-        ... class Seeded:
-        ...     seed: int = 0
-        >>> build_options(Seeded, "random", seed=3)
-        Seeded(seed=3)
-    """
+    unknown keywords and the allowed ones."""
     allowed = sorted(f.name for f in fields(options_type))
     unknown = sorted(set(options) - set(allowed))
     if unknown:
@@ -70,16 +41,28 @@ def build_options(options_type: type, method: str, **options: Any) -> Any:
     return options_type(**options)
 
 
-#: The methods of the timm ViT family, in registration order (that of :data:`MethodName`).
-METHOD_SPECS: Registry[MethodSpec] = Registry("method")
+@dataclass(frozen=True)
+class MethodSpec(Generic[Step]):
+    """One method of one family.
 
-
-def method_spec(name: str) -> MethodSpec:
-    """The spec of method ``name``; ValueError naming the choices for an unknown one.
-
-    Example:
-        >>> import gradskip_lightning.methods  # registers the methods
-        >>> method_spec("rollout").needs_backward, method_spec("gradskip").options.__name__
-        (False, 'GradSkipOptions')
+    Attributes:
+        step: what the family runs for the method (see the module docstring).
+        options: the frozen dataclass of the method's options (the explainer's keyword arguments).
+        unsupported: options the family's step does not implement: refused unless at their default.
     """
-    return METHOD_SPECS[name]
+
+    step: Step
+    options: type
+    unsupported: tuple[str, ...] = ()
+
+    def make_options(self, method: str, **options: Any) -> Any:
+        """The options dataclass built from keyword arguments; ValueError for unknown options and for
+        an unsupported one changed from its default."""
+        built, defaults = build_options(self.options, method, **options), self.options()
+        changed = [f"{n}={getattr(built, n)!r}" for n in self.unsupported if getattr(built, n) != getattr(defaults, n)]
+        if changed:
+            raise ValueError(
+                f"{method} does not implement {', '.join(changed)} for this model family (see docs/method.md); "
+                "leave these at their defaults"
+            )
+        return built

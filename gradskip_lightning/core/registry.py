@@ -15,7 +15,7 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Generic, TypeVar
 
 __all__ = ["Registry"]
@@ -28,11 +28,14 @@ class Registry(Generic[Entry]):
 
     Args:
         what: what an entry is ("method", "model family"), for the error messages.
+        entries: the table to start from (name -> entry), in its order.
     """
 
-    def __init__(self, what: str) -> None:
+    def __init__(self, what: str, entries: Mapping[str, Entry] | None = None) -> None:
         self.what = what
         self._entries: dict[str, Entry] = {}
+        for name, entry in (entries or {}).items():
+            self.register(name, entry)
 
     def register(self, name: str, entry: Entry) -> Entry:
         """Add ``entry`` under ``name`` and return it; ValueError if the name is taken."""

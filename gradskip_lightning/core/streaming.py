@@ -1,12 +1,14 @@
-"""One pass of :meth:`Adapter.run <gradskip_lightning.adapters.Adapter.run>`: hooks, forward, backward.
+"""One pass of :meth:`PassAdapter.run <gradskip_lightning.core.adapter.PassAdapter.run>`: hooks, forward, backward.
 
-A :class:`StreamedPass` lives for one call. Its forward hooks keep each block's tensors in a
+A :class:`StreamedPass` lives for one call. Its forward hooks, at the adapter's
+:class:`~gradskip_lightning.core.adapter.BlockPoints`, keep each block's tensors in a
 :class:`PassState` until the block is complete; :meth:`StreamedPass.deliver` then hands them to the
 visitor and drops them: during the forward (modes "forward" and "conservative", bottom block
-first) or as each dy/dA^l arrives in the backward (mode "gradients", top block first). Order and
-meaning of the tensors: :mod:`gradskip_lightning.adapters.tensors`.
+first) or as each dy/dA^l arrives in the backward (mode "gradients", top block first). A
+conservative pass also runs inside the adapter's ``constant_attention()``. Order and meaning of the
+tensors: :mod:`gradskip_lightning.core.tensors`.
 
-Shapes: B images, H heads, N tokens (prefix tokens first), D channels, C classes.
+Shapes: B images, H heads, N tokens (prefix tokens first), D channels, C classes, A = H * head width.
 """
 
 from __future__ import annotations
@@ -14,25 +16,31 @@ from __future__ import annotations
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import torch
 from torch import Tensor, nn
 from torch.utils.hooks import RemovableHandle
 
-from gradskip_lightning.adapters.conservative import constant_hooks
-from gradskip_lightning.adapters.tensors import BlockTensors, BlockVisitor, CaptureMode, Top
-from gradskip_lightning.adapters.values import value_norms, value_projection, values_from_input, values_from_projection
-from gradskip_lightning.validation import check_logits
+from gradskip_lightning.core.conservative import constant_norm_hooks
+from gradskip_lightning.core.tensors import BlockTensors, BlockVisitor, CaptureMode, Top
+from gradskip_lightning.core.validation import check_logits
+
+if TYPE_CHECKING:
+    from gradskip_lightning.core.adapter import BlockPoints
+
+__all__ = ["PassState", "StreamedPass", "Streamed", "value_norms"]
 
 
-class PassAdapter(Protocol):
-    """What the pass reads of its :class:`~gradskip_lightning.adapters.Adapter` (which implements it)."""
+class Streamed(Protocol):
+    """What the pass reads of its :class:`~gradskip_lightning.core.adapter.PassAdapter` (which implements it)."""
 
     backbone: Any
 
     @property
-    def blocks(self) -> list[Any]: ...
+    def blocks(self) -> list[nn.Module]: ...
+
+    def block_points(self, block: nn.Module) -> BlockPoints: ...
 
     @property
     def num_prefix_tokens(self) -> int: ...
@@ -40,11 +48,34 @@ class PassAdapter(Protocol):
     @property
     def grid_size(self) -> tuple[int, int]: ...
 
+    @property
+    def pool_input_module(self) -> nn.Module | None: ...
+
     def explain_mode(self, model: nn.Module | None = None) -> AbstractContextManager[None]: ...
+
+    def constant_attention(self) -> AbstractContextManager[None]: ...
 
     def norm_scope(self) -> list[nn.Module]: ...
 
     def readout(self, batch: int, pool_input: Tensor | None, device: torch.device, dtype: torch.dtype) -> Tensor: ...
+
+
+def _pick(out: Any, index: int | None) -> Tensor:
+    return out if index is None else out[index]
+
+
+def value_norms(v: Tensor, heads: int, value_heads: int | None = None) -> Tensor:
+    """||v_{q,j}|| per head, (B, H, N), from values (B, N, A) of ``value_heads`` heads (None: ``heads``);
+    grouped-query value heads are repeated to the ``heads`` query heads.
+
+    Example:
+        >>> value_norms(torch.ones(1, 2, 8), heads=4, value_heads=2)[0, :, 0]
+        tensor([2., 2., 2., 2.])
+    """
+    b, n, _ = v.shape
+    value_heads = value_heads or heads
+    norms = v.reshape(b, n, value_heads, -1).norm(dim=-1).transpose(1, 2)
+    return norms.repeat_interleave(heads // value_heads, dim=1)
 
 
 @dataclass
@@ -82,7 +113,7 @@ class PassState:
 
 
 class StreamedPass:
-    """One call of :meth:`Adapter.run`: hooks on the backbone, ``model(images)``, the backward.
+    """One call of :meth:`PassAdapter.run`: hooks on the backbone, ``model(images)``, the backward.
 
     Args:
         adapter: the adapter of the backbone inside ``model``.
@@ -90,18 +121,19 @@ class StreamedPass:
         visitor: the consumer; its ``mode`` picks the pass.
     """
 
-    def __init__(self, adapter: PassAdapter, model: nn.Module, visitor: BlockVisitor) -> None:
+    def __init__(self, adapter: Streamed, model: nn.Module, visitor: BlockVisitor) -> None:
         self.adapter = adapter
         self.model = model
         self.visitor = visitor
         self.mode: CaptureMode = visitor.mode
         self.streaming = self.mode == "gradients"  # blocks go out in the backward, else in the forward
         self.blocks: list[nn.Module] = adapter.blocks
-        self.attentions = [block.get_submodule("attn") for block in self.blocks]  # each block's ``attn``
+        self.points = [adapter.block_points(block) for block in self.blocks]
         self.state = PassState()
+        self.branched: set[int] = set()  # blocks whose branch module has run once in this pass
 
     def run(self, images: Tensor, targets: Tensor | None) -> Top:
-        """The whole pass, once per object; arguments, result and errors as in :meth:`Adapter.run`."""
+        """The whole pass, once per object; arguments, result and errors as in :meth:`PassAdapter.run`."""
         graph = torch.enable_grad() if self.mode != "forward" else torch.no_grad()
         with self.adapter.explain_mode(self.model), torch.inference_mode(False), graph:
             logits = self.forward(images)
@@ -120,11 +152,19 @@ class StreamedPass:
 
     # -- the steps of the pass -------------------------------------------------------------------
     def forward(self, images: Tensor) -> Tensor:
-        """``model`` on a copy of ``images`` (B, C, H, W) with the hooks installed (removed on any exit).
+        """``model`` on a copy of ``images`` (B, C, H, W) with the hooks installed (removed on any exit),
+        inside the adapter's ``constant_attention()`` in mode "conservative".
 
         Returns:
             What the model returns, the logits (B, C) unless :meth:`check` refuses it.
         """
+        if self.mode == "conservative":
+            with self.adapter.constant_attention():
+                return self.hooked_forward(images)
+        return self.hooked_forward(images)
+
+    def hooked_forward(self, images: Tensor) -> Tensor:
+        """``model`` on a copy of ``images`` with the hooks installed, removed on any exit."""
         handles: list[RemovableHandle] = []
         try:
             self.install(handles)
@@ -137,23 +177,25 @@ class StreamedPass:
                 handle.remove()
 
     def install(self, handles: list[RemovableHandle]) -> None:
-        """Register the hooks of the pass, appending each handle to ``handles`` as soon as it exists,
-        so that the caller removes every one, also after a failure half-way."""
-        for i, (block, attn) in enumerate(zip(self.blocks, self.attentions)):
+        """Register the hooks of the pass at the adapter's block points, appending each handle to
+        ``handles`` as soon as it exists, so that the caller removes every one, also after a failure
+        half-way."""
+        for i, (block, points) in enumerate(zip(self.blocks, self.points)):
             handles.append(block.register_forward_pre_hook(partial(self.on_block_input, i), with_kwargs=True))
-            handles.append(attn.get_submodule("attn_drop").register_forward_hook(partial(self.on_attn, i)))
-            handles.append(block.get_submodule("drop_path1").register_forward_hook(partial(self.on_branch, i)))
+            handles.append(points.probabilities.register_forward_hook(partial(self.on_probabilities, i)))
+            handles.append(points.branch.register_forward_hook(partial(self.on_first_branch, i)))
             if self.visitor.needs_value_norm:
-                handles.append(attn.register_forward_pre_hook(partial(self.on_attn_input, i), with_kwargs=True))
-                handles.append(value_projection(attn).register_forward_hook(partial(self.on_values, i)))
+                if points.attention is not None:
+                    hook = partial(self.on_attn_input, i)
+                    handles.append(points.attention.register_forward_pre_hook(hook, with_kwargs=True))
+                handles.append(points.values.register_forward_hook(partial(self.on_values, i)))
         handles.append(self.blocks[-1].register_forward_hook(self.on_output))
         handles.append(self.blocks[0].register_forward_pre_hook(self.on_input, with_kwargs=True))
-        backbone = self.adapter.backbone
-        if backbone.global_pool == "map":
-            handles.append(backbone.get_submodule("attn_pool").register_forward_pre_hook(self.on_pool_input))
-        if self.mode == "conservative":  # after the recording hooks: they see A^l before it is detached
-            attention_outputs = [attn.get_submodule("attn_drop") for attn in self.attentions]
-            handles += constant_hooks(attention_outputs, self.adapter.norm_scope())
+        pool = self.adapter.pool_input_module
+        if pool is not None:
+            handles.append(pool.register_forward_pre_hook(self.on_pool_input))
+        if self.mode == "conservative":  # the attention is held by constant_attention(); the norms here
+            handles += constant_norm_hooks(self.adapter.norm_scope())
 
     def check(self, logits: Tensor, batch: int) -> None:
         """Raise ValueError unless the forward returned logits (batch, C) and ran each block once."""
@@ -243,30 +285,42 @@ class StreamedPass:
         self.state.attn_input[i] = (args[0] if args else kwargs["x"]).detach()
 
     def on_values(self, i: int, _module: nn.Module, _args: tuple[Any, ...], out: Tensor) -> None:
-        """Value-projection hook: ||v^l|| (B, H, N) from the projection's output."""
-        attn = self.attentions[i]
+        """Value-point hook: ||v^l|| (B, H, N) from the value vectors (B, N, A) in its output."""
+        points = self.points[i]
         with torch.no_grad():
-            self.state.value_norm[i] = value_norms(attn, values_from_projection(attn, out))
+            vectors = out.detach() if points.value_vectors is None else points.value_vectors(out)
+            self.state.value_norm[i] = value_norms(vectors, points.heads, points.value_heads)
+
+    def on_probabilities(self, i: int, module: nn.Module, args: tuple[Any, ...], out: Any) -> None:
+        """Probability-point hook: A^l (B, H, N, N), at its index of a tuple output (see :meth:`on_attn`)."""
+        self.on_attn(i, module, args, _pick(out, self.points[i].probabilities_index))
 
     def on_attn(self, i: int, _module: nn.Module, _args: tuple[Any, ...], out: Tensor) -> None:
-        """``attn_drop`` hook: A^l (B, H, N, N); ||v^l|| from the attention's input when no projection
-        hook caught the values; in mode "gradients", the hook of dy/dA^l."""
+        """A^l (B, H, N, N); ||v^l|| from the attention's input when no value hook caught the values;
+        in mode "gradients", the hook of dy/dA^l."""
         s = self.state
         s.calls += 1
         s.attn[i] = out.detach()
         x = s.attn_input.pop(i, None)  # kept only when the visitor needs ||v||
-        if x is not None and i not in s.value_norm:
-            attn = self.attentions[i]
+        points = self.points[i]
+        if x is not None and i not in s.value_norm and points.values_from_input is not None:
             with torch.no_grad():
-                s.value_norm[i] = value_norms(attn, values_from_input(attn, x))
+                s.value_norm[i] = value_norms(points.values_from_input(x), points.heads, points.value_heads)
         if self.streaming:
             out.register_hook(partial(self.on_attn_grad, i))
             if s.bottom is None:
                 s.bottom = out  # the backward runs down to block 0's A
 
+    def on_first_branch(self, i: int, module: nn.Module, args: tuple[Any, ...], out: Any) -> None:
+        """Branch-point hook: a^l (B, N, D) from its first call in block ``i`` (a drop-path module may
+        run again for the MLP branch), at its index of a tuple output (see :meth:`on_branch`)."""
+        if i not in self.branched:
+            self.branched.add(i)
+            self.on_branch(i, module, args, _pick(out, self.points[i].branch_index))
+
     def on_branch(self, i: int, _module: nn.Module, _args: tuple[Any, ...], out: Tensor) -> None:
-        """``drop_path1`` hook: a^l (B, N, D) and the hook of its gradient, when the visitor needs the
-        branch; outside mode "gradients", block ``i`` is complete: delivered."""
+        """a^l (B, N, D) and the hook of its gradient, when the visitor needs the branch; outside mode
+        "gradients", block ``i`` is complete: delivered."""
         if self.visitor.needs_branch:
             self.state.branch[i] = out.detach()
             if self.streaming:

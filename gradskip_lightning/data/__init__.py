@@ -8,10 +8,7 @@ from gradskip_lightning.data.planted_segmentation import (
     PlantedShapesSegmentationDataModule,
     PlantedShapesSegmentationDataset,
 )
-from gradskip_lightning.data.planted_shapes import (
-    PlantedShapesDataModule,
-    PlantedShapesDataset,
-)
+from gradskip_lightning.data.planted_shapes import PlantedShapesDataModule, PlantedShapesDataset
 from gradskip_lightning.data.tags import SPURIOUS_THRESHOLD, SpuriousTag, spurious_score
 
 __all__ = [

@@ -1,7 +1,15 @@
 """GradSkip and the baselines: per-block steps (pure functions of tensors), the visitors that apply
-them to one streamed pass (:mod:`gradskip_lightning.adapters.tensors`), and the registry that names
-them (:data:`METHODS`, :data:`MethodName`, :func:`method_spec`)."""
+them to one streamed pass (:mod:`gradskip_lightning.core.tensors`), and the table that names them
+for the families explained through that pass (:data:`PASS_METHODS`, :data:`MethodName`).
 
+Adding a method: its step and visitor in a module here, one row in :data:`PASS_METHODS` and the
+same name in :data:`MethodName` (docs/adapters.md); Swin and SegFormer have tables of their own.
+"""
+
+from typing import Literal
+
+from gradskip_lightning.core.methods import MethodSpec
+from gradskip_lightning.core.registry import Registry
 from gradskip_lightning.methods.baselines import (
     CheferVisitor,
     NoOptions,
@@ -35,14 +43,27 @@ from gradskip_lightning.methods.gradskip import (
 )
 from gradskip_lightning.methods.lrp import LrpVisitor, token_relevance
 from gradskip_lightning.methods.output import MethodOutput, MethodVisitor
-from gradskip_lightning.methods.registry import METHOD_SPECS, MethodName, MethodSpec, build_options, method_spec
 
-#: Method names of the timm ViT family, in registration order (the modules above register them).
-METHODS: tuple[str, ...] = METHOD_SPECS.names
+#: The names of :data:`PASS_METHODS`, in its order (the structure test checks that both agree).
+MethodName = Literal["gradskip", "raw_attention", "rollout", "chefer", "random", "lrp"]
+
+#: The methods of the families explained through the streamed pass (timm, torchvision and HF ViTs):
+#: name -> the method's visitor class (built from its options for each pass; its ``mode`` picks the
+#: pass) and its options dataclass.
+PASS_METHODS: Registry[MethodSpec[type[MethodVisitor]]] = Registry(
+    "method",
+    {
+        "gradskip": MethodSpec(GradSkipVisitor, GradSkipOptions),
+        "raw_attention": MethodSpec(RawAttentionVisitor, NoOptions),
+        "rollout": MethodSpec(RolloutVisitor, NoOptions),
+        "chefer": MethodSpec(CheferVisitor, NoOptions),
+        "random": MethodSpec(RandomVisitor, RandomOptions),
+        "lrp": MethodSpec(LrpVisitor, NoOptions),
+    },
+)
 
 __all__ = [
-    "METHODS",
-    "METHOD_SPECS",
+    "PASS_METHODS",
     "BlockStep",
     "CheferVisitor",
     "GradSkipOptions",
@@ -50,7 +71,6 @@ __all__ = [
     "LrpVisitor",
     "MethodName",
     "MethodOutput",
-    "MethodSpec",
     "MethodVisitor",
     "NoOptions",
     "RandomOptions",
@@ -58,12 +78,10 @@ __all__ = [
     "RawAttentionVisitor",
     "RolloutVisitor",
     "block_step",
-    "build_options",
     "chefer_step",
     "gini",
     "head_weights",
     "mixed_attention",
-    "method_spec",
     "attention_step",
     "attention_weights",
     "reweight",
@@ -79,36 +97,3 @@ __all__ = [
     "skip_gates",
     "token_relevance",
 ]
-
-
-#: Removed names -> what replaces them, for one release of deprecation warnings.
-_DEPRECATED = {
-    "weighted_attention": "rows_or_identity(mixed_attention(...))",
-    "rollout": "Explainer(model, 'rollout') or rollout_down([rollout_matrix(a) for a in attn], readout)",
-    "chefer": "Explainer(model, 'chefer') or chefer_step per block",
-}
-
-
-def __getattr__(name: str) -> object:
-    """The list-based reference versions were test-only: each now warns and is built from the steps."""
-    if name not in _DEPRECATED:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    import warnings
-
-    warnings.warn(f"methods.{name} is deprecated: use {_DEPRECATED[name]}", DeprecationWarning, stacklevel=2)
-    return _deprecated_functions()[name]
-
-
-def _deprecated_functions() -> dict[str, object]:
-    def weighted_attention(attn, attn_grad, value_norm, omega, options):
-        return rows_or_identity(mixed_attention(attn, attn_grad, value_norm, omega, options))
-
-    def rollout(attn, readout):
-        return rollout_down([rollout_matrix(a) for a in attn], readout)
-
-    def chefer(attn, attn_grad, readout):
-        for a, g in zip(reversed(attn), reversed(attn_grad)):
-            readout = chefer_step(readout, a, g)
-        return readout
-
-    return {"weighted_attention": weighted_attention, "rollout": rollout, "chefer": chefer}

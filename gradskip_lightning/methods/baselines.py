@@ -10,11 +10,10 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from gradskip_lightning.adapters import BlockTensors, CaptureMode, Top
+from gradskip_lightning.core.tensors import BlockTensors, CaptureMode, Top
+from gradskip_lightning.core.validation import required
 from gradskip_lightning.methods.gradskip import propagate_block
 from gradskip_lightning.methods.output import MethodOutput, normalise
-from gradskip_lightning.methods.registry import METHOD_SPECS, MethodSpec
-from gradskip_lightning.validation import required
 
 
 @dataclass(frozen=True)
@@ -173,9 +172,3 @@ class RandomVisitor(BaselineVisitor):
         h, w = self.top.grid_size
         batch, device = self.top.logits.shape[0], self.top.logits.device
         return MethodOutput(random_relevance(batch, h * w, self.seed, device))
-
-
-METHOD_SPECS.register("raw_attention", MethodSpec(RawAttentionVisitor, NoOptions))
-METHOD_SPECS.register("rollout", MethodSpec(RolloutVisitor, NoOptions))
-METHOD_SPECS.register("chefer", MethodSpec(CheferVisitor, NoOptions))
-METHOD_SPECS.register("random", MethodSpec(RandomVisitor, RandomOptions))

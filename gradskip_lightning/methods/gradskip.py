@@ -17,10 +17,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from gradskip_lightning.adapters import BlockTensors, Capture, CaptureMode, Top
+from gradskip_lightning.core.tensors import BlockTensors, Capture, CaptureMode, Top
+from gradskip_lightning.core.validation import required
 from gradskip_lightning.methods.output import MethodOutput, normalise
-from gradskip_lightning.methods.registry import METHOD_SPECS, MethodSpec
-from gradskip_lightning.validation import required
 
 AttentionWeighting = Literal["abs_grad", "pos_grad", "signed_grad", "none"]
 Gate = Literal["token", "layer", "off"]
@@ -435,7 +434,7 @@ _INTERNALS = {"head_weights": "omega", "grad_flow": "grad_flow", "sparsity": "sp
 def padded_internals(steps: list[BlockStep] | None, batch: int) -> tuple[dict[str, Tensor], Tensor]:
     """GradSkip's head statistics and gates of ``steps`` (top block first, as the propagation
     makes them) stacked bottom block first, (B, L, ...) NaN-padded where layers differ in heads
-    or tokens (SegFormer's stages, Swin's), as :class:`~gradskip_lightning.explanation.Explanation`
+    or tokens (SegFormer's stages, Swin's), as :class:`~gradskip_lightning.core.explanation.Explanation`
     fields ({} for the baselines); and (B,) True where all of them are finite."""
     finite = torch.ones(batch, dtype=torch.bool)
     if not steps:
@@ -445,6 +444,3 @@ def padded_internals(steps: list[BlockStep] | None, batch: int) -> tuple[dict[st
         for name in _INTERNALS.values():
             finite &= torch.isfinite(getattr(step, name)).flatten(1).all(dim=1).cpu()
     return {field: _padded([getattr(s, name) for s in bottom_first]) for field, name in _INTERNALS.items()}, finite
-
-
-METHOD_SPECS.register("gradskip", MethodSpec(GradSkipVisitor, GradSkipOptions))

@@ -2,7 +2,7 @@
 conservative propagation"; the rule AttnLRP, Achtibat et al. 2024, builds on) as a function of a
 conservative capture: gradient x input at the tokens entering block 0, with the attention
 probabilities and the norm denominators held constant in the backward
-(:mod:`gradskip_lightning.adapters.conservative`). One forward and one activation-only backward.
+(:mod:`gradskip_lightning.core.conservative`). One forward and one activation-only backward.
 
 Shapes: B images, N tokens (prefix tokens first, then P patches), D channels.
 """
@@ -11,10 +11,9 @@ from __future__ import annotations
 
 from torch import Tensor
 
-from gradskip_lightning.adapters import CaptureMode
-from gradskip_lightning.methods.baselines import BaselineVisitor, NoOptions
-from gradskip_lightning.methods.registry import METHOD_SPECS, MethodSpec
-from gradskip_lightning.validation import required
+from gradskip_lightning.core.tensors import CaptureMode
+from gradskip_lightning.core.validation import required
+from gradskip_lightning.methods.baselines import BaselineVisitor
 
 
 def token_relevance(tokens: Tensor, tokens_grad: Tensor) -> Tensor:
@@ -38,6 +37,3 @@ class LrpVisitor(BaselineVisitor):
         return token_relevance(
             tokens, required(self.top.input_grad, "lrp: the input tokens' gradient (a 'conservative' pass)")
         )
-
-
-METHOD_SPECS.register("lrp", MethodSpec(LrpVisitor, NoOptions))

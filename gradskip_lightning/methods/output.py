@@ -8,7 +8,7 @@ from typing import Protocol
 import torch
 from torch import Tensor
 
-from gradskip_lightning.adapters import BlockVisitor
+from gradskip_lightning.core.tensors import BlockVisitor
 
 
 @dataclass

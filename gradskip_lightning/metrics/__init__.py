@@ -3,7 +3,7 @@
 Perturbation metrics take ``(model, images, targets, maps)``: model images (B, C, H, W) -> logits,
 targets (B,) classes, maps (B, H, W) at input resolution, and a required ``patch_size`` that the
 caller finds once (``explainer.patch_size``). Metrics depend on tensors and callables only, never on
-a model family; input mistakes raise as :mod:`gradskip_lightning.validation` says (wrong type or
+a model family; input mistakes raise as :mod:`gradskip_lightning.core.validation` says (wrong type or
 dtype: TypeError; wrong shape or value: ValueError). Pass an eval-mode model; its mode is
 left as it is and it is run under ``torch.no_grad()``. For a segmentation model (logits
 (B, K, h, w)) they also take ``regions`` (B, h, w) bool and score the mean region logit.

@@ -51,7 +51,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from gradskip_lightning.validation import check_class_targets
+from gradskip_lightning.core.validation import check_class_targets
 
 from .discovery_maps import ClassMaps, ClassMapSummary, DiscoverySettings, summarise_classes
 from .discovery_strategies import Strategies

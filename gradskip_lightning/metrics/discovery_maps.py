@@ -21,7 +21,7 @@ from torch import Tensor
 from torchmetrics import Metric
 from torchmetrics.utilities import dim_zero_cat
 
-from gradskip_lightning.validation import check_class_targets, check_maps
+from gradskip_lightning.core.validation import check_class_targets, check_maps
 
 from .discovery_strategies import Strategies, find_strategies
 from .drift import average_ranks

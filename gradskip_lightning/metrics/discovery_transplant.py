@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from gradskip_lightning.validation import (
+from gradskip_lightning.core.validation import (
     check_choice,
     check_image_batch,
     check_logits,

@@ -10,7 +10,7 @@ from torch import Tensor
 from torchmetrics import Metric
 from torchmetrics.utilities import dim_zero_cat
 
-from gradskip_lightning.validation import check_fraction, check_map_pair
+from gradskip_lightning.core.validation import check_fraction, check_map_pair
 
 
 def average_ranks(values: Tensor) -> Tensor:

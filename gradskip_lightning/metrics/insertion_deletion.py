@@ -14,7 +14,7 @@ from typing import Any, Callable, ClassVar, Union
 import torch
 from torch import Tensor
 
-from gradskip_lightning.validation import (
+from gradskip_lightning.core.validation import (
     as_patch_size,
     check_choice,
     check_images_targets_maps,

@@ -16,8 +16,6 @@ from __future__ import annotations
 
 import contextlib
 import math
-import warnings
-from functools import partial
 from typing import Any, Callable, ClassVar, Literal, Union
 
 import torch
@@ -25,7 +23,13 @@ import torchvision.transforms.v2.functional as TF
 from torch import Tensor, nn
 from torchmetrics import Metric
 
-from gradskip_lightning.validation import as_patch_size, check_choice, check_class_targets, check_int, check_regions
+from gradskip_lightning.core.validation import (
+    as_patch_size,
+    check_choice,
+    check_class_targets,
+    check_int,
+    check_regions,
+)
 
 Baseline = Union[str, Tensor]
 """``"zeros"`` (zeros of the normalised input: the mean colour), ``"blur"`` or a tensor broadcastable to the images."""
@@ -368,32 +372,3 @@ class PerturbationMetric(Metric):
     def _mean(self, name: str) -> Tensor:
         """The mean (float64 scalar) over all images seen of the scores summed in state ``name``."""
         return getattr(self, name).double() / self.count
-
-
-_DEPRECATED: dict[str, tuple[str, Callable[..., Any]]] = {
-    "check_activation": (
-        "gradskip_lightning.validation.check_choice(activation, ACTIVATIONS, 'activation')",
-        partial(check_choice, choices=ACTIVATIONS, name="activation"),
-    ),
-    "check_classes": (
-        "gradskip_lightning.validation.check_class_targets(targets, len(targets), num_classes)",
-        lambda targets, num_classes: check_class_targets(targets, len(targets), num_classes),
-    ),
-    "resolve_patch_size": (
-        "gradskip_lightning.validation.as_patch_size(patch_size, image_size) with the explainer's patch_size",
-        lambda model, patch_size, image_size: as_patch_size(patch_size, image_size),
-    ),
-}
-
-
-def __getattr__(name: str) -> Any:
-    """The checks that moved to :mod:`gradskip_lightning.validation`, with a DeprecationWarning (one release)."""
-    if name not in _DEPRECATED:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    replacement, function = _DEPRECATED[name]
-    warnings.warn(
-        f"{__name__}.{name} is deprecated and will be removed in the next release; use {replacement}",
-        DeprecationWarning,
-        stacklevel=2,
-    )
-    return function

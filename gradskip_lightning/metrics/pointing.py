@@ -8,7 +8,7 @@ import torch
 from torch import Tensor
 from torchmetrics import Metric
 
-from gradskip_lightning.validation import as_bool_masks, check_class_targets, check_int, check_maps
+from gradskip_lightning.core.validation import as_bool_masks, check_class_targets, check_int, check_maps
 
 
 def default_tolerance(image_size: tuple[int, int]) -> float:

@@ -16,8 +16,8 @@ ExplainFn = Callable[[nn.Module, Tensor, Tensor], Tensor]
 
 class Cascading(Protocol):
     """What the test needs of a model family: its layers top first and how to re-initialise one
-    (the ViT adapter ``gradskip_lightning.adapters.find_adapter(model)``,
-    ``gradskip_lightning.segmentation.SegformerCascade(model)`` for SegFormer)."""
+    (the ViT adapter ``gradskip_lightning.adapters.adapter_for(model)``,
+    ``gradskip_lightning.families.segformer.SegformerCascade(model)`` for SegFormer)."""
 
     def cascade(self, model: nn.Module) -> list[tuple[str, list[nn.Module]]]: ...
 
@@ -25,7 +25,7 @@ class Cascading(Protocol):
 
 
 CascadeFor = Callable[[nn.Module], Cascading]
-"""A model -> its :class:`Cascading`, e.g. ``find_adapter`` or ``SegformerCascade``: called with the test's
+"""A model -> its :class:`Cascading`, e.g. ``adapter_for`` or ``SegformerCascade``: called with the test's
 copy of the model, so the layers it names and re-initialises are the copy's."""
 
 Similarity = Union[str, Callable[[Tensor, Tensor], Tensor]]
@@ -91,14 +91,14 @@ def parameter_randomisation(
         similarity: "spearman", "topk_iou" (top 10 %) or a callable (maps_a, maps_b) -> (B,).
         seed: seed of the re-initialisation.
         cascade_for: the copy -> its :class:`Cascading` (see :data:`CascadeFor`), found by the
-            caller: ``gradskip_lightning.adapters.find_adapter`` for a timm ViT (required).
+            caller: ``gradskip_lightning.adapters.adapter_for`` for a timm ViT (required).
 
     Returns:
         A :class:`RandomisationCurve` with L + 1 steps.
     """
     if not callable(cascade_for):
         raise TypeError(
-            f"cascade_for must be a callable model -> Cascading (e.g. find_adapter), got {type(cascade_for).__name__}"
+            f"cascade_for must be a callable model -> Cascading (e.g. adapter_for), got {type(cascade_for).__name__}"
         )
     compare = _similarity_fn(similarity)
     randomised = copy.deepcopy(model)

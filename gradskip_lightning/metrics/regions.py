@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from torch import Tensor
 
-from gradskip_lightning.validation import as_bool_masks, check_maps
+from gradskip_lightning.core.validation import as_bool_masks, check_maps
 
 from ._mean import ImageMean
 from .drift import top_count_pixels

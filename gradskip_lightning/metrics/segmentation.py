@@ -16,7 +16,7 @@ import torch
 from torch import Tensor
 from torchmetrics import Metric
 
-from gradskip_lightning.validation import as_bool_masks, check_maps
+from gradskip_lightning.core.validation import as_bool_masks, check_maps
 
 
 def per_image_confusion(maps: Tensor, masks: Tensor) -> Tensor:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from torch import Tensor
 
-from gradskip_lightning.explanation import ModelExplainer
+from gradskip_lightning.core.explanation import ModelExplainer
 
 from ._mean import ImageMean
 from .drift import spearman
@@ -40,7 +40,7 @@ def explain_class_sensitivity(explainer: ModelExplainer, images: Tensor) -> Tens
     Two explain calls: the predicted class first, then the runner-up from the same logits.
 
     Args:
-        explainer: any :class:`~gradskip_lightning.explanation.ModelExplainer` of a model with >= 2 classes.
+        explainer: any :class:`~gradskip_lightning.core.explanation.ModelExplainer` of a model with >= 2 classes.
         images: (B, C, H, W), normalised as the model expects.
 
     Returns:

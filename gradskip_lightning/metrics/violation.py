@@ -7,7 +7,7 @@ from typing import Any, Callable, ClassVar
 import torch
 from torch import Tensor
 
-from gradskip_lightning.validation import as_patch_size, check_images_targets_maps, check_int, check_regions
+from gradskip_lightning.core.validation import as_patch_size, check_images_targets_maps, check_int, check_regions
 
 from .perturbation import (
     Activation,

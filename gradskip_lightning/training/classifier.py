@@ -169,7 +169,7 @@ class ViTClassifier(TrainedModule):
         if task not in LOSSES:
             raise ValueError(
                 f"task must be one of {tuple(LOSSES)} (ViTClassifier classifies images), got {task!r}: for "
-                "segmentation data use gradskip_lightning.segmentation.module.SegmentationModule"
+                "segmentation data use gradskip_lightning.training.segmentation.SegmentationModule"
             )
         if num_classes < (2 if task == "multiclass" else 1):
             raise ValueError(f"num_classes must be >= 2 (>= 1 for multilabel), got {num_classes} for {task}")

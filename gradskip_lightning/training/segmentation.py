@@ -12,7 +12,7 @@ from torchmetrics.classification import MulticlassAccuracy
 from transformers import SegformerConfig, SegformerForSemanticSegmentation
 
 from gradskip_lightning.data.base import Task
-from gradskip_lightning.model import TrainedModule
+from gradskip_lightning.training.classifier import TrainedModule
 
 #: Label-map value of pixels that count for neither the loss nor the metrics.
 IGNORE_INDEX = 255
@@ -86,7 +86,8 @@ def segmentation_metrics(num_classes: int) -> nn.ModuleDict:
 
 class SegmentationModule(TrainedModule):
     """Semantic segmentation: a random-initialised HF ``SegformerForSemanticSegmentation`` trained
-    with AdamW (warm-up, then cosine decay, per step; as :class:`~gradskip_lightning.model.ViTClassifier`).
+    with AdamW (warm-up, then cosine decay, per step; as
+    :class:`~gradskip_lightning.training.classifier.ViTClassifier`).
 
     The loss is the pixel cross-entropy of the logits bilinearly upsampled to the label maps
     (label ``IGNORE_INDEX`` = 255 ignored); logs ``{train,val,test}/loss``, ``/miou`` (mean IoU)
@@ -137,7 +138,7 @@ class SegmentationModule(TrainedModule):
         if task != "segmentation":
             raise ValueError(
                 f"task must be 'segmentation' (SegmentationModule segments images), got {task!r}: for "
-                "classification data use gradskip_lightning.model.ViTClassifier"
+                "classification data use gradskip_lightning.training.classifier.ViTClassifier"
             )
         if num_classes < 2:
             raise ValueError(f"num_classes must be >= 2 (the background included), got {num_classes}")

@@ -8,7 +8,7 @@ import pytest
 
 from gradskip_lightning.benchmarks.__main__ import main
 from gradskip_lightning.benchmarks.cost import peak_mib
-from gradskip_lightning.segmentation import SEGMENTATION_METHODS
+from gradskip_lightning.families.segformer import SEGFORMER_METHODS
 
 
 @pytest.mark.slow  # four fresh subprocesses
@@ -68,7 +68,7 @@ def test_segformer_record_counts_the_forward_and_a_ratio_per_method():
     pytest.importorskip("transformers")
     from gradskip_lightning.benchmarks.cost import measure, methods_of
 
-    assert methods_of("segformer_tiny_64", None) == [*SEGMENTATION_METHODS, "floor"]
+    assert methods_of("segformer_tiny_64", None) == [*SEGFORMER_METHODS, "floor"]
     assert methods_of("segformer_tiny_64", ["lrp", "gradskip"]) == ["gradskip"]  # lrp is ViT-only
     records = {m: measure("segformer_tiny_64", m, 1) for m in ("rollout", "floor")}
     # The tiny SegFormer's forward at 64 px: 1.07 M multiply-adds (convolutions, projections, decoder).

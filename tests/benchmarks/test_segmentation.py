@@ -23,8 +23,8 @@ from gradskip_lightning.benchmarks.segmentation.models import make_datamodule, s
 from gradskip_lightning.benchmarks.segmentation.records import SegmentationScoreRecord
 from gradskip_lightning.benchmarks.segmentation.report import BEGIN, END
 from gradskip_lightning.benchmarks.segmentation.summary import SeedScores, interval_records, paired_differences
-from gradskip_lightning.segmentation.module import SegmentationModule
-from tests.segmentation.conftest import tiny_segformer
+from gradskip_lightning.training.segmentation import SegmentationModule
+from tests.families.segformer.conftest import tiny_segformer
 
 LOCALISATION = ("pixel_accuracy", "mean_iou", "average_precision")
 TOL = 1e-9

@@ -18,7 +18,7 @@ from gradskip_lightning.benchmarks.shortcut.detection import (
 )
 from gradskip_lightning.benchmarks.shortcut.records import DetectionRecord
 from gradskip_lightning.benchmarks.shortcut.report import BEGIN, END
-from gradskip_lightning.explainer import METHODS
+from gradskip_lightning.methods import PASS_METHODS
 
 PEERS = {"integrated_gradients", "input_x_gradient", "grad_cam"}
 FIELDS = {
@@ -88,7 +88,7 @@ def test_quick_path_writes_one_record_per_dataset_seed_method(tmp_path):
     records = json.loads(out.read_text())
     assert {f.name for f in fields(DetectionRecord)} == FIELDS
     assert all(set(record) == FIELDS for record in records)
-    methods = set(METHODS) | PEERS
+    methods = set(PASS_METHODS.names) | PEERS
     assert {(r["dataset"], r["seed"], r["method"]) for r in records} == {
         (dataset, 0, method) for dataset in ("planted_shapes", "planted_shapes control") for method in methods
     }

@@ -24,7 +24,7 @@ from lightning.pytorch.strategies import ModelParallelStrategy  # noqa: E402
 from torch.distributed.fsdp import fully_shard  # noqa: E402
 
 from gradskip_lightning import GradSkipCallback, ProbeSettings, ScoreSettings  # noqa: E402
-from gradskip_lightning.model import ViTClassifier  # noqa: E402
+from gradskip_lightning.training.classifier import ViTClassifier  # noqa: E402
 from tests.callback.helpers import tiny_data, tiny_trainer  # noqa: E402
 
 

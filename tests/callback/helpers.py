@@ -9,7 +9,7 @@ from typing import Any
 from lightning.pytorch import Trainer
 
 from gradskip_lightning.data import PlantedShapesDataModule, PlantedShapesSegmentationDataModule
-from gradskip_lightning.model import ViTClassifier
+from gradskip_lightning.training.classifier import ViTClassifier
 
 
 def tiny_module(seed: int = 0) -> ViTClassifier:
@@ -31,7 +31,7 @@ def tiny_segmentation_module(seed: int = 0):
     """A SegmentationModule holding a 4-block SegFormer (widths 8-16) for 5 classes on 64 px images."""
     import torch
 
-    from gradskip_lightning.segmentation.module import SegmentationModule
+    from gradskip_lightning.training.segmentation import SegmentationModule
 
     torch.manual_seed(seed)
     sizes = dict(hidden_sizes=[8, 8, 16, 16], depths=[1, 1, 1, 1], decoder_hidden_size=16)

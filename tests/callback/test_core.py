@@ -253,7 +253,7 @@ def _from_yaml(tmp_path, init_args: str) -> GradSkipCallback:
     from lightning.pytorch.cli import LightningCLI
 
     from gradskip_lightning.data import PlantedShapesDataModule
-    from gradskip_lightning.model import ViTClassifier
+    from gradskip_lightning.training.classifier import ViTClassifier
 
     config = tmp_path / "config.yaml"
     config.write_text(

@@ -14,7 +14,7 @@ from lightning.pytorch.loggers import CSVLogger
 from gradskip_lightning import GradSkipCallback
 from gradskip_lightning.callback.transplant import Transplant
 from gradskip_lightning.data import SpuriousTag
-from gradskip_lightning.explainer import Explainer
+from gradskip_lightning.families.timm_vit import TimmViTExplainer
 from gradskip_lightning.metrics import relevance_mass_accuracy
 
 from .helpers import tiny_data, tiny_module, tiny_trainer
@@ -49,7 +49,7 @@ def test_flip_rate_and_tag_mass_match_the_model_on_pasted_probes(tmp_path):
     images = torch.stack([tagged[int(i)][0] for i in ids[~of_tag_class]])
     module.eval()
     targets = torch.full((len(images),), TAG.target_class)
-    explanation = Explainer(module).explain(images, targets)
+    explanation = TimmViTExplainer(module).explain(images, targets)
     expected_flips = (explanation.logits.argmax(dim=1) == TAG.target_class).float().numpy()
     np.testing.assert_array_equal(flips[~of_tag_class], expected_flips)
     tag_masks = TAG.mask(32, 32).expand(len(images), -1, -1)
@@ -79,7 +79,7 @@ def test_lightning_cli_yaml_sets_the_transplant_tag(tmp_path):
     from lightning.pytorch.cli import LightningCLI
 
     from gradskip_lightning.data import PlantedShapesDataModule
-    from gradskip_lightning.model import ViTClassifier
+    from gradskip_lightning.training.classifier import ViTClassifier
 
     config = tmp_path / "config.yaml"
     config.write_text(

@@ -46,9 +46,9 @@ def test_random_relevance_is_seeded():
 
 
 def test_streamed_rollout_and_chefer_equal_the_dense_oracles():
-    from gradskip_lightning.explainer import Explainer
-    from tests.adapters.helpers import capture
+    from gradskip_lightning.families.timm_vit import TimmViTExplainer
     from tests.conftest import make_tiny_vit
+    from tests.core.helpers import capture
 
     model = make_tiny_vit(depth=3, seed=4)
     images, targets = torch.randn(3, 3, 32, 32), torch.tensor([0, 1, 3])
@@ -58,6 +58,6 @@ def test_streamed_rollout_and_chefer_equal_the_dense_oracles():
         "chefer": oracles.chefer(cap.attn, cap.attn_grad, cap.readout),
     }
     for method, dense in expected.items():
-        streamed = Explainer(model, method).explain(images, targets).token_maps.flatten(1)
+        streamed = TimmViTExplainer(model, method).explain(images, targets).token_maps.flatten(1)
         patches = dense[:, 1:]  # the CLS token's own relevance is not on the grid
         torch.testing.assert_close(streamed / streamed.sum(1, keepdim=True), patches / patches.sum(1, keepdim=True))

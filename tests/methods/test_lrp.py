@@ -8,10 +8,10 @@ import timm
 import torch
 from torch import Tensor, nn
 
-from gradskip_lightning.explainer import Explainer
+from gradskip_lightning.families.timm_vit import TimmViTExplainer
 from gradskip_lightning.methods import token_relevance
-from tests.adapters.helpers import capture, hooks_on
-from tests.adapters.test_families import FAMILIES, images_for, tiny
+from tests.core.helpers import capture, hooks_on
+from tests.families.timm_vit.test_architectures import FAMILIES, images_for, tiny
 
 
 def vit(depth: int, **extra) -> nn.Module:
@@ -46,7 +46,7 @@ def test_one_block_matches_the_explicit_implementation():
     x, targets = torch.randn(3, 3, 32, 32, dtype=torch.float64), torch.tensor([0, 2, 1])
     x0 = capture(model, x, targets).block_input[0]
     expected = explicit_lrp(model, x0, targets)[:, 1:].reshape(3, 4, 4)
-    got = Explainer(model, "lrp").explain(x, targets).token_maps
+    got = TimmViTExplainer(model, "lrp").explain(x, targets).token_maps
     torch.testing.assert_close(got, expected.float(), rtol=1e-5, atol=1e-7)
     # holding softmax and std constant changes the answer: plain gradient x input differs
     x0 = x0.clone().requires_grad_(True)
@@ -77,7 +77,7 @@ def test_conservative_capture_leaves_forward_values_unchanged():
 @pytest.mark.parametrize("label", FAMILIES)
 def test_batch_equals_singles_and_model_is_left_clean(label):
     model = tiny(label)
-    explainer = Explainer(model, "lrp")
+    explainer = TimmViTExplainer(model, "lrp")
     x, targets = images_for(explainer, 3), torch.tensor([0, 1, 2])
     batch = explainer.explain(x, targets)
     singles = torch.cat([explainer.explain(x[i : i + 1], targets[i : i + 1]).token_maps for i in range(3)])

@@ -7,15 +7,14 @@ from typing import get_args, get_type_hints
 
 import pytest
 
-from gradskip_lightning.explainer import METHODS as EXPLAINER_METHODS
-from gradskip_lightning.methods import METHOD_SPECS, METHODS, GradSkipOptions, MethodName, method_spec
+from gradskip_lightning.methods import PASS_METHODS, GradSkipOptions, MethodName
 
 
 def test_names_literal_and_specs_agree():
-    assert METHODS == get_args(MethodName) == tuple(METHOD_SPECS) == EXPLAINER_METHODS
-    assert {n for n, s in METHOD_SPECS.items() if s.needs_backward} == {"gradskip", "chefer", "lrp"}
-    assert {n for n, s in METHOD_SPECS.items() if s.mode == "conservative"} == {"lrp"}
-    assert all(dataclasses.is_dataclass(spec.options) for spec in METHOD_SPECS.values())
+    assert PASS_METHODS.names == get_args(MethodName) == tuple(PASS_METHODS)
+    assert {n for n, s in PASS_METHODS.items() if s.step.mode != "forward"} == {"gradskip", "chefer", "lrp"}
+    assert {n for n, s in PASS_METHODS.items() if s.step.mode == "conservative"} == {"lrp"}
+    assert all(dataclasses.is_dataclass(spec.options) for spec in PASS_METHODS.values())
 
 
 def test_choice_options_are_literals_a_cli_can_list():
@@ -31,7 +30,7 @@ def test_choice_options_are_literals_a_cli_can_list():
 
 def test_unknown_method_and_options_raise():
     with pytest.raises(ValueError, match="Unknown method 'lime'.*gradskip"):
-        method_spec("lime")
+        PASS_METHODS["lime"]
     with pytest.raises(ValueError, match=r"takes no option\(s\) \['alpha'\]; it takes \[\]"):
-        method_spec("rollout").make_options("rollout", alpha=0.5)
-    assert method_spec("random").make_options("random", seed=3).seed == 3
+        PASS_METHODS["rollout"].make_options("rollout", alpha=0.5)
+    assert PASS_METHODS["random"].make_options("random", seed=3).seed == 3

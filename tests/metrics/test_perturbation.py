@@ -7,20 +7,17 @@ import math
 import numpy as np
 import pytest
 import torch
-from torch import nn
 
-from gradskip_lightning import validation
+from gradskip_lightning.core.validation import as_patch_size
 from gradskip_lightning.metrics import (
     CountingModel,
     gaussian_blur,
     insertion_deletion,
     make_baseline,
-    perturbation,
     perturbed_probabilities,
     region_scores,
 )
 from gradskip_lightning.metrics.perturbation import patch_relevance, rank_patches, step_counts
-from gradskip_lightning.validation import as_patch_size
 from tests.conftest import make_tiny_vit
 
 from .helpers import mean_cell_segmenter, np_gaussian_blur, np_patch_relevance
@@ -39,19 +36,6 @@ def test_patch_size_is_an_int_or_a_pair_given_by_the_caller():
         as_patch_size((0, 8))
     with pytest.raises(ValueError, match=r"image size \(32, 32\) is not a multiple of the patch size \(5, 5\)"):
         as_patch_size(5, (32, 32))
-
-
-def test_moved_checks_still_import_with_a_deprecation_warning():
-    assert perturbation.check_regions is validation.check_regions  # imported there: the same function
-    for name in ("check_activation", "check_classes", "resolve_patch_size"):
-        with pytest.warns(DeprecationWarning, match=f"perturbation.{name} is deprecated"):
-            getattr(perturbation, name)
-    with pytest.warns(DeprecationWarning), pytest.raises(ValueError, match="activation must be one of"):
-        perturbation.check_activation("relu")
-    with pytest.warns(DeprecationWarning):
-        assert perturbation.resolve_patch_size(nn.Linear(3, 2), 4, (32, 32)) == (4, 4)
-    with pytest.raises(AttributeError):
-        perturbation.no_such_name
 
 
 def test_step_counts_round_k_p_over_k():

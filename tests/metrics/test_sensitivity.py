@@ -6,7 +6,7 @@ import pytest
 import torch
 from scipy.stats import spearmanr
 
-from gradskip_lightning.explainer import Explainer
+from gradskip_lightning.families.timm_vit import TimmViTExplainer
 from gradskip_lightning.metrics import ClassSensitivity, class_sensitivity, explain_class_sensitivity
 from gradskip_lightning.metrics.sensitivity import runner_up_classes
 from tests.conftest import make_tiny_vit
@@ -39,7 +39,7 @@ def test_functional_matches_scipy_and_the_metric_averages_it():
 
 
 def test_rollout_is_class_agnostic():
-    explainer = Explainer(make_tiny_vit(), "rollout")
+    explainer = TimmViTExplainer(make_tiny_vit(), "rollout")
     sensitivity = explain_class_sensitivity(explainer, torch.randn(4, 3, 32, 32))
     assert sensitivity.shape == (4,)
     assert torch.equal(sensitivity, torch.ones(4, dtype=torch.float64))
@@ -47,7 +47,7 @@ def test_rollout_is_class_agnostic():
 
 @pytest.mark.parametrize("method", ["gradskip", "chefer"])
 def test_gradient_methods_depend_on_the_class(method, images):
-    explainer = Explainer(make_tiny_vit(), method)
+    explainer = TimmViTExplainer(make_tiny_vit(), method)
     sensitivity = explain_class_sensitivity(explainer, images)
     assert sensitivity.shape == (4,)
     assert (sensitivity < 0.999).all(), sensitivity

@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-from gradskip_lightning.explainer import METHODS
+from gradskip_lightning.methods import PASS_METHODS
 from gradskip_lightning.metrics import DiscoverySettings
 
 from ..faithfulness.cli import machine
@@ -38,7 +38,7 @@ PROFILES = Profiles(
         "ig_steps": 8,
         "variants": list(VARIANTS),
         "max_train_batches": None,
-        "methods": list(METHODS),
+        "methods": list(PASS_METHODS.names),
         "peers": list(PEERS),
     },
     quick={
@@ -65,7 +65,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         ("--ig-steps", "Integrated Gradients steps", {"type": int}),
         ("--variants", "models trained per seed", {"nargs": "+", "choices": list(VARIANTS)}),
         ("--max-train-batches", "cap on training batches per epoch", {"type": int}),
-        ("--methods", "engine methods", {"nargs": "*", "choices": list(METHODS)}),
+        ("--methods", "engine methods", {"nargs": "*", "choices": list(PASS_METHODS.names)}),
         ("--peers", "pixel-map peers (those installed)", {"nargs": "*", "choices": list(PEERS)}),
     ):
         PROFILES.add(parser, flag, help_text, **kwargs)

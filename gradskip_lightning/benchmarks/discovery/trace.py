@@ -14,11 +14,11 @@ from torch import Tensor, nn
 from torch.utils.data import DataLoader
 from typing_extensions import override
 
-from gradskip_lightning.adapters import find_adapter
 from gradskip_lightning.callback.probes import load_probes, stratified_indices
 from gradskip_lightning.data.base import ImageClassificationDataModule, LabelledDataset
 from gradskip_lightning.data.tags import spurious_score
-from gradskip_lightning.explainer import METHODS, Explainer
+from gradskip_lightning.families.timm_vit import TimmViTExplainer, adapter_for
+from gradskip_lightning.methods import PASS_METHODS
 from gradskip_lightning.metrics import DiscoverySettings, discover, summarise_classes
 
 from ..faithfulness.peers import PEERS, peer_method
@@ -31,12 +31,12 @@ BATCH = 64
 
 def token_map_fn(name: str, ig_steps: int) -> TokenMapFn:
     """An engine method's token maps, or a peer's pixel maps summed over each patch (what the callback reads)."""
-    if name in METHODS:
-        return lambda model, images, targets: Explainer(model, name).explain(images, targets).token_maps
+    if name in PASS_METHODS.names:
+        return lambda model, images, targets: TimmViTExplainer(model, name).explain(images, targets).token_maps
     pixels = peer_method(name, ig_steps)
 
     def pooled(model: nn.Module, images: Tensor, targets: Tensor) -> Tensor:
-        patch = find_adapter(model).patch_size
+        patch = adapter_for(model).patch_size
         return F.avg_pool2d(pixels(model, images, targets)[:, None], patch)[:, 0]
 
     return pooled
@@ -44,9 +44,9 @@ def token_map_fn(name: str, ig_steps: int) -> TokenMapFn:
 
 def method_names(methods: list[str], peers: list[str]) -> list[str]:
     """The engine methods, then the peers, in registry order (any unknown name is a ValueError)."""
-    unknown = [m for m in [*methods, *peers] if m not in METHODS and m not in PEERS]
+    unknown = [m for m in [*methods, *peers] if m not in PASS_METHODS.names and m not in PEERS]
     if unknown:
-        raise ValueError(f"unknown methods {unknown}; choose from {METHODS} and {tuple(PEERS)}")
+        raise ValueError(f"unknown methods {unknown}; choose from {PASS_METHODS.names} and {tuple(PEERS)}")
     return [*methods, *peers]
 
 
@@ -170,7 +170,7 @@ class DiscoveryTrace(Callback):
                 if self.subject.transplanted is not None:
                     score = predicted_share(model, self.subject.transplanted, self.subject.target)
             num_classes = int(self.classes.max()) + 1
-            patch = find_adapter(model).patch_size
+            patch = adapter_for(model).patch_size
             for method, fn in self.methods.items():
                 maps = fn(model, self.images, self.classes).detach().double()
                 for share in self.shares:

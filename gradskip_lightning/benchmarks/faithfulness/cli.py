@@ -15,8 +15,8 @@ from typing import Any
 import torch
 
 from gradskip_lightning.benchmarks.profiles import Profiles
-from gradskip_lightning.explainer import METHODS
 from gradskip_lightning.families import explainer_for
+from gradskip_lightning.methods import PASS_METHODS
 
 from . import report
 from .ablations import ablation_rows, gradskip_overrides
@@ -88,7 +88,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     PROFILES.add(
         parser, "--randomisation-images", "first images of the subset used for the randomisation test", type=int
     )
-    parser.add_argument("--methods", nargs="*", default=list(METHODS), choices=list(METHODS))
+    parser.add_argument("--methods", nargs="*", default=list(PASS_METHODS.names), choices=list(PASS_METHODS.names))
     parser.add_argument("--peers", nargs="*", default=list(PEERS), choices=list(PEERS))
     PROFILES.add(parser, "--ig-steps", "Integrated Gradients steps", type=int)
     parser.add_argument(
@@ -126,7 +126,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _methods(args: argparse.Namespace) -> list[Method]:
-    """The methods table's rows: the Explainer's methods, then the installed peers."""
+    """The methods table's rows: the TimmViTExplainer's methods, then the installed peers."""
     base = gradskip_overrides(args.gradskip)
     engine = []
     for name in args.methods:

@@ -2,7 +2,7 @@
 ViT) and BloodMNIST.
 
 Each dataset is trained from scratch with the settings of its ``configs/<name>.yaml`` (a timm ViT
-in :class:`~gradskip_lightning.model.ViTClassifier`, Lightning Trainer on CPU, no logger, no
+in :class:`~gradskip_lightning.training.classifier.ViTClassifier`, Lightning Trainer on CPU, no logger, no
 validation; fewer BloodMNIST epochs), once per training seed, unless a checkpoint is given. The test
 subset is a seeded random draw from the test split, the same for every training seed, loaded once
 into tensors.
@@ -21,7 +21,7 @@ from torch import Tensor
 
 from gradskip_lightning.benchmarks.configs import build_datamodule, config_settings, model_class
 from gradskip_lightning.data.base import ImageClassificationDataModule
-from gradskip_lightning.model import LINKED_FROM_DATA
+from gradskip_lightning.training.classifier import LINKED_FROM_DATA
 
 #: Datasets; each trains with ``configs/<name>.yaml``.
 DATASETS = ("planted_shapes", "planted_shapes_deep", "planted_shapes_swin", "bloodmnist")
@@ -118,9 +118,10 @@ def train_or_load(
     """The model of ``configs/<name>.yaml`` in eval mode, loaded from ``checkpoint`` or trained (no
     validation); and facts about it.
 
-    The model takes the config's init args and the datamodule's :data:`~gradskip_lightning.model.LINKED_FROM_DATA`,
-    as train.py gives them. ``epochs`` None uses the config's (fewer for BloodMNIST, :data:`EPOCHS`);
-    ``max_train_batches`` caps the batches per epoch; ``callbacks`` go to the Trainer.
+    The model takes the config's init args and the datamodule's
+    :data:`~gradskip_lightning.training.classifier.LINKED_FROM_DATA`, as train.py gives them.
+    ``epochs`` None uses the config's (fewer for BloodMNIST, :data:`EPOCHS`); ``max_train_batches``
+    caps the batches per epoch; ``callbacks`` go to the Trainer.
 
     Returns the model and its :class:`TrainingFacts`.
     """

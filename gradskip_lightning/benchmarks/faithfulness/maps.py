@@ -14,10 +14,10 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
-from gradskip_lightning.adapters import Adapter, UnsupportedModel, find_adapter
 from gradskip_lightning.benchmarks.cost import count_flops
-from gradskip_lightning.families import explainer_for, family_of
-from gradskip_lightning.swin import SwinAdapter, find_swin
+from gradskip_lightning.core.adapter import PassAdapter
+from gradskip_lightning.core.explanation import UnsupportedModel
+from gradskip_lightning.families import explainer_for
 
 from .records import Row
 
@@ -43,24 +43,18 @@ def engine_method(method: str, **options) -> MapFn:
     return explain
 
 
-#: Registered family (:func:`~gradskip_lightning.families.family_of`) -> the adapter of its backbone
-#: in a model: the families the benchmark's configs train (ViTClassifier builds timm models).
-ADAPTER_OF: dict[str, Callable[[nn.Module], Adapter]] = {
-    "timm_vit": find_adapter,
-    "timm_swin": lambda model: SwinAdapter(find_swin(model)),
-}
-
-
-def adapter_of(model: nn.Module) -> Adapter:
-    """The adapter of ``model``'s backbone (patch size, explain mode, randomisation cascade).
+def adapter_of(model: nn.Module) -> PassAdapter:
+    """The adapter of ``model``'s network (patch size, explain mode, randomisation cascade), from its
+    family's explainer.
 
     Raises:
-        UnsupportedModel (a TypeError): no family explains ``model``, or not one of :data:`ADAPTER_OF`.
+        UnsupportedModel (a TypeError): no family explains ``model``, or its family has no streamed pass.
     """
-    family = family_of(model)
-    if family not in ADAPTER_OF:
-        raise UnsupportedModel(f"the faithfulness benchmark runs {tuple(ADAPTER_OF)} models, not {family}")
-    return ADAPTER_OF[family](model)
+    explainer = explainer_for(model)
+    adapter = getattr(explainer, "adapter", None)
+    if not isinstance(adapter, PassAdapter):
+        raise UnsupportedModel(f"the faithfulness benchmark runs streamed-pass families, not {explainer.family}")
+    return adapter
 
 
 def compute_maps(fn: MapFn, model: nn.Module, images: Tensor, targets: Tensor, batch_size: int) -> tuple[Tensor, float]:

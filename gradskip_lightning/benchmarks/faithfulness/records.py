@@ -34,7 +34,7 @@ class Row:
     table: Table
     name: str
     group: str = ""
-    kind: str = "engine"  # "engine" (this library's Explainer), "peer" (another library) or "ablation"
+    kind: str = "engine"  # "engine" (this library's TimmViTExplainer), "peer" (another library) or "ablation"
     options: dict[str, Any] = field(default_factory=dict)  # GradSkip options (gradskip and ablations)
     is_default: bool = False  # the ablation row with GradSkip's default options
 

@@ -2,7 +2,7 @@
 SegFormer trained on planted-shapes segmentation, over several training seeds.
 
 Run as ``python -m gradskip_lightning.benchmarks segmentation [--seeds 0 1 2] [--markdown PATH]
-[--figure PATH] [--quick]``. Per training seed a :class:`~gradskip_lightning.segmentation.module.SegmentationModule`
+[--figure PATH] [--quick]``. Per training seed a :class:`~gradskip_lightning.training.segmentation.SegmentationModule`
 is trained with the settings of ``configs/planted_segformer.yaml`` (or loaded with ``--checkpoints``);
 every image of a fixed test subset is explained for the class of its square, over the positions
 predicted as that class, and scored per image: the localisation scores of the paper's protocol

@@ -1,6 +1,6 @@
 """The segmentation benchmark's methods as map functions ``(model, images, targets) -> maps (B, H, W)``:
-every :data:`~gradskip_lightning.segmentation.SEGMENTATION_METHODS` entry of the
-:class:`~gradskip_lightning.segmentation.SegmentationExplainer`, and pytorch-grad-cam's GradCAM as
+every :data:`~gradskip_lightning.families.segformer.SEGFORMER_METHODS` entry of the
+:class:`~gradskip_lightning.families.segformer.SegFormerExplainer`, and pytorch-grad-cam's GradCAM as
 the external peer. Each explains, for image b, the sum of the logits of class ``targets[b]`` over
 the positions predicted as that class (the whole grid where there are none).
 
@@ -20,8 +20,13 @@ import torch
 from torch import Tensor, nn
 
 from gradskip_lightning.benchmarks.faithfulness.maps import MapFn
-from gradskip_lightning.segmentation import SEGMENTATION_METHODS, SegmentationExplainer, find_segformer
-from gradskip_lightning.segmentation.capture import segmentation_logits, target_region
+from gradskip_lightning.families.segformer import (
+    SEGFORMER_METHODS,
+    SegFormerExplainer,
+    find_segformer,
+    segmentation_logits,
+    target_region,
+)
 
 from .records import MethodKind
 
@@ -41,11 +46,11 @@ class SegmentationMethodSpec:
 
 
 def engine_map(method: str) -> MapFn:
-    """Map function of a :class:`~gradskip_lightning.segmentation.SegmentationExplainer` method
+    """Map function of a :class:`~gradskip_lightning.families.segformer.SegFormerExplainer` method
     (default options, default region)."""
 
     def explain(model: nn.Module, images: Tensor, targets: Tensor) -> Tensor:
-        return SegmentationExplainer(model, method).explain(images, targets).maps
+        return SegFormerExplainer(model, method).explain(images, targets).maps
 
     return explain
 
@@ -94,7 +99,7 @@ def grad_cam(model: nn.Module, images: Tensor, targets: Tensor) -> Tensor:
 
 #: Method name -> its spec: the explainer's methods, then the peer; a new method is one entry.
 METHODS: dict[str, SegmentationMethodSpec] = {
-    **{name: SegmentationMethodSpec("engine", None, engine_map(name)) for name in SEGMENTATION_METHODS},
+    **{name: SegmentationMethodSpec("engine", None, engine_map(name)) for name in SEGFORMER_METHODS},
     "grad_cam": SegmentationMethodSpec("peer", "pytorch_grad_cam", grad_cam),
 }
 

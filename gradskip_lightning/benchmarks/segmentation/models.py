@@ -1,6 +1,6 @@
 """The SegFormers of the segmentation benchmark and its fixed test subset.
 
-Each training seed trains a :class:`~gradskip_lightning.segmentation.module.SegmentationModule` from
+Each training seed trains a :class:`~gradskip_lightning.training.segmentation.SegmentationModule` from
 scratch with the model, data and epoch settings of ``configs/planted_segformer.yaml``
 (:func:`~gradskip_lightning.benchmarks.faithfulness.data.train_or_load`), unless a checkpoint is
 given; then one pass over the validation and test splits gives its mIoU and pixel accuracy.
@@ -18,7 +18,7 @@ from torch import Tensor
 from gradskip_lightning.benchmarks.configs import build_datamodule, config_settings
 from gradskip_lightning.benchmarks.faithfulness.data import fixed_subset, quiet_trainer
 from gradskip_lightning.data import PlantedShapesSegmentationDataModule
-from gradskip_lightning.segmentation.capture import target_region
+from gradskip_lightning.families.segformer import target_region
 
 #: The config whose model, data and epochs the benchmark trains.
 CONFIG = "planted_segformer"

@@ -11,7 +11,7 @@ from typing import Literal
 
 from gradskip_lightning.benchmarks.faithfulness.records import Interval
 
-#: "engine": this library's SegmentationExplainer; "peer": another library (pytorch-grad-cam).
+#: "engine": this library's SegFormerExplainer; "peer": another library (pytorch-grad-cam).
 MethodKind = Literal["engine", "peer"]
 
 

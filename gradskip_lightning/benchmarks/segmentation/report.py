@@ -13,12 +13,7 @@ from typing import Any
 
 from gradskip_lightning.benchmarks.faithfulness.bootstrap import BootstrapSettings
 from gradskip_lightning.benchmarks.faithfulness.records import PairedDifference
-from gradskip_lightning.benchmarks.faithfulness.report import (
-    difference_cell,
-    floor_table,
-    interval_cell,
-    write_section,
-)
+from gradskip_lightning.benchmarks.faithfulness.report import difference_cell, floor_table, interval_cell, write_section
 from gradskip_lightning.benchmarks.faithfulness.summary import FLOOR
 
 from .methods import GRAD_CAM_LAYER, POOLED, SCORES, SUBJECT

@@ -15,7 +15,7 @@ from gradskip_lightning.benchmarks.configs import build_datamodule, config_setti
 from gradskip_lightning.benchmarks.profiles import Profiles
 from gradskip_lightning.data.base import ImageClassificationDataModule
 from gradskip_lightning.data.tags import SpuriousTag
-from gradskip_lightning.explainer import METHODS
+from gradskip_lightning.methods import PASS_METHODS
 
 from ..faithfulness.cli import machine
 from ..faithfulness.data import needs_data_root, train_or_load
@@ -89,7 +89,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--epochs", type=int, default=None, help="training epochs (default: the config's)")
     parser.add_argument("--max-train-batches", type=int, default=None, help="cap on training batches per epoch")
-    parser.add_argument("--methods", nargs="*", default=list(METHODS), choices=list(METHODS))
+    parser.add_argument("--methods", nargs="*", default=list(PASS_METHODS.names), choices=list(PASS_METHODS.names))
     parser.add_argument("--peers", nargs="*", default=list(PEERS), choices=list(PEERS))
     parser.add_argument(
         "--control", action=argparse.BooleanOptionalAction, default=True, help="train the negative control too"
@@ -125,7 +125,7 @@ def make_datamodule(dataset: str, variant: Variant, data_root: Path | None) -> I
 
 
 def map_functions(args: argparse.Namespace) -> dict[str, MapFn]:
-    """Method name -> map function: the Explainer's methods, then the installed peers."""
+    """Method name -> map function: the TimmViTExplainer's methods, then the installed peers."""
     engine = {name: engine_method(name) for name in args.methods}
     return engine | {name: peer_method(name, args.ig_steps) for name in available_peers(args.peers)}
 

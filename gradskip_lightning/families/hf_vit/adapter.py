@@ -7,22 +7,12 @@ does): it returns the post-softmax probabilities A (B, H, N, N) the output is co
 attention module's output holds A on the path to the logits; the attention branch is what the
 layer adds to its residual stream (the attention output, DINOv2's ``layer_scale1`` output, BEiT's
 first ``drop_path`` output after ``lambda_1``); the values are ``v_proj``'s output. The pass is the
-timm family's (:class:`~gradskip_lightning.adapters.hooked.HookedPass`), and so are the methods.
+shared one (:mod:`gradskip_lightning.core.streaming`), and so are the methods.
 For ``method="lrp"`` the config names, for that one call, an attention registered in transformers'
 ``AttentionInterface`` (its public extension point) that is eager attention with A detached in the
 product. ``transformers`` is imported only when such a model is explained.
 
 Shapes: B images, H heads, N tokens (CLS, distillation or register tokens, then P patches), D channels.
-
-Example:
-    >>> import torch
-    >>> from transformers import ViTConfig, ViTForImageClassification
-    >>> config = ViTConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
-    ...                    image_size=32, patch_size=8, num_labels=3)
-    >>> explainer = HFViTExplainer(ViTForImageClassification(config).eval(), "gradskip")
-    >>> explanation = explainer.explain(torch.randn(2, 3, 32, 32))
-    >>> explainer.family, explanation.token_maps.shape, explanation.logits.shape
-    ('hf_vit', torch.Size([2, 4, 4]), torch.Size([2, 3]))
 """
 
 from __future__ import annotations
@@ -31,19 +21,16 @@ import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, ClassVar, Literal
+from typing import Any, Literal
 
 import torch
+from timm.models.vision_transformer import init_weights_vit_timm
 from torch import Tensor, nn
 
-from gradskip_lightning.adapters import UnsupportedModel
-from gradskip_lightning.adapters.hooked import BlockPoints, HookedAdapter
-from gradskip_lightning.explainer import Explainer
-from gradskip_lightning.explanation import Task
-from gradskip_lightning.families import register_family
-from gradskip_lightning.methods import METHODS
+from gradskip_lightning.core.adapter import BlockPoints, PassAdapter, UnsupportedModel
+from gradskip_lightning.families.transformers_attention import attention_implementation
 
-__all__ = ["HF_MODELS", "HFViTAdapter", "HFViTExplainer", "LogitsOf", "find_hf_vit", "holds_hf_vit"]
+__all__ = ["HF_MODELS", "HFViTAdapter", "LogitsOf", "is_hf_vit"]
 
 #: Which tokens of x^L the classifier reads: the CLS token; CLS and distillation tokens averaged;
 #: CLS and the patch mean concatenated (DINOv2); the patch mean (BEiT's mean pooling).
@@ -96,31 +83,14 @@ BRANCHES: dict[str, tuple[str, int | None]] = {
 CONSTANT_ATTENTION = "gradskip_constant_eager"
 
 
-def _is_hf_vit(module: nn.Module) -> bool:
-    return type(module).__name__ in HF_MODELS and type(module).__module__.startswith("transformers.")
-
-
-def holds_hf_vit(model: nn.Module) -> bool:
-    """True when ``model`` is or holds a supported ``transformers`` ViT (never imports ``transformers``:
-    without it imported no model can hold one)."""
-    return "transformers" in sys.modules and any(_is_hf_vit(m) for m in model.modules())
-
-
-def find_hf_vit(model: nn.Module) -> nn.Module:
-    """The one outermost supported ``transformers`` ViT that ``model`` is or holds.
-
-    Raises:
-        UnsupportedModel: none, or several.
-    """
-    found = [m for m in model.modules() if _is_hf_vit(m)]
-    inner = {id(sub) for m in found for sub in m.modules() if sub is not m}
-    found = [m for m in found if id(m) not in inner]
-    if len(found) != 1:
-        raise UnsupportedModel(
-            f"Cannot explain {type(model).__name__}: it holds {len(found)} supported transformers ViTs "
-            f"(exactly one is needed). Supported: {', '.join(HF_MODELS)}."
-        )
-    return found[0]
+def is_hf_vit(module: nn.Module) -> bool:
+    """True for an instance of a class of :data:`HF_MODELS` from ``transformers`` (never imports it:
+    without it imported no module can be one)."""
+    return (
+        "transformers" in sys.modules
+        and type(module).__name__ in HF_MODELS
+        and (type(module).__module__.startswith("transformers."))
+    )
 
 
 def constant_eager_attention(
@@ -144,15 +114,14 @@ def constant_eager_attention(
     return torch.matmul(attn.detach(), value).transpose(1, 2).contiguous(), attn
 
 
-class HFViTAdapter(HookedAdapter):
+class HFViTAdapter(PassAdapter):
     """The hook points, geometry and read-out of one supported ``transformers`` ViT.
 
     Args:
         backbone: an instance of a class of :data:`HF_MODELS`.
     """
 
-    family = "hf_vit"
-    backbone_types = ()  # matched by class name (see HF_MODELS), never through find_adapter
+    architecture = "hf_vit"
 
     def __init__(self, backbone: nn.Module) -> None:
         self.spec = HF_MODELS[type(backbone).__name__]
@@ -243,6 +212,11 @@ class HFViTAdapter(HookedAdapter):
             r[:, prefix:] = 1.0 / (r.shape[1] - prefix)
         return r
 
+    def reinitialise(self, layer: nn.Module) -> None:
+        """timm's ViT init of every submodule of ``layer`` (trunc-normal Linear), in place."""
+        for module in layer.modules():
+            init_weights_vit_timm(module)
+
     def norm_scope(self) -> list[nn.Module]:
         """The layers, the final norm, BEiT's pooler (its mean-pool LayerNorm) and the classifiers."""
         scope = [nn.ModuleList(self.blocks), self.body.layernorm]
@@ -251,19 +225,9 @@ class HFViTAdapter(HookedAdapter):
         return scope + [self.backbone.get_submodule(name) for name in self.spec.heads]
 
     @contextmanager
-    def _attention(self, implementation: str) -> Iterator[None]:
-        config = self.config
-        previous = config._attn_implementation
-        try:
-            config._attn_implementation = implementation
-            yield
-        finally:
-            config._attn_implementation = previous
-
-    @contextmanager
     def explain_mode(self, model: nn.Module | None = None) -> Iterator[None]:
         """Eval mode and eager attention (which returns the probabilities) for the call; restored."""
-        with super().explain_mode(model), self._attention("eager"):
+        with super().explain_mode(model), attention_implementation(self.config, "eager"):
             yield
 
     @contextmanager
@@ -273,7 +237,7 @@ class HFViTAdapter(HookedAdapter):
 
         AttentionInterface.register(CONSTANT_ATTENTION, constant_eager_attention)
         AttentionMaskInterface.register(CONSTANT_ATTENTION, eager_mask)
-        with self._attention(CONSTANT_ATTENTION):
+        with attention_implementation(self.config, CONSTANT_ATTENTION):
             yield
 
 
@@ -287,41 +251,3 @@ class LogitsOf(nn.Module):
 
     def forward(self, images: Tensor) -> Tensor:
         return self.model(pixel_values=images).logits
-
-
-class HFViTExplainer(Explainer):
-    """Explain an HF ``transformers`` ViT classifier's decisions with GradSkip or a baseline.
-
-    Args:
-        model: a class of :data:`HF_MODELS` with its head (its forward's ``.logits`` are read), or a
-            module holding exactly one whose forward returns the logits (B, K) (a LightningModule with
-            an external head on a base model).
-        method: one of :data:`~gradskip_lightning.methods.METHODS`.
-        **options: the method's options (as for :class:`~gradskip_lightning.explainer.Explainer`).
-
-    Attributes:
-        model: what is run and what the perturbation metrics call: ``model``, or a :class:`LogitsOf`
-            around it when it is the HF classifier itself.
-
-    Raises:
-        UnsupportedModel (a TypeError): no supported model, several, or a base model passed alone.
-        ValueError: unknown method or option.
-    """
-
-    family: ClassVar[str] = "hf_vit"
-    task: ClassVar[Task] = "classification"
-    methods: ClassVar[tuple[str, ...]] = METHODS
-
-    def _adapter_of(self, model: nn.Module) -> HFViTAdapter:
-        return HFViTAdapter(find_hf_vit(model))
-
-    def _logits_module(self, model: nn.Module) -> nn.Module:
-        """A bare HF classifier returns an output object: :class:`LogitsOf` gives its logits."""
-        return LogitsOf(model) if self.adapter.backbone is model else model
-
-
-register_family(
-    matches=holds_hf_vit,
-    explainer=HFViTExplainer,
-    describe="HF transformers ViTs (" + ", ".join(HF_MODELS) + ")",
-)

@@ -1,32 +1,31 @@
-"""GradSkip for semantic segmentation with HF ``transformers`` SegFormer: the explainer, the
-methods and :class:`~gradskip_lightning.segmentation.module.SegmentationModule`.
+"""The SegFormer family: HF ``transformers`` ``SegformerForSemanticSegmentation``, its capture
+(:mod:`.capture`), its methods (:mod:`.propagation`) and :class:`SegFormerExplainer`.
 
-``transformers`` is imported only when a SegFormer is used (``SegmentationModule`` is loaded on
-first access), so the classification path never needs it.
+``transformers`` is imported only when a SegFormer is explained, so the classification path never
+needs it; the training module is :class:`gradskip_lightning.training.SegmentationModule`.
 """
 
-from gradskip_lightning.segmentation.capture import (
+from gradskip_lightning.families.segformer.capture import (
+    SEGFORMER,
     SegformerCascade,
     SegmentationCapture,
     StageTensors,
     capture_segmentation,
+    explain_mode,
     find_segformer,
+    is_segformer,
     most_predicted_class,
+    segmentation_logits,
+    target_region,
 )
-from gradskip_lightning.segmentation.explainer import (
-    SegmentationExplainer,
-    SegmentationExplanation,
-    explain_segmentation,
-)
-from gradskip_lightning.segmentation.propagation import (
+from gradskip_lightning.families.segformer.explainer import FAMILY, SegFormerExplainer, SegmentationExplanation
+from gradskip_lightning.families.segformer.propagation import (
     CONSERVING,
-    SEGMENTATION_METHODS,
+    SEGFORMER_METHODS,
     BlockRelevance,
-    SegmentationMethod,
+    SegFormerMethod,
     SegmentationRelevance,
-    SegmentationSpec,
     StageRelevance,
-    cell_spread,
     chefer_segmentation,
     decoder_starts,
     gradskip_segmentation,
@@ -35,46 +34,35 @@ from gradskip_lightning.segmentation.propagation import (
     random_segmentation,
     raw_attention_segmentation,
     rollout_segmentation,
-    segmentation_spec,
-    spread_to_cells,
 )
 
 __all__ = [
     "CONSERVING",
-    "SEGMENTATION_METHODS",
+    "FAMILY",
+    "SEGFORMER",
+    "SEGFORMER_METHODS",
     "BlockRelevance",
+    "SegFormerExplainer",
+    "SegFormerMethod",
     "SegformerCascade",
-    "SegmentationModule",
     "SegmentationCapture",
-    "SegmentationExplainer",
     "SegmentationExplanation",
-    "SegmentationMethod",
     "SegmentationRelevance",
-    "SegmentationSpec",
     "StageRelevance",
     "StageTensors",
     "capture_segmentation",
-    "cell_spread",
     "chefer_segmentation",
     "decoder_starts",
-    "explain_segmentation",
+    "explain_mode",
     "find_segformer",
     "gradskip_segmentation",
+    "is_segformer",
     "key_to_token",
     "most_predicted_class",
     "propagate",
     "random_segmentation",
     "raw_attention_segmentation",
     "rollout_segmentation",
-    "segmentation_spec",
-    "spread_to_cells",
+    "segmentation_logits",
+    "target_region",
 ]
-
-
-def __getattr__(name: str):
-    """``SegmentationModule`` on first access (it imports ``transformers``)."""
-    if name == "SegmentationModule":
-        from gradskip_lightning.segmentation.module import SegmentationModule
-
-        return SegmentationModule
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -6,7 +6,7 @@ N_s / sr_s^2 reduced keys, H_s heads, D_s channels; (h, w) = (h_0, w_0) is the l
 
 The target of image b is a class c_b and a region Omega_b of logit positions; the pass runs one
 activation-only backward of y = sum_b sum_{p in Omega_b} logit[b, c_b, p]. Hooks exist only
-during one call; eval mode and ``config._attn_implementation`` are restored, no parameter
+during one call; eval mode and the attention implementation are restored, no parameter
 ``.grad`` is written, and it works inside ``torch.no_grad()`` and ``torch.inference_mode()``.
 """
 
@@ -16,16 +16,17 @@ import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from types import SimpleNamespace
 from typing import Any
 
 import torch
 from torch import Tensor, nn
 from torch.utils.hooks import RemovableHandle
 
-from gradskip_lightning.adapters import BlockTensors
-from gradskip_lightning.adapters.base import eval_mode, parameter_holders_outside
-from gradskip_lightning.adapters.values import value_norms
+from gradskip_lightning.core.adapter import eval_mode, parameter_holders_outside
+from gradskip_lightning.core.family import find_network
+from gradskip_lightning.core.streaming import value_norms
+from gradskip_lightning.core.tensors import BlockTensors
+from gradskip_lightning.families.transformers_attention import attention_implementation
 
 
 @dataclass
@@ -72,33 +73,25 @@ class SegmentationCapture:
     image_size: tuple[int, int]
 
 
-def holds_segformer(model: nn.Module) -> bool:
-    """True when ``model`` is or holds an HF ``SegformerForSemanticSegmentation`` (never imports
-    ``transformers``: without it imported no model can hold one)."""
+#: The SegFormer family's networks in words.
+SEGFORMER = "HF transformers SegformerForSemanticSegmentation"
+
+
+def is_segformer(module: nn.Module) -> bool:
+    """True for an HF ``SegformerForSemanticSegmentation`` (never imports ``transformers``: without it
+    imported no module can be one)."""
     transformers = sys.modules.get("transformers")
-    if transformers is None:
-        return False
-    segformer = transformers.SegformerForSemanticSegmentation
-    return any(isinstance(m, segformer) for m in model.modules())
+    return transformers is not None and isinstance(module, transformers.SegformerForSemanticSegmentation)
 
 
 def find_segformer(model: nn.Module) -> Any:
-    """The HF ``SegformerForSemanticSegmentation`` that ``model`` is or holds (exactly one; typed
-    ``Any``: its submodules are reached by their ``transformers`` attribute names).
+    """The one HF ``SegformerForSemanticSegmentation`` that ``model`` is or holds (typed ``Any``: its
+    submodules are reached by their ``transformers`` attribute names).
 
     Raises:
-        TypeError: ``model`` is not and does not hold exactly one SegFormer.
+        UnsupportedModel (a TypeError): none, or several.
     """
-    from transformers import SegformerForSemanticSegmentation
-
-    found = [m for m in model.modules() if isinstance(m, SegformerForSemanticSegmentation)]
-    if len(found) != 1:
-        raise TypeError(
-            f"model must be, or hold exactly one, transformers SegformerForSemanticSegmentation; "
-            f"{type(model).__name__} holds {len(found)}. Build one with "
-            "SegformerForSemanticSegmentation(SegformerConfig(...))."
-        )
-    return found[0]
+    return find_network(model, is_segformer, "segformer", SEGFORMER)
 
 
 def segmentation_logits(model: nn.Module, images: Tensor) -> Tensor:
@@ -137,14 +130,8 @@ def most_predicted_class(logits: Tensor) -> Tensor:
 def explain_mode(model: nn.Module) -> Iterator[None]:
     """Eval mode of every module of ``model`` and eager attention (which returns probabilities) in
     its SegFormer, for the call; both restored."""
-    config = find_segformer(model).config
-    implementation = config._attn_implementation
-    try:
-        config._attn_implementation = "eager"
-        with eval_mode(model):
-            yield
-    finally:
-        config._attn_implementation = implementation
+    with attention_implementation(find_segformer(model).config, "eager"), eval_mode(model):
+        yield
 
 
 def target_region(logits: Tensor, targets: Tensor, region: Tensor | None) -> tuple[Tensor, Tensor]:
@@ -201,8 +188,7 @@ def capture_segmentation(
             kept[s]["grid"] = (int(args[1]), int(args[2]))
 
         def on_values(_m: nn.Module, _i: tuple, out: Tensor) -> None:
-            heads: Any = SimpleNamespace(num_heads=block.attention.num_attention_heads)  # what value_norms reads
-            record["value_norm"] = value_norms(heads, out.detach())
+            record["value_norm"] = value_norms(out.detach(), block.attention.num_attention_heads)
 
         def on_attention(_m: nn.Module, _i: tuple, out: tuple[Tensor, Tensor]) -> None:
             record["branch"], record["attn"] = out

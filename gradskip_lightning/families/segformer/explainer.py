@@ -1,5 +1,6 @@
-"""SegmentationExplainer: GradSkip and the baselines for a SegFormer, behind the interface of
-:class:`~gradskip_lightning.explainer.Explainer` (so the callback and the metrics treat both alike).
+"""SegFormerExplainer: GradSkip and the baselines for a SegFormer, behind the
+:class:`~gradskip_lightning.core.explanation.ModelExplainer` interface (so the callback and the
+metrics treat it as any other family).
 
 One capture (a forward and an activation-only backward), one propagation, maps over the pixels.
 
@@ -8,7 +9,7 @@ Example:
     >>> from transformers import SegformerConfig, SegformerForSemanticSegmentation
     >>> config = SegformerConfig(hidden_sizes=[8, 8, 16, 16], num_attention_heads=[1, 1, 2, 2],
     ...                          depths=[1, 1, 1, 1], decoder_hidden_size=16, num_labels=3)
-    >>> explainer = SegmentationExplainer(SegformerForSemanticSegmentation(config).eval())
+    >>> explainer = SegFormerExplainer(SegformerForSemanticSegmentation(config).eval())
     >>> out = explainer.explain(torch.randn(2, 3, 64, 64), torch.tensor([0, 2]))
     >>> out.maps.shape, out.token_maps.shape, out.dense_logits.shape, out.logits.shape
     (torch.Size([2, 64, 64]), torch.Size([2, 16, 16]), torch.Size([2, 3, 16, 16]), torch.Size([2, 3]))
@@ -16,24 +17,25 @@ Example:
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from torch import Tensor, nn
 
-from gradskip_lightning.explanation import ExplainerBase, Explanation, Task, relevance_maps
-from gradskip_lightning.families import register_family
+from gradskip_lightning.core.explanation import ExplainerBase, Explanation, Task, relevance_maps
+from gradskip_lightning.core.family import Family
+from gradskip_lightning.core.validation import check_image_batch
+from gradskip_lightning.families.segformer.capture import SEGFORMER, capture_segmentation, find_segformer, is_segformer
+from gradskip_lightning.families.segformer.propagation import SEGFORMER_METHODS, SegFormerMethod
 from gradskip_lightning.methods.gradskip import padded_internals
-from gradskip_lightning.segmentation.capture import capture_segmentation, find_segformer, holds_segformer
-from gradskip_lightning.segmentation.propagation import SEGMENTATION_METHODS, SegmentationMethod, segmentation_spec
-from gradskip_lightning.validation import check_image_batch
+
+__all__ = ["FAMILY", "SegFormerExplainer", "SegmentationExplanation"]
 
 
 @dataclass
 class SegmentationExplanation(Explanation):
-    """An :class:`~gradskip_lightning.explanation.Explanation` of (class, region) targets.
+    """An :class:`~gradskip_lightning.core.explanation.Explanation` of (class, region) targets.
 
     ``logits`` (B, K) are the mean logits over each image's ``region`` (B, h, w), so ``predictions`` and
     ``probabilities`` say what the model predicts there. ``token_maps`` (B, h, w) lie on the
@@ -51,31 +53,33 @@ class SegmentationExplanation(Explanation):
     region_found: Tensor | None = None
 
 
-class SegmentationExplainer(ExplainerBase):
+class SegFormerExplainer(ExplainerBase):
     """Explain a SegFormer's (class, region) decisions with GradSkip or a baseline.
 
     Args:
         model: an HF ``SegformerForSemanticSegmentation``, or a module holding exactly one whose
             forward maps images to logits (B, K, H/4, W/4) (e.g.
-            :class:`~gradskip_lightning.segmentation.module.SegmentationModule`).
-        method: a :data:`~gradskip_lightning.segmentation.propagation.SegmentationMethod`.
+            :class:`~gradskip_lightning.training.SegmentationModule`).
+        method: a :data:`~gradskip_lightning.families.segformer.propagation.SegFormerMethod`.
         **options: the fields of the method's options dataclass (GradSkip:
             :class:`~gradskip_lightning.methods.GradSkipOptions`; random: ``seed``).
 
     Raises:
-        TypeError: no SegFormer in ``model``. ValueError: unknown method or option.
+        UnsupportedModel (a TypeError): no SegFormer in ``model``, or several. ValueError: unknown method or
+            option.
     """
 
     family: ClassVar[str] = "segformer"
     task: ClassVar[Task] = "segmentation"
-    methods: ClassVar[tuple[str, ...]] = SEGMENTATION_METHODS.names
+    methods: ClassVar[tuple[str, ...]] = SEGFORMER_METHODS.names
     num_prefix_tokens = 0
 
     def __init__(self, model: nn.Module, method: str = "gradskip", **options: Any) -> None:
+        self.check_model(model)
         self.model = model
         self.segformer = find_segformer(model)
         self.method = method
-        self.spec = segmentation_spec(method)
+        self.spec = SEGFORMER_METHODS[method]
         self.options = self.spec.make_options(method, **options)
 
     @property
@@ -133,7 +137,7 @@ class SegmentationExplainer(ExplainerBase):
     def _explain(self, images: Tensor, targets: Tensor | None, regions: Tensor | None) -> SegmentationExplanation:
         """Explain y = sum over the region of logit_c: one capture, one propagation."""
         capture = capture_segmentation(self.model, images, targets, regions)
-        relevance = self.spec.propagation(capture, self.options)
+        relevance = self.spec.step(capture, self.options)
         internals, finite = padded_internals(relevance.steps, images.shape[0])
         maps, token_maps, valid = relevance_maps(relevance.token_map, finite, (images.shape[2], images.shape[3]))
         dense = capture.logits.float()
@@ -153,26 +157,9 @@ class SegmentationExplainer(ExplainerBase):
         )
 
 
-def explain_segmentation(
-    model: nn.Module,
-    images: Tensor,
-    targets_class: Tensor | None,
-    region: Tensor | None = None,
-    method: SegmentationMethod = "gradskip",
-    options: object | None = None,
-) -> Explanation:
-    """Deprecated: use ``SegmentationExplainer(model, method, **options).explain(images, targets, region)``."""
-    warnings.warn(
-        "explain_segmentation is deprecated: use SegmentationExplainer(model, method, **options).explain(...)",
-        DeprecationWarning,
-        stacklevel=2,
-    )
-    kwargs = asdict(options) if options is not None else {}  # type: ignore[call-overload]
-    return SegmentationExplainer(model, method, **kwargs).explain(images, targets_class, region)
-
-
-register_family(
-    matches=holds_segformer,
-    explainer=SegmentationExplainer,
-    describe="HF transformers SegformerForSemanticSegmentation",
+FAMILY = Family(
+    explainer=SegFormerExplainer,
+    is_network=is_segformer,
+    describe=SEGFORMER,
+    method_names=SegFormerMethod,
 )

@@ -1,6 +1,6 @@
 """GradSkip and the baselines for SegFormer, as pure functions of a :class:`SegmentationCapture`.
 
-Shapes as in :mod:`gradskip_lightning.segmentation.capture`: B images, (h_s, w_s) stage s's
+Shapes as in :mod:`gradskip_lightning.families.segformer.capture`: B images, (h_s, w_s) stage s's
 token grid, N_s its tokens, M_s its reduced keys. Relevance runs from the top stage down, one
 block at a time, then through each stage transition; every step conserves the total (the
 method and every [ours] choice: the "SegFormer" section of ``docs/method.md``).
@@ -15,65 +15,25 @@ from typing import Any, Literal
 import torch
 from torch import Tensor
 
-from gradskip_lightning.adapters import BlockTensors
+from gradskip_lightning.core.methods import MethodSpec
+from gradskip_lightning.core.registry import Registry
+from gradskip_lightning.core.tensors import BlockTensors
+from gradskip_lightning.core.validation import required
+from gradskip_lightning.families.segformer.capture import SegmentationCapture, StageTensors
 from gradskip_lightning.methods.baselines import NoOptions, RandomOptions, chefer_step, random_relevance, rollout_step
 from gradskip_lightning.methods.gradskip import BlockStep, GradSkipOptions, block_step, propagate_block, readout
+from gradskip_lightning.methods.grids import cell_spread, spread_to_cells
 from gradskip_lightning.methods.output import normalise
-from gradskip_lightning.methods.registry import HasOptions
-from gradskip_lightning.registry import Registry
-from gradskip_lightning.segmentation.capture import SegmentationCapture, StageTensors
-from gradskip_lightning.validation import required
 
-SegmentationMethod = Literal["gradskip", "raw_attention", "rollout", "chefer", "random"]
+#: The names of :data:`SEGFORMER_METHODS`, in its order (the structure test checks that both agree).
+SegFormerMethod = Literal["gradskip", "raw_attention", "rollout", "chefer", "random"]
 #: The methods whose every step conserves the total relevance.
-CONSERVING: tuple[SegmentationMethod, ...] = ("gradskip", "raw_attention", "rollout")
+CONSERVING: tuple[SegFormerMethod, ...] = ("gradskip", "raw_attention", "rollout")
 
 #: One block down: (R^l (B, N), the block's tensors, S (M, N)) -> R^{l-1} (B, N).
 BlockRule = Callable[[Tensor, BlockTensors, Tensor], Tensor]
-
-
-def cell_spread(
-    coarse: tuple[int, int], fine: tuple[int, int], stride: int, device: torch.device, dtype: torch.dtype
-) -> Tensor:
-    """(N_coarse, N_fine): row i spreads coarse token (a, b) uniformly over the fine tokens of its
-    stride cell [a*stride, (a+1)*stride) x [b*stride, (b+1)*stride), clipped to the fine grid.
-
-    Example:
-        >>> cell_spread((1, 2), (1, 3), 2, torch.device("cpu"), torch.float32)
-        tensor([[0.5000, 0.5000, 0.0000],
-                [0.0000, 0.0000, 1.0000]])
-
-    Raises:
-        ValueError: a coarse token's cell holds no fine token.
-    """
-    rows, cols = (
-        (torch.arange(f, device=device)[None, :] // stride == torch.arange(c, device=device)[:, None]).to(dtype)
-        for c, f in zip(coarse, fine)
-    )
-    cells = torch.einsum("ik,jl->ijkl", rows, cols).reshape(coarse[0] * coarse[1], fine[0] * fine[1])
-    if (cells.sum(dim=-1) == 0).any():
-        raise ValueError(f"A {coarse} grid at stride {stride} over a {fine} grid has cells with no token.")
-    return normalise(cells)
-
-
-def spread_to_cells(relevance: Tensor, coarse: tuple[int, int], fine: tuple[int, int], stride: int) -> Tensor:
-    """``relevance @ cell_spread(coarse, fine, stride)`` without the (N_coarse, N_fine) matrix:
-    (B, N_coarse) -> (B, N_fine), each coarse token's relevance split evenly over its stride cell.
-
-    Example:
-        >>> spread_to_cells(torch.tensor([[1.0, 2.0]]), (1, 2), (1, 3), 2)
-        tensor([[0.5000, 0.5000, 2.0000]])
-
-    Raises:
-        ValueError: a coarse token's cell holds no fine token.
-    """
-    rows, cols = (torch.arange(f, device=relevance.device) // stride for f in fine)
-    inside = ((rows < coarse[0])[:, None] & (cols < coarse[1])[None, :]).flatten()
-    cell = (rows[:, None] * coarse[1] + cols[None, :]).flatten().clamp_max(coarse[0] * coarse[1] - 1)
-    counts = torch.bincount(cell[inside], minlength=coarse[0] * coarse[1])
-    if (counts == 0).any():
-        raise ValueError(f"A {coarse} grid at stride {stride} over a {fine} grid has cells with no token.")
-    return torch.where(inside, (relevance / counts.to(relevance.dtype))[:, cell], 0.0)
+#: A method's propagation: (capture, options) -> relevance.
+Propagation = Callable[[SegmentationCapture, Any], "SegmentationRelevance"]
 
 
 def key_to_token(stage: StageTensors) -> Tensor:
@@ -229,28 +189,15 @@ def random_segmentation(capture: SegmentationCapture, options: RandomOptions) ->
     return SegmentationRelevance(relevance.reshape(batch, h, w), [], [])
 
 
-@dataclass(frozen=True)
-class SegmentationSpec(HasOptions):
-    """One segmentation method: its propagation over a capture and its options dataclass."""
-
-    propagation: Callable[[SegmentationCapture, Any], SegmentationRelevance]
-    options: type
-
-
-#: The SegFormer family's methods, in the order of :data:`SegmentationMethod` (a test checks both agree).
-SEGMENTATION_METHODS: Registry[SegmentationSpec] = Registry("segmentation method")
-SEGMENTATION_METHODS.register("gradskip", SegmentationSpec(gradskip_segmentation, GradSkipOptions))
-SEGMENTATION_METHODS.register("raw_attention", SegmentationSpec(raw_attention_segmentation, NoOptions))
-SEGMENTATION_METHODS.register("rollout", SegmentationSpec(rollout_segmentation, NoOptions))
-SEGMENTATION_METHODS.register("chefer", SegmentationSpec(chefer_segmentation, NoOptions))
-SEGMENTATION_METHODS.register("random", SegmentationSpec(random_segmentation, RandomOptions))
-
-
-def segmentation_spec(method: str) -> SegmentationSpec:
-    """The spec of ``method``; ValueError naming the choices for an unknown one.
-
-    Example:
-        >>> segmentation_spec("rollout").options.__name__
-        'NoOptions'
-    """
-    return SEGMENTATION_METHODS[method]
+#: The SegFormer family's methods: name -> the propagation over a capture, (capture, options) ->
+#: relevance, and its options dataclass; in the order of :data:`SegFormerMethod`.
+SEGFORMER_METHODS: Registry[MethodSpec[Propagation]] = Registry(
+    "SegFormer method",
+    {
+        "gradskip": MethodSpec(gradskip_segmentation, GradSkipOptions),
+        "raw_attention": MethodSpec(raw_attention_segmentation, NoOptions),
+        "rollout": MethodSpec(rollout_segmentation, NoOptions),
+        "chefer": MethodSpec(chefer_segmentation, NoOptions),
+        "random": MethodSpec(random_segmentation, RandomOptions),
+    },
+)

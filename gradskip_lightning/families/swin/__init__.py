@@ -1,20 +1,17 @@
-"""GradSkip for timm Swin Transformers: the window layout and the timm pass (adapter), the
-windowed methods (propagation) and :class:`~gradskip_lightning.swin.explainer.SwinExplainer`."""
+"""The timm Swin family: the window layout and the pass (:mod:`.adapter`), the windowed methods
+(:mod:`.propagation`) and :class:`SwinExplainer`."""
 
-from gradskip_lightning.swin.adapter import BlockWindows, SwinAdapter, SwinLayout, find_swin, holds_swin
-from gradskip_lightning.swin.explainer import SwinExplainer
-from gradskip_lightning.swin.propagation import SWIN_METHODS, SwinMethod, SwinSpec, swin_spec, window_block_step
+from gradskip_lightning.families.swin.adapter import BlockWindows, SwinAdapter, SwinLayout
+from gradskip_lightning.families.swin.explainer import FAMILY, SwinExplainer
+from gradskip_lightning.families.swin.propagation import SWIN_METHODS, SwinMethod, window_block_step
 
 __all__ = [
+    "FAMILY",
     "SWIN_METHODS",
     "BlockWindows",
     "SwinAdapter",
     "SwinExplainer",
     "SwinLayout",
     "SwinMethod",
-    "SwinSpec",
-    "find_swin",
-    "holds_swin",
-    "swin_spec",
     "window_block_step",
 ]

@@ -4,9 +4,10 @@ A Swin block's attention runs per window: A^l is (B * nW, H, w, w) over the w = 
 of the nW windows of the stage's (cyclically shifted) grid, windows image-major as timm's
 ``window_partition`` orders them. :class:`BlockWindows` maps a block's windows to the tokens of its
 stage's grid (h_s, w_s) and back; stage s > 0 starts with a ``PatchMerging`` that concatenates each
-2 x 2 cell of stage s-1 tokens into one token. Everything else the timm pass gives unchanged
-(:class:`~gradskip_lightning.adapters.streaming.StreamedPass`: the hooks sit at ``attn.attn_drop``,
-``drop_path1``, ``attn.qkv``), with block tensors on the grid: x^{l-1}, a^l, dy/du^l (B, h_s, w_s, D).
+2 x 2 cell of stage s-1 tokens into one token. Everything else the shared pass gives unchanged
+(:class:`~gradskip_lightning.core.streaming.StreamedPass`, at the timm blocks' hook points:
+``attn.attn_drop``, ``drop_path1``, ``attn.qkv``), with block tensors on the grid: x^{l-1}, a^l,
+dy/du^l (B, h_s, w_s, D).
 
 Shapes: B images, s a stage, (h_s, w_s) its token grid, N_s = h_s * w_s, nW its windows, w tokens
 per window, H heads, D channels.
@@ -20,14 +21,14 @@ from dataclasses import dataclass
 from typing import Any, cast
 
 import torch
-from timm.models.swin_transformer import PatchMerging, SwinTransformer, SwinTransformerBlock, window_partition
+from timm.models.swin_transformer import PatchMerging, SwinTransformerBlock, window_partition
 from torch import Tensor, nn
 
-from gradskip_lightning.adapters import UnsupportedModel
-from gradskip_lightning.adapters.base import Adapter, parameter_holders_outside
-from gradskip_lightning.segmentation.propagation import spread_to_cells
+from gradskip_lightning.core.adapter import UnsupportedModel, parameter_holders_outside
+from gradskip_lightning.families.timm_common import TimmBlocksAdapter
+from gradskip_lightning.methods.grids import spread_to_cells
 
-__all__ = ["BlockWindows", "SwinAdapter", "SwinLayout", "find_swin", "holds_swin"]
+__all__ = ["BlockWindows", "SwinAdapter", "SwinLayout"]
 
 
 @dataclass(frozen=True)
@@ -86,27 +87,7 @@ def window_order(
     return window_partition(tokens, window).flatten()
 
 
-def holds_swin(model: nn.Module) -> bool:
-    """True when ``model`` is or holds a timm ``SwinTransformer`` (the class itself, not a subclass)."""
-    return any(type(m) is SwinTransformer for m in model.modules())
-
-
-def find_swin(model: nn.Module) -> SwinTransformer:
-    """The one timm ``SwinTransformer`` that ``model`` is or holds.
-
-    Raises:
-        UnsupportedModel: none, or several.
-    """
-    found = [m for m in model.modules() if type(m) is SwinTransformer]
-    if len(found) != 1:
-        raise UnsupportedModel(
-            f"Cannot explain {type(model).__name__}: it holds {len(found)} timm SwinTransformer(s); exactly one "
-            "is needed."
-        )
-    return found[0]
-
-
-class SwinAdapter(Adapter):
+class SwinAdapter(TimmBlocksAdapter):
     """A timm ``SwinTransformer`` (v1: pre-norm window attention, relative position bias, shifted
     windows, patch merging, average pooling); the maps live on the stage-0 grid.
 
@@ -119,8 +100,7 @@ class SwinAdapter(Adapter):
         ((16, 16), ((16, 16), (8, 8)), 4)
     """
 
-    family = "swin_transformer"
-    backbone_types = (SwinTransformer,)  # not in the ViT adapters' registry: the Swin family's own
+    architecture = "swin_transformer"
     pools = ("avg",)
     backbone: Any
 
@@ -194,7 +174,7 @@ class SwinAdapter(Adapter):
 
     @contextmanager
     def explain_mode(self, model: nn.Module | None = None) -> Iterator[None]:
-        """As :meth:`Adapter.explain_mode`, with every stage's gradient checkpointing off too."""
+        """As :meth:`TimmBlocksAdapter.explain_mode`, with every stage's gradient checkpointing off too."""
         stages = [(stage, stage.grad_checkpointing) for stage in self.backbone.layers]
         try:
             for stage, _ in stages:

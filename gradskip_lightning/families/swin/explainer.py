@@ -1,5 +1,6 @@
-"""SwinExplainer: GradSkip and the baselines for a timm Swin Transformer classifier, behind the
-interface of :class:`~gradskip_lightning.explainer.Explainer`; maps on the stage-0 token grid.
+"""SwinExplainer: GradSkip and the baselines for a timm Swin Transformer classifier, through the
+streamed pass (:class:`~gradskip_lightning.core.pass_explainer.PassExplainer`) with windowed
+methods (:mod:`.propagation`); maps on the stage-0 token grid.
 
 Example:
     >>> import timm, torch
@@ -12,21 +13,22 @@ Example:
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import ClassVar
 
+from timm.models.swin_transformer import SwinTransformer
 from torch import Tensor, nn
 
-from gradskip_lightning.explainer import Explainer
-from gradskip_lightning.explanation import Explanation, Task, relevance_maps
-from gradskip_lightning.families import register_family
+from gradskip_lightning.core.explanation import Explanation, relevance_maps
+from gradskip_lightning.core.family import Family
+from gradskip_lightning.core.pass_explainer import PassExplainer
+from gradskip_lightning.families.swin.adapter import SwinAdapter
+from gradskip_lightning.families.swin.propagation import SWIN_METHODS, SwinMethod
 from gradskip_lightning.methods.gradskip import padded_internals
-from gradskip_lightning.swin.adapter import SwinAdapter, find_swin, holds_swin
-from gradskip_lightning.swin.propagation import SWIN_METHODS, swin_spec
 
-__all__ = ["SwinExplainer"]
+__all__ = ["FAMILY", "SwinExplainer"]
 
 
-class SwinExplainer(Explainer):
+class SwinExplainer(PassExplainer):
     """Explain a timm ``SwinTransformer`` classifier's decisions with GradSkip or a baseline.
 
     The token maps lie on the stage-0 grid (image / patch size, the finest the model has);
@@ -38,7 +40,7 @@ class SwinExplainer(Explainer):
         model: a timm ``SwinTransformer`` with its head, or a module holding one whose forward
             returns the logits (B, K) (a LightningModule with an external head on a
             ``num_classes=0`` backbone).
-        method: one of :data:`~gradskip_lightning.swin.propagation.SWIN_METHODS`.
+        method: one of :data:`~gradskip_lightning.families.swin.propagation.SWIN_METHODS`.
         **options: the method's options (GradSkip: :class:`~gradskip_lightning.methods.GradSkipOptions`;
             random: ``seed``).
 
@@ -49,26 +51,18 @@ class SwinExplainer(Explainer):
     """
 
     family: ClassVar[str] = "timm_swin"
-    task: ClassVar[Task] = "classification"
+    method_specs = SWIN_METHODS
     methods: ClassVar[tuple[str, ...]] = SWIN_METHODS.names
     adapter: SwinAdapter
 
     def _adapter_of(self, model: nn.Module) -> SwinAdapter:
-        return SwinAdapter(find_swin(model))
-
-    def _use_method(self, method: str, options: dict[str, Any]) -> None:
-        self.swin_spec = swin_spec(method)
-        self.options = self.swin_spec.make_options(method, **options)
+        return SwinAdapter(FAMILY.find(model))
 
     def _explain(self, images: Tensor, targets: Tensor | None, regions: Tensor | None) -> Explanation:
         """One timm pass through the Swin, each block's step on its windows."""
-        visitor = self.swin_spec.visitor(self.options, self.adapter.layout(images.device))
+        visitor = self.spec.step(self.options, self.adapter.layout(images.device))
         top = self.adapter.run(self.model, images, targets, visitor)
-        if top.logits.shape[1] != self.num_classes:
-            raise ValueError(
-                f"{type(self.model).__name__}.forward returned {top.logits.shape[1]} logits; its backbone's "
-                f"head has {self.num_classes} classes. Pass the module whose forward returns them."
-            )
+        self._check_width(top.logits)
         relevance = visitor.relevance().reshape(-1, *self.grid_size)
         internals, finite = padded_internals(visitor.steps, images.shape[0])
         maps, token_maps, valid = relevance_maps(relevance, finite, (images.shape[2], images.shape[3]))
@@ -83,8 +77,9 @@ class SwinExplainer(Explainer):
         )
 
 
-register_family(
-    matches=holds_swin,
+FAMILY = Family(
     explainer=SwinExplainer,
+    is_network=lambda module: type(module) is SwinTransformer,
     describe="timm SwinTransformer (v1: window attention, patch merging, average pooling)",
+    method_names=SwinMethod,
 )

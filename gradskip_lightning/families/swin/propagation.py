@@ -15,13 +15,17 @@ Shapes: B images, N_s tokens of stage s, nW windows, w tokens per window, H head
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any, Literal
 
 import torch
 from torch import Tensor
 
-from gradskip_lightning.adapters import BlockTensors, CaptureMode, Top
+from gradskip_lightning.core.methods import MethodSpec
+from gradskip_lightning.core.registry import Registry
+from gradskip_lightning.core.tensors import BlockTensors, CaptureMode, Top
+from gradskip_lightning.core.validation import required
+from gradskip_lightning.families.swin.adapter import BlockWindows, SwinLayout
 from gradskip_lightning.methods.baselines import NoOptions, RandomOptions, chefer_step, random_relevance, rollout_matrix
 from gradskip_lightning.methods.gradskip import (
     BlockStep,
@@ -34,13 +38,10 @@ from gradskip_lightning.methods.gradskip import (
     start_relevance,
 )
 from gradskip_lightning.methods.lrp import token_relevance
-from gradskip_lightning.methods.registry import HasOptions
-from gradskip_lightning.registry import Registry
-from gradskip_lightning.swin.adapter import BlockWindows, SwinLayout
-from gradskip_lightning.validation import required
 
-__all__ = ["SWIN_METHODS", "SwinMethod", "SwinSpec", "SwinVisitor", "swin_spec", "window_block_step"]
+__all__ = ["SWIN_METHODS", "SwinMethod", "SwinVisitor", "window_block_step"]
 
+#: The names of :data:`SWIN_METHODS`, in its order (the structure test checks that both agree).
 SwinMethod = Literal["gradskip", "raw_attention", "rollout", "chefer", "lrp", "random"]
 
 
@@ -214,41 +215,19 @@ class SwinRandomVisitor(SwinVisitor):
         return random_relevance(self.top.logits.shape[0], h * w, self.options.seed, self.top.logits.device)
 
 
-@dataclass(frozen=True)
-class SwinSpec(HasOptions):
-    """One Swin method: its visitor, built from (options, layout) per pass, its options dataclass, and
-    the options the windowed step does not implement (``unsupported``: refused unless at their default)."""
-
-    visitor: Callable[[Any, SwinLayout], SwinVisitor]
-    options: type
-    unsupported: tuple[str, ...] = ()
-
-    def make_options(self, method: str, **options: Any) -> Any:
-        """The options dataclass; ValueError for unknown options and for an unsupported one changed."""
-        built, defaults = super().make_options(method, **options), self.options()
-        changed = [f"{n}={getattr(built, n)!r}" for n in self.unsupported if getattr(built, n) != getattr(defaults, n)]
-        if changed:
-            raise ValueError(
-                f"{method} on a Swin does not implement {', '.join(changed)} (see the 'Swin' section of "
-                "docs/method.md); leave these at their defaults"
-            )
-        return built
-
-
-#: The Swin family's methods, in the order of :data:`SwinMethod`.
-SWIN_METHODS: Registry[SwinSpec] = Registry("Swin method")
-# issue 21's class-specific readings (W~ scaled per layer, token and read-out weights) are not windowed yet
-SWIN_METHODS.register(
-    "gradskip",
-    SwinSpec(SwinGradSkipVisitor, GradSkipOptions, unsupported=("normalisation", "token_weighting", "readout")),
+#: The Swin family's methods: name -> the visitor factory, (options, layout) -> a fresh visitor of one
+#: pass, and its options dataclass; in the order of :data:`SwinMethod`. GradSkip's class-specific
+#: readings (W~ scaled per layer, token and read-out weights) are not windowed: refused.
+SWIN_METHODS: Registry[MethodSpec[Callable[[Any, SwinLayout], SwinVisitor]]] = Registry(
+    "Swin method",
+    {
+        "gradskip": MethodSpec(
+            SwinGradSkipVisitor, GradSkipOptions, unsupported=("normalisation", "token_weighting", "readout")
+        ),
+        "raw_attention": MethodSpec(SwinRawAttentionVisitor, NoOptions),
+        "rollout": MethodSpec(SwinRolloutVisitor, NoOptions),
+        "chefer": MethodSpec(SwinCheferVisitor, NoOptions),
+        "lrp": MethodSpec(SwinLrpVisitor, NoOptions),
+        "random": MethodSpec(SwinRandomVisitor, RandomOptions),
+    },
 )
-SWIN_METHODS.register("raw_attention", SwinSpec(SwinRawAttentionVisitor, NoOptions))
-SWIN_METHODS.register("rollout", SwinSpec(SwinRolloutVisitor, NoOptions))
-SWIN_METHODS.register("chefer", SwinSpec(SwinCheferVisitor, NoOptions))
-SWIN_METHODS.register("lrp", SwinSpec(SwinLrpVisitor, NoOptions))
-SWIN_METHODS.register("random", SwinSpec(SwinRandomVisitor, RandomOptions))
-
-
-def swin_spec(method: str) -> SwinSpec:
-    """The spec of ``method``; ValueError naming the choices for an unknown one."""
-    return SWIN_METHODS[method]

@@ -8,11 +8,10 @@ from __future__ import annotations
 
 from timm.models.beit import Beit
 
-from gradskip_lightning.adapters.base import Adapter, register
+from gradskip_lightning.families.timm_vit import TimmViTAdapter
 
 
-@register
-class BeitAdapter(Adapter):
+class BeitAdapter(TimmViTAdapter):
     """BEiT backbones; pooling "token" or "avg".
 
     Example:
@@ -22,5 +21,5 @@ class BeitAdapter(Adapter):
         1
     """
 
-    family = "beit"
+    architecture = "beit"
     backbone_types = (Beit,)

@@ -8,11 +8,10 @@ from __future__ import annotations
 
 from timm.models.eva import Eva
 
-from gradskip_lightning.adapters.base import Adapter, register
+from gradskip_lightning.families.timm_vit import TimmViTAdapter
 
 
-@register
-class EvaAdapter(Adapter):
+class EvaAdapter(TimmViTAdapter):
     """EVA/EVA-02 backbones; pooling "token", "avg" or "map".
 
     Example:
@@ -22,5 +21,5 @@ class EvaAdapter(Adapter):
         (2, 2)
     """
 
-    family = "eva"
+    architecture = "eva"
     backbone_types = (Eva,)

@@ -9,11 +9,10 @@ from __future__ import annotations
 from timm.models.naflexvit import NaFlexVit
 from torch import nn
 
-from gradskip_lightning.adapters.base import Adapter, register
+from gradskip_lightning.families.timm_vit import TimmViTAdapter
 
 
-@register
-class NaFlexVitAdapter(Adapter):
+class NaFlexVitAdapter(TimmViTAdapter):
     """NaFlexViT backbones on images at their default size; pooling "token", "avg" or "map".
 
     Example:
@@ -23,7 +22,7 @@ class NaFlexVitAdapter(Adapter):
         ((4, 4), (32, 32))
     """
 
-    family = "naflexvit"
+    architecture = "naflexvit"
     backbone_types = (NaFlexVit,)
 
     @property

@@ -5,11 +5,11 @@ from __future__ import annotations
 from timm.models.deit import VisionTransformerDistilled
 from timm.models.vision_transformer import VisionTransformer
 
-from gradskip_lightning.adapters.base import Adapter, UnsupportedModel, register
+from gradskip_lightning.core.adapter import UnsupportedModel
+from gradskip_lightning.families.timm_vit import TimmViTAdapter
 
 
-@register
-class VisionTransformerAdapter(Adapter):
+class VisionTransformerAdapter(TimmViTAdapter):
     """Pre-norm (and ``ResPostBlock`` post-norm) ViTs; pooling "token", "avg" or "map".
 
     Example:
@@ -19,7 +19,7 @@ class VisionTransformerAdapter(Adapter):
         2
     """
 
-    family = "vision_transformer"
+    architecture = "vision_transformer"
     backbone_types = (VisionTransformer, VisionTransformerDistilled)
 
     def check(self) -> None:

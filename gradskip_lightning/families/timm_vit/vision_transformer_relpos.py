@@ -9,11 +9,10 @@ from __future__ import annotations
 
 from timm.models.vision_transformer_relpos import VisionTransformerRelPos
 
-from gradskip_lightning.adapters.base import Adapter, register
+from gradskip_lightning.families.timm_vit import TimmViTAdapter
 
 
-@register
-class RelPosAdapter(Adapter):
+class RelPosAdapter(TimmViTAdapter):
     """Relative-position ViTs; pooling "token" or "avg".
 
     Example:
@@ -23,5 +22,5 @@ class RelPosAdapter(Adapter):
         (0, 'avg')
     """
 
-    family = "vision_transformer_relpos"
+    architecture = "vision_transformer_relpos"
     backbone_types = (VisionTransformerRelPos,)

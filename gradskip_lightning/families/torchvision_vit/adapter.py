@@ -12,7 +12,7 @@ points of the pass. Nothing stays patched: the instance attribute is removed on 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from contextlib import ExitStack, contextmanager
+from contextlib import AbstractContextManager, ExitStack, contextmanager
 from typing import cast
 
 import torch
@@ -21,8 +21,8 @@ from timm.models.vision_transformer import init_weights_vit_timm
 from torch import Tensor, nn
 from torchvision.models.vision_transformer import EncoderBlock, VisionTransformer
 
-from gradskip_lightning.adapters.base import UnsupportedModel, register
-from gradskip_lightning.adapters.hooked import BlockPoints, HookedAdapter
+from gradskip_lightning.core.adapter import BlockPoints, PassAdapter, UnsupportedModel
+from gradskip_lightning.core.conservative import detached_outputs
 
 __all__ = ["TorchvisionViTAdapter", "explicit_attention"]
 
@@ -51,12 +51,7 @@ def explicit_attention(attention: nn.MultiheadAttention, probabilities: nn.Modul
         del attention.forward
 
 
-def _detach(_module: nn.Module, _args: tuple, out: Tensor) -> Tensor:
-    return out.detach()
-
-
-@register
-class TorchvisionViTAdapter(HookedAdapter):
+class TorchvisionViTAdapter(PassAdapter):
     """torchvision ViTs (class-token read-out; a conv stem counts as the patch embedding).
 
     Example:
@@ -67,8 +62,7 @@ class TorchvisionViTAdapter(HookedAdapter):
         ((4, 4), 1, 1000)
     """
 
-    family = "torchvision_vision_transformer"
-    backbone_types = (VisionTransformer,)
+    architecture = "torchvision_vision_transformer"
     backbone: VisionTransformer
 
     def __init__(self, backbone: nn.Module) -> None:
@@ -162,11 +156,6 @@ class TorchvisionViTAdapter(HookedAdapter):
                 stack.enter_context(explicit_attention(attention, probabilities, values))
             yield
 
-    @contextmanager
-    def constant_attention(self) -> Iterator[None]:
-        handles = [probe.register_forward_hook(_detach) for probe in self.probabilities]
-        try:
-            yield
-        finally:
-            for handle in handles:
-                handle.remove()
+    def constant_attention(self) -> AbstractContextManager[None]:
+        """The probabilities' probes detached for the call."""
+        return detached_outputs(self.probabilities)

@@ -13,9 +13,9 @@ from gradskip_lightning.benchmarks.faithfulness.ablations import SETTINGS
 from gradskip_lightning.benchmarks.faithfulness.cli import PROFILES
 from gradskip_lightning.benchmarks.faithfulness.report import BEGIN, END
 from gradskip_lightning.benchmarks.faithfulness.scores import SCORES
-from gradskip_lightning.explainer import METHODS
+from gradskip_lightning.methods import PASS_METHODS
 
-ENGINE = set(METHODS)  # every registered method is benchmarked
+ENGINE = set(PASS_METHODS.names)  # every registered method is benchmarked
 PEERS = {"integrated_gradients", "input_x_gradient", "grad_cam"}
 TOL = 1e-9
 
@@ -158,7 +158,10 @@ def test_quick_mode_runs_the_swin_beside_the_vit_and_skips_the_settings_it_refus
     # The class-specific settings a Swin refuses are skipped with a note, the others scored.
     ablated = [r["row"]["name"] for r in scores if r["row"]["table"] == "ablations"]
     assert ablated == ["defaults", "pos_grad, value_norm=False"]
-    assert "normalisation=layer: skipped, gradskip on a Swin does not implement" in capsys.readouterr().out
+    assert (
+        "normalisation=layer: skipped, gradskip does not implement normalisation='layer' for this model family"
+        in capsys.readouterr().out
+    )
 
     # The saved Swin reloads (ViTClassifier's Swin options in its hyperparameters) to the same scores.
     again = ["--checkpoints", str(ckpt), "--methods", "gradskip", "--peers", "--no-ablations"]

@@ -14,11 +14,11 @@ import timm
 import torch
 from torch import nn
 
-from gradskip_lightning.adapters import find_adapter
-from gradskip_lightning.adapters.values import value_norms, values_from_input
-from gradskip_lightning.explainer import Explainer
+from gradskip_lightning.core.streaming import value_norms
+from gradskip_lightning.families.timm_common import values_from_input
+from gradskip_lightning.families.timm_vit import TimmViTExplainer, adapter_for
 from gradskip_lightning.methods import GradSkipOptions, propagation
-from tests.adapters.helpers import capture, hooks_on, split_head
+from tests.core.helpers import capture, hooks_on, split_head
 
 TINY = dict(depth=2, embed_dim=48, num_heads=3, img_size=32, patch_size=8, num_classes=4)
 #: family label -> (timm name, overrides of TINY, adapter family)
@@ -56,7 +56,7 @@ def tiny(label: str, **extra) -> nn.Module:
         return timm.create_model(name, pretrained=False, **kwargs).eval()
 
 
-def images_for(explainer: Explainer, batch: int) -> torch.Tensor:
+def images_for(explainer: TimmViTExplainer, batch: int) -> torch.Tensor:
     torch.manual_seed(1)
     return torch.randn(batch, explainer.in_chans, *explainer.img_size)
 
@@ -64,8 +64,8 @@ def images_for(explainer: Explainer, batch: int) -> torch.Tensor:
 @pytest.mark.parametrize("label", FAMILIES)
 def test_batch_equals_singles_and_relevance_is_conserved(label):
     model = tiny(label)
-    explainer = Explainer(model)
-    assert explainer.adapter.family == FAMILIES[label][2]
+    explainer = TimmViTExplainer(model)
+    assert explainer.adapter.architecture == FAMILIES[label][2]
     x = images_for(explainer, 4)
     targets = torch.tensor([0, 1, 2, 3])
     batch = explainer.explain(x, targets)
@@ -84,10 +84,10 @@ def test_batch_equals_singles_and_relevance_is_conserved(label):
 def test_model_is_left_as_it_was(label):
     model = tiny(label)
     model.train()
-    attns = [b.attn for b in find_adapter(model).blocks]
+    attns = [b.attn for b in adapter_for(model).blocks]
     for attn in attns:
         attn.fused_attn = True
-    explainer = Explainer(model)
+    explainer = TimmViTExplainer(model)
     x = images_for(explainer, 2)
     with torch.no_grad():
         explainer.explain(x)
@@ -101,10 +101,10 @@ def test_model_is_left_as_it_was(label):
 def test_external_head_gives_the_maps_of_the_headed_model(label):
     headed = tiny(label)
     module = split_head(headed)
-    explainer = Explainer(module, "gradskip")
+    explainer = TimmViTExplainer(module, "gradskip")
     assert explainer.num_classes == 4 and explainer.adapter.backbone is module.backbone
     x = images_for(explainer, 3)
-    ours, reference = explainer.explain(x), Explainer(headed).explain(x)
+    ours, reference = explainer.explain(x), TimmViTExplainer(headed).explain(x)
     torch.testing.assert_close(ours.logits, reference.logits)
     torch.testing.assert_close(ours.maps, reference.maps, rtol=1e-5, atol=1e-7)
 
@@ -112,9 +112,9 @@ def test_external_head_gives_the_maps_of_the_headed_model(label):
 def test_preprocessing_in_forward_is_honoured():
     headed = tiny("vit_cls")
     module = split_head(headed, scale=0.5)
-    x = images_for(Explainer(headed), 2)
-    ours = Explainer(module).explain(x)
-    torch.testing.assert_close(ours.maps, Explainer(headed).explain(x * 0.5).maps)
+    x = images_for(TimmViTExplainer(headed), 2)
+    ours = TimmViTExplainer(module).explain(x)
+    torch.testing.assert_close(ours.maps, TimmViTExplainer(headed).explain(x * 0.5).maps)
 
 
 def test_forward_that_does_not_return_logits_is_refused():
@@ -128,13 +128,13 @@ def test_forward_that_does_not_return_logits_is_refused():
 
     expected = r"Features.forward must return logits of shape \(B=1, num_classes\).*\(1, 17, 48\)"
     with pytest.raises(ValueError, match=expected):
-        Explainer(Features()).explain(torch.randn(1, 3, 32, 32))
+        TimmViTExplainer(Features()).explain(torch.randn(1, 3, 32, 32))
 
 
 @pytest.mark.parametrize("label", FAMILIES)
 def test_value_norms_are_those_of_the_values_the_attention_mixes(label):
     model = tiny(label)
-    attn = find_adapter(model).blocks[1].attn
+    attn = adapter_for(model).blocks[1].attn
     seen = {}
 
     def keep(key: str):
@@ -147,7 +147,7 @@ def test_value_norms_are_those_of_the_values_the_attention_mixes(label):
         attn.register_forward_pre_hook(keep("x"), with_kwargs=True),
         attn.proj.register_forward_pre_hook(keep("mixed")),
     ]
-    x = images_for(Explainer(model), 2)
+    x = images_for(TimmViTExplainer(model), 2)
     try:
         cap = capture(model, x)
     finally:
@@ -158,4 +158,4 @@ def test_value_norms_are_those_of_the_values_the_attention_mixes(label):
     heads = v.reshape(b, n, attn.num_heads, -1).transpose(1, 2)
     mixed = (cap.attn[1] @ heads).transpose(1, 2).reshape(b, n, -1)  # sum_j A_ij v_j per head
     torch.testing.assert_close(mixed, seen["mixed"], rtol=1e-4, atol=1e-5)  # the proj input: right values
-    torch.testing.assert_close(cap.value_norm[1], value_norms(attn, v))
+    torch.testing.assert_close(cap.value_norm[1], value_norms(v, attn.num_heads, getattr(attn, "num_kv_heads", None)))

@@ -2,14 +2,14 @@ import pytest
 import torch
 from torch import nn
 
-from gradskip_lightning.segmentation import SEGMENTATION_METHODS, SegmentationExplainer, explain_segmentation
+from gradskip_lightning.families.segformer import SEGFORMER_METHODS, SegFormerExplainer
 
 TARGETS = torch.tensor([0, 1, 2])
 
 
-@pytest.mark.parametrize("method", sorted(SEGMENTATION_METHODS))
+@pytest.mark.parametrize("method", sorted(SEGFORMER_METHODS))
 def test_maps_cover_the_pixels(segformer, images, method):
-    out = SegmentationExplainer(segformer, method).explain(images, TARGETS)
+    out = SegFormerExplainer(segformer, method).explain(images, TARGETS)
     assert out.maps.shape == (3, 64, 64) and out.token_maps.shape == (3, 16, 16)
     torch.testing.assert_close(out.token_maps.sum(dim=(1, 2)), torch.ones(3))
     torch.testing.assert_close(out.maps.mean(dim=(1, 2)) * 256, torch.ones(3), rtol=0.05, atol=0)
@@ -19,17 +19,14 @@ def test_maps_cover_the_pixels(segformer, images, method):
 def test_region_changes_the_map(segformer, images):
     left = torch.zeros(3, 16, 16, dtype=torch.bool)
     left[:, :, :8] = True
-    a = SegmentationExplainer(segformer).explain(images, TARGETS, left).token_maps
-    b = SegmentationExplainer(segformer).explain(images, TARGETS, ~left).token_maps
+    a = SegFormerExplainer(segformer).explain(images, TARGETS, left).token_maps
+    b = SegFormerExplainer(segformer).explain(images, TARGETS, ~left).token_maps
     assert not torch.allclose(a, b)
-    with pytest.warns(DeprecationWarning, match="SegmentationExplainer"):
-        deprecated = explain_segmentation(segformer, images, TARGETS, left)
-    torch.testing.assert_close(deprecated.token_maps, a)
 
 
 def test_unknown_method_is_refused(segformer, images):
-    with pytest.raises(ValueError, match="Unknown segmentation method 'lrp'"):
-        SegmentationExplainer(segformer, "lrp")  # a ViT-only method
+    with pytest.raises(ValueError, match="Unknown SegFormer method 'lrp'"):
+        SegFormerExplainer(segformer, "lrp")  # a ViT-only method
 
 
 def test_module_around_the_segformer_is_explained_through_its_forward(segformer, images):
@@ -41,8 +38,8 @@ def test_module_around_the_segformer_is_explained_through_its_forward(segformer,
         def forward(self, x):
             return self.net(pixel_values=x).logits
 
-    direct = SegmentationExplainer(segformer).explain(images, TARGETS)
-    wrapped = SegmentationExplainer(Wrapped()).explain(images, TARGETS)
+    direct = SegFormerExplainer(segformer).explain(images, TARGETS)
+    wrapped = SegFormerExplainer(Wrapped()).explain(images, TARGETS)
     torch.testing.assert_close(wrapped.token_maps, direct.token_maps)
     region = direct.region[:, None]
     region_mean = (direct.dense_logits * region).sum(dim=(2, 3)) / region.sum(dim=(2, 3))
@@ -52,7 +49,7 @@ def test_module_around_the_segformer_is_explained_through_its_forward(segformer,
 
 
 def test_default_target_is_the_most_predicted_class(segformer, images):
-    out = SegmentationExplainer(segformer).explain(images)
+    out = SegFormerExplainer(segformer).explain(images)
     predicted = out.dense_logits.argmax(dim=1)
     counts = torch.stack([(predicted == c).flatten(1).sum(dim=1) for c in range(3)], dim=1)
     assert torch.equal(out.targets, counts.argmax(dim=1))
@@ -60,26 +57,26 @@ def test_default_target_is_the_most_predicted_class(segformer, images):
 
 
 def test_bad_input_is_refused_with_the_fix(segformer, images):
-    explainer = SegmentationExplainer(segformer)
+    explainer = SegFormerExplainer(segformer)
     with pytest.raises(ValueError, match="multiples of 32"):
         explainer.explain(torch.randn(1, 3, 48, 64))
     with pytest.raises(ValueError, match=r"in \[0, 3\)"):
         explainer.explain(images, torch.tensor([0, 1, 3]))
     with pytest.raises(ValueError, match="takes no option"):
-        SegmentationExplainer(segformer, "rollout", alpha=0.5)
+        SegFormerExplainer(segformer, "rollout", alpha=0.5)
     with pytest.raises(TypeError, match="SegformerForSemanticSegmentation"):
-        SegmentationExplainer(nn.Linear(2, 2))
+        SegFormerExplainer(nn.Linear(2, 2))
 
 
 def test_random_floor_is_seeded(segformer, images):
-    a = SegmentationExplainer(segformer, "random", seed=1).explain(images, TARGETS).token_maps
-    b = SegmentationExplainer(segformer, "random", seed=1).explain(images, TARGETS).token_maps
-    c = SegmentationExplainer(segformer, "random", seed=2).explain(images, TARGETS).token_maps
+    a = SegFormerExplainer(segformer, "random", seed=1).explain(images, TARGETS).token_maps
+    b = SegFormerExplainer(segformer, "random", seed=1).explain(images, TARGETS).token_maps
+    c = SegFormerExplainer(segformer, "random", seed=2).explain(images, TARGETS).token_maps
     assert torch.equal(a, b) and not torch.equal(a, c)
 
 
 def test_raw_attention_moves_relevance_only_in_the_top_block(segformer, images):
-    from gradskip_lightning.segmentation import capture_segmentation, raw_attention_segmentation
+    from gradskip_lightning.families.segformer import capture_segmentation, raw_attention_segmentation
 
     result = raw_attention_segmentation(capture_segmentation(segformer, images, TARGETS))
     top, *rest = result.blocks
@@ -90,10 +87,10 @@ def test_raw_attention_moves_relevance_only_in_the_top_block(segformer, images):
 
 @pytest.mark.parametrize("method", ["gradskip", "chefer"])
 def test_randomised_weights_decorrelate_the_maps(segformer, images, method):
+    from gradskip_lightning.families.segformer import SegformerCascade
     from gradskip_lightning.metrics import parameter_randomisation
-    from gradskip_lightning.segmentation import SegformerCascade
 
-    explain = lambda model, x, t: SegmentationExplainer(model, method).explain(x, t).maps  # noqa: E731
+    explain = lambda model, x, t: SegFormerExplainer(model, method).explain(x, t).maps  # noqa: E731
     curve = parameter_randomisation(segformer, images, TARGETS, explain, cascade_for=SegformerCascade)
     assert curve.layers == (
         "decode_head",

@@ -2,7 +2,7 @@ import pytest
 import torch
 from torch import nn
 
-from gradskip_lightning.segmentation import capture_segmentation
+from gradskip_lightning.families.segformer import capture_segmentation
 
 TARGETS = torch.tensor([0, 1, 2])
 

@@ -8,8 +8,8 @@ from lightning.pytorch import Trainer
 from transformers import SegformerForSemanticSegmentation
 
 from gradskip_lightning.data import PlantedShapesSegmentationDataModule
-from gradskip_lightning.model import ViTClassifier
-from gradskip_lightning.segmentation.module import (
+from gradskip_lightning.training.classifier import ViTClassifier
+from gradskip_lightning.training.segmentation import (
     IGNORE_INDEX,
     SegmentationModule,
     segmentation_loss,

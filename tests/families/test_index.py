@@ -9,10 +9,9 @@ import torch
 from torch import Tensor, nn
 
 from gradskip_lightning import GradSkipCallback, explainer_for
-from gradskip_lightning.adapters import UnsupportedModel
+from gradskip_lightning.core.explanation import UnsupportedModel
 from gradskip_lightning.families import backbones
-
-from .conftest import make_tiny_vit
+from tests.conftest import make_tiny_vit
 
 
 def _swin() -> nn.Module:
@@ -43,7 +42,7 @@ def images() -> Tensor:
 
 
 def test_a_module_with_two_networks_is_refused_naming_both_paths_and_classes():
-    with pytest.raises(UnsupportedModel, match="holds 2 supported networks") as refused:
+    with pytest.raises(UnsupportedModel, match="holds 2 networks; those that can be explained are at") as refused:
         explainer_for(_pair())
     message = str(refused.value)
     assert "'teacher' (VisionTransformer; timm_vit)" in message and "'student' (VisionTransformer; timm_vit)" in message
@@ -74,19 +73,21 @@ def test_a_wrong_path_lists_where_the_networks_are():
 
 
 def test_every_family_is_picked_the_same_way_at_any_depth():
-    from gradskip_lightning.model import ViTClassifier
+    from gradskip_lightning.training.classifier import ViTClassifier
 
     torch.manual_seed(0)
     wrapped = ViTClassifier(num_classes=4, img_size=32, patch_size=8, embed_dim=48, depth=2, num_heads=3)
     model = nn.Module()
     model.nets = nn.ModuleDict({"vit": wrapped, "swin": _swin()})
-    assert [(b.path, b.network_path, b.families) for b in backbones(model)] == [
-        ("nets.vit", "nets.vit.model", ("timm_vit",)),
-        ("nets.swin", "nets.swin", ("timm_swin",)),
+    assert [(b.path, b.network_path, b.family.name, b.refused) for b in backbones(model)] == [
+        ("nets.vit", "nets.vit.model", "timm_vit", ""),
+        ("nets.swin", "nets.swin", "timm_swin", ""),
     ]
     with pytest.raises(UnsupportedModel, match=r"'nets.vit' \(ViTClassifier holding a VisionTransformer at "):
         explainer_for(model)
-    with pytest.raises(ValueError, match=r"backbone='nets' is a ModuleDict holding 2 supported networks: 'nets.vit'"):
+    with pytest.raises(
+        ValueError, match=r"backbone='nets' is a ModuleDict holding 2 networks: name the one to explain: 'nets.vit'"
+    ):
         explainer_for(model, backbone="nets")
     swin = explainer_for(model, backbone="nets.swin")
     assert swin.family == "timm_swin" and swin.model is model.nets.swin
@@ -124,3 +125,38 @@ def test_the_callback_builds_every_explainer_on_the_backbone_and_names_the_candi
         explainers_for(model, ["gradskip"], {})
     explainers = explainers_for(model, ["gradskip", "rollout"], {"alpha": 0.5}, backbone="student")
     assert all(e.model is model.student for e in explainers.values()) and explainers["gradskip"].options.alpha == 0.5
+
+
+class WithFeatures(nn.Module):
+    """A classifier, and beside it a headless feature network, all in a ``ModuleDict``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.nets = nn.ModuleDict({"student": make_tiny_vit(seed=1), "feat": make_tiny_vit(seed=2, num_classes=0)})
+
+    def forward(self, images: Tensor) -> Tensor:
+        return self.nets["student"](images)
+
+
+def test_candidates_and_hints_name_only_networks_that_can_be_explained():
+    model = WithFeatures()
+    found = {b.path: b.refused for b in backbones(model)}
+    assert found["nets.student"] == "" and "no classifier head" in found["nets.feat"]
+    with pytest.raises(
+        UnsupportedModel, match=r"can be explained are at: 'nets.student' \(VisionTransformer"
+    ) as refused:
+        explainer_for(model)
+    assert "nets.feat" not in str(refused.value) and "backbone='nets.student'" in str(refused.value)
+    with pytest.raises(ValueError, match=r"backbone='nets.feat' cannot be explained: .*no classifier head") as headless:
+        explainer_for(model, backbone="nets.feat")
+    assert "'nets.student'" in str(headless.value) and "'nets.feat' (" not in str(headless.value)
+
+
+def test_a_container_is_refused_as_the_explained_module():
+    model = nn.Module()
+    model.nets = nn.ModuleDict({"student": make_tiny_vit(seed=1)})  # one network, but no forward of its own
+    with pytest.raises(ValueError, match=r"backbone='nets' cannot be explained: .*ModuleDict: it is a container"):
+        explainer_for(model, backbone="nets")
+    with pytest.raises(UnsupportedModel, match="container with no forward of its own"):
+        explainer_for(model.nets)
+    assert explainer_for(model, backbone="nets.student").model is model.nets.student

@@ -8,17 +8,22 @@ import torch
 from torch import nn
 from torchvision.models import VisionTransformer
 
-from gradskip_lightning.adapters import UnsupportedModel, find_adapter
-from gradskip_lightning.adapters.values import value_norms
-from gradskip_lightning.explainer import METHODS, Explainer
+from gradskip_lightning.core.explanation import UnsupportedModel
+from gradskip_lightning.core.streaming import value_norms
 from gradskip_lightning.families import explainer_for
-from gradskip_lightning.methods import GradSkipOptions, propagation
+from gradskip_lightning.families.timm_vit import TimmViTExplainer
+from gradskip_lightning.families.torchvision_vit import FAMILY, TorchvisionViTAdapter, TorchvisionViTExplainer
+from gradskip_lightning.methods import PASS_METHODS, GradSkipOptions, propagation
 from gradskip_lightning.metrics import parameter_randomisation
-from tests.adapters.helpers import Classifier, capture, hooks_on
 from tests.conftest import make_tiny_vit
+from tests.core.helpers import Classifier, capture, hooks_on
 from tests.transplant import timm_to_torchvision
 
 TARGETS = torch.tensor([0, 1, 2])
+
+
+def torchvision_adapter(model: nn.Module) -> TorchvisionViTAdapter:
+    return TorchvisionViTAdapter(FAMILY.find(model))
 
 
 def tiny(seed: int = 0, **overrides) -> VisionTransformer:
@@ -44,8 +49,8 @@ def test_explicit_attention_gives_the_same_logits_and_leaves_nothing_patched():
     x = images()
     with torch.no_grad():
         reference = model(x)
-    adapter = find_adapter(model)
-    assert adapter.family == "torchvision_vision_transformer"
+    adapter = torchvision_adapter(model)
+    assert adapter.architecture == "torchvision_vision_transformer"
     with adapter.explain_mode(model), torch.no_grad():
         assert all(patched(model))
         explicit = model(x)
@@ -56,7 +61,7 @@ def test_explicit_attention_gives_the_same_logits_and_leaves_nothing_patched():
     torch.testing.assert_close(cap.attn[0].sum(-1), torch.ones(3, 2, 17))
 
 
-@pytest.mark.parametrize("method", METHODS)
+@pytest.mark.parametrize("method", PASS_METHODS.names)
 def test_every_method_leaves_the_model_as_it_was(method):
     model = tiny().train()
     explanation = explainer_for(model, method).explain(images(), TARGETS)
@@ -65,19 +70,19 @@ def test_every_method_leaves_the_model_as_it_was(method):
     assert all(p.grad is None for p in model.parameters())
 
 
-@pytest.mark.parametrize("method", METHODS)
+@pytest.mark.parametrize("method", PASS_METHODS.names)
 def test_maps_are_the_timm_family_maps_of_the_same_weights(method):
     timm_vit = make_tiny_vit(num_classes=4, embed_dim=32, num_heads=2).eval()
     x = images()
-    ours = Explainer(timm_to_torchvision(timm_vit), method).explain(x, TARGETS)
-    reference = Explainer(timm_vit, method).explain(x, TARGETS)
+    ours = TorchvisionViTExplainer(timm_to_torchvision(timm_vit), method).explain(x, TARGETS)
+    reference = TimmViTExplainer(timm_vit, method).explain(x, TARGETS)
     torch.testing.assert_close(ours.logits, reference.logits, rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(ours.token_maps, reference.token_maps, rtol=1e-4, atol=1e-6)
 
 
 def test_batch_equals_singles_and_relevance_is_conserved():
     model = tiny().double()
-    explainer = Explainer(model)
+    explainer = TorchvisionViTExplainer(model)
     x = images(4, torch.float64)
     targets = torch.tensor([0, 1, 2, 3])
     batch = explainer.explain(x, targets).maps
@@ -109,7 +114,7 @@ def test_value_norms_are_those_of_the_in_proj_values():
         hook.remove()
     attention = model.encoder.layers[1].self_attention
     v = nn.functional.linear(tokens["x"], attention.in_proj_weight[64:], attention.in_proj_bias[64:])
-    torch.testing.assert_close(cap.value_norm[1], value_norms(attention, v))
+    torch.testing.assert_close(cap.value_norm[1], value_norms(v, attention.num_heads))
 
 
 def test_external_head_gives_the_maps_of_the_headed_model():
@@ -117,14 +122,14 @@ def test_external_head_gives_the_maps_of_the_headed_model():
     backbone = tiny()
     backbone.heads = nn.Identity()
     module = Classifier(backbone, headed.heads).eval()
-    explainer = Explainer(module)
+    explainer = TorchvisionViTExplainer(module)
     assert explainer.adapter.num_classes == 0 and explainer.num_classes == 4
-    torch.testing.assert_close(explainer.explain(images()).maps, Explainer(headed).explain(images()).maps)
+    torch.testing.assert_close(explainer.explain(images()).maps, TorchvisionViTExplainer(headed).explain(images()).maps)
 
 
 def test_randomised_weights_decorrelate_the_maps():
-    explain = lambda m, x, t: Explainer(m, "gradskip").explain(x, t).maps  # noqa: E731
-    curve = parameter_randomisation(tiny(), images(), TARGETS, explain, cascade_for=find_adapter)
+    explain = lambda m, x, t: TorchvisionViTExplainer(m, "gradskip").explain(x, t).maps  # noqa: E731
+    curve = parameter_randomisation(tiny(), images(), TARGETS, explain, cascade_for=torchvision_adapter)
     assert curve.layers == ("head", "blocks.1", "blocks.0")
     assert curve.mean[-1] < 0.5, curve.mean
 
@@ -134,4 +139,4 @@ def test_a_zero_key_attention_is_refused_with_its_reason():
     layer = model.encoder.layers[0]
     layer.self_attention = nn.MultiheadAttention(32, 2, batch_first=True, add_zero_attn=True)
     with pytest.raises(UnsupportedModel, match="VisionTransformer: encoder layer 0 adds a zero key"):
-        find_adapter(model)
+        torchvision_adapter(model)

@@ -11,13 +11,13 @@ import torch
 from lightning.pytorch import LightningModule
 from torch import nn
 
-from gradskip_lightning.adapters import UnsupportedModel
-from gradskip_lightning.explainer import METHODS, Explainer
+from gradskip_lightning.core.explanation import UnsupportedModel
 from gradskip_lightning.families import explainer_for
-from gradskip_lightning.hf_vit import HFViTAdapter, HFViTExplainer, LogitsOf, find_hf_vit
-from gradskip_lightning.methods import GradSkipOptions, propagation
+from gradskip_lightning.families.hf_vit import FAMILY, HFViTAdapter, HFViTExplainer, LogitsOf
+from gradskip_lightning.families.timm_vit import TimmViTExplainer
+from gradskip_lightning.methods import PASS_METHODS, GradSkipOptions, propagation
 from gradskip_lightning.metrics import parameter_randomisation
-from tests.adapters.helpers import hooks_on
+from tests.core.helpers import hooks_on
 from tests.transplant import timm_to_hf
 
 transformers = pytest.importorskip("transformers")
@@ -94,14 +94,14 @@ def test_batch_equals_singles_and_relevance_is_conserved(label):
 
 
 @pytest.mark.parametrize("label", ["dinov2_registers", "beit_relpos_mean"])
-@pytest.mark.parametrize("method", METHODS)
+@pytest.mark.parametrize("method", PASS_METHODS.names)
 def test_every_method_explains(label, method):
     explanation = HFViTExplainer(tiny(label), method).explain(images(), TARGETS)
     assert explanation.valid.all() and explanation.maps.std() > 0
 
 
 @pytest.mark.parametrize("distilled", [False, True])
-@pytest.mark.parametrize("method", METHODS)
+@pytest.mark.parametrize("method", PASS_METHODS.names)
 def test_maps_are_the_timm_family_maps_of_the_same_weights(distilled, method):
     name = "deit_tiny_distilled_patch16_224" if distilled else "vit_tiny_patch16_224"
     torch.manual_seed(0)
@@ -109,7 +109,7 @@ def test_maps_are_the_timm_family_maps_of_the_same_weights(distilled, method):
     timm_vit.eval()
     x = images()
     ours = HFViTExplainer(timm_to_hf(timm_vit), method).explain(x, TARGETS)
-    reference = Explainer(timm_vit, method).explain(x, TARGETS)
+    reference = TimmViTExplainer(timm_vit, method).explain(x, TARGETS)
     torch.testing.assert_close(ours.logits, reference.logits, rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(ours.token_maps, reference.token_maps, rtol=1e-4, atol=1e-6)
 
@@ -183,7 +183,7 @@ def test_the_classifier_alone_is_run_through_its_logits():
 
 def test_randomised_weights_decorrelate_the_maps():
     explain = lambda m, x, t: HFViTExplainer(m).explain(x, t).maps  # noqa: E731
-    cascade = lambda m: HFViTAdapter(find_hf_vit(m))  # noqa: E731
+    cascade = lambda m: HFViTAdapter(FAMILY.find(m))  # noqa: E731
     curve = parameter_randomisation(tiny("deit"), images(), TARGETS, explain, cascade_for=cascade)
     assert curve.layers == ("head", "blocks.1", "blocks.0")
     assert curve.mean[-1] < 0.5, curve.mean

@@ -1,4 +1,4 @@
-"""Explainer: batching, the method doc's properties 1-4, and clear errors for bad input."""
+"""TimmViTExplainer: batching, the method doc's properties 1-4, and clear errors for bad input."""
 
 from __future__ import annotations
 
@@ -7,19 +7,19 @@ import timm
 import torch
 
 from gradskip_lightning import methods
-from gradskip_lightning.explainer import METHODS, Explainer
-from gradskip_lightning.methods import GradSkipOptions
-from tests.adapters.helpers import capture
+from gradskip_lightning.families.timm_vit import TimmViTExplainer
+from gradskip_lightning.methods import PASS_METHODS, GradSkipOptions
 from tests.conftest import make_tiny_vit
+from tests.core.helpers import capture
 
 
-@pytest.mark.parametrize("method", METHODS)
+@pytest.mark.parametrize("method", PASS_METHODS.names)
 def test_batch_of_16_equals_16_single_calls(method):
     model = make_tiny_vit(num_classes=5, seed=1)
     torch.manual_seed(0)
     x = torch.randn(16, 3, 32, 32)
     targets = torch.randint(0, 5, (16,))
-    explainer = Explainer(model, method)
+    explainer = TimmViTExplainer(model, method)
     batch = explainer.explain(x, targets)
     singles = torch.cat([explainer.explain(x[i : i + 1], targets[i : i + 1]).maps for i in range(16)])
     if method == "random":  # the generator restarts at the seed on every call: image b gets row b of one draw
@@ -49,7 +49,7 @@ def test_class_specific_options_batch_equals_singles(options):
     torch.manual_seed(0)
     x = torch.randn(8, 3, 32, 32)
     targets = torch.randint(0, 5, (8,))
-    explainer = Explainer(model, "gradskip", **options)
+    explainer = TimmViTExplainer(model, "gradskip", **options)
     batch = explainer.explain(x, targets)
     singles = torch.cat([explainer.explain(x[i : i + 1], targets[i : i + 1]).maps for i in range(8)])
     assert (batch.maps - singles).abs().max() / batch.maps.abs().max() < 1e-5
@@ -75,18 +75,21 @@ def test_class_specific_options_identity_block_and_conservation(options):
 
 def test_random_floor_is_fixed_by_its_seed(tiny_vit):
     x = torch.randn(4, 3, 32, 32)
-    first = Explainer(tiny_vit, "random", seed=3).explain(x).token_maps
+    first = TimmViTExplainer(tiny_vit, "random", seed=3).explain(x).token_maps
     torch.testing.assert_close(
-        Explainer(tiny_vit, "random", seed=3).explain(torch.randn(4, 3, 32, 32)).token_maps, first, rtol=0, atol=0
+        TimmViTExplainer(tiny_vit, "random", seed=3).explain(torch.randn(4, 3, 32, 32)).token_maps,
+        first,
+        rtol=0,
+        atol=0,
     )  # same seed: the same maps, whatever the images
-    other = Explainer(tiny_vit, "random", seed=4).explain(x).token_maps
+    other = TimmViTExplainer(tiny_vit, "random", seed=4).explain(x).token_maps
     assert (other - first).abs().min() > 0  # a different seed: every value differs
     assert ((first >= 0) & (first < 1)).all() and first.std() > 0.2  # uniform on [0, 1): std 0.29
 
 
 def test_gradskip_outputs_shapes_and_targets_default_to_prediction(tiny_vit):
     x = torch.randn(4, 3, 32, 32)
-    exp = Explainer(tiny_vit).explain(x)
+    exp = TimmViTExplainer(tiny_vit).explain(x)
     assert torch.equal(exp.targets, tiny_vit(x).argmax(1))
     assert exp.head_weights.shape == exp.grad_flow.shape == exp.sparsity.shape == (4, 2, 3)
     assert exp.gates.shape == (4, 2, 17)
@@ -109,7 +112,7 @@ def test_identity_block_passes_relevance_through_untouched():
     )
     relevance = torch.rand(3, 17)
     assert torch.equal(methods.propagate_block(relevance, w, beta), relevance)
-    assert torch.all(Explainer(model).explain(torch.randn(3, 3, 32, 32)).gates[:, 1] == 0)
+    assert torch.all(TimmViTExplainer(model).explain(torch.randn(3, 3, 32, 32)).gates[:, 1] == 0)
 
 
 @pytest.mark.parametrize("gate", ["token", "layer", "off"])
@@ -137,39 +140,39 @@ def test_head_weights_on_constructed_heads():
         model.blocks[0].attn.qkv.weight[d : 2 * d] = 0  # head 1: zero queries -> uniform attention
         model.blocks[0].attn.qkv.bias[d : 2 * d] = 0
     x = torch.randn(3, 3, 32, 32)
-    exp = Explainer(model).explain(x)
+    exp = TimmViTExplainer(model).explain(x)
     assert torch.all(exp.grad_flow[:, 0, 0] == 0)
     assert torch.all(exp.grad_flow[:, 0, 1:] > 0)
     assert exp.sparsity[:, 0, 1].abs().max() < 1e-6
     assert torch.all(exp.sparsity[:, 0, [0, 2]] > 1e-3)
-    only_g = Explainer(model, alpha=1.0).explain(x)
-    only_s = Explainer(model, alpha=0.0).explain(x)
+    only_g = TimmViTExplainer(model, alpha=1.0).explain(x)
+    only_s = TimmViTExplainer(model, alpha=0.0).explain(x)
     torch.testing.assert_close(only_g.head_weights, exp.grad_flow)
     torch.testing.assert_close(only_s.head_weights, exp.sparsity)
 
 
 def test_completeness_scales_each_map_to_the_explained_logit(tiny_vit):
     x = torch.randn(3, 3, 32, 32)
-    exp = Explainer(tiny_vit, completeness=True).explain(x, torch.tensor([0, 1, 2]))
+    exp = TimmViTExplainer(tiny_vit, completeness=True).explain(x, torch.tensor([0, 1, 2]))
     logit = exp.logits.gather(1, exp.targets[:, None])[:, 0]
     torch.testing.assert_close(exp.token_maps.sum(dim=(1, 2)), logit)
 
 
 def test_paper_cls_mode_on_a_cls_pooled_model_falls_back_to_uniform_start(tiny_vit):
-    exp = Explainer(tiny_vit, cls_mode="paper").explain(torch.randn(2, 3, 32, 32))
+    exp = TimmViTExplainer(tiny_vit, cls_mode="paper").explain(torch.randn(2, 3, 32, 32))
     assert exp.gates.shape == (2, 2, 16)  # patch tokens only
     torch.testing.assert_close(exp.token_maps.sum(dim=(1, 2)), torch.ones(2))
 
 
 def test_gap_model_paper_mode_starts_from_output_gradients():
     model = make_tiny_vit(global_pool="avg", class_token=False)
-    exp = Explainer(model, cls_mode="paper").explain(torch.randn(2, 3, 32, 32))
+    exp = TimmViTExplainer(model, cls_mode="paper").explain(torch.randn(2, 3, 32, 32))
     assert exp.valid.all() and exp.token_maps.shape == (2, 4, 4)
     assert exp.token_maps.std() > 0
 
 
 def test_bad_input_raises_clear_errors(tiny_vit):
-    explainer = Explainer(tiny_vit)
+    explainer = TimmViTExplainer(tiny_vit)
     with pytest.raises(ValueError, match=r"\(B, 3, 32, 32\).*\(2, 1, 32, 32\)"):
         explainer.explain(torch.randn(2, 1, 32, 32))
     with pytest.raises(ValueError, match=r"\(B, 3, 32, 32\).*\(2, 3, 28, 28\)"):
@@ -187,18 +190,18 @@ def test_bad_input_raises_clear_errors(tiny_vit):
     with pytest.raises(ValueError, match="NaN"):
         explainer.explain(x)
     with pytest.raises(ValueError, match="Unknown method"):
-        Explainer(tiny_vit, "lime")
+        TimmViTExplainer(tiny_vit, "lime")
     with pytest.raises(ValueError, match="takes no option"):
-        Explainer(tiny_vit, "rollout", alpha=0.5)
+        TimmViTExplainer(tiny_vit, "rollout", alpha=0.5)
     with pytest.raises(TypeError, match="ResNet"):
-        Explainer(timm.create_model("resnet18", pretrained=False))
+        TimmViTExplainer(timm.create_model("resnet18", pretrained=False))
     with pytest.raises(TypeError, match="no classifier head"):
-        Explainer(make_tiny_vit(num_classes=0))
+        TimmViTExplainer(make_tiny_vit(num_classes=0))
 
 
 def test_non_finite_gradients_mark_only_that_map_invalid(tiny_vit):
     x = torch.randn(3, 3, 32, 32)
-    clean = Explainer(tiny_vit).explain(x)
+    clean = TimmViTExplainer(tiny_vit).explain(x)
 
     def poison(_module, grad_input, _grad_output):
         g = grad_input[0].clone()
@@ -207,7 +210,7 @@ def test_non_finite_gradients_mark_only_that_map_invalid(tiny_vit):
 
     handle = tiny_vit.norm.register_full_backward_hook(poison)
     try:
-        exp = Explainer(tiny_vit).explain(x)
+        exp = TimmViTExplainer(tiny_vit).explain(x)
     finally:
         handle.remove()
     assert exp.valid.tolist() == [False, True, True]
@@ -218,7 +221,7 @@ def test_non_finite_gradients_mark_only_that_map_invalid(tiny_vit):
 def test_a_float64_model_is_explained_in_float64_to_rounding():
     model = make_tiny_vit(num_classes=5, seed=1).double()
     x = torch.randn(6, 3, 32, 32, dtype=torch.float64)
-    explainer = Explainer(model)
+    explainer = TimmViTExplainer(model)
     batch = explainer.explain(x, torch.arange(6) % 5)
     singles = torch.cat([explainer.explain(x[i : i + 1], torch.tensor([i % 5])).maps for i in range(6)])
     assert batch.maps.dtype == torch.float32 and batch.logits.dtype == torch.float32

@@ -9,13 +9,14 @@ import torch
 from lightning.pytorch import LightningModule
 from torch import nn
 
-from gradskip_lightning.adapters import BlockTensors, UnsupportedModel
+from gradskip_lightning.core.explanation import UnsupportedModel
+from gradskip_lightning.core.tensors import BlockTensors
 from gradskip_lightning.families import explainer_for
+from gradskip_lightning.families.swin import FAMILY, SWIN_METHODS, BlockWindows, SwinAdapter, SwinExplainer
+from gradskip_lightning.families.swin.propagation import SwinGradSkipVisitor
 from gradskip_lightning.methods import GradSkipOptions, block_step, chefer_step, propagate_block, rollout_matrix
 from gradskip_lightning.metrics import parameter_randomisation
-from gradskip_lightning.swin import SWIN_METHODS, BlockWindows, SwinAdapter, SwinExplainer, find_swin
-from gradskip_lightning.swin.propagation import SwinGradSkipVisitor
-from tests.adapters.helpers import hooks_on
+from tests.core.helpers import hooks_on
 
 TARGETS = torch.tensor([0, 1, 2])
 
@@ -177,7 +178,7 @@ def test_external_head_gives_the_maps_of_the_headed_model():
 
 def test_randomised_weights_decorrelate_the_maps():
     explain = lambda m, x, t: SwinExplainer(m).explain(x, t).maps  # noqa: E731
-    cascade = lambda m: SwinAdapter(find_swin(m))  # noqa: E731
+    cascade = lambda m: SwinAdapter(FAMILY.find(m))  # noqa: E731
     curve = parameter_randomisation(tiny(), images(), TARGETS, explain, cascade_for=cascade)
     assert curve.layers == ("head", "layers.1.blocks.1", "layers.1.blocks.0", "layers.0.blocks.1", "layers.0.blocks.0")
     assert curve.mean[-1] < 0.5, curve.mean

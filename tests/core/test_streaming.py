@@ -9,10 +9,11 @@ from dataclasses import fields
 import pytest
 import torch
 
-from gradskip_lightning.adapters import BlockTensors, Capture, Recorder, Top, find_adapter
-from gradskip_lightning.adapters.streaming import StreamedPass
-from tests.adapters.helpers import capture, hooks_on
+from gradskip_lightning.core.streaming import StreamedPass
+from gradskip_lightning.core.tensors import BlockTensors, Capture, Recorder, Top
+from gradskip_lightning.families.timm_vit import adapter_for
 from tests.conftest import make_tiny_vit
+from tests.core.helpers import capture, hooks_on
 
 MODES = ["forward", "gradients", "conservative"]
 
@@ -37,7 +38,7 @@ class FailingRecorder(Recorder):
 @pytest.mark.parametrize("mode", MODES)
 def test_a_failing_visitor_leaves_no_hook_and_the_next_call_starts_afresh(tiny_vit, mode):
     x = torch.randn(2, 3, 32, 32)
-    adapter = find_adapter(tiny_vit)
+    adapter = adapter_for(tiny_vit)
     with pytest.raises(RuntimeError, match="visitor failed"):
         adapter.run(tiny_vit, x, None, FailingRecorder(mode))
     assert hooks_on(tiny_vit) == 0
@@ -45,7 +46,7 @@ def test_a_failing_visitor_leaves_no_hook_and_the_next_call_starts_afresh(tiny_v
     assert all(p.grad is None for p in tiny_vit.parameters())
     recorder, reference, fresh = Recorder(mode), Recorder(mode), make_tiny_vit()
     adapter.run(tiny_vit, x, None, recorder)  # nothing of the failed call reaches this one
-    find_adapter(fresh).run(fresh, x, None, reference)
+    adapter_for(fresh).run(fresh, x, None, reference)
     assert_equal(recorder.capture(), reference.capture())
 
 
@@ -58,7 +59,7 @@ def test_a_failure_while_installing_the_hooks_leaves_none(tiny_vit):
 
 @pytest.mark.parametrize("mode", MODES)
 def test_a_pass_is_freed_as_soon_as_its_call_returns(tiny_vit, mode):
-    streamed = StreamedPass(find_adapter(tiny_vit), tiny_vit, Recorder(mode))
+    streamed = StreamedPass(adapter_for(tiny_vit), tiny_vit, Recorder(mode))
     streamed.run(torch.randn(2, 3, 32, 32), None)
     gone = weakref.ref(streamed)
     gc.disable()

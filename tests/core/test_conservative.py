@@ -7,7 +7,7 @@ import torch
 from timm.layers import LayerNorm, RmsNorm, SimpleNorm
 from torch import nn
 
-from gradskip_lightning.adapters.conservative import constant_denominator_rule, constant_hooks
+from gradskip_lightning.core.conservative import constant_denominator_rule, constant_norm_hooks, detached_outputs
 
 
 def randomised(norm: nn.Module) -> nn.Module:
@@ -40,9 +40,10 @@ def test_rule_keeps_the_value_and_holds_the_denominator_constant(norm):
 
 def test_hooks_detach_attention_and_norm_outputs_only_while_installed():
     norm, drop = randomised(nn.LayerNorm(4)), nn.Dropout(0.0)
-    handles = constant_hooks([drop], [nn.Sequential(norm)])
     x = torch.randn(3, 4, dtype=torch.float64, requires_grad=True)
-    assert not drop(x).requires_grad and norm(x).grad_fn.name() != "NativeLayerNormBackward0"
-    for handle in handles:
-        handle.remove()
+    with detached_outputs([drop]):
+        handles = constant_norm_hooks([nn.Sequential(norm)])
+        assert not drop(x).requires_grad and norm(x).grad_fn.name() != "NativeLayerNormBackward0"
+        for handle in handles:
+            handle.remove()
     assert drop(x).requires_grad and norm(x).grad_fn.name() == "NativeLayerNormBackward0"

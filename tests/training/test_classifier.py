@@ -15,7 +15,7 @@ from timm.models.vision_transformer import VisionTransformer
 from torch.utils.data import DataLoader, TensorDataset
 
 from gradskip_lightning.data import PlantedShapesDataModule
-from gradskip_lightning.model import ViTClassifier, multilabel_loss, warmup_cosine
+from gradskip_lightning.training.classifier import ViTClassifier, multilabel_loss, warmup_cosine
 from tests.conftest import TRAIN_SEED
 
 TINY = {"num_classes": 4, "img_size": 32, "patch_size": 8, "embed_dim": 48, "depth": 2, "num_heads": 3}

@@ -6,9 +6,10 @@ import pytest
 import timm
 import torch
 
-from gradskip_lightning.adapters import UnsupportedModel, find_adapter
-from tests.adapters.helpers import capture, hooks_on
+from gradskip_lightning.core.explanation import UnsupportedModel
+from gradskip_lightning.families.timm_vit import adapter_for
 from tests.conftest import make_tiny_vit
+from tests.core.helpers import capture, hooks_on
 
 
 def test_capture_shapes_and_gradient_identity(tiny_vit):
@@ -86,18 +87,21 @@ def test_model_families_prefix_tokens_and_readout():
     torch.testing.assert_close(cap.readout[0], torch.cat([torch.zeros(4), torch.full((16,), 1 / 16)]))
 
 
-def test_find_adapter_accepts_wrappers_and_rejects_others(tiny_vit):
+def test_adapter_for_accepts_wrappers_and_rejects_others(tiny_vit):
     wrapper = torch.nn.Sequential(torch.nn.Identity(), tiny_vit)
-    assert find_adapter(wrapper).backbone is tiny_vit
+    assert adapter_for(wrapper).backbone is tiny_vit
     cnn = timm.create_model("resnet18", pretrained=False, num_classes=3)
-    with pytest.raises(UnsupportedModel, match="ResNet.*no supported.*Beit.*Eva.*NaFlexVit.*VisionTransformer.*RelPos"):
-        find_adapter(cnn)
+    refusal = (
+        "ResNet as a timm_vit model: it holds 0 timm Vision Transformers.*beit, eva, naflexvit, vision_transformer"
+    )
+    with pytest.raises(UnsupportedModel, match=refusal):
+        adapter_for(cnn)
     two = torch.nn.ModuleList([make_tiny_vit(), make_tiny_vit()])
-    with pytest.raises(TypeError, match="contains 2"):
-        find_adapter(two)
+    with pytest.raises(TypeError, match=r"holds 2 timm Vision Transformers .* network\(s\) at '0', '1'"):
+        adapter_for(two)
     swin = timm.create_model("swin_tiny_patch4_window7_224", pretrained=False, num_classes=3)
     with pytest.raises(TypeError, match="SwinTransformer"):
-        find_adapter(swin)
+        adapter_for(swin)
 
 
 @pytest.mark.parametrize(
@@ -110,8 +114,8 @@ def test_find_adapter_accepts_wrappers_and_rejects_others(tiny_vit):
 )
 def test_unsupported_configurations_name_the_class_and_the_reason(overrides, reason):
     model = make_tiny_vit(**overrides)
-    with pytest.raises(UnsupportedModel, match=f"VisionTransformer.*{reason}.*Supported families"):
-        find_adapter(model)
+    with pytest.raises(UnsupportedModel, match=f"VisionTransformer.*{reason}.*Supported"):
+        adapter_for(model)
 
 
 @pytest.mark.parametrize("include_prefix", [False, True])

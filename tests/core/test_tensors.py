@@ -7,11 +7,11 @@ import weakref
 import pytest
 import torch
 
-from gradskip_lightning.adapters import BlockTensors, CaptureMode, Top, find_adapter
-from gradskip_lightning.explainer import METHODS, Explainer
-from gradskip_lightning.methods import method_spec
-from tests.adapters.helpers import capture
+from gradskip_lightning.core.tensors import BlockTensors, CaptureMode, Top
+from gradskip_lightning.families.timm_vit import TimmViTExplainer, adapter_for
+from gradskip_lightning.methods import PASS_METHODS
 from tests.conftest import make_tiny_vit
+from tests.core.helpers import capture
 
 
 class OrderVisitor:
@@ -45,7 +45,7 @@ class OrderVisitor:
 def test_blocks_arrive_in_the_order_of_the_mode_and_are_dropped_after_their_step(mode, order):
     model = make_tiny_vit(depth=3)
     visitor = OrderVisitor(mode)
-    top = find_adapter(model).run(model, torch.randn(2, 3, 32, 32), None, visitor)
+    top = adapter_for(model).run(model, torch.randn(2, 3, 32, 32), None, visitor)
     assert visitor.calls == order
     # The engine keeps no block once the visitor had it (the visitor kept only weak references).
     assert visitor.alive_at_block == [0, 0, 0]
@@ -54,16 +54,16 @@ def test_blocks_arrive_in_the_order_of_the_mode_and_are_dropped_after_their_step
     assert not visitor.grad_enabled_at_start
 
 
-@pytest.mark.parametrize("method", METHODS)
+@pytest.mark.parametrize("method", PASS_METHODS.names)
 def test_streamed_maps_equal_the_replay_of_a_full_capture(method):
     model = make_tiny_vit()
     x, targets = torch.randn(3, 3, 32, 32), torch.tensor([0, 1, 2])
-    spec = method_spec(method)
-    visitor = spec.visitor(spec.make_options(method))
-    capture(model, x, targets, with_gradients=spec.needs_backward, conservative=spec.mode == "conservative").replay(
-        visitor
-    )
-    streamed = Explainer(model, method).explain(x, targets).token_maps
+    spec = PASS_METHODS[method]
+    visitor = spec.step(spec.make_options(method))
+    capture(
+        model, x, targets, with_gradients=spec.step.mode != "forward", conservative=spec.step.mode == "conservative"
+    ).replay(visitor)
+    streamed = TimmViTExplainer(model, method).explain(x, targets).token_maps
     torch.testing.assert_close(streamed, visitor.result().patch_relevance.reshape(3, 4, 4), rtol=1e-5, atol=1e-7)
 
 
@@ -72,4 +72,4 @@ def test_replay_refuses_a_capture_of_a_poorer_mode():
     forward_only = capture(model, torch.randn(1, 3, 32, 32), with_gradients=False)
     assert forward_only.attn_grad is None and forward_only.output_grad is None
     with pytest.raises(ValueError, match="'gradients' method needs a capture taken in that mode"):
-        forward_only.replay(method_spec("chefer").visitor(method_spec("chefer").make_options("chefer")))
+        forward_only.replay(PASS_METHODS["chefer"].step(PASS_METHODS["chefer"].make_options("chefer")))

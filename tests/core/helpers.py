@@ -1,4 +1,4 @@
-"""Capture through a model's adapter as the Explainer does, and the backbone-plus-external-head pattern."""
+"""Capture through a model's adapter as its family's explainer does, and the backbone-plus-external-head pattern."""
 
 from __future__ import annotations
 
@@ -7,7 +7,9 @@ import copy
 from lightning.pytorch import LightningModule
 from torch import Tensor, nn
 
-from gradskip_lightning.adapters import Capture, find_adapter
+from gradskip_lightning.core.adapter import PassAdapter
+from gradskip_lightning.core.tensors import Capture
+from gradskip_lightning.families import explainer_for
 
 
 def capture(
@@ -17,8 +19,16 @@ def capture(
     with_gradients: bool = True,
     conservative: bool = False,
 ) -> Capture:
-    """``find_adapter(model).capture(model, ...)``: the model's own forward, hooks on its backbone."""
-    return find_adapter(model).capture(model, images, targets, with_gradients, conservative)
+    """``adapter.capture(model, ...)`` with the adapter of ``model``'s family's explainer: the model's
+    own forward, hooks on its network."""
+    return adapter_of(model).capture(model, images, targets, with_gradients, conservative)
+
+
+def adapter_of(model: nn.Module) -> PassAdapter:
+    """The streamed-pass adapter ``model``'s family explains it with."""
+    adapter = getattr(explainer_for(model), "adapter")
+    assert isinstance(adapter, PassAdapter)
+    return adapter
 
 
 def hooks_on(model: nn.Module) -> int:

@@ -7,9 +7,9 @@ import torch
 from lightning.pytorch import Trainer, seed_everything
 
 from gradskip_lightning.data import PlantedShapesSegmentationDataModule
+from gradskip_lightning.families.segformer import SEGFORMER_METHODS, SegformerCascade, SegFormerExplainer
 from gradskip_lightning.metrics import parameter_randomisation, relevance_mass_accuracy, segmentation_scores_per_image
-from gradskip_lightning.segmentation import SEGMENTATION_METHODS, SegformerCascade, SegmentationExplainer
-from gradskip_lightning.segmentation.module import SegmentationModule
+from gradskip_lightning.training.segmentation import SegmentationModule
 from tests.conftest import TRAIN_SEED
 
 pytestmark = [pytest.mark.slow, pytest.mark.trained]
@@ -36,10 +36,10 @@ def trained():
     return module.eval(), images, classes, label_maps == classes[:, None, None]
 
 
-@pytest.mark.parametrize("method", sorted(set(SEGMENTATION_METHODS) - {"random"}))
+@pytest.mark.parametrize("method", sorted(set(SEGFORMER_METHODS) - {"random"}))
 def test_the_maps_find_the_planted_square(trained, method):
     module, images, classes, squares = trained
-    out = SegmentationExplainer(module, method).explain(images, classes)
+    out = SegFormerExplainer(module, method).explain(images, classes)
     assert out.region_found.all() and torch.equal(out.predictions, classes)  # the model segments the squares
     area = squares.float().mean().item()  # 0.035 of the pixels
     mass = relevance_mass_accuracy(out.maps, squares).mean().item()
@@ -48,14 +48,14 @@ def test_the_maps_find_the_planted_square(trained, method):
     # the random floor 0.94-1.03 x
     assert mass > 5 * area, f"{method}: relevance mass {mass:.3f} on squares covering {area:.3f}"
     assert scores["average_precision"].mean() > 0.7
-    floor = SegmentationExplainer(module, "random").explain(images, classes)
+    floor = SegFormerExplainer(module, "random").explain(images, classes)
     assert relevance_mass_accuracy(floor.maps, squares).mean() < 2 * area
 
 
 @pytest.mark.parametrize("method", ["gradskip", "raw_attention"])
 def test_randomised_weights_lose_the_square(trained, method):
     module, images, classes, squares = trained
-    explain = lambda model, x, t: SegmentationExplainer(model, method).explain(x, t).maps  # noqa: E731
+    explain = lambda model, x, t: SegFormerExplainer(model, method).explain(x, t).maps  # noqa: E731
     curve = parameter_randomisation(module, images[:8], classes[:8], explain, cascade_for=SegformerCascade)
     assert curve.layers[0] == "decode_head" and curve.layers[-1] == "stages.0.blocks.0"
     assert curve.mean[-1] < 0.5, curve.mean  # -0.14 to 0.25 over seeds 0-7

@@ -1,29 +1,28 @@
 import pytest
 import torch
 
-from gradskip_lightning.methods import GradSkipOptions
-from gradskip_lightning.methods.baselines import rollout_step
-from gradskip_lightning.methods.gradskip import propagate_block, propagate_through_keys, rows_or_identity
-from gradskip_lightning.segmentation import (
+from gradskip_lightning.families.segformer import (
     CONSERVING,
-    SEGMENTATION_METHODS,
+    SEGFORMER_METHODS,
     capture_segmentation,
-    cell_spread,
     chefer_segmentation,
     decoder_starts,
     gradskip_segmentation,
     key_to_token,
     rollout_segmentation,
-    spread_to_cells,
 )
+from gradskip_lightning.methods import GradSkipOptions
+from gradskip_lightning.methods.baselines import rollout_step
+from gradskip_lightning.methods.gradskip import propagate_block, propagate_through_keys, rows_or_identity
+from gradskip_lightning.methods.grids import cell_spread, spread_to_cells
 
 TARGETS = torch.tensor([0, 1, 2])
 OPTIONS = GradSkipOptions()
 
 
 def run_method(method, capture):
-    spec = SEGMENTATION_METHODS[method]
-    return spec.propagation(capture, spec.options())
+    spec = SEGFORMER_METHODS[method]
+    return spec.step(capture, spec.options())
 
 
 def test_cell_spread_is_uniform_over_each_cell():
@@ -44,7 +43,7 @@ def test_key_to_token_covers_each_window(segformer, images):
     torch.testing.assert_close(spread.sum(dim=0), torch.full((256,), 1 / 16))
 
 
-@pytest.mark.parametrize("method", sorted(set(SEGMENTATION_METHODS) - {"random"}))  # random: row b is the b-th draw
+@pytest.mark.parametrize("method", sorted(set(SEGFORMER_METHODS) - {"random"}))  # random: row b is the b-th draw
 def test_batch_equals_singles(segformer, images, method):
     run = lambda x, t: run_method(method, capture_segmentation(segformer, x, t)).token_map  # noqa: E731
     batch = run(images, TARGETS)

@@ -1,0 +1,151 @@
+"""PassExplainer: the explainer of every family whose networks run through the streamed pass.
+
+A family subclasses it with its ``family`` name, its method table (``method_specs``: visitors of the
+pass, :data:`~gradskip_lightning.methods.PASS_METHODS` for the ViTs) and :meth:`_adapter_of`, which
+finds its network in the model and wraps it in the family's
+:class:`~gradskip_lightning.core.adapter.PassAdapter`. The model's own forward runs (logits =
+model(images)), with hooks on the network the adapter wraps: preprocessing in ``forward`` and a
+head outside the network are honoured.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from functools import cached_property
+from typing import Any, ClassVar
+
+import torch
+from torch import Tensor, nn
+
+from gradskip_lightning.core.adapter import PassAdapter
+from gradskip_lightning.core.explanation import (
+    ExplainerBase,
+    Explanation,
+    Task,
+    UnsupportedModel,
+    all_finite,
+    relevance_maps,
+)
+from gradskip_lightning.core.methods import MethodSpec
+from gradskip_lightning.core.registry import Registry
+from gradskip_lightning.core.validation import check_image_batch, check_logits
+
+__all__ = ["PassExplainer"]
+
+
+class PassExplainer(ExplainerBase):
+    """Explain a classifier's decisions through one streamed pass of its network.
+
+    Args:
+        model: the module whose forward maps images to logits (B, num_classes) and that is, or
+            holds exactly one, network of the family: the network with its head, or a
+            LightningModule with ``self.head(self.backbone(x))``.
+        method: one of :attr:`methods`.
+        **options: the fields of the method's options dataclass.
+
+    Raises:
+        UnsupportedModel (a TypeError): no network of the family, several, or a network without
+            head passed alone.
+        ValueError: unknown method or option.
+    """
+
+    task: ClassVar[Task] = "classification"
+    #: The family's methods: name -> the visitor class of the pass and the options dataclass.
+    method_specs: ClassVar[Registry[MethodSpec[Any]]]
+    adapter: PassAdapter
+
+    def __init__(self, model: nn.Module, method: str = "gradskip", **options: Any) -> None:
+        self.check_model(model)
+        self.adapter = self._adapter_of(model)
+        if self.adapter.backbone is model and self.adapter.num_classes <= 0:
+            raise UnsupportedModel(
+                f"{type(model).__name__} has no classifier head (num_classes=0): nothing to explain. "
+                "Pass the module that applies the head (its forward must return logits)."
+            )
+        self.model = self._logits_module(model)  # images -> logits; what the metrics run
+        self.method = method
+        self.spec = self.method_specs[method]
+        self.options = self.spec.make_options(method, **options)
+
+    def _adapter_of(self, model: nn.Module) -> PassAdapter:
+        """The family's adapter of the one network in ``model``."""
+        raise NotImplementedError
+
+    def _logits_module(self, model: nn.Module) -> nn.Module:
+        """The module whose forward returns the logits (B, K): ``model`` itself unless the family's
+        network returns an output object."""
+        return model
+
+    @property
+    def patch_size(self) -> tuple[int, int]:
+        return self.adapter.patch_size
+
+    @property
+    def grid_size(self) -> tuple[int, int]:
+        return self.adapter.grid_size
+
+    @property
+    def img_size(self) -> tuple[int, int]:
+        return self.adapter.img_size
+
+    @property
+    def in_chans(self) -> int:
+        return self.adapter.in_chans
+
+    @property
+    def num_prefix_tokens(self) -> int:
+        return self.adapter.num_prefix_tokens
+
+    @cached_property
+    def num_classes(self) -> int:
+        """Width of the model's logits: the network's head, or one forward of a blank image when
+        the head is outside the network."""
+        if self.adapter.num_classes > 0:
+            return self.adapter.num_classes
+        parameter = next(self.model.parameters())
+        blank = torch.zeros(1, self.in_chans, *self.img_size, device=parameter.device, dtype=parameter.dtype)
+        with self.adapter.explain_mode(self.model), torch.no_grad():
+            logits = self.model(blank)
+        check_logits(self.model, logits, 1)
+        return logits.shape[1]
+
+    def check_images(self, images: Tensor) -> None:
+        """Raise unless ``images`` is a finite float (B, C, H, W) batch of the model's size."""
+        check_image_batch(images)
+        c, h, w = images.shape[1:]
+        if c != self.in_chans or (h, w) != self.img_size:
+            expected = ", ".join(str(d) for d in (self.in_chans, *self.img_size))
+            raise ValueError(f"images must be (B, {expected}); got {tuple(images.shape)}")
+
+    def _parameters(self) -> Iterator[nn.Parameter]:
+        return self.adapter.backbone.parameters()
+
+    def _check_width(self, logits: Tensor) -> None:
+        """Raise ValueError unless the forward's logits (B, K) are as wide as the network's head."""
+        if logits.shape[1] != self.num_classes:
+            raise ValueError(
+                f"{type(self.model).__name__}.forward returned {logits.shape[1]} logits; its backbone's "
+                f"head has {self.num_classes} classes. Pass the module whose forward returns them."
+            )
+
+    def _explain(self, images: Tensor, targets: Tensor | None, regions: Tensor | None) -> Explanation:
+        """One pass of the adapter (each block reduced by the method as soon as its tensors exist)."""
+        visitor = self.spec.step(self.options)
+        top = self.adapter.run(self.model, images, targets, visitor)
+        self._check_width(top.logits)
+        out = visitor.result()
+        token_maps = out.patch_relevance.reshape(-1, *top.grid_size)
+        finite = all_finite(out.head_weights, out.gates, token_maps)
+        maps, token_maps, valid = relevance_maps(token_maps, finite, (images.shape[2], images.shape[3]))
+        return Explanation(
+            maps=maps,
+            token_maps=token_maps,
+            targets=top.targets,
+            logits=top.logits.float(),
+            valid=valid,
+            method=self.method,
+            head_weights=out.head_weights,
+            grad_flow=out.grad_flow,
+            sparsity=out.sparsity,
+            gates=out.gates,
+        )
