@@ -11,7 +11,7 @@ from lightning.pytorch.loggers import WandbLogger
 
 from gradskip_lightning import DiscoveryStage, GradSkipCallback, ScoreSettings
 from gradskip_lightning.callback.keys import SECTIONS
-from gradskip_lightning.callback.record import scalar_fields
+from gradskip_lightning.callback.scoring.record import scalar_fields
 from gradskip_lightning.dashboard import build_workspace, main
 from gradskip_lightning.data import SpuriousTag
 from tests.callback.helpers import tiny_data, tiny_module, tiny_trainer

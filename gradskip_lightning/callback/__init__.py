@@ -11,8 +11,8 @@ logged), :mod:`.sinks` (W&B, other loggers, image and maps files), :mod:`.files`
 format), :mod:`.discovery` and :mod:`.discovery_report` (the shortcut discovery stage).
 """
 
-from .core import GradSkipCallback
-from .discovery import DiscoveryStage
-from .settings import ProbeSettings, RenderSettings, ScoreSettings
+from gradskip_lightning.callback.core import GradSkipCallback
+from gradskip_lightning.callback.discovery.stage import DiscoveryStage
+from gradskip_lightning.callback.settings import ProbeSettings, RenderSettings, ScoreSettings
 
 __all__ = ["DiscoveryStage", "GradSkipCallback", "ProbeSettings", "RenderSettings", "ScoreSettings"]

@@ -16,25 +16,20 @@ from lightning.pytorch.trainer.states import TrainerFn
 from torch import Tensor
 from typing_extensions import override
 
-from gradskip_lightning.core.explanation import ModelExplainer
-from gradskip_lightning.core.validation import required
-from gradskip_lightning.data.tags import SpuriousTag
-from gradskip_lightning.methods import MethodName
-from gradskip_lightning.metrics.perturbation import Activation
-
-from . import setup as checks
-from .averaging import Hook, averaged_weights
-from .budget import TimeBudget
-from .compute import EpochWork
-from .discovery import Discoverer, DiscoveryStage, discovery_scalars
-from .discovery_report import show_discovery
-from .drift import DriftTracker
-from .epoch import explain_isolated, full_report, log_to_sinks, monitor, skipped_report
-from .keys import key
-from .probes import ProbeSource, given_probes
-from .report import epoch_scalars
-from .schedule import EpochSchedule
-from .settings import (
+from gradskip_lightning.callback import setup as checks
+from gradskip_lightning.callback.averaging import Hook, averaged_weights
+from gradskip_lightning.callback.discovery.images import show_discovery
+from gradskip_lightning.callback.discovery.stage import Discoverer, DiscoveryStage, discovery_scalars
+from gradskip_lightning.callback.epoch import explain_isolated, full_report, log_to_sinks, monitor, skipped_report
+from gradskip_lightning.callback.keys import key
+from gradskip_lightning.callback.output.report import epoch_scalars
+from gradskip_lightning.callback.output.sinks import EpochReport, ProbeSheet, Sink, make_sinks
+from gradskip_lightning.callback.probes import ProbeSource, given_probes
+from gradskip_lightning.callback.scoring.budget import TimeBudget
+from gradskip_lightning.callback.scoring.compute import EpochWork
+from gradskip_lightning.callback.scoring.drift import DriftTracker
+from gradskip_lightning.callback.scoring.schedule import EpochSchedule
+from gradskip_lightning.callback.settings import (
     FLAT_NAMES,
     DeletionBaseline,
     ProbeSettings,
@@ -44,7 +39,11 @@ from .settings import (
     check_arguments,
     grouped,
 )
-from .sinks import EpochReport, ProbeSheet, Sink, make_sinks
+from gradskip_lightning.core.explanation import ModelExplainer
+from gradskip_lightning.core.validation import required
+from gradskip_lightning.data.tags import SpuriousTag
+from gradskip_lightning.methods import MethodName
+from gradskip_lightning.metrics.perturbation import Activation
 
 __all__ = ["GradSkipCallback"]
 

@@ -15,19 +15,18 @@ from lightning.pytorch.utilities import rank_zero_warn
 from lightning.pytorch.utilities.seed import isolate_rng
 from torch import Tensor
 
+from gradskip_lightning.callback.keys import key
+from gradskip_lightning.callback.output.report import build_report
+from gradskip_lightning.callback.output.sinks import EpochReport, ProbeSheet, Sink
+from gradskip_lightning.callback.probes import ProbeSet
+from gradskip_lightning.callback.scoring.compute import EpochWork, explain_probes
+from gradskip_lightning.callback.scoring.distributed import gather_records, shard_positions
+from gradskip_lightning.callback.scoring.record import ProbeRecord
+from gradskip_lightning.callback.scoring.transplant import Transplant
+from gradskip_lightning.callback.settings import RenderSettings, ScoreSettings
 from gradskip_lightning.core.adapter import eval_mode
 from gradskip_lightning.core.explanation import ModelExplainer
 from gradskip_lightning.metrics.perturbation import Activation
-
-from .compute import EpochWork, explain_probes
-from .distributed import gather_records, shard_positions
-from .keys import key
-from .probes import ProbeSet
-from .record import ProbeRecord
-from .report import build_report
-from .settings import RenderSettings, ScoreSettings
-from .sinks import EpochReport, ProbeSheet, Sink
-from .transplant import Transplant
 
 __all__ = [
     "explain_isolated",

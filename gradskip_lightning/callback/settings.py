@@ -17,11 +17,10 @@ from typing import Any, Literal, get_args
 from lightning.pytorch.utilities import rank_zero_deprecation
 
 from gradskip_lightning import render
+from gradskip_lightning.callback.probes import ItemKeys
 from gradskip_lightning.core.family import check_backbone
 from gradskip_lightning.data.tags import SpuriousTag
 from gradskip_lightning.families import all_methods
-
-from .probes import ItemKeys
 
 __all__ = [
     "ProbeSettings",

@@ -14,15 +14,14 @@ from lightning.pytorch import LightningModule, Trainer
 from lightning.pytorch.trainer.states import TrainerFn
 from torch.utils.data import Dataset
 
+from gradskip_lightning.callback.output.report import probe_sheet
+from gradskip_lightning.callback.output.sinks import ProbeSheet
+from gradskip_lightning.callback.probes import ProbeSet, check_probes
+from gradskip_lightning.callback.scoring.transplant import Transplant
+from gradskip_lightning.callback.settings import RenderSettings, ScoreSettings
 from gradskip_lightning.core.explanation import ModelExplainer
 from gradskip_lightning.data.tags import SpuriousTag
 from gradskip_lightning.families import explainer_for
-
-from .probes import ProbeSet, check_probes
-from .report import probe_sheet
-from .settings import RenderSettings, ScoreSettings
-from .sinks import ProbeSheet
-from .transplant import Transplant
 
 __all__ = [
     "Display",

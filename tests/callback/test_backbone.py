@@ -17,10 +17,9 @@ from torch import Tensor
 from torch.utils.data import Dataset
 
 from gradskip_lightning import DiscoveryStage, GradSkipCallback, ProbeSettings, ScoreSettings, explainer_for
+from tests.callback.helpers import tiny_data, tiny_trainer
+from tests.callback.wandb_files import find_runs
 from tests.conftest import make_tiny_vit
-
-from .helpers import tiny_data, tiny_trainer
-from .wandb_files import find_runs
 
 P = "gradskip/"
 

@@ -15,8 +15,7 @@ from lightning.pytorch.loggers import CSVLogger
 from gradskip_lightning import GradSkipCallback
 from gradskip_lightning.callback.settings import ProbeSettings, RenderSettings, ScoreSettings
 from gradskip_lightning.metrics import drift
-
-from .helpers import tiny_data, tiny_module, tiny_trainer
+from tests.callback.helpers import tiny_data, tiny_module, tiny_trainer
 
 FAST = dict(probes=ProbeSettings(num_probes=8), scores=ScoreSettings(insertion_steps=4))
 

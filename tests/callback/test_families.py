@@ -17,9 +17,8 @@ from torch import Tensor, nn
 from torch.utils.data import Dataset
 
 from gradskip_lightning import GradSkipCallback, ProbeSettings, ScoreSettings
-
-from .helpers import tiny_data, tiny_trainer
-from .wandb_files import find_runs, use_offline_wandb
+from tests.callback.helpers import tiny_data, tiny_trainer
+from tests.callback.wandb_files import find_runs, use_offline_wandb
 
 P = "gradskip/"
 CLASSES = 4

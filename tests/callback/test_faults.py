@@ -16,11 +16,10 @@ from lightning.pytorch.callbacks import EarlyStopping, EMAWeightAveraging, Model
 from lightning.pytorch.loggers import CSVLogger
 
 from gradskip_lightning import GradSkipCallback
-from gradskip_lightning.callback.files import read_maps
+from gradskip_lightning.callback.output.files import read_maps
 from gradskip_lightning.callback.probes import load_probes
 from gradskip_lightning.callback.settings import ProbeSettings, ScoreSettings
-
-from .helpers import tiny_data, tiny_module, tiny_trainer
+from tests.callback.helpers import tiny_data, tiny_module, tiny_trainer
 
 FAST = dict(probes=ProbeSettings(num_probes=8), scores=ScoreSettings(insertion_steps=4), progress=False)
 INSERTION = "faithfulness/gradskip/insertion"
@@ -132,7 +131,7 @@ def test_a_skipped_epoch_turns_monitored_scores_to_nan_for_checkpoint_and_early_
 
 
 def test_time_s_covers_the_sinks(tmp_path, monkeypatch):
-    from gradskip_lightning.callback import sinks
+    from gradskip_lightning.callback.output import sinks
 
     real = sinks.MapsFileSink.log
 
@@ -149,7 +148,7 @@ def test_time_s_covers_the_sinks(tmp_path, monkeypatch):
 
 
 def test_one_failing_sink_warns_and_the_others_still_write(tmp_path, monkeypatch):
-    from gradskip_lightning.callback import sinks
+    from gradskip_lightning.callback.output import sinks
 
     def unwritable(*args, **kwargs):
         raise PermissionError(13, "Permission denied", "maps")

@@ -12,8 +12,7 @@ from lightning.pytorch.callbacks import EarlyStopping, ModelCheckpoint
 from lightning.pytorch.loggers import CSVLogger
 
 from gradskip_lightning import GradSkipCallback
-
-from .helpers import tiny_data, tiny_module, tiny_trainer
+from tests.callback.helpers import tiny_data, tiny_module, tiny_trainer
 
 KEY = "regions/gradskip/mass/object"
 

@@ -11,8 +11,7 @@ from torch.utils.data import DataLoader, Dataset
 
 from gradskip_lightning import GradSkipCallback
 from gradskip_lightning.data.planted_shapes import PlantedShapesDataset
-
-from .helpers import tiny_module, tiny_trainer
+from tests.callback.helpers import tiny_module, tiny_trainer
 
 
 class MultiHotShapes(Dataset):

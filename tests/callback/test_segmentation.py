@@ -12,8 +12,7 @@ import wandb
 from PIL import Image
 
 import train
-
-from .wandb_files import find_runs, use_offline_wandb
+from tests.callback.wandb_files import find_runs, use_offline_wandb
 
 pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore:LightningCLI's args parameter")]
 CONFIG = Path(__file__).resolve().parents[2] / "configs" / "planted_segformer.yaml"

@@ -5,18 +5,17 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import numpy as np
+from gradskip_lightning.callback.discovery.stage import Discoverer
 from lightning.pytorch import Trainer
 from lightning.pytorch.loggers import WandbLogger
 from lightning.pytorch.utilities import rank_zero_warn
 
 from gradskip_lightning import render
+from gradskip_lightning.callback.keys import key
+from gradskip_lightning.callback.probes import ProbeSet
+from gradskip_lightning.callback.settings import RenderSettings
 from gradskip_lightning.core.validation import required
 from gradskip_lightning.metrics import Discovery
-
-from .discovery import Discoverer
-from .keys import key
-from .probes import ProbeSet
-from .settings import RenderSettings
 
 __all__ = ["discovery_images", "alert_text", "send_alert", "show_discovery"]
 

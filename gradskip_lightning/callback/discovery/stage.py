@@ -28,16 +28,15 @@ from lightning.pytorch.utilities.seed import isolate_rng
 from torch import Tensor
 from torch.utils.data import Dataset
 
+from gradskip_lightning.callback.keys import key
+from gradskip_lightning.callback.probes import ItemKeys, ProbeSet, ProbeSource
+from gradskip_lightning.callback.scoring.distributed import shard_positions
+from gradskip_lightning.callback.settings import positive
 from gradskip_lightning.core.adapter import eval_mode
 from gradskip_lightning.core.explanation import ModelExplainer
 from gradskip_lightning.families import all_methods
 from gradskip_lightning.metrics import ClassMapSummary, Discovery, DiscoverySettings, discover
 from gradskip_lightning.metrics.perturbation import Activation
-
-from .distributed import shard_positions
-from .keys import key
-from .probes import ItemKeys, ProbeSet, ProbeSource
-from .settings import positive
 
 __all__ = ["DiscoveryStage", "Discoverer", "discovery_scalars", "CLASS_VALUES"]
 

@@ -9,13 +9,12 @@ import torch
 from torch import Tensor
 
 from gradskip_lightning import render
+from gradskip_lightning.callback.keys import key
+from gradskip_lightning.callback.output.sinks import EpochReport, ProbeSheet
+from gradskip_lightning.callback.probes import ProbeSet
+from gradskip_lightning.callback.scoring.record import ProbeRecord, npz_fields, scalar_fields, table_fields
+from gradskip_lightning.callback.settings import RenderSettings
 from gradskip_lightning.core.validation import required
-
-from .keys import key
-from .probes import ProbeSet
-from .record import ProbeRecord, npz_fields, scalar_fields, table_fields
-from .settings import RenderSettings
-from .sinks import EpochReport, ProbeSheet
 
 __all__ = ["build_report", "epoch_scalars", "probe_sheet", "table_cells", "HEAD_PARTS"]
 

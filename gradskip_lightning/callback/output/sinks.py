@@ -19,10 +19,9 @@ import numpy as np
 from lightning.pytorch.loggers import Logger, TensorBoardLogger, WandbLogger
 from lightning.pytorch.utilities import rank_zero_info
 
+from gradskip_lightning.callback.keys import key
+from gradskip_lightning.callback.output.files import write_epoch, write_png, write_probes
 from gradskip_lightning.render import annotate
-
-from .files import write_epoch, write_png, write_probes
-from .keys import key
 
 if TYPE_CHECKING:
     import wandb

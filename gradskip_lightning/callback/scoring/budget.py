@@ -23,7 +23,7 @@ from typing import Literal
 
 from lightning.pytorch.utilities import rank_zero_warn
 
-from .keys import key
+from gradskip_lightning.callback.keys import key
 
 __all__ = ["MAX_STRIDE", "PARTS", "Part", "Plan", "TimeBudget"]
 

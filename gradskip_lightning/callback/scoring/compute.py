@@ -16,16 +16,15 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor
 
+from gradskip_lightning.callback.probes import ProbeSet
+from gradskip_lightning.callback.scoring.distributed import any_rank
+from gradskip_lightning.callback.scoring.record import ProbeRecord
+from gradskip_lightning.callback.scoring.scores import SCORES, Chunk, ExplainFailure
+from gradskip_lightning.callback.scoring.transplant import Transplant
+from gradskip_lightning.callback.settings import ScoreSettings
 from gradskip_lightning.core.explanation import ModelExplainer
 from gradskip_lightning.metrics.insertion_deletion import Starts, perturbation_starts
 from gradskip_lightning.metrics.perturbation import Activation, class_probabilities
-
-from .distributed import any_rank
-from .probes import ProbeSet
-from .record import ProbeRecord
-from .scores import SCORES, Chunk, ExplainFailure
-from .settings import ScoreSettings
-from .transplant import Transplant
 
 __all__ = ["explain_probes", "EpochWork", "ExplainFailure"]
 

@@ -33,7 +33,7 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
-from .record import ProbeRecord
+from gradskip_lightning.callback.scoring.record import ProbeRecord
 
 __all__ = ["Shard", "shard_positions", "gather_records", "any_rank"]
 

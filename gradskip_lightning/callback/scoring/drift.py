@@ -8,10 +8,9 @@ import torch
 from lightning.pytorch.utilities import rank_zero_warn
 from torch import Tensor
 
+from gradskip_lightning.callback.probes import ProbeSet
 from gradskip_lightning.core.validation import required
 from gradskip_lightning.metrics import drift
-
-from .probes import ProbeSet
 
 __all__ = ["DriftTracker"]
 

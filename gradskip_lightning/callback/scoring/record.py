@@ -19,7 +19,7 @@ from typing import Any, Literal
 import torch
 from torch import Tensor
 
-from .keys import Section
+from gradskip_lightning.callback.keys import Section
 
 __all__ = ["ProbeRecord", "Scope", "Scalar", "value", "table_fields", "scalar_fields", "npz_fields"]
 

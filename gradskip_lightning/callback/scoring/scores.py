@@ -14,6 +14,9 @@ from typing import Any, Literal
 import torch
 from torch import Tensor
 
+from gradskip_lightning.callback.probes import ProbeSet
+from gradskip_lightning.callback.scoring.transplant import Transplant
+from gradskip_lightning.callback.settings import ScoreSettings
 from gradskip_lightning.core.explanation import Explanation, ModelExplainer
 from gradskip_lightning.core.validation import required
 from gradskip_lightning.metrics import (
@@ -28,10 +31,6 @@ from gradskip_lightning.metrics import (
 from gradskip_lightning.metrics.insertion_deletion import Starts
 from gradskip_lightning.metrics.perturbation import Activation, class_probabilities
 from gradskip_lightning.metrics.sensitivity import runner_up_classes
-
-from .probes import ProbeSet
-from .settings import ScoreSettings
-from .transplant import Transplant
 
 __all__ = ["Chunk", "Score", "SCORES", "Requirement", "REQUIREMENTS", "ExplainFailure"]
 

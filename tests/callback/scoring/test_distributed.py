@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from gradskip_lightning.callback import distributed
-from gradskip_lightning.callback.record import ProbeRecord
+from gradskip_lightning.callback.scoring import distributed
+from gradskip_lightning.callback.scoring.record import ProbeRecord
 
 
 @pytest.mark.parametrize("num_probes, world", [(9, 2), (5, 4), (2, 3), (8, 2)])

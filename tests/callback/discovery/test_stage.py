@@ -15,10 +15,9 @@ from PIL import Image
 
 from gradskip_lightning import DiscoveryStage, GradSkipCallback, ProbeSettings, ScoreSettings
 from gradskip_lightning.data.tags import SpuriousTag
+from tests.callback.helpers import tiny_data, tiny_module, tiny_trainer
+from tests.callback.wandb_files import find_runs, read_records, use_offline_wandb
 from tests.conftest import TRAIN_SEED
-
-from .helpers import tiny_data, tiny_module, tiny_trainer
-from .wandb_files import find_runs, read_records, use_offline_wandb
 
 P = "gradskip/"
 D = f"discovery/{P}"
@@ -153,7 +152,7 @@ def test_bad_discovery_settings_are_a_clear_error(change, error, match):
 
 
 def test_the_stage_can_summarise_another_methods_maps(tmp_path, monkeypatch):
-    from gradskip_lightning.callback.discovery import Discoverer
+    from gradskip_lightning.callback.discovery.stage import Discoverer
 
     used, run_epoch = [], Discoverer.run_epoch
 

@@ -13,9 +13,8 @@ from PIL import Image
 
 from gradskip_lightning import GradSkipCallback
 from gradskip_lightning.callback.settings import ScoreSettings
-
-from .helpers import tiny_data, tiny_module, tiny_trainer
-from .wandb_files import find_runs, use_offline_wandb
+from tests.callback.helpers import tiny_data, tiny_module, tiny_trainer
+from tests.callback.wandb_files import find_runs, use_offline_wandb
 
 P = "gradskip/"
 NUM_PROBES = 8

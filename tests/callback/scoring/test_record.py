@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from gradskip_lightning.callback.record import ProbeRecord, Scalar, npz_fields, scalar_fields, table_fields
-from gradskip_lightning.callback.report import epoch_scalars, table_cells
+from gradskip_lightning.callback.output.report import epoch_scalars, table_cells
+from gradskip_lightning.callback.scoring.record import ProbeRecord, Scalar, npz_fields, scalar_fields, table_fields
 
 
 def test_fields_declare_scope_scalars_table_and_files():

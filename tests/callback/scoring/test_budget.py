@@ -12,11 +12,10 @@ from lightning.pytorch import seed_everything
 from lightning.pytorch.loggers import CSVLogger
 
 from gradskip_lightning import GradSkipCallback
-from gradskip_lightning.callback.budget import MAX_STRIDE, Plan, TimeBudget
-from gradskip_lightning.callback.discovery import DiscoveryStage
+from gradskip_lightning.callback.discovery.stage import DiscoveryStage
+from gradskip_lightning.callback.scoring.budget import MAX_STRIDE, Plan, TimeBudget
 from gradskip_lightning.callback.settings import ProbeSettings, ScoreSettings
-
-from .helpers import tiny_data, tiny_module, tiny_trainer
+from tests.callback.helpers import tiny_data, tiny_module, tiny_trainer
 
 EPOCHS = 5
 

@@ -11,8 +11,7 @@ from lightning.pytorch import seed_everything
 from PIL import Image
 
 from gradskip_lightning import GradSkipCallback
-
-from .helpers import tiny_data, tiny_module, tiny_trainer
+from tests.callback.helpers import tiny_data, tiny_module, tiny_trainer
 
 pytest.importorskip("tensorboard")
 

@@ -8,13 +8,12 @@ import torch
 from torch import Tensor
 
 from gradskip_lightning.callback import ScoreSettings
-from gradskip_lightning.callback.compute import EpochWork, explain_probes
 from gradskip_lightning.callback.probes import ProbeSet
+from gradskip_lightning.callback.scoring.compute import EpochWork, explain_probes
 from gradskip_lightning.callback.setup import explainers_for
 from gradskip_lightning.metrics.insertion_deletion import insertion_start_images
 from gradskip_lightning.metrics.perturbation import gaussian_blur, step_counts, target_scores
-
-from .helpers import tiny_module, tiny_segmentation_module
+from tests.callback.helpers import tiny_module, tiny_segmentation_module
 
 STEPS = 16
 

@@ -7,12 +7,12 @@ from dataclasses import fields
 from pathlib import Path
 from typing import get_args
 
-from gradskip_lightning.callback.key_table import BEGIN, END, logged_keys_table
 from gradskip_lightning.callback.keys import SECTIONS, Section
-from gradskip_lightning.callback.record import ProbeRecord, scalar_fields
-from gradskip_lightning.callback.scores import REQUIREMENTS, SCORES, Requirement
+from gradskip_lightning.callback.output.key_table import BEGIN, END, logged_keys_table
+from gradskip_lightning.callback.scoring.record import ProbeRecord, scalar_fields
+from gradskip_lightning.callback.scoring.scores import REQUIREMENTS, SCORES, Requirement
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+README = Path(__file__).resolve().parents[3] / "README.md"
 
 
 def test_sections_are_the_literal_and_every_scalar_field_names_one():

@@ -12,12 +12,11 @@ from lightning.pytorch import seed_everything
 from lightning.pytorch.loggers import CSVLogger
 
 from gradskip_lightning import GradSkipCallback
-from gradskip_lightning.callback.transplant import Transplant
+from gradskip_lightning.callback.scoring.transplant import Transplant
 from gradskip_lightning.data import SpuriousTag
 from gradskip_lightning.families.timm_vit import TimmViTExplainer
 from gradskip_lightning.metrics import relevance_mass_accuracy
-
-from .helpers import tiny_data, tiny_module, tiny_trainer
+from tests.callback.helpers import tiny_data, tiny_module, tiny_trainer
 
 TAG = SpuriousTag(target_class=1, p_in=0.9, p_out=0.2, position=(0, 0))
 
