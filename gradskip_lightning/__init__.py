@@ -4,6 +4,8 @@ DINOv2, BEiT, Swin) and HF SegFormer segmentation models, logged from a Lightnin
 from gradskip_lightning.callback import (
     DiscoveryStage,
     GradSkipCallback,
+    MethodSettings,
+    ProbeImages,
     ProbeSettings,
     RenderSettings,
     ScoreSettings,
@@ -16,7 +18,9 @@ __all__ = [
     "DiscoveryStage",
     "Explanation",
     "GradSkipCallback",
+    "MethodSettings",
     "ModelExplainer",
+    "ProbeImages",
     "ProbeSettings",
     "RenderSettings",
     "ScoreSettings",

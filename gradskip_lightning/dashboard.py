@@ -30,8 +30,8 @@ from collections.abc import Sequence
 
 from gradskip_lightning.callback.discovery.stage import CLASS_VALUES
 from gradskip_lightning.callback.keys import SECTIONS, key, score_pattern
-from gradskip_lightning.callback.scoring.record import scalar_fields
 from gradskip_lightning.callback.output.report import HEAD_PARTS
+from gradskip_lightning.callback.scoring.record import scalar_fields
 
 __all__ = ["build_workspace", "main", "score_charts"]
 

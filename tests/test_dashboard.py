@@ -9,7 +9,7 @@ import wandb
 from lightning.pytorch import seed_everything
 from lightning.pytorch.loggers import WandbLogger
 
-from gradskip_lightning import DiscoveryStage, GradSkipCallback, ScoreSettings
+from gradskip_lightning import DiscoveryStage, GradSkipCallback, MethodSettings, ProbeSettings, ScoreSettings
 from gradskip_lightning.callback.keys import SECTIONS
 from gradskip_lightning.callback.scoring.record import scalar_fields
 from gradskip_lightning.dashboard import build_workspace, main
@@ -30,12 +30,11 @@ def logged_keys(tmp_path_factory) -> set[str]:
         use_offline_wandb(mp, root)
         seed_everything(0)
         callback = GradSkipCallback(
-            num_probes=8,
-            scores=ScoreSettings(class_sensitivity=True),  # every optional score on, so every chart has its key
-            insertion_steps=4,
-            compare_methods=["rollout"],
+            scores=ScoreSettings(class_sensitivity=True, insertion_steps=4),
             transplant=True,
             discovery=DiscoveryStage(enabled=True, probes_per_class=4),
+            probes=ProbeSettings(num_probes=8),
+            methods=MethodSettings(compare=["rollout"]),
         )
         logger = WandbLogger(save_dir=str(root), offline=True, project="dashboard-test")
         data = tiny_data(tag=SpuriousTag(target_class=1, p_in=1.0, p_out=0.5))

@@ -5,35 +5,39 @@ GradSkipCallback init args, read through :mod:`~gradskip_lightning.benchmarks.co
 in a temporary folder as the config logs, ``--logger csv`` for none) on one CPU device and reports,
 per epoch, the training time (first training batch start to the last training batch end,
 validation excluded), the whole epoch-end hook's wall time (explaining, scoring, rendering,
-handing the row to the loggers, files) and their ratio, with the hook split into parts: explain
-(the explain calls), perturbation (insertion/deletion forwards with their shared starts),
-violation, discovery (when the callback has that stage), rendering (building the report),
-logging (the logger sinks, W&B image encoding included), files (maps and image files) and other
-(the rest: gathering, drift, ...). The parts are timed by wrapping the callback's functions from
-outside, so the same command measures any version of the callback.
+handing the row to the loggers, files) and their ratio, with the hook split into the parts the
+callback times itself (its public ``GradSkipCallback.epoch_seconds``): maps (the explain calls and
+the scores without perturbation, every method), scores (the perturbation scores: insertion,
+deletion and violation forwards with their shared starts), discovery (when the callback has that
+stage), report (building the epoch report and every sink: rendering, loggers, files) and other
+(the rest: gathering, drift, monitoring).
 """
 
 from __future__ import annotations
 
 import argparse
-import functools
 import os
 import statistics
 import tempfile
 import time
-from collections import defaultdict
-from collections.abc import Callable
 from typing import Any
 
 from lightning.pytorch import Callback, LightningModule, Trainer, seed_everything
 from lightning.pytorch.loggers import CSVLogger, Logger, WandbLogger
 
 from gradskip_lightning.benchmarks.configs import callback_settings, config_settings
-from gradskip_lightning.callback import DiscoveryStage, GradSkipCallback, ProbeSettings, RenderSettings, ScoreSettings
+from gradskip_lightning.callback import (
+    DiscoveryStage,
+    GradSkipCallback,
+    MethodSettings,
+    ProbeSettings,
+    RenderSettings,
+    ScoreSettings,
+)
 from gradskip_lightning.core.validation import required
 
 #: The parts of the hook, in the table's order.
-PARTS = ("explain", "perturbation", "violation", "discovery", "rendering", "logging", "files", "other")
+PARTS = ("maps", "scores", "discovery", "report", "other")
 
 
 class _TrainTimer(Callback):
@@ -55,12 +59,13 @@ class _TrainTimer(Callback):
 
 
 class _HookTimer(Callback):
-    """Wall seconds of the callbacks between ``start()`` and this one at each validation end, and the parts'."""
+    """Wall seconds of the callbacks between ``start()`` and this one at each validation end, and the
+    callback's own parts (``callback.epoch_seconds``, read after its hook: this one is listed after it)."""
 
-    def __init__(self, parts: dict[str, float]) -> None:
+    def __init__(self, callback: GradSkipCallback) -> None:
         self.seconds: list[float] = []
         self.parts: list[dict[str, float]] = []
-        self._running = parts
+        self._callback = callback
         self._start = 0.0
 
     def start(self) -> Callback:
@@ -69,65 +74,27 @@ class _HookTimer(Callback):
         class _Start(Callback):
             def on_validation_epoch_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
                 timer._start = time.perf_counter()
-                timer._running.clear()
 
         return _Start()
 
     def on_validation_epoch_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
         if not trainer.sanity_checking:
             self.seconds.append(time.perf_counter() - self._start)
-            self.parts.append(dict(self._running))
+            self.parts.append(split_parts(self._callback.epoch_seconds))
 
 
-class _Parts:
-    """Wraps functions so their wall seconds add up per part (the outermost timed call only)."""
+def split_parts(seconds: dict[str, float]) -> dict[str, float]:
+    """The callback's ``epoch_seconds`` summed into :data:`PARTS` (without "other").
 
-    def __init__(self) -> None:
-        self.seconds: dict[str, float] = defaultdict(float)
-        self._depth = 0
-
-    def wrap(self, owner: Any, name: str, part: str) -> None:
-        """Time ``owner.name`` (a module function, a class's method or an instance's) as ``part``; absent: skip."""
-        function: Callable[..., Any] | None = getattr(owner, name, None)
-        if function is None:
-            return
-        parts = self
-
-        @functools.wraps(function)
-        def timed(*args: Any, **kwargs: Any) -> Any:
-            if parts._depth:
-                return function(*args, **kwargs)
-            parts._depth += 1
-            start = time.perf_counter()
-            try:
-                return function(*args, **kwargs)
-            finally:
-                parts._depth -= 1
-                parts.seconds[part] += time.perf_counter() - start
-
-        setattr(owner, name, timed)
-
-
-def _instrument(parts: _Parts, callback: GradSkipCallback) -> Callback:
-    """Wrap the callback's functions by part; the explainers are wrapped once setup made them (the returned hook)."""
-    from gradskip_lightning.callback import compute, discovery, epoch, scores, sinks
-
-    parts.wrap(scores, "insertion_deletion", "perturbation")
-    parts.wrap(compute, "perturbation_starts", "perturbation")
-    parts.wrap(scores, "faithfulness_violation", "violation")
-    parts.wrap(epoch, "build_report", "rendering")
-    for sink, part in (("WandbSink", "logging"), ("ScalarSink", "logging"), ("TensorBoardSink", "logging")):
-        parts.wrap(getattr(sinks, sink), "log", part)
-    for sink in ("MapsFileSink", "ImageFileSink"):
-        parts.wrap(getattr(sinks, sink), "log", "files")
-    parts.wrap(discovery.Discoverer, "run_epoch", "discovery")
-
-    class _WrapExplainers(Callback):
-        def on_fit_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
-            for explainer in callback._explainers.values():
-                parts.wrap(explainer, "explain", "explain")
-
-    return _WrapExplainers()
+    >>> split_parts({"gradskip/maps": 1.0, "rollout/maps": 0.5, "gradskip/scores": 2.0, "report": 0.25, "total": 4})
+    {'maps': 1.5, 'scores': 2.0, 'discovery': 0.0, 'report': 0.25}
+    """
+    parts = {part: 0.0 for part in PARTS if part != "other"}
+    for name, value in seconds.items():
+        part = name.rsplit("/", 1)[-1]
+        if part in parts:
+            parts[part] += value
+    return parts
 
 
 def _max_overhead(text: str) -> float | None:
@@ -164,6 +131,7 @@ def _callback(args: argparse.Namespace) -> GradSkipCallback:
     probes = dict(init.pop("probes", {}) or {})
     scores = dict(init.pop("scores", {}) or {})
     render = dict(init.pop("render", {}) or {})
+    methods = dict(init.pop("methods", {}) or {})
     if args.num_probes is not None:
         probes["num_probes"] = args.num_probes
     if "max_overhead" in vars(args):
@@ -171,13 +139,14 @@ def _callback(args: argparse.Namespace) -> GradSkipCallback:
     if args.insertion_steps is not None:
         scores["insertion_steps"] = args.insertion_steps
     if args.compare is not None:
-        init["compare_methods"] = args.compare
+        methods["compare"] = args.compare
     init["progress"] = False
     discovery = dict(init.pop("discovery", {}) or {})
     if args.discovery > 0:
         discovery.update(enabled=True, probes_per_class=args.discovery)
     return GradSkipCallback(
         discovery=DiscoveryStage(**discovery),
+        methods=MethodSettings(**methods),
         probes=ProbeSettings(**probes),
         scores=ScoreSettings(**scores),
         render=RenderSettings(**render),
@@ -190,9 +159,8 @@ def run(args: argparse.Namespace) -> list[dict]:
     from gradskip_lightning.training.classifier import ViTClassifier
 
     seed_everything(0)
-    parts = _Parts()
-    timer, hook = _TrainTimer(), _HookTimer(parts.seconds)
     callback = _callback(args)
+    timer, hook = _TrainTimer(), _HookTimer(callback)
     with tempfile.TemporaryDirectory() as folder:
         logger: Logger
         if args.logger == "wandb":
@@ -206,7 +174,7 @@ def run(args: argparse.Namespace) -> list[dict]:
             accelerator="cpu",
             devices=1,
             logger=logger,
-            callbacks=[timer, _instrument(parts, callback), hook.start(), callback, hook],
+            callbacks=[timer, hook.start(), callback, hook],
             enable_checkpointing=False,
             enable_progress_bar=False,
             enable_model_summary=False,
@@ -224,7 +192,7 @@ def run(args: argparse.Namespace) -> list[dict]:
     settings = dict(
         num_probes=callback.probes.num_probes,
         insertion_steps=callback.scores.insertion_steps,
-        compare=list(callback.compare_methods),
+        compare=list(callback.methods.compare),
         max_overhead=callback.probes.max_overhead,
         metrics_batch_size=callback.scores.metrics_batch_size,
         logger=args.logger,

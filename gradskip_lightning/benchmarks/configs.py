@@ -55,7 +55,7 @@ def callback_settings(name: str, class_name: str = "GradSkipCallback") -> dict[s
     """The init args of the ``trainer.callbacks`` entry of ``configs/<name>.yaml`` whose class is
     ``class_name`` (KeyError when there is none): what that config's runs give the callback.
 
-    >>> callback_settings("bloodmnist")["compare_methods"]
+    >>> callback_settings("bloodmnist")["methods"]["compare"]
     ['rollout']
     """
     for entry in config_settings(name)[2].get("callbacks", []):

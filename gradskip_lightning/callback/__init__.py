@@ -1,18 +1,24 @@
 """The Lightning callback that explains a fixed probe set at epoch ends and logs the results.
 
-Modules: :mod:`.core` (the callback: hooks, state), :mod:`.settings` (its validated settings
-groups and argument checks), :mod:`.setup` (checks against the model and datamodule),
-:mod:`.schedule` (which epochs), :mod:`.epoch` (one isolated epoch, monitoring), :mod:`.scores`
-(the table of scores),
-:mod:`.probes` (the probe set: drawing, checks, its life over fits), :mod:`.record` (the typed
-per-probe values and where each goes), :mod:`.compute` (explain and score in chunks),
-:mod:`.distributed` (sharding and gathering), :mod:`.drift` (drift state), :mod:`.report` (what is
-logged), :mod:`.sinks` (W&B, other loggers, image and maps files), :mod:`.files` (the maps npz
-format), :mod:`.discovery` and :mod:`.discovery_report` (the shortcut discovery stage).
+Modules: :mod:`.core` (the callback: front door, hooks, state), :mod:`.settings` (its validated
+settings groups), :mod:`.setup` (checks against the model, datamodule and Trainer), :mod:`.epoch`
+(one epoch end), :mod:`.averaging` (the weights the user keeps), :mod:`.keys` (the logged keys);
+the subpackages :mod:`.probes` (items, drawing, the probe set, resume), :mod:`.scoring` (what is
+due, the time budget, the scores and records), :mod:`.discovery` (the shortcut discovery stage) and
+:mod:`.output` (the epoch report, the sinks, the maps files).
 """
 
 from gradskip_lightning.callback.core import GradSkipCallback
 from gradskip_lightning.callback.discovery.stage import DiscoveryStage
-from gradskip_lightning.callback.settings import ProbeSettings, RenderSettings, ScoreSettings
+from gradskip_lightning.callback.probes import ProbeImages
+from gradskip_lightning.callback.settings import MethodSettings, ProbeSettings, RenderSettings, ScoreSettings
 
-__all__ = ["DiscoveryStage", "GradSkipCallback", "ProbeSettings", "RenderSettings", "ScoreSettings"]
+__all__ = [
+    "DiscoveryStage",
+    "GradSkipCallback",
+    "MethodSettings",
+    "ProbeImages",
+    "ProbeSettings",
+    "RenderSettings",
+    "ScoreSettings",
+]

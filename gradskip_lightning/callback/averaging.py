@@ -24,29 +24,26 @@ __all__ = ["averaged_weights"]
 Hook = Literal["validation", "train", "fit_end"]
 
 
-def _averaging(trainer: Trainer) -> list[WeightAveraging]:
-    callbacks: list[Callback] = trainer.callbacks  # type: ignore[attr-defined]  # set by the Trainer
-    return [c for c in callbacks if isinstance(c, WeightAveraging) and c._average_model is not None]
-
-
 @contextmanager
 def averaged_weights(trainer: Trainer, pl_module: LightningModule, caller: Callback, hook: Hook) -> Iterator[None]:
     """The averaged weights in ``pl_module`` inside the block, the module as it was after.
 
     ``hook``: where ``caller`` is. In ``on_validation_epoch_end`` an averaging callback listed after
     ``caller`` has not swapped back yet; one listed before has (and at a training epoch end none
-    is swapped in); after fit the average is already in the module. The swap (Lightning's own,
-    done twice) restores the module bitwise.
+    is swapped in); after fit the average is already in the module. The swap is the averaging
+    callback's own, through its public hooks (``on_validation_epoch_start`` puts the average in,
+    ``on_validation_epoch_end`` takes it out; each a no-op before it has an average), and restores
+    the module bitwise.
     """
-    callbacks: list[Callback] = trainer.callbacks  # type: ignore[attr-defined]
+    callbacks: list[Callback] = trainer.callbacks  # type: ignore[attr-defined]  # set by the Trainer
     swapped = []
-    for averaging in _averaging(trainer):
+    for averaging in (c for c in callbacks if isinstance(c, WeightAveraging)):
         in_module = hook == "fit_end" or (hook == "validation" and callbacks.index(averaging) > callbacks.index(caller))
         if not in_module:
-            averaging._swap_models(pl_module)
+            averaging.on_validation_epoch_start(trainer, pl_module)
             swapped.append(averaging)
     try:
         yield
     finally:
         for averaging in reversed(swapped):
-            averaging._swap_models(pl_module)
+            averaging.on_validation_epoch_end(trainer, pl_module)

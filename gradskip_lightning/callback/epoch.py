@@ -1,166 +1,236 @@
-"""One epoch's explanation, isolated from training, and its scalars made monitorable.
+"""One epoch end of the callback: explain, score, discover, make the scalars monitorable, report.
 
-Training does not see it: RNG states (torch, CUDA, numpy, Python) and every module's train/eval
-mode are restored, no parameter ``.grad`` is written, and a failure (out of memory, non-finite
-maps) is returned as a message instead of raised.
+:class:`EpochRunner` holds what lives over a fit (drift, the time budget, the discovery stage, the
+keys put in ``callback_metrics``) and runs one epoch end (:meth:`EpochRunner.run`) with what setup
+prepared (:class:`Prepared`). Each stage fails alone: a failed explanation skips the epoch (every
+monitored score NaN, ``<prefix>skipped`` = 1); a failed discovery stage leaves the rest of the epoch
+logged, its own keys NaN and ``discovery/<prefix>skipped`` = 1. Every rank runs the same steps in
+the same order (the gathers and the discovery summary are collectives); only rank zero reports.
 """
 
 from __future__ import annotations
 
 import math
+import time
+from dataclasses import dataclass, field
 
-import torch
-from lightning.pytorch import LightningModule, Trainer
+from lightning.pytorch import Callback, LightningModule, Trainer
+from lightning.pytorch.trainer.states import TrainerFn
 from lightning.pytorch.utilities import rank_zero_warn
-from lightning.pytorch.utilities.seed import isolate_rng
-from torch import Tensor
 
+from gradskip_lightning.callback.averaging import Hook, averaged_weights
+from gradskip_lightning.callback.discovery.images import alert_text, send_alert
+from gradskip_lightning.callback.discovery.stage import Discoverer, DiscoveryStage, discovery_scalars
 from gradskip_lightning.callback.keys import key
-from gradskip_lightning.callback.output.report import build_report
-from gradskip_lightning.callback.output.sinks import EpochReport, ProbeSheet, Sink
+from gradskip_lightning.callback.output.monitor import invalidate, monitor
+from gradskip_lightning.callback.output.report import EpochOutcome, ProbeSheet, epoch_report, epoch_scalars, logged_step
+from gradskip_lightning.callback.output.sinks import Sink, log_to_sinks
 from gradskip_lightning.callback.probes import ProbeSet
-from gradskip_lightning.callback.scoring.compute import EpochWork, explain_probes
-from gradskip_lightning.callback.scoring.distributed import gather_records, shard_positions
+from gradskip_lightning.callback.scoring.budget import Plan, TimeBudget
+from gradskip_lightning.callback.scoring.compute import EpochWork
+from gradskip_lightning.callback.scoring.drift import DriftTracker
+from gradskip_lightning.callback.scoring.isolated import explain_isolated
 from gradskip_lightning.callback.scoring.record import ProbeRecord
-from gradskip_lightning.callback.scoring.transplant import Transplant
-from gradskip_lightning.callback.settings import RenderSettings, ScoreSettings
-from gradskip_lightning.core.adapter import eval_mode
+from gradskip_lightning.callback.settings import MethodSettings, ProbeSettings, RenderSettings, ScoreSettings
+from gradskip_lightning.callback.setup import DataSetup
 from gradskip_lightning.core.explanation import ModelExplainer
+from gradskip_lightning.core.validation import required
 from gradskip_lightning.metrics.perturbation import Activation
 
-__all__ = [
-    "explain_isolated",
-    "full_report",
-    "invalidate",
-    "log_to_sinks",
-    "logged_step",
-    "monitor",
-    "skipped_report",
-]
+__all__ = ["EpochRunner", "Prepared", "RunSettings"]
 
 
-def explain_isolated(
-    pl_module: LightningModule,
-    explainers: dict[str, ModelExplainer],
-    probes: ProbeSet,
-    settings: ScoreSettings,
-    *,
-    batch_size: int,
-    transplant: Transplant | None,
-    activation: Activation,
-    progress: bool,
-    work: EpochWork | None = None,
-) -> tuple[dict[str, ProbeRecord], str | None]:
-    """Explain this rank's shard of ``probes`` with every explainer (the first also gives head
-    statistics) and gather the shards: (method -> record of all P probes, None), or ({}, the error)
-    when any rank failed. Every rank must call it (see :func:`~.distributed.gather_records`).
-    ``work`` (one per epoch end) shares the perturbation starts between the methods."""
-    shard = shard_positions(len(probes))
-    records: dict[str, ProbeRecord] = {}
-    error = None
-    first = next(iter(explainers))
-    work = EpochWork() if work is None else work
-    with isolate_rng(include_cuda=True), torch.inference_mode(False):
-        try:
-            part = probes.subset(shard.positions)
-            part.images = part.images.clone()  # a normal tensor, even under inference mode
-            with eval_mode(pl_module):  # every module's own mode back afterwards
-                for name, explainer in explainers.items():
-                    records[name] = explain_probes(
-                        explainer,
-                        part,
-                        settings,
-                        batch_size=batch_size,
-                        transplant=transplant,
-                        heads=name == first,
-                        activation=activation,
-                        progress=progress,
-                        agree=True,
-                        work=work,
-                    )
-        except Exception as err:  # noqa: BLE001 - isolation: torch.OutOfMemoryError, non-finite maps, ...
-            error, records = f"{type(err).__name__}: {err}", {}
-            if torch.cuda.is_available():
-                torch.cuda.empty_cache()
-        return gather_records(records, shard, len(probes), error)
+@dataclass(frozen=True)
+class RunSettings:
+    """The callback's settings an epoch end reads."""
+
+    probes: ProbeSettings
+    methods: MethodSettings
+    scores: ScoreSettings
+    render: RenderSettings
+    discovery: DiscoveryStage
+    log_prefix: str
+    progress: bool
+
+    @property
+    def explained(self) -> list[str]:
+        """The methods explained: the callback's, then the discovery stage's when it is another
+        (explained for the discovery probes only)."""
+        names, stage = list(self.methods.names), self.discovery
+        return names + [stage.method] if stage.enabled and stage.method and stage.method not in names else names
 
 
-def monitor(trainer: Trainer, scalars: dict[str, float]) -> None:
-    """Make the finite ``scalars`` monitorable by EarlyStopping and co. (``trainer.callback_metrics``)
-    on every rank, not sent to the loggers; a NaN one is left out (an earlier epoch's value removed).
+@dataclass
+class Prepared:
+    """What setup built for the epoch ends: the callback they run for (``owner``), an explainer per
+    method, the probes and their display sheet, what the datamodule gave, and (rank zero) the sinks."""
 
-    Not ``pl_module.log(..., logger=False)``: under DDP Lightning then warns once per key to use
-    ``sync_dist=True`` (the values are already equal on every rank), and ``sync_dist`` would add a
-    collective per key at points ranks need not share (e.g. rank zero's progress bar); ``on_fit_end``
-    allows no ``log`` at all.
+    owner: Callback
+    explainers: dict[str, ModelExplainer]
+    probes: ProbeSet
+    sheet: ProbeSheet
+    data: DataSetup
+    sinks: list[Sink] = field(default_factory=list)
+
+    @property
+    def activation(self) -> Activation:
+        """How logits become probabilities: per label for multi-label models and probes."""
+        return "sigmoid" if self.data.multilabel or self.probes.multi_hot is not None else "softmax"
+
+
+@dataclass
+class EpochEnd:
+    """One epoch end being run: where, under which keys, with what the budget left in."""
+
+    trainer: Trainer
+    pl_module: LightningModule
+    epoch: int
+    hook: Hook
+    plan: Plan
+    work: EpochWork
+    started: float = field(default_factory=time.perf_counter)
+
+    @property
+    def trained(self) -> bool:
+        return self.trainer.state.fn == TrainerFn.FITTING
+
+
+class EpochRunner:
+    """The work of the callback's epoch ends over a fit.
+
+    Attributes:
+        drift, budget, discoverer: the state that lives over a fit (in the callback's checkpoint).
+        logged_keys: the keys the last epoch end put in ``callback_metrics`` (its NaN ones included).
+        seconds: wall seconds of the last epoch end's parts: ``"<method>/maps"``, ``"<method>/scores"``,
+            ``"discovery"``, ``"report"`` (building the report and every sink) and ``"total"``.
     """
-    metrics = trainer.callback_metrics
-    for name, value in scalars.items():
-        if math.isfinite(value):
-            metrics[name] = torch.tensor(value, dtype=torch.float32)
+
+    def __init__(self, settings: RunSettings) -> None:
+        self.settings = settings
+        self.drift = DriftTracker(top_k=settings.scores.drift_top_k)
+        self.discoverer = Discoverer(settings.discovery, settings.probes.probe_seed, settings.probes.item_keys)
+        own = settings.discovery.every_n_epochs if settings.discovery.enabled else None
+        self.budget = TimeBudget(
+            settings.probes.max_overhead, settings.methods.method, settings.methods.compare, discovery_every=own
+        )
+        self.logged_keys: frozenset[str] = frozenset()
+        self.seconds: dict[str, float] = {}
+        self._monitored: dict[str, set[str]] = {}  # prefix -> keys put in callback_metrics
+
+    def reset(self) -> None:
+        """A new fit on another Trainer: forget drift, discovery, the budget's costs."""
+        self.drift.reset()
+        self.discoverer.reset()
+        self.budget.reset()
+
+    def prefix(self, trained: bool) -> str:
+        """The keys' prefix: the callback's, or ``<prefix>validate/`` outside fit."""
+        return self.settings.log_prefix if trained else f"{self.settings.log_prefix}validate/"
+
+    def run(self, trainer: Trainer, pl_module: LightningModule, epoch: int, hook: Hook, prepared: Prepared) -> None:
+        """Explain, score, discover, monitor and (rank zero) report one epoch end; never raises."""
+        fitting = trainer.state.fn == TrainerFn.FITTING
+        plan = self.budget.plan(fitting, self.discoverer.due(epoch, fitting))
+        end = EpochEnd(trainer, pl_module, epoch, hook, plan, EpochWork(scored=plan.scored))
+        prefix = self.prefix(end.trained)
+        outcome = EpochOutcome(epoch, logged_step(trainer), prefix, end.trained, {}, self.settings.methods.method)
+        outcome.started = end.started
+        records, error = self._explain(end, prepared)
+        if error is None:
+            self._score(end, prepared, records, outcome)
+            self._discover(end, prepared, outcome)
         else:
-            metrics.pop(name, None)
+            self._skip(end, outcome, error)
+        if trainer.is_global_zero:
+            began = time.perf_counter()
+            report = epoch_report(outcome, prepared.sheet, self.settings.render, prepared.data.display)
+            log_to_sinks(prepared.sinks, report, prepared.sheet)
+            end.work.add("report", time.perf_counter() - began)
+        total = time.perf_counter() - end.started
+        if error is None and end.trained:
+            self.budget.record(plan, total, end.work.seconds)
+        self.seconds = {**end.work.seconds, "total": total}
 
+    # ----------------------------------------------------------------------------- the stages
 
-def invalidate(trainer: Trainer, names: set[str]) -> None:
-    """Set the callback's monitored ``names`` to NaN in ``trainer.callback_metrics``: a skipped epoch
-    has no score, and a NaN one is what monitors act on (``EarlyStopping(check_finite=True)`` stops,
-    ``ModelCheckpoint`` ranks it worst), where a removed key would make them raise and an earlier
-    epoch's value would be taken for this one's."""
-    metrics = trainer.callback_metrics
-    for name in names:
-        metrics[name] = torch.tensor(float("nan"))
-
-
-def logged_step(trainer: Trainer) -> int:
-    """The step Lightning logs its epoch metrics at (no public attribute holds it)."""
-    return getattr(trainer.fit_loop.epoch_loop, "_batches_that_stepped", trainer.global_step)
-
-
-def full_report(
-    records: dict[str, ProbeRecord],
-    method: str,
-    drift: dict[str, Tensor],
-    sheet: ProbeSheet,
-    scalars: dict[str, float],
-    trainer: Trainer,
-    epoch: int,
-    prefix: str,
-    settings: RenderSettings,
-    save: bool,
-) -> EpochReport:
-    """The epoch's full report (rank zero; :func:`~.report.build_report`); if building it fails,
-    one with the scalars only, and a warning."""
-    step = logged_step(trainer)
-    try:
-        return build_report(
-            records, method, drift, sheet, scalars, epoch=epoch, step=step, prefix=prefix, settings=settings, save=save
-        )
-    except Exception as err:  # noqa: BLE001 - rank zero only, no collective inside: safe to go on alone
-        rank_zero_warn(
-            f"GradSkipCallback: the images and maps files of epoch {epoch} were not built, its scalars are "
-            f"logged. {type(err).__name__}: {err}"
-        )
-        return EpochReport(epoch=epoch, step=step, scalars=dict(scalars), method=method)
-
-
-def log_to_sinks(sinks: list[Sink], report: EpochReport, sheet: ProbeSheet) -> None:
-    """Hand ``report`` to every sink; a failing sink warns, naming itself, and the others still write."""
-    for sink in sinks:
+    def _explain(self, end: EpochEnd, prepared: Prepared) -> tuple[dict[str, ProbeRecord], str | None]:
+        """Every method's gathered records, explained on the weights the user keeps (:mod:`.averaging`)."""
         try:
-            sink.log(report, sheet)
-        except Exception as err:  # noqa: BLE001
-            rank_zero_warn(
-                f"GradSkipCallback: {type(sink).__name__} failed at epoch {report.epoch}, the other outputs are "
-                f"written. {type(err).__name__}: {err}"
-            )
+            with averaged_weights(end.trainer, end.pl_module, prepared.owner, end.hook):
+                return explain_isolated(
+                    end.pl_module,
+                    {name: prepared.explainers[name] for name in end.plan.methods},
+                    prepared.probes,
+                    self.settings.scores,
+                    batch_size=self.settings.probes.explain_batch_size,
+                    transplant=prepared.data.transplant,
+                    activation=prepared.activation,
+                    progress=self.settings.progress and end.trainer.is_global_zero,
+                    work=end.work,
+                )
+        except Exception as err:  # noqa: BLE001 - the weight swap or the gather; the explanation catches its own
+            return {}, f"{type(err).__name__}: {err}"
 
+    def _score(self, end: EpochEnd, prepared: Prepared, records: dict[str, ProbeRecord], outcome: EpochOutcome) -> None:
+        """The epoch's scalars from the records (the same on every rank), monitorable."""
+        method = self.settings.methods.method
+        token_maps = required(records[method].token_maps, "the token maps")
+        drift = self.drift.update(token_maps, store=end.trained)
+        regions = list(prepared.probes.regions or {})
+        scalars = epoch_scalars(records, method, drift, regions, epoch=end.epoch, prefix=outcome.prefix)
+        scalars[key(None, outcome.prefix, "skipped")] = 0.0
+        scalars.update(self.budget.scalars(outcome.prefix) if end.trained else {})
+        outcome.records, outcome.drift = records, drift
+        self._monitor(end.trainer, outcome, scalars, set())
 
-def skipped_report(trainer: Trainer, epoch: int, prefix: str, error: str, monitored: set[str]) -> EpochReport | None:
-    """A skipped epoch: one warning, the callback's ``monitored`` scores NaN in ``callback_metrics``,
-    ``<prefix>skipped`` = 1, and (rank zero) the report of those scalars."""
-    rank_zero_warn(f"GradSkipCallback: explanation of epoch {epoch} skipped, training goes on. {error}")
-    invalidate(trainer, monitored)
-    scalars = {key(None, prefix, "epoch"): float(epoch), key(None, prefix, "skipped"): 1.0}
-    monitor(trainer, scalars)
-    return EpochReport(epoch=epoch, step=logged_step(trainer), scalars=scalars) if trainer.is_global_zero else None
+    def _discover(self, end: EpochEnd, prepared: Prepared, outcome: EpochOutcome) -> None:
+        """The discovery stage when the plan has it: its scalars, or (failed) its keys NaN and its
+        ``skipped`` flag; alerts for newly flagged classes (rank zero)."""
+        if not end.plan.discovery:
+            return
+        stage = self.settings.discovery
+        explainer = prepared.explainers[stage.method or self.settings.methods.method]
+        began = time.perf_counter()
+        found, error = self.discoverer.run(
+            end.pl_module, explainer, batch_size=self.settings.probes.explain_batch_size, activation=prepared.activation
+        )
+        end.work.add("discovery", time.perf_counter() - began)
+        skipped = key("discovery", outcome.prefix, "skipped")
+        if found is None:
+            rank_zero_warn(f"GradSkipCallback: shortcut discovery of epoch {end.epoch} skipped. {error}")
+            known = {
+                k for k in self._monitored.get(outcome.prefix, set()) if k.startswith("discovery/") and k != skipped
+            }
+            self._monitor(end.trainer, outcome, {**dict.fromkeys(known, math.nan), skipped: 1.0}, known)
+            return
+        self._monitor(
+            end.trainer,
+            outcome,
+            {**discovery_scalars(found, explainer.patch_size, outcome.prefix), skipped: 0.0},
+            set(),
+        )
+        outcome.discovery = (found, required(self.discoverer.probes, "the discovery probes"))
+        outcome.scalars[key("discovery", outcome.prefix, "time_s")] = end.work.seconds["discovery"]
+        if end.trainer.is_global_zero:
+            names = prepared.sheet.class_names
+            for label in self.discoverer.newly_flagged(found):
+                send_alert(end.trainer, *alert_text(found, label, names, explainer.patch_size, end.epoch))
+
+    def _skip(self, end: EpochEnd, outcome: EpochOutcome, error: str) -> None:
+        """A skipped epoch: one warning, every monitored score NaN, ``<prefix>skipped`` = 1."""
+        rank_zero_warn(f"GradSkipCallback: explanation of epoch {end.epoch} skipped, training goes on. {error}")
+        monitored = self._monitored.get(outcome.prefix, set())
+        scalars = {key(None, outcome.prefix, "epoch"): float(end.epoch), key(None, outcome.prefix, "skipped"): 1.0}
+        self._monitor(end.trainer, outcome, scalars, monitored)
+        self.logged_keys = frozenset(monitored | set(scalars))
+
+    # ----------------------------------------------------------------------------- helpers
+
+    def _monitor(self, trainer: Trainer, outcome: EpochOutcome, scalars: dict[str, float], stale: set[str]) -> None:
+        """Add ``scalars`` to the epoch's, make them monitorable, and set the ``stale`` keys NaN there."""
+        first = not outcome.scalars
+        outcome.scalars.update(scalars)
+        monitor(trainer, scalars)
+        invalidate(trainer, stale)
+        self._monitored.setdefault(outcome.prefix, set()).update(scalars)
+        self.logged_keys = frozenset(scalars) if first else self.logged_keys | frozenset(scalars)

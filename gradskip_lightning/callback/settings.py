@@ -1,36 +1,32 @@
-"""The callback's settings: three validated groups, the checks of its other arguments, and the
-mapping of the deprecated flat arguments onto the groups.
+"""The callback's settings: its validated groups (probes, methods, scores, render) and the checks of
+its other arguments.
 
 Each group checks its own fields when built (also by :func:`dataclasses.replace`), so a
 ``GradSkipCallback`` built from Python or from LightningCLI YAML refuses the same values with the
-same messages. The field names are the callback's former flat argument names: that is all the
-deprecated spelling needs (:func:`grouped`).
+same messages, naming the option (``scores.insertion_steps``), what was received and the fix.
 """
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal, get_args
-
-from lightning.pytorch.utilities import rank_zero_deprecation
 
 from gradskip_lightning import render
 from gradskip_lightning.callback.probes import ItemKeys
 from gradskip_lightning.core.family import check_backbone
 from gradskip_lightning.data.tags import SpuriousTag
 from gradskip_lightning.families import all_methods
+from gradskip_lightning.methods import MethodName
 
 __all__ = [
+    "MethodName",
+    "MethodSettings",
     "ProbeSettings",
     "ScoreSettings",
     "RenderSettings",
     "Target",
     "DeletionBaseline",
-    "GROUPS",
-    "FLAT_NAMES",
-    "grouped",
     "check_arguments",
 ]
 
@@ -88,13 +84,51 @@ class ProbeSettings:
         return ItemKeys(self.image_key, self.label_key, self.mask_keys)
 
     def __post_init__(self) -> None:
-        positive("num_probes", self.num_probes)
-        positive("explain_batch_size", self.explain_batch_size)
+        positive("probes.num_probes", self.num_probes)
+        positive("probes.explain_batch_size", self.explain_batch_size)
         if self.max_overhead is not None and (isinstance(self.max_overhead, bool) or not self.max_overhead > 0):
             raise ValueError(
-                f"max_overhead must be a fraction > 0 of the training epoch or None, got {self.max_overhead!r}"
+                f"probes.max_overhead must be a fraction > 0 of the training epoch or None, got {self.max_overhead!r}"
             )
         ItemKeys(self.image_key, self.label_key, self.mask_keys)  # refuses bad keys, naming the option
+
+
+@dataclass(frozen=True)
+class MethodSettings:
+    """Which methods explain the probes.
+
+    Attributes:
+        method: the explaining method, whose maps are logged, drawn and compared (one of every
+            family's methods; the model's family must have it).
+        options: the method's options (GradSkip: :class:`~gradskip_lightning.methods.GradSkipOptions`'
+            fields; random: ``seed``).
+        compare: more methods, explained with their default options and logged under their names.
+    """
+
+    method: MethodName = "gradskip"
+    options: Mapping[str, Any] = field(default_factory=dict)
+    compare: Sequence[MethodName] = ()
+
+    def __post_init__(self) -> None:
+        methods = all_methods()
+        if self.method not in methods:
+            raise ValueError(f"methods.method must be one of {methods}, got {self.method!r}")
+        if isinstance(self.compare, str):
+            raise TypeError(f"methods.compare must be a list of method names, got the string {self.compare!r}")
+        for other in self.compare:
+            if other not in methods or other == self.method:
+                raise ValueError(
+                    f"methods.compare must be names from {methods} other than {self.method!r}, got {other!r}"
+                )
+        if not isinstance(self.options, Mapping):
+            raise TypeError(f"methods.options must be a mapping of option names, got {type(self.options).__name__}")
+        object.__setattr__(self, "options", dict(self.options))
+        object.__setattr__(self, "compare", tuple(self.compare))
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        """The method, then the compared ones."""
+        return (self.method, *self.compare)
 
 
 @dataclass(frozen=True)
@@ -131,17 +165,17 @@ class ScoreSettings:
     class_sensitivity: bool = False
 
     def __post_init__(self) -> None:
-        positive("insertion_steps", self.insertion_steps)
+        positive("scores.insertion_steps", self.insertion_steps)
         if self.metrics_batch_size is not None:
-            positive("metrics_batch_size", self.metrics_batch_size)
-        _one_of("target", self.target, Target)
-        _one_of("deletion_baseline", self.deletion_baseline, DeletionBaseline)
-        _one_of("insertion_start", self.insertion_start, InsertionStart)
-        _one_of("perturbation_precision", self.perturbation_precision, Precision)
+            positive("scores.metrics_batch_size", self.metrics_batch_size)
+        _one_of("scores.target", self.target, Target)
+        _one_of("scores.deletion_baseline", self.deletion_baseline, DeletionBaseline)
+        _one_of("scores.insertion_start", self.insertion_start, InsertionStart)
+        _one_of("scores.perturbation_precision", self.perturbation_precision, Precision)
         if not isinstance(self.fvt_top_k, int) or self.fvt_top_k < 0:
-            raise ValueError(f"fvt_top_k must be an integer >= 0, got {self.fvt_top_k!r}")
+            raise ValueError(f"scores.fvt_top_k must be an integer >= 0, got {self.fvt_top_k!r}")
         if not 0 < self.drift_top_k <= 1:
-            raise ValueError(f"drift_top_k must be a fraction in (0, 1], got {self.drift_top_k}")
+            raise ValueError(f"scores.drift_top_k must be a fraction in (0, 1], got {self.drift_top_k}")
 
 
 @dataclass(frozen=True)
@@ -153,76 +187,33 @@ class RenderSettings:
         overlay_alpha: weight of the heat map in the overlays, in [0, 1].
         display_size: images are upscaled (nearest) to at least this many pixels for display.
         probe_overlays: also log each probe's overlay alone (the grid and the table show every probe already).
+        mean, std: the normalisation to undo for display (1 or C values each); None: the datamodule's
+            ``mean``/``std``, else each image scaled to its own range.
     """
 
     colormap: str = "inferno"
     overlay_alpha: float = 0.5
     display_size: int = 128
     probe_overlays: bool = False
+    mean: Sequence[float] | None = None
+    std: Sequence[float] | None = None
 
     def __post_init__(self) -> None:
-        positive("display_size", self.display_size)
+        positive("render.display_size", self.display_size)
+        if (self.mean is None) != (self.std is None):
+            raise ValueError(f"render.mean and render.std go together: got mean={self.mean}, std={self.std}")
+        if self.std is not None and min(self.std) <= 0:
+            raise ValueError(f"render.std must be positive, got {self.std}")
         if not 0.0 <= self.overlay_alpha <= 1.0:
-            raise ValueError(f"overlay_alpha must be in [0, 1], got {self.overlay_alpha}")
+            raise ValueError(f"render.overlay_alpha must be in [0, 1], got {self.overlay_alpha}")
         render.colormap_lut(self.colormap)  # raises ValueError for an unknown colour map
 
 
-#: The callback's argument name of each group and its class.
-GROUPS: dict[str, type] = {"probes": ProbeSettings, "scores": ScoreSettings, "render": RenderSettings}
-#: Fields added after the flat spelling was deprecated: they have none.
-GROUPED_ONLY = frozenset(
-    {
-        "max_overhead",
-        "insertion_start",
-        "perturbation_precision",
-        "class_sensitivity",
-        "image_key",
-        "label_key",
-        "mask_keys",
-    }
-)
-#: The deprecated flat argument names: every group's field names but :data:`GROUPED_ONLY`.
-FLAT_NAMES = frozenset(f.name for kind in GROUPS.values() for f in dataclasses.fields(kind)) - GROUPED_ONLY
-
-
-def grouped(groups: Mapping[str, Any], flat: Mapping[str, Any]) -> dict[str, Any]:
-    """The groups (argument name -> settings; None: the defaults) with the deprecated ``flat``
-    arguments that were given (not None) put into their group; warns once when there are any."""
-    given = {name: value for name, value in flat.items() if value is not None}
-    result, spelled = {}, []
-    for argument, kind in GROUPS.items():
-        own = {f.name: given[f.name] for f in dataclasses.fields(kind) if f.name in given}
-        result[argument] = dataclasses.replace(groups[argument] or kind(), **own)
-        if own:
-            spelled.append(f"{argument}={kind.__name__}({', '.join(f'{k}={v!r}' for k, v in own.items())})")
-    if given:
-        rank_zero_deprecation(
-            f"GradSkipCallback's flat arguments {', '.join(given)} are deprecated and go in the next release: "
-            f"use {', '.join(spelled)} (in YAML: {', '.join(s.split('=')[0] + ': {...}' for s in spelled)})"
-        )
-    return result
-
-
-def check_arguments(
-    every_n_epochs: int,
-    method: str,
-    compare_methods: Sequence[str],
-    log_prefix: str,
-    mean: Sequence[float] | None,
-    std: Sequence[float] | None,
-    transplant: SpuriousTag | bool,
-    backbone: str | None = None,
-) -> None:
+def check_arguments(every_n_epochs: int, log_prefix: str, transplant: SpuriousTag | bool, backbone: str | None) -> None:
     """Refuse the callback's ungrouped arguments, each with a message naming it."""
     positive("every_n_epochs", every_n_epochs)
     if backbone is not None:
         check_backbone(backbone)
-    methods = all_methods()
-    if method not in methods:
-        raise ValueError(f"method must be one of {methods}, got {method!r}")
-    for other in compare_methods:
-        if other not in methods or other == method:
-            raise ValueError(f"compare_methods must be names from {methods} other than {method!r}, got {other!r}")
     if not isinstance(log_prefix, str):
         raise TypeError(f"log_prefix must be a string, got {type(log_prefix).__name__}")
     parts = log_prefix.replace("\\", "/").split("/")
@@ -231,8 +222,6 @@ def check_arguments(
             f"log_prefix {log_prefix!r} would put the callback's files outside the run folder (its parts name the "
             "folder under the log dir): use names without '.' or '..' parts and no leading '/', e.g. 'gradskip/'"
         )
-    if (mean is None) != (std is None):
-        raise ValueError("give both mean and std, or neither")
     if not isinstance(transplant, (SpuriousTag, bool)):
         raise TypeError(
             f"transplant must be a SpuriousTag, True (the datamodule's tag) or False; got {type(transplant).__name__}"

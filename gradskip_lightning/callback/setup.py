@@ -36,6 +36,7 @@ __all__ = [
     "loader_dataset",
     "check_precision",
     "check_patch_counts",
+    "check_discovery",
 ]
 
 Display = tuple[Sequence[float] | None, Sequence[float] | None]
@@ -90,7 +91,7 @@ def checked_display(explainer: ModelExplainer, mean: Sequence[float] | None, std
         if values is not None and len(values) not in (1, channels):
             raise ValueError(
                 f"{name} has {len(values)} values but the model takes {channels} channels: give 1 or "
-                f"{channels} values (the callback's {name}, or the datamodule's)"
+                f"{channels} values (render.{name}, or the datamodule's)"
             )
     return (mean, std)
 
@@ -152,13 +153,10 @@ class DataSetup:
 
 
 def data_setup(
-    explainer: ModelExplainer,
-    datamodule: Any,
-    mean: Sequence[float] | None,
-    std: Sequence[float] | None,
-    transplant: SpuriousTag | bool,
+    explainer: ModelExplainer, datamodule: Any, render: RenderSettings, transplant: SpuriousTag | bool
 ) -> DataSetup:
-    """The callback's :class:`DataSetup` from its ``mean``, ``std``, ``transplant`` and the datamodule (or None)."""
+    """The callback's :class:`DataSetup` from ``render.mean``/``std``, ``transplant`` and the datamodule (or None)."""
+    mean, std = render.mean, render.std
     if mean is None and getattr(datamodule, "mean", None) is not None:
         mean, std = datamodule.mean, datamodule.std
     display = checked_display(explainer, mean, std)
@@ -223,3 +221,13 @@ def prepared_sheet(
     names = data.class_names or [str(c) for c in range(explainer.num_classes)]
     mean, std = data.display
     return probe_sheet(probes, names, mean, std, render.display_size)
+
+
+def check_discovery(explainer: ModelExplainer, enabled: bool) -> None:
+    """Refuse the discovery stage on a model it does not analyse (it summarises a classifier's maps per class)."""
+    if enabled and explainer.task != "classification":
+        raise ValueError(
+            f"discovery=DiscoveryStage(enabled=True) finds a classifier's shortcuts; this is a {explainer.task} "
+            f"model ({explainer.family}): per-class region summaries are not built for it. Leave discovery off "
+            "(DiscoveryStage(enabled=False), the default)"
+        )

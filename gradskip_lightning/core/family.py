@@ -140,7 +140,8 @@ def backbones(model: nn.Module, families: Sequence[Family]) -> list[Backbone]:
         >>> import timm
         >>> from gradskip_lightning.families import FAMILIES
         >>> vit = lambda: timm.create_model("vit_tiny_patch16_224", img_size=32, patch_size=8, depth=2, num_classes=3)
-        >>> [(b.path, b.refused) for b in backbones(nn.ModuleDict({"teacher": vit(), "student": vit()}), FAMILIES)]
+        >>> pair = nn.ModuleDict({"teacher": vit(), "student": vit()})
+        >>> [(b.path, b.refused) for b in backbones(pair, list(FAMILIES.values()))]
         [('teacher', ''), ('student', '')]
     """
     families = list(families)

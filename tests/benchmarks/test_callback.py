@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from gradskip_lightning.benchmarks.callback import _callback
+from gradskip_lightning.benchmarks.callback import PARTS, _callback, _HookTimer
 
 
 def _args(**overrides) -> argparse.Namespace:
@@ -14,8 +14,33 @@ def _args(**overrides) -> argparse.Namespace:
 
 def test_the_main_configs_callback_is_measured_with_its_discovery_stage_and_budget():
     callback = _callback(_args())
-    assert callback.compare_methods == ["rollout"] and callback.probes.max_overhead == 0.02
+    assert callback.methods.compare == ("rollout",) and callback.probes.max_overhead == 0.02
     assert callback.discovery.enabled and callback.discovery.probes_per_class == 8
     override = _callback(_args(discovery=4, max_overhead=None))
     assert override.discovery.enabled and override.discovery.probes_per_class == 4
     assert override.probes.max_overhead is None
+
+
+def test_the_parts_are_the_callbacks_own_timings_and_add_up_under_the_hook(tmp_path):
+    from gradskip_lightning import GradSkipCallback, MethodSettings, ProbeSettings, ScoreSettings
+    from tests.callback.helpers import tiny_data, tiny_module, tiny_trainer
+
+    callback = GradSkipCallback(
+        probes=ProbeSettings(num_probes=8), scores=ScoreSettings(insertion_steps=4),
+        methods=MethodSettings(compare=["rollout"]), progress=False,
+    )  # fmt: skip
+    hook = _HookTimer(callback)
+    trainer = tiny_trainer(tmp_path, logger=False, max_epochs=2, callbacks=[hook.start(), callback, hook])
+    trainer.fit(tiny_module(), datamodule=tiny_data())
+    assert set(callback.epoch_seconds) == {
+        "gradskip/maps",
+        "gradskip/scores",
+        "rollout/maps",
+        "rollout/scores",
+        "report",
+        "total",
+    }
+    assert len(hook.parts) == 2 and set(hook.parts[0]) == set(PARTS) - {"other"}
+    for seconds, parts in zip(hook.seconds, hook.parts):
+        assert parts["maps"] > 0 and parts["scores"] > 0 and parts["report"] > 0
+        assert sum(parts.values()) <= seconds  # the callback's parts lie inside the hook's wall time

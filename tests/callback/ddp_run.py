@@ -20,7 +20,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from lightning.pytorch import seed_everything  # noqa: E402
 from lightning.pytorch.loggers import CSVLogger  # noqa: E402
 
-from gradskip_lightning import DiscoveryStage, GradSkipCallback, ProbeSettings, ScoreSettings  # noqa: E402
+from gradskip_lightning import DiscoveryStage, GradSkipCallback, MethodSettings, ProbeSettings, ScoreSettings  # noqa: E402
 from tests.callback.helpers import (  # noqa: E402
     tiny_data,
     tiny_module,
@@ -33,10 +33,11 @@ from tests.callback.helpers import (  # noqa: E402
 CALLBACK = dict(
     probes=ProbeSettings(num_probes=9, explain_batch_size=2),
     scores=ScoreSettings(insertion_steps=4),
-    compare_methods=["rollout"],
-    discovery=DiscoveryStage(enabled=True, probes_per_class=3, alert_threshold=0.0),  # SegFormer: skipped
+    methods=MethodSettings(compare=["rollout"]),
     progress=False,
 )
+#: The discovery stage, on the ViT (it analyses classifiers).
+DISCOVERY = DiscoveryStage(enabled=True, probes_per_class=3, alert_threshold=0.0)
 
 
 def main(out: Path, devices: int, family: str = "vit") -> None:
@@ -46,7 +47,7 @@ def main(out: Path, devices: int, family: str = "vit") -> None:
     trainer = tiny_trainer(
         out,
         logger=logger,
-        callbacks=[GradSkipCallback(**CALLBACK)],
+        callbacks=[GradSkipCallback(**CALLBACK, discovery=DISCOVERY if family == "vit" else None)],
         devices=devices,
         strategy=strategy,
         max_epochs=1,

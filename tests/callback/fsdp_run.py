@@ -23,7 +23,7 @@ from lightning.pytorch import seed_everything  # noqa: E402
 from lightning.pytorch.strategies import ModelParallelStrategy  # noqa: E402
 from torch.distributed.fsdp import fully_shard  # noqa: E402
 
-from gradskip_lightning import GradSkipCallback, ProbeSettings, ScoreSettings  # noqa: E402
+from gradskip_lightning import GradSkipCallback, ProbeImages, ProbeSettings, ScoreSettings  # noqa: E402
 from gradskip_lightning.training.classifier import ViTClassifier  # noqa: E402
 from tests.callback.helpers import tiny_data, tiny_trainer  # noqa: E402
 
@@ -46,9 +46,8 @@ def main(out: Path) -> None:
     images[1] = 1e30  # finite, but overflows inside the ViT: non-finite logits for probe 1 (rank 1: positions 1, 3)
     images[1, :, ::2] = -1e30
     callback = GradSkipCallback(
-        probe_images=images,
-        probe_labels=torch.arange(4),
-        probes=ProbeSettings(explain_batch_size=1),  # two chunks per rank: rank 0 would go on to its second
+        ProbeImages(images=images, labels=torch.arange(4)),
+        probes=ProbeSettings(explain_batch_size=1),
         scores=ScoreSettings(insertion_steps=4),
         progress=False,
     )

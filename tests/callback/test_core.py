@@ -12,8 +12,14 @@ import torch
 from lightning.pytorch import Callback, LightningModule, seed_everything
 from lightning.pytorch.loggers import CSVLogger
 
-from gradskip_lightning import GradSkipCallback
-from gradskip_lightning.callback.settings import ProbeSettings, RenderSettings, ScoreSettings
+from gradskip_lightning import (
+    GradSkipCallback,
+    MethodSettings,
+    ProbeImages,
+    ProbeSettings,
+    RenderSettings,
+    ScoreSettings,
+)
 from gradskip_lightning.metrics import drift
 from tests.callback.helpers import tiny_data, tiny_module, tiny_trainer
 
@@ -30,28 +36,27 @@ def _csv_rows(log_dir: str | Path, key: str) -> list[dict[str, float]]:
 
 
 @pytest.mark.parametrize(
-    "kwargs, match",
+    "build, match",
     [
-        (dict(num_probes=0), "num_probes"),
-        (dict(every_n_epochs=1.5), "every_n_epochs"),
-        (dict(method="gradcam"), "method must be one of"),
-        (dict(compare_methods=["gradskip"]), "compare_methods"),
-        (dict(target="logit"), "target"),
-        (dict(deletion_baseline="noise"), "deletion_baseline"),
-        (dict(drift_top_k=0.0), "drift_top_k"),
-        (dict(mean=(0.5,)), "both mean and std"),
-        (dict(colormap="nope"), "colour map"),
-        (dict(probe_images=torch.zeros(2, 3, 32, 32)), "probe_labels"),
-        (dict(probe_labels=torch.zeros(2)), "need probe_images"),
+        (lambda: ProbeSettings(num_probes=0), r"probes\.num_probes must be a positive integer, got 0"),
+        (lambda: GradSkipCallback(every_n_epochs=1.5), "every_n_epochs must be a positive integer"),
+        (lambda: MethodSettings(method="gradcam"), r"methods\.method must be one of .*got 'gradcam'"),
+        (lambda: MethodSettings(compare=["gradskip"]), r"methods\.compare must be names .* other than 'gradskip'"),
+        (lambda: ScoreSettings(target="logit"), r"scores\.target must be one of"),
+        (lambda: ScoreSettings(deletion_baseline="noise"), r"scores\.deletion_baseline must be one of"),
+        (lambda: ScoreSettings(drift_top_k=0.0), r"scores\.drift_top_k must be a fraction"),
+        (lambda: RenderSettings(mean=(0.5,)), r"render\.mean and render\.std go together"),
+        (lambda: RenderSettings(colormap="nope"), "colour map"),
+        (lambda: ProbeImages(torch.zeros(2, 3, 32, 32), torch.zeros(3)), r"probe labels and ids must be \(2,\)"),
     ],
 )
-def test_arguments_are_validated_in_init(kwargs, match):
+def test_arguments_are_validated_where_they_are_given_naming_the_option(build, match):
     with pytest.raises(ValueError, match=match):
-        GradSkipCallback(**kwargs)
+        build()
 
 
 def test_state_keys_of_two_instances_differ():
-    a, b = GradSkipCallback(), GradSkipCallback(method="rollout", log_prefix="rollout/")
+    a, b = GradSkipCallback(), GradSkipCallback(log_prefix="rollout/", methods=MethodSettings(method="rollout"))
     assert a.state_key != b.state_key
 
 
@@ -62,7 +67,9 @@ def test_csv_logger_gets_scalars_and_files_land_in_its_log_dir(tmp_path):
     seed_everything(0)
     logger = CSVLogger(save_dir=str(tmp_path), name="csv")
     gradskip = GradSkipCallback(**FAST)
-    rollout = GradSkipCallback(method="rollout", log_prefix="rollout/", **FAST)  # a second instance
+    rollout = GradSkipCallback(
+        log_prefix="rollout/", methods=MethodSettings(method="rollout"), **FAST
+    )  # a second instance
     trainer = tiny_trainer(tmp_path, logger=logger, callbacks=[gradskip, rollout], max_epochs=2)
     trainer.fit(tiny_module(), datamodule=tiny_data())
     states = trainer._checkpoint_connector.dump_checkpoint()["callbacks"]
@@ -208,7 +215,7 @@ def test_unsupported_model_fails_at_setup(tmp_path):
 
 
 def test_probe_images_of_the_wrong_shape_fail_at_setup(tmp_path):
-    callback = GradSkipCallback(probe_images=torch.zeros(4, 3, 28, 28), probe_labels=torch.zeros(4))
+    callback = GradSkipCallback(ProbeImages(images=torch.zeros(4, 3, 28, 28), labels=torch.zeros(4)))
     trainer = tiny_trainer(tmp_path, logger=False, callbacks=[callback])
     with pytest.raises(ValueError, match=r"probe images must be \(P, 3, 32, 32\) for this model; got \(4, 3, 28, 28\)"):
         trainer.fit(tiny_module(), datamodule=tiny_data())
@@ -217,7 +224,9 @@ def test_probe_images_of_the_wrong_shape_fail_at_setup(tmp_path):
 def test_a_failing_explanation_warns_skips_the_epoch_and_training_goes_on(tmp_path):
     images = torch.full((4, 3, 32, 32), 1e30)
     images[:, :, ::2] = -1e30  # finite input that overflows inside the ViT: NaN logits and relevance
-    callback = GradSkipCallback(probe_images=images, probe_labels=torch.arange(4), insertion_steps=4)
+    callback = GradSkipCallback(
+        ProbeImages(images=images, labels=torch.arange(4)), scores=ScoreSettings(insertion_steps=4)
+    )
     trainer = tiny_trainer(tmp_path, logger=False, callbacks=[callback], max_epochs=2)
     with pytest.warns(UserWarning, match="explanation of epoch 0 skipped, training goes on. ExplainFailure"):
         trainer.fit(tiny_module(), datamodule=tiny_data())
@@ -230,13 +239,10 @@ def test_explicit_probes_and_validate_under_inference_mode(tmp_path):
     data.setup("validate")
     images, labels, masks = zip(*(data.val_dataset[i] for i in range(6)))
     callback = GradSkipCallback(
-        probe_images=torch.stack(images),
-        probe_labels=torch.stack(labels),
-        probe_masks=torch.stack(masks),
-        explain_batch_size=4,
-        target="prediction",
-        probe_overlays=True,
-        **{"insertion_steps": 4},
+        ProbeImages(images=torch.stack(images), labels=torch.stack(labels), masks=torch.stack(masks)),
+        probes=ProbeSettings(explain_batch_size=4),
+        scores=ScoreSettings(target="prediction", insertion_steps=4),
+        render=RenderSettings(probe_overlays=True),
     )
     logger = CSVLogger(save_dir=str(tmp_path), name="validate")
     tiny_trainer(tmp_path, logger=logger, callbacks=[callback]).validate(tiny_module(), datamodule=data)
@@ -268,9 +274,9 @@ def test_lightning_cli_yaml_configures_the_callback(tmp_path):
     callback = _from_yaml(
         tmp_path,
         "{probes: {num_probes: 16}, scores: {target: prediction, insertion_steps: 4}, render: {overlay_alpha: 0.3},"
-        " compare_methods: [rollout], method_options: {alpha: 0.7}}",
+        " methods: {compare: [rollout], options: {alpha: 0.7}}}",
     )
-    assert (callback.compare_methods, callback.method_options) == (["rollout"], {"alpha": 0.7})
+    assert callback.methods == MethodSettings(compare=("rollout",), options={"alpha": 0.7})
     assert callback.probes == ProbeSettings(num_probes=16)
     assert callback.scores == ScoreSettings(target="prediction", insertion_steps=4)
     assert callback.render == RenderSettings(overlay_alpha=0.3)
@@ -281,30 +287,16 @@ def test_lightning_cli_yaml_refuses_a_bad_setting(tmp_path):
         _from_yaml(tmp_path, "{scores: {insertion_steps: 0}}")
 
 
-def test_deprecated_flat_arguments_map_onto_the_groups_with_one_warning(tmp_path):
-    with pytest.warns(DeprecationWarning) as caught:
-        callback = GradSkipCallback(num_probes=16, insertion_steps=4, target="prediction", probe_overlays=True)
-    (warning,) = [w for w in caught if issubclass(w.category, DeprecationWarning)]
-    assert "probes=ProbeSettings(num_probes=16)" in str(warning.message)
-    assert "scores=ScoreSettings(target='prediction', insertion_steps=4)" in str(warning.message)
-    assert callback.probes == ProbeSettings(num_probes=16)
-    assert callback.scores == ScoreSettings(target="prediction", insertion_steps=4)
-    assert callback.render == RenderSettings(probe_overlays=True)
-    # a flat name overrides its field of a group given too; the YAML of the former flat form still parses
-    both = GradSkipCallback(scores=ScoreSettings(insertion_steps=8, fvt_top_k=0), insertion_steps=2)
-    assert both.scores == ScoreSettings(insertion_steps=2, fvt_top_k=0)
-    with pytest.warns(DeprecationWarning):
-        old = _from_yaml(tmp_path, "{num_probes: 16, compare_methods: [rollout], target: prediction}")
-    assert old.probes.num_probes == 16 and old.scores.target == "prediction"
-
-
-def test_every_field_of_the_groups_has_its_deprecated_flat_argument():
+def test_the_front_door_takes_the_groups_and_at_most_twelve_parameters_and_refuses_flat_names(tmp_path, capsys):
     import inspect
 
-    from gradskip_lightning.callback.settings import FLAT_NAMES
-
     parameters = inspect.signature(GradSkipCallback).parameters
-    assert FLAT_NAMES <= set(parameters) and all(parameters[name].default is None for name in FLAT_NAMES)
+    assert len(parameters) <= 12, list(parameters)
+    with pytest.raises(TypeError, match="num_probes"):
+        GradSkipCallback(num_probes=16)  # type: ignore[call-arg]  # the groups only: ProbeSettings(num_probes=16)
+    with pytest.raises(SystemExit):  # LightningCLI refuses the unknown key, naming it
+        _from_yaml(tmp_path, "{num_probes: 16}")
+    assert "Option 'num_probes' is not accepted" in capsys.readouterr().err
 
 
 def test_no_warning_without_flat_arguments(recwarn):
@@ -356,11 +348,15 @@ def test_datamodule_problems_are_refused_at_setup(tmp_path, make_data, callback_
 def test_fixed_probe_problems_are_refused_at_setup_for_every_target(tmp_path, target):
     images = torch.zeros(4, 3, 32, 32)
     with pytest.raises(ValueError, match=r"probe labels of ids \[3\] are not in \[0, 4\)"):
-        callback = GradSkipCallback(probe_images=images, probe_labels=torch.tensor([0, 1, 2, 7]), target=target)
+        callback = GradSkipCallback(
+            ProbeImages(images=images, labels=torch.tensor([0, 1, 2, 7])), scores=ScoreSettings(target=target)
+        )
         tiny_trainer(tmp_path, logger=False, callbacks=[callback]).fit(tiny_module(), datamodule=tiny_data())
     images[2, 0, 5, 5] = float("nan")
     with pytest.raises(ValueError, match=r"probe images \[2\] \(ids\) contain NaN"):
-        callback = GradSkipCallback(probe_images=images, probe_labels=torch.arange(4), target=target)
+        callback = GradSkipCallback(
+            ProbeImages(images=images, labels=torch.arange(4)), scores=ScoreSettings(target=target)
+        )
         tiny_trainer(tmp_path, logger=False, callbacks=[callback]).fit(tiny_module(), datamodule=tiny_data())
 
 
@@ -406,12 +402,12 @@ def test_plain_dataloaders_draw_probes_from_the_validation_set_before_training(t
 
 
 def test_a_failure_after_the_explanation_warns_and_training_goes_on(tmp_path, monkeypatch):
-    from gradskip_lightning.callback import epoch
+    from gradskip_lightning.callback.output import report
 
     def broken(*args, **kwargs):
         raise IndexError("list index out of range")
 
-    monkeypatch.setattr(epoch, "build_report", broken)
+    monkeypatch.setattr(report, "build_report", broken)
     trainer = tiny_trainer(tmp_path, logger=False, callbacks=[GradSkipCallback(**FAST)], max_epochs=2)
     with pytest.warns(
         UserWarning, match="images and maps files of epoch 0 were not built, its scalars are logged. IndexError"
@@ -436,36 +432,34 @@ def test_a_new_fit_on_another_trainer_draws_probes_again_and_forgets_drift(tmp_p
 
 
 def test_uint8_probe_images_are_refused():
-    with pytest.raises(TypeError, match=r"probe_images must be float.*got torch.uint8"):
-        GradSkipCallback(probe_images=torch.zeros(2, 3, 32, 32, dtype=torch.uint8), probe_labels=torch.zeros(2))
+    with pytest.raises(TypeError, match=r"ProbeImages' images must be float.*got torch.uint8"):
+        GradSkipCallback(ProbeImages(images=torch.zeros(2, 3, 32, 32, dtype=torch.uint8), labels=torch.zeros(2)))
 
 
 @pytest.mark.parametrize("prefixes", [("gs/", "gs/"), ("gs/a/", "gs_a/")])
 def test_two_callbacks_sharing_a_prefix_or_its_folder_are_refused(tmp_path, prefixes):
     callbacks = [
         GradSkipCallback(log_prefix=prefixes[0], **FAST),
-        GradSkipCallback(method="rollout", log_prefix=prefixes[1], **FAST),
+        GradSkipCallback(log_prefix=prefixes[1], methods=MethodSettings(method="rollout"), **FAST),
     ]
     with pytest.raises(ValueError, match="share the output folder"):
         tiny_trainer(tmp_path, logger=False, callbacks=callbacks).fit(tiny_module(), datamodule=tiny_data())
 
 
 def test_a_failing_epoch_is_tried_once(tmp_path, monkeypatch):
-    from gradskip_lightning.callback import epoch
+    from gradskip_lightning.callback.scoring import isolated
 
     calls = []
-    real = epoch.explain_probes
 
     def failing(*args, **kwargs):
         calls.append(1)
         raise torch.OutOfMemoryError("CUDA out of memory")
 
-    monkeypatch.setattr(epoch, "explain_probes", failing)
+    monkeypatch.setattr(isolated, "explain_probes", failing)
     trainer = tiny_trainer(tmp_path, logger=False, callbacks=[GradSkipCallback(**FAST)], max_epochs=3)
     with pytest.warns(UserWarning, match="OutOfMemoryError") as caught:
         trainer.fit(tiny_module(), datamodule=tiny_data())
     assert len(calls) == 3 and len([w for w in caught if "skipped" in str(w.message)]) == 3
-    monkeypatch.setattr(epoch, "explain_probes", real)
 
 
 def test_validate_after_fit_neither_writes_maps_nor_moves_drift(tmp_path):
@@ -476,9 +470,9 @@ def test_validate_after_fit_neither_writes_maps_nor_moves_drift(tmp_path):
     trainer.fit(module, datamodule=tiny_data())
     maps = Path(logger.log_dir) / "gradskip" / "maps"
     files = sorted(p.name for p in maps.iterdir())
-    previous = callback._drift.previous.clone()
+    previous = callback._runner.drift.previous.clone()
     trainer.validate(module, datamodule=tiny_data())
     assert sorted(p.name for p in maps.iterdir()) == files == ["epoch_0000.npz", "epoch_0001.npz", "probes.npz"]
-    assert torch.equal(callback._drift.previous, previous)
+    assert torch.equal(callback._runner.drift.previous, previous)
     (row,) = _csv_rows(logger.log_dir, "faithfulness/gradskip/validate/insertion")
     assert row["drift/gradskip/validate/prev/spearman"] == pytest.approx(1.0)  # same weights as the last epoch

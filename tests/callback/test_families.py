@@ -16,7 +16,7 @@ from lightning.pytorch.loggers import WandbLogger
 from torch import Tensor, nn
 from torch.utils.data import Dataset
 
-from gradskip_lightning import GradSkipCallback, ProbeSettings, ScoreSettings
+from gradskip_lightning import GradSkipCallback, MethodSettings, ProbeSettings, ScoreSettings
 from tests.callback.helpers import tiny_data, tiny_trainer
 from tests.callback.wandb_files import find_runs, use_offline_wandb
 
@@ -56,7 +56,7 @@ NETWORKS = {
     ),
 }
 #: family label -> the registered family its explainer reports
-FAMILY = {"torchvision_vit": "timm_vit", "hf_vit": "hf_vit", "hf_dinov2": "hf_vit", "timm_swin": "timm_swin"}
+FAMILY = {"torchvision_vit": "torchvision_vit", "hf_vit": "hf_vit", "hf_dinov2": "hf_vit", "timm_swin": "timm_swin"}
 
 
 def _image_label(batch: Any) -> tuple[Tensor, Tensor]:
@@ -92,13 +92,15 @@ def test_each_family_trains_with_the_callback_and_logs_to_wandb(label, tmp_path,
     seed_everything(0)
     net, hf_output = NETWORKS[label]()
     callback = GradSkipCallback(
-        probes=ProbeSettings(num_probes=4), scores=ScoreSettings(insertion_steps=4), compare_methods=["rollout"]
+        probes=ProbeSettings(num_probes=4),
+        scores=ScoreSettings(insertion_steps=4),
+        methods=MethodSettings(compare=["rollout"]),
     )
     logger = WandbLogger(save_dir=str(tmp_path), offline=True, project="gradskip-families")
     trainer = tiny_trainer(tmp_path, logger=logger, callbacks=[callback], max_epochs=1, limit_train_batches=2)
     trainer.fit(Classifier(net, hf_output), datamodule=tiny_data())
     wandb.finish()
-    assert callback._explainers["gradskip"].family == FAMILY[label]
+    assert callback._prepared.explainers["gradskip"].family == FAMILY[label]
     (run,) = find_runs(tmp_path / "wandb")
     (row,) = run.rows_with(f"faithfulness/{P}insertion")
     for name in ("insertion", "deletion", "insertion/rollout"):

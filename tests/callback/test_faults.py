@@ -15,7 +15,7 @@ from lightning.pytorch import Callback, seed_everything
 from lightning.pytorch.callbacks import EarlyStopping, EMAWeightAveraging, ModelCheckpoint
 from lightning.pytorch.loggers import CSVLogger
 
-from gradskip_lightning import GradSkipCallback
+from gradskip_lightning import GradSkipCallback, ProbeImages
 from gradskip_lightning.callback.output.files import read_maps
 from gradskip_lightning.callback.probes import load_probes
 from gradskip_lightning.callback.settings import ProbeSettings, ScoreSettings
@@ -63,7 +63,7 @@ def _resume(root: Path, checkpoint: Path, callback: GradSkipCallback, data) -> t
     "make",
     [
         pytest.param(
-            lambda: (dict(probe_images=torch.randn(6, 3, 32, 32), probe_labels=torch.arange(6) % 4), {}),
+            lambda: (dict(probe_images=ProbeImages(torch.randn(6, 3, 32, 32), torch.arange(6) % 4)), {}),
             id="fewer-explicit-probes",
         ),  # fmt: skip
         pytest.param(lambda: ({}, dict(seed=5)), id="other-images-under-the-same-ids"),
@@ -170,12 +170,12 @@ def _probes(count: int = 4, dtype: torch.dtype = torch.float32) -> dict:
     data = tiny_data()
     data.setup("validate")
     images = torch.stack([data.val_dataset[i][0] for i in range(count)])
-    return dict(probe_images=images.to(dtype), probe_labels=torch.arange(count) % 4)
+    return dict(probe_images=ProbeImages(images.to(dtype), torch.arange(count) % 4))
 
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float16, torch.bfloat16])
 def test_explicit_probes_of_another_float_dtype_are_converted_with_a_note(tmp_path, dtype):
-    with pytest.warns(UserWarning, match=f"probe_images are {dtype}.*converted to torch.float32"):
+    with pytest.warns(UserWarning, match=f"ProbeImages' images are {dtype}.*converted to torch.float32"):
         callback = GradSkipCallback(**_probes(dtype=dtype), **FAST)
     trainer = tiny_trainer(tmp_path, logger=False, callbacks=[callback], max_epochs=1, limit_train_batches=1)
     with warnings.catch_warnings(record=True) as caught:
@@ -234,7 +234,7 @@ def test_a_log_prefix_leaving_the_run_folder_is_refused(prefix):
 def test_region_names_outside_the_key_grammar_are_refused(name):
     masks = {name: torch.zeros(2, 32, 32, dtype=torch.bool)}
     with pytest.raises(ValueError, match="region name"):
-        GradSkipCallback(probe_images=torch.zeros(2, 3, 32, 32), probe_labels=torch.zeros(2), probe_masks=masks)
+        GradSkipCallback(ProbeImages(images=torch.zeros(2, 3, 32, 32), labels=torch.zeros(2), masks=masks))
 
 
 # ------------------------------------------------------------------------------------- what is explained
@@ -264,7 +264,7 @@ def test_with_ema_the_averaged_weights_are_explained_whatever_the_order(tmp_path
     trainer.fit(module, datamodule=tiny_data())  # the averaged weights are in the module after fit
     explained = read_maps(Path(logger.log_dir) / "gradskip" / "maps").epochs[-1]["token_maps"]
     probes = ours._source.probes
-    expected = ours._explainers["gradskip"].explain(probes.images, probes.labels).token_maps
+    expected = ours._prepared.explainers["gradskip"].explain(probes.images, probes.labels).token_maps
     np.testing.assert_allclose(explained, expected.detach().numpy(), atol=1e-5)
 
 
@@ -299,8 +299,9 @@ def test_a_zero_one_float_mask_is_accepted():
 
 def test_the_non_finite_warning_names_probe_ids(tmp_path):
     given = _probes(count=4)
-    given["probe_images"][3] = 1e30  # overflows inside the ViT: probe 3, position 1 of the second chunk
-    given["probe_images"][3, :, ::2] = -1e30
+    images = given["probe_images"].probe_set.images
+    images[3] = 1e30  # overflows inside the ViT: probe 3, position 1 of the second chunk
+    images[3, :, ::2] = -1e30
     options = dict(FAST, probes=ProbeSettings(explain_batch_size=2))
     trainer = tiny_trainer(tmp_path, logger=False, callbacks=[GradSkipCallback(**given, **options)], max_epochs=1)
     with pytest.warns(UserWarning, match=r"probe ids \[3\]"):

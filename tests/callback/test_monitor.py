@@ -11,7 +11,7 @@ from lightning.pytorch import seed_everything
 from lightning.pytorch.callbacks import EarlyStopping, ModelCheckpoint
 from lightning.pytorch.loggers import CSVLogger
 
-from gradskip_lightning import GradSkipCallback
+from gradskip_lightning import GradSkipCallback, ProbeImages, ProbeSettings, ScoreSettings
 from tests.callback.helpers import tiny_data, tiny_module, tiny_trainer
 
 KEY = "regions/gradskip/mass/object"
@@ -27,7 +27,10 @@ def test_early_stopping_on_a_region_mass_stops_a_real_fit(tmp_path):
     logger = CSVLogger(save_dir=str(tmp_path), name="stop")
     stop = EarlyStopping(monitor=KEY, mode="max", stopping_threshold=0.0)  # any mass >= 0 stops
     trainer = tiny_trainer(
-        tmp_path, logger=logger, callbacks=[GradSkipCallback(num_probes=8, insertion_steps=4), stop], max_epochs=5
+        tmp_path,
+        logger=logger,
+        callbacks=[GradSkipCallback(probes=ProbeSettings(num_probes=8), scores=ScoreSettings(insertion_steps=4)), stop],
+        max_epochs=5,
     )
     trainer.fit(tiny_module(), datamodule=tiny_data())
     assert trainer.current_epoch == 1 and stop.stopped_epoch == 0  # stopped after the first explained epoch
@@ -42,7 +45,7 @@ def test_model_checkpoint_keeps_the_epoch_with_the_best_region_mass(tmp_path):
     trainer = tiny_trainer(
         tmp_path,
         logger=logger,
-        callbacks=[GradSkipCallback(num_probes=8, insertion_steps=4), best],
+        callbacks=[GradSkipCallback(probes=ProbeSettings(num_probes=8), scores=ScoreSettings(insertion_steps=4)), best],
         max_epochs=3,
         enable_checkpointing=True,
     )
@@ -60,7 +63,8 @@ def test_nan_scores_are_left_out_of_callback_metrics(tmp_path):
     images, labels, masks = zip(*(data.val_dataset[i] for i in range(4)))
     regions = {"object": torch.stack(masks), "nothing": torch.zeros(4, 32, 32, dtype=torch.bool)}
     callback = GradSkipCallback(
-        probe_images=torch.stack(images), probe_labels=torch.stack(labels), probe_masks=regions, insertion_steps=4
+        ProbeImages(images=torch.stack(images), labels=torch.stack(labels), masks=regions),
+        scores=ScoreSettings(insertion_steps=4),
     )
     trainer = tiny_trainer(tmp_path, logger=False, callbacks=[callback], max_epochs=1)
     trainer.fit(tiny_module(), datamodule=data)

@@ -9,7 +9,7 @@ import torch.nn.functional as F
 from lightning.pytorch import LightningDataModule, LightningModule, seed_everything
 from torch.utils.data import DataLoader, Dataset
 
-from gradskip_lightning import GradSkipCallback
+from gradskip_lightning import GradSkipCallback, ProbeImages, ProbeSettings, ScoreSettings
 from gradskip_lightning.data.planted_shapes import PlantedShapesDataset
 from tests.callback.helpers import tiny_module, tiny_trainer
 
@@ -69,7 +69,7 @@ class MultiLabelViT(LightningModule):
 @pytest.mark.slow
 def test_a_multi_label_model_trains_to_the_end_with_maps_scored_by_sigmoid(tmp_path):
     seed_everything(0)
-    callback = GradSkipCallback(num_probes=8, insertion_steps=4)
+    callback = GradSkipCallback(probes=ProbeSettings(num_probes=8), scores=ScoreSettings(insertion_steps=4))
     module = MultiLabelViT()
     trainer = tiny_trainer(tmp_path, logger=False, callbacks=[callback], max_epochs=2)
     trainer.fit(module, datamodule=MultiHotData())
@@ -88,10 +88,10 @@ def test_a_multi_label_model_trains_to_the_end_with_maps_scored_by_sigmoid(tmp_p
 
 def test_explicit_multi_hot_probe_labels_explain_a_positive_label():
     labels = torch.tensor([[1.0, 0, 0, 1], [1.0, 0, 0, 0], [0, 1.0, 0, 0]])
-    callback = GradSkipCallback(probe_images=torch.zeros(3, 3, 32, 32), probe_labels=labels)
+    callback = GradSkipCallback(ProbeImages(images=torch.zeros(3, 3, 32, 32), labels=labels))
     probes = callback._source.probes
     assert probes.labels.tolist() == [3, 0, 1]  # the rarest positive label among the probes
-    assert torch.equal(probes.multi_hot, labels) and callback._activation == "sigmoid"
+    assert torch.equal(probes.multi_hot, labels)  # explained per label: the probabilities are sigmoids
 
 
 def test_explicit_named_regions_feed_the_pointing_game_from_object_and_each_get_mass_and_rank(tmp_path):
@@ -103,7 +103,8 @@ def test_explicit_named_regions_feed_the_pointing_game_from_object_and_each_get_
     images, labels, regions = zip(*(data[i] for i in range(4)))
     masks = {name: torch.stack([r[name] for r in regions]) for name in ("object", "background")}
     callback = GradSkipCallback(
-        probe_images=torch.stack(images), probe_labels=torch.stack(labels), probe_masks=masks, insertion_steps=4
+        ProbeImages(images=torch.stack(images), labels=torch.stack(labels), masks=masks),
+        scores=ScoreSettings(insertion_steps=4),
     )
     assert sorted(callback._source.probes.regions) == ["background", "object"]
     logger = CSVLogger(save_dir=str(tmp_path), name="regions")

@@ -31,7 +31,7 @@ def run(tmp_path_factory):
             f"--trainer.logger.init_args.save_dir={root}", f"--trainer.default_root_dir={root}",
             "--data.train_size=64", "--data.val_size=32", "--data.test_size=32",
             "--model.hidden_sizes=[8, 8, 16, 16]", "--model.depths=[1, 1, 1, 1]", "--model.decoder_hidden_size=16",
-            f"--trainer.callbacks.num_probes={PROBES}", "--trainer.callbacks.insertion_steps=8",
+            f"--trainer.callbacks.probes.num_probes={PROBES}", "--trainer.callbacks.scores.insertion_steps=8",
         ])  # fmt: skip
         wandb.finish()
     (result,) = find_runs(root)

@@ -5,7 +5,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import numpy as np
-from gradskip_lightning.callback.discovery.stage import Discoverer
 from lightning.pytorch import Trainer
 from lightning.pytorch.loggers import WandbLogger
 from lightning.pytorch.utilities import rank_zero_warn
@@ -14,10 +13,9 @@ from gradskip_lightning import render
 from gradskip_lightning.callback.keys import key
 from gradskip_lightning.callback.probes import ProbeSet
 from gradskip_lightning.callback.settings import RenderSettings
-from gradskip_lightning.core.validation import required
 from gradskip_lightning.metrics import Discovery
 
-__all__ = ["discovery_images", "alert_text", "send_alert", "show_discovery"]
+__all__ = ["discovery_images", "alert_text", "send_alert"]
 
 #: Colour of the hotspot's box in the images.
 BOX_RGB = (0, 255, 255)
@@ -120,23 +118,3 @@ def send_alert(trainer: Trainer, title: str, text: str) -> None:
             offline = True
     if offline:
         rank_zero_warn(f"{title}. {text}")
-
-
-def show_discovery(
-    trainer: Trainer,
-    images: dict[str, np.ndarray],
-    found: Discovery,
-    discoverer: Discoverer,
-    class_names: Sequence[str],
-    display: tuple[Sequence[float] | None, Sequence[float] | None],
-    settings: RenderSettings,
-    patch_size: tuple[int, int],
-    epoch: int,
-    prefix: str,
-) -> None:
-    """Rank zero: the discovery images into the report's ``images``, an alert for each class flagged
-    for the first time."""
-    probes = required(discoverer.probes, "the discovery probes")
-    images.update(discovery_images(found, probes, class_names, display, settings, prefix))
-    for label in discoverer.newly_flagged(found):
-        send_alert(trainer, *alert_text(found, label, class_names, patch_size, epoch))

@@ -23,7 +23,6 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 from lightning.pytorch import LightningModule
-from lightning.pytorch.utilities import rank_zero_warn
 from lightning.pytorch.utilities.seed import isolate_rng
 from torch import Tensor
 from torch.utils.data import Dataset
@@ -132,7 +131,7 @@ class Discoverer:
 
     def __init__(self, settings: DiscoveryStage, seed: int, keys: ItemKeys = ItemKeys()) -> None:
         self.settings = settings
-        self.source = ProbeSource(None, settings.probes_per_class, seed, keys)
+        self.source = ProbeSource(None, settings.probes_per_class, seed, keys, "discovery.probes_per_class")
         self.alerted: set[int] = set()
 
     @property
@@ -142,7 +141,9 @@ class Discoverer:
     def draw(self, dataset: Dataset, num_classes: int) -> None:
         """Draw ``probes_per_class`` x ``num_classes`` probes from ``dataset`` (unless drawn or off)."""
         if self.settings.enabled and self.source.probes is None:
-            self.source.num_probes = self.settings.probes_per_class * num_classes
+            per_class = self.settings.probes_per_class
+            self.source.num_probes = per_class * num_classes
+            self.source.setting = f"discovery.probes_per_class={per_class} (x {num_classes} classes)"
             self.source.draw(dataset)
 
     def due(self, epoch: int, fitting: bool) -> bool:
@@ -157,21 +158,6 @@ class Discoverer:
         """A new fit: draw again, alert again."""
         self.source.reset()
         self.alerted = set()
-
-    def run_epoch(
-        self,
-        pl_module: LightningModule,
-        explainer: ModelExplainer,
-        epoch: int,
-        *,
-        batch_size: int,
-        activation: Activation,
-    ) -> Discovery | None:
-        """The stage at ``epoch`` (every rank; the caller checks :meth:`due`), or None: failed (warns, on rank zero)."""
-        found, error = self.run(pl_module, explainer, batch_size=batch_size, activation=activation)
-        if error is not None:
-            rank_zero_warn(f"GradSkipCallback: shortcut discovery of epoch {epoch} skipped. {error}")
-        return found
 
     def run(
         self, pl_module: LightningModule, explainer: ModelExplainer, *, batch_size: int, activation: Activation

@@ -9,7 +9,6 @@ prints it.
 from __future__ import annotations
 
 from gradskip_lightning.callback.discovery.stage import CLASS_VALUES
-
 from gradskip_lightning.callback.keys import key
 from gradskip_lightning.callback.output.report import HEAD_PARTS
 from gradskip_lightning.callback.scoring.record import scalar_fields, table_fields

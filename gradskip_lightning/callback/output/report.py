@@ -1,22 +1,125 @@
-"""Turn one epoch's per-probe records into the logged report: scalars, images, histograms, rows, arrays."""
+"""The one report of an epoch, which every sink consumes: built from what the epoch end computed
+(:class:`EpochOutcome`) by :func:`epoch_report`: scalars, images, histograms, table rows, maps arrays."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import torch
+from lightning.pytorch import Trainer
+from lightning.pytorch.utilities import rank_zero_warn
 from torch import Tensor
 
 from gradskip_lightning import render
+from gradskip_lightning.callback.discovery.images import discovery_images
 from gradskip_lightning.callback.keys import key
-from gradskip_lightning.callback.output.sinks import EpochReport, ProbeSheet
 from gradskip_lightning.callback.probes import ProbeSet
 from gradskip_lightning.callback.scoring.record import ProbeRecord, npz_fields, scalar_fields, table_fields
 from gradskip_lightning.callback.settings import RenderSettings
 from gradskip_lightning.core.validation import required
+from gradskip_lightning.metrics import Discovery
 
-__all__ = ["build_report", "epoch_scalars", "probe_sheet", "table_cells", "HEAD_PARTS"]
+__all__ = [
+    "HEAD_PARTS",
+    "EpochOutcome",
+    "EpochReport",
+    "ProbeSheet",
+    "build_report",
+    "epoch_report",
+    "epoch_scalars",
+    "logged_step",
+    "probe_sheet",
+    "table_cells",
+]
+
+
+@dataclass
+class ProbeSheet:
+    """What stays fixed over the run: probe ids, labels and their display images.
+
+    Attributes:
+        probe_ids: the probes' ids.
+        labels: the class name each probe explains.
+        label_ids: (P,) int64 the class each probe explains.
+        class_names: every class's name.
+        images: (P, H, W, 3) uint8 display images.
+        regions: names of the probes' regions, in the order of the per-region record fields.
+    """
+
+    probe_ids: list[int]
+    labels: list[str]
+    label_ids: np.ndarray
+    class_names: list[str]
+    images: np.ndarray
+    regions: list[str] = field(default_factory=list)
+
+
+@dataclass
+class EpochReport:
+    """Everything logged for one epoch, keys already carrying the callback's prefix.
+
+    Attributes:
+        epoch, step: the trainer's epoch and the step Lightning logs its epoch metrics at.
+        scalars: key -> float.
+        overlays: key -> (uint8 (H, W, 3) image, caption), one per probe (with ``probe_overlays``).
+        images: key -> uint8 (H, W, 3) image (the grid, layer x head images, comparison grids).
+        histograms: key -> 1-D values to histogram.
+        rows: one dict per probe, column -> cell (``overlay`` as a uint8 image; None: empty).
+        method: the explained method's name.
+        arrays: per-probe arrays saved to the maps files, or None when this epoch is not saved.
+        started: ``time.perf_counter()`` when the callback began the epoch; time_key: the key of
+            the seconds since then in :meth:`timed_scalars` (None: not timed).
+    """
+
+    epoch: int
+    step: int
+    scalars: dict[str, float]
+    method: str = ""
+    arrays: dict[str, np.ndarray] | None = None
+    overlays: dict[str, tuple[np.ndarray, str]] = field(default_factory=dict)
+    images: dict[str, np.ndarray] = field(default_factory=dict)
+    histograms: dict[str, np.ndarray] = field(default_factory=dict)
+    rows: list[dict[str, Any]] = field(default_factory=list)
+    started: float = 0.0
+    time_key: str | None = None
+
+    def timed_scalars(self) -> dict[str, float]:
+        """The scalars with ``time_key`` set to the seconds since ``started``, measured now."""
+        scalars = dict(self.scalars)
+        if self.time_key is not None:
+            scalars[self.time_key] = time.perf_counter() - self.started
+        return scalars
+
+
+@dataclass
+class EpochOutcome:
+    """What one epoch end computed, on rank zero: the report is built from it alone.
+
+    Attributes:
+        epoch, step: the epoch, and the step Lightning logs its epoch metrics at (:func:`logged_step`).
+        prefix: the callback's prefix of this epoch's keys; saved: whether the maps files get it (trained epochs).
+        scalars: every scalar, finite or NaN (a skipped stage's values are NaN).
+        method: the explained method; records: method -> the gathered per-probe record (empty when skipped).
+        drift: drift name -> (P,) values.
+        discovery: the discovery stage's result and its probes, when it ran and succeeded.
+        started: ``time.perf_counter()`` when the epoch end began (the report times itself from it).
+    """
+
+    epoch: int
+    step: int
+    prefix: str
+    saved: bool
+    scalars: dict[str, float]
+    method: str
+    records: dict[str, ProbeRecord] = field(default_factory=dict)
+    drift: dict[str, Tensor] = field(default_factory=dict)
+    discovery: tuple[Discovery, ProbeSet] | None = None
+    started: float = 0.0
+
 
 #: Record fields of head importance and the names they are logged under.
 HEAD_PARTS = {"head_weights": "omega", "grad_flow": "grad_flow", "sparsity": "sparsity"}
@@ -166,8 +269,8 @@ def build_report(
             text = render.caption(sheet.labels[i], names[predictions[i]], probabilities[i])
             report.overlays[key("probes", prefix, f"overlay/probe_{probe_id}")] = (overlays[i], text)
     report.images[key("probes", prefix, "overlays")] = render.screen_grid(native)
-    for field, part in HEAD_PARTS.items():
-        heads = getattr(main, field)  # (P, L, H), NaN-padded for SegFormer (its stages differ in heads)
+    for name, part in HEAD_PARTS.items():
+        heads = getattr(main, name)  # (P, L, H), NaN-padded for SegFormer (its stages differ in heads)
         if heads is None:
             continue
         report.images[key("heads", prefix, part)] = render.matrix_image(heads.mean(dim=0), cmap="viridis")
@@ -197,3 +300,44 @@ def build_report(
         row["drift_first_spearman"] = cell("first/spearman", i)
         report.rows.append(row)
     return report
+
+
+def logged_step(trainer: Trainer) -> int:
+    """The step Lightning logs its epoch metrics at.
+
+    Private API, kept on purpose: no public attribute holds it (``trainer.global_step`` counts optimizer
+    steps, which differ under gradient accumulation and manual optimisation); Lightning's own logger
+    connector reads ``fit_loop.epoch_loop._batches_that_stepped`` (``trainer.global_step`` if it is gone);
+    ``tests/callback/test_private_apis.py`` fails if it disappears.
+    """
+    return getattr(trainer.fit_loop.epoch_loop, "_batches_that_stepped", trainer.global_step)
+
+
+def epoch_report(
+    outcome: EpochOutcome, sheet: ProbeSheet, settings: RenderSettings, display: tuple[Any, Any]
+) -> EpochReport:
+    """The epoch's report (rank zero), the one every sink consumes: the scalars only when the
+    explanation was skipped; else the full report (:func:`build_report`) with the discovery
+    stage's images. If building the images fails, the scalars alone, and a warning. The report
+    times itself: ``<prefix>time_s`` is measured when a sink sends the scalars."""
+    scalars = dict(outcome.scalars)
+    report = EpochReport(outcome.epoch, outcome.step, scalars, method=outcome.method, started=outcome.started)
+    report.time_key = key(None, outcome.prefix, "time_s")
+    if not outcome.records:
+        return report
+    try:
+        full = build_report(
+            outcome.records, outcome.method, outcome.drift, sheet, scalars, epoch=outcome.epoch, step=outcome.step,
+            prefix=outcome.prefix, settings=settings, save=outcome.saved,
+        )  # fmt: skip
+        if outcome.discovery is not None:
+            found, probes = outcome.discovery
+            full.images.update(discovery_images(found, probes, sheet.class_names, display, settings, outcome.prefix))
+    except Exception as err:  # noqa: BLE001 - rank zero only, no collective inside: safe to go on alone
+        rank_zero_warn(
+            f"GradSkipCallback: the images and maps files of epoch {outcome.epoch} were not built, its scalars are "
+            f"logged. {type(err).__name__}: {err}"
+        )
+        return report
+    full.started, full.time_key = report.started, report.time_key
+    return full

@@ -1,100 +1,41 @@
 """Where one logged epoch goes: W&B, TensorBoard, any other Lightning logger, image files, the maps files.
 
-All sinks are called on rank zero only, each on its own (the callback warns about a failing one
-and calls the next). Each receives the same :class:`EpochReport`: uint8 images are built once (in
-:mod:`gradskip_lightning.render`), scalars are plain floats. The sinks that send scalars run last
-and take them from :meth:`EpochReport.timed_scalars`, so the callback's ``time_s`` covers the
-files and images written before.
+All sinks are called on rank zero only, each on its own (:func:`log_to_sinks` warns about a
+failing one and calls the next). Each receives the same :class:`~.report.EpochReport`, built once
+by :func:`~.report.epoch_report`: uint8 images (made in :mod:`gradskip_lightning.render`), plain
+floats. The sinks that send scalars run last and take them from
+:meth:`~.report.EpochReport.timed_scalars`, so the callback's ``time_s`` covers the files and
+images written before.
 """
 
 from __future__ import annotations
 
 import shlex
-import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 from lightning.pytorch.loggers import Logger, TensorBoardLogger, WandbLogger
-from lightning.pytorch.utilities import rank_zero_info
+from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 
 from gradskip_lightning.callback.keys import key
 from gradskip_lightning.callback.output.files import write_epoch, write_png, write_probes
+from gradskip_lightning.callback.output.report import EpochReport, ProbeSheet
 from gradskip_lightning.render import annotate
 
 if TYPE_CHECKING:
     import wandb
 
 __all__ = [
-    "EpochReport",
-    "ProbeSheet",
     "Sink",
     "WandbSink",
     "ScalarSink",
     "ImageFileSink",
     "TensorBoardSink",
     "MapsFileSink",
+    "log_to_sinks",
     "make_sinks",
 ]
-
-
-@dataclass
-class ProbeSheet:
-    """What stays fixed over the run: probe ids, labels and their display images.
-
-    Attributes:
-        probe_ids: the probes' ids.
-        labels: the class name each probe explains.
-        label_ids: (P,) int64 the class each probe explains.
-        class_names: every class's name.
-        images: (P, H, W, 3) uint8 display images.
-        regions: names of the probes' regions, in the order of the per-region record fields.
-    """
-
-    probe_ids: list[int]
-    labels: list[str]
-    label_ids: np.ndarray
-    class_names: list[str]
-    images: np.ndarray
-    regions: list[str] = field(default_factory=list)
-
-
-@dataclass
-class EpochReport:
-    """Everything logged for one epoch, keys already carrying the callback's prefix.
-
-    Attributes:
-        epoch, step: the trainer's epoch and the step Lightning logs its epoch metrics at.
-        scalars: key -> float.
-        overlays: key -> (uint8 (H, W, 3) image, caption), one per probe (with ``probe_overlays``).
-        images: key -> uint8 (H, W, 3) image (the grid, layer x head images, comparison grids).
-        histograms: key -> 1-D values to histogram.
-        rows: one dict per probe, column -> cell (``overlay`` as a uint8 image; None: empty).
-        method: the explained method's name.
-        arrays: per-probe arrays saved to the maps files, or None when this epoch is not saved.
-        started: ``time.perf_counter()`` when the callback began the epoch; time_key: the key of
-            the seconds since then in :meth:`timed_scalars` (None: not timed).
-    """
-
-    epoch: int
-    step: int
-    scalars: dict[str, float]
-    method: str = ""
-    arrays: dict[str, np.ndarray] | None = None
-    overlays: dict[str, tuple[np.ndarray, str]] = field(default_factory=dict)
-    images: dict[str, np.ndarray] = field(default_factory=dict)
-    histograms: dict[str, np.ndarray] = field(default_factory=dict)
-    rows: list[dict[str, Any]] = field(default_factory=list)
-    started: float = 0.0
-    time_key: str | None = None
-
-    def timed_scalars(self) -> dict[str, float]:
-        """The scalars with ``time_key`` set to the seconds since ``started``, measured now."""
-        scalars = dict(self.scalars)
-        if self.time_key is not None:
-            scalars[self.time_key] = time.perf_counter() - self.started
-        return scalars
 
 
 class Sink(Protocol):
@@ -262,3 +203,15 @@ def make_sinks(trainer: Any, prefix: str, out_dir: Path) -> list[Sink]:
         sinks.append(WandbSink(wandb_logger, prefix, out_dir / "maps"))
     sinks.extend(ScalarSink(lg) for lg in trainer.loggers if lg is not wandb_logger)
     return sinks
+
+
+def log_to_sinks(sinks: list[Sink], report: EpochReport, sheet: ProbeSheet) -> None:
+    """Hand ``report`` to every sink; a failing sink warns, naming itself, and the others still write."""
+    for sink in sinks:
+        try:
+            sink.log(report, sheet)
+        except Exception as err:  # noqa: BLE001
+            rank_zero_warn(
+                f"GradSkipCallback: {type(sink).__name__} failed at epoch {report.epoch}, the other outputs are "
+                f"written. {type(err).__name__}: {err}"
+            )

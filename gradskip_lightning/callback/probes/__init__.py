@@ -21,7 +21,7 @@ from .items import (
     check_region_name,
     explained_labels,
 )
-from .probe_set import ProbeSet, check_probes, given_probes
+from .probe_set import ProbeImages, ProbeSet, check_probes
 from .source import ProbeSource
 
 __all__ = [
@@ -31,13 +31,13 @@ __all__ = [
     "OBJECT",
     "REGION_KEYS",
     "ItemKeys",
+    "ProbeImages",
     "ProbeSet",
     "ProbeSource",
     "check_probes",
     "check_region_name",
     "dataset_labels",
     "explained_labels",
-    "given_probes",
     "is_segmentation_dataset",
     "label_presence",
     "load_probes",

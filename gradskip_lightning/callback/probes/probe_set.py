@@ -118,27 +118,37 @@ def check_probes(probes: ProbeSet, in_chans: int, img_size: tuple[int, int] | No
         )
 
 
-def given_probes(
-    images: Tensor | None, labels: Tensor | None, masks: Tensor | Mapping[str, Tensor] | None
-) -> ProbeSet | None:
-    """The explicit probes of the callback's ``probe_images`` (P, C, H, W) float, ``probe_labels``
-    (P,) or multi-hot (P, C), and ``probe_masks`` (P, H, W) or {name: (P, H, W)}; None without images."""
-    if images is None:
-        if labels is not None or masks is not None:
-            raise ValueError("probe_labels and probe_masks need probe_images")
-        return None
-    if labels is None:
-        raise ValueError("probe_labels (P,) or (P, C) are required with probe_images")
-    images = torch.as_tensor(images)
-    if not images.is_floating_point():
-        raise TypeError(
-            f"probe_images must be float, normalised as the model expects; got {images.dtype}. Convert them as "
-            "the training data is, e.g. images.float() / 255 then (x - mean) / std"
+class ProbeImages:
+    """Explicit probes for the callback (instead of drawing them from the validation set).
+
+    Args:
+        images: (P, C, H, W) float, normalised as the model expects.
+        labels: (P,) class indices, or (P, C) multi-hot (each probe explains its rarest positive label).
+        masks: (P, H, W) bool masks of the ``"object"`` region, or {name: (P, H, W)} named regions.
+
+    Raises:
+        TypeError: images that are not float. ValueError: shapes that do not agree (the message names them).
+
+    Example:
+        >>> probes = ProbeImages(torch.zeros(2, 3, 8, 8), torch.tensor([0, 1]))
+        >>> len(probes.probe_set), probes.probe_set.ids.tolist()
+        (2, [0, 1])
+    """
+
+    def __init__(self, images: Tensor, labels: Tensor, masks: Tensor | Mapping[str, Tensor] | None = None) -> None:
+        images = torch.as_tensor(images)
+        if not images.is_floating_point():
+            raise TypeError(
+                f"ProbeImages' images must be float, normalised as the model expects; got {images.dtype}. Convert "
+                "them as the training data is, e.g. images.float() / 255 then (x - mean) / std"
+            )
+        images = float32_images(images, "ProbeImages' images")
+        labels = torch.as_tensor(labels)
+        multi_hot = None
+        if labels.ndim == 2 and labels.shape[1] > 1:
+            multi_hot = labels.float()
+            labels = explained_labels(multi_hot, multi_hot.sum(dim=0))
+        #: The probe set, ids 0..P-1.
+        self.probe_set = ProbeSet(
+            images, labels.reshape(-1), torch.arange(len(images)), as_regions(masks, "ProbeImages' masks"), multi_hot
         )
-    images = float32_images(images, "probe_images")
-    labels = torch.as_tensor(labels)
-    multi_hot = None
-    if labels.ndim == 2 and labels.shape[1] > 1:
-        multi_hot = labels.float()
-        labels = explained_labels(multi_hot, multi_hot.sum(dim=0))
-    return ProbeSet(images, labels.reshape(-1), torch.arange(len(images)), as_regions(masks), multi_hot)

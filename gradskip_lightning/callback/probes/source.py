@@ -29,16 +29,31 @@ class ProbeSource:
         num_probes: probes drawn, stratified by (explained) class.
         seed: seed of the draw.
         keys: where mapping items hold the image, the label and the masks.
+        setting: the option the user sets the number with, for messages: ``"probes.num_probes"``, or
+            a text naming the discovery stage's ``probes_per_class``.
     """
 
-    def __init__(self, given: ProbeSet | None, num_probes: int, seed: int, keys: ItemKeys = ItemKeys()) -> None:
+    def __init__(
+        self,
+        given: ProbeSet | None,
+        num_probes: int,
+        seed: int,
+        keys: ItemKeys = ItemKeys(),
+        setting: str = "probes.num_probes",
+    ) -> None:
         self.given = given
+        self.setting = setting
         self.num_probes = num_probes
         self.seed = seed
         self.keys = keys
         self.dataset: Dataset | None = None
         self.restored_ids: Tensor | None = None
         self._drawn: ProbeSet | None = None
+
+    @property
+    def described(self) -> str:
+        """``probes.num_probes=32``: the setting and the number it asks for, for messages."""
+        return f"{self.setting}={self.num_probes}" if self.setting == "probes.num_probes" else self.setting
 
     @property
     def probes(self) -> ProbeSet | None:
@@ -67,7 +82,7 @@ class ProbeSource:
             if len(missing):
                 rank_zero_warn(
                     f"GradSkipCallback: the checkpoint's probe ids {missing.tolist()[:8]} are not in this dataset "
-                    f"({len(labels)} items): the probes are drawn afresh (probes.num_probes={self.num_probes}, "
+                    f"({len(labels)} items): the probes are drawn afresh ({self.described}, "
                     f"probe_seed={self.seed}). Resume with the validation set of the checkpointed run to keep them"
                 )
                 ids = self.restored_ids = None
@@ -77,9 +92,9 @@ class ProbeSource:
                 raise ValueError("no item of the dataset has a label or class to explain: nothing to draw probes from")
             if len(drawn) < self.num_probes:
                 rank_zero_warn(
-                    f"GradSkipCallback: probes.num_probes={self.num_probes} but the dataset has only {len(drawn)} "
+                    f"GradSkipCallback: {self.described} but the dataset has only {len(drawn)} "
                     f"{'(image, class) pairs' if segmentation else 'items'} with a class to explain: {len(drawn)} "
-                    "probes are drawn. Set probes.num_probes to at most that to silence this"
+                    f"probes are drawn. Lower {self.setting} to silence this"
                 )
             ids = required(pair_ids, "the (image, class) pairs")[drawn] if segmentation else drawn
         if segmentation:
@@ -97,8 +112,8 @@ class ProbeSource:
             return
         if len(ids) != self.num_probes:
             rank_zero_warn(
-                f"GradSkipCallback: the checkpoint's {len(ids)} probes are explained, not probes.num_probes="
-                f"{self.num_probes}: the probe set is kept across a resume so drift compares the same images. "
+                f"GradSkipCallback: the checkpoint's {len(ids)} probes are explained, not the {self.num_probes} of "
+                f"{self.described}: the probe set is kept across a resume so drift compares the same images. "
                 "Start a new run (no ckpt_path) to draw another number"
             )
         self.restored_ids = ids

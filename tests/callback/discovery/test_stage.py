@@ -108,7 +108,9 @@ def test_the_discovery_probes_are_kept_in_the_checkpoint_and_restored(stamped):
     assert isinstance(ids, torch.Tensor) and len(ids) == 32 and state["discovery"]["alerted"] == [STAMP_CLASS]
     fresh = _callback()
     fresh.load_state_dict(state)
-    assert torch.equal(fresh._discovery.source.restored_ids, ids) and fresh._discovery.alerted == {STAMP_CLASS}
+    assert torch.equal(fresh._runner.discoverer.source.restored_ids, ids) and fresh._runner.discoverer.alerted == {
+        STAMP_CLASS
+    }
     fresh.load_state_dict({k: v for k, v in state.items() if k != "discovery"})  # a checkpoint from before
 
 
@@ -154,17 +156,17 @@ def test_bad_discovery_settings_are_a_clear_error(change, error, match):
 def test_the_stage_can_summarise_another_methods_maps(tmp_path, monkeypatch):
     from gradskip_lightning.callback.discovery.stage import Discoverer
 
-    used, run_epoch = [], Discoverer.run_epoch
+    used, run = [], Discoverer.run
 
     def recorded(self, pl_module, explainer, *args, **kwargs):
         used.append(explainer.method)
-        return run_epoch(self, pl_module, explainer, *args, **kwargs)
+        return run(self, pl_module, explainer, *args, **kwargs)
 
-    monkeypatch.setattr(Discoverer, "run_epoch", recorded)
+    monkeypatch.setattr(Discoverer, "run", recorded)
     seed_everything(0)
     callback = _callback(method="lrp")
     trainer = tiny_trainer(tmp_path, logger=False, callbacks=[callback], max_epochs=2, num_sanity_val_steps=0)
     trainer.fit(tiny_module(), datamodule=tiny_data())
-    assert used == ["lrp", "lrp"] and list(callback._explainers) == ["gradskip", "lrp"]
+    assert used == ["lrp", "lrp"] and list(callback._prepared.explainers) == ["gradskip", "lrp"]
     assert f"{D}suspicion/class_0" in trainer.callback_metrics
     assert f"faithfulness/{P}insertion/lrp" not in trainer.callback_metrics  # explained for discovery only

@@ -10,7 +10,7 @@ import pytest
 from lightning.pytorch import seed_everything
 from PIL import Image
 
-from gradskip_lightning import GradSkipCallback
+from gradskip_lightning import GradSkipCallback, MethodSettings, ProbeSettings, RenderSettings, ScoreSettings
 from tests.callback.helpers import tiny_data, tiny_module, tiny_trainer
 
 pytest.importorskip("tensorboard")
@@ -22,7 +22,12 @@ def test_images_histograms_and_scalars_reach_the_event_file(tmp_path):
 
     seed_everything(0)
     logger = TensorBoardLogger(save_dir=str(tmp_path), name="tb")
-    callback = GradSkipCallback(num_probes=4, insertion_steps=4, probe_overlays=True, compare_methods=["rollout"])
+    callback = GradSkipCallback(
+        probes=ProbeSettings(num_probes=4),
+        scores=ScoreSettings(insertion_steps=4),
+        render=RenderSettings(probe_overlays=True),
+        methods=MethodSettings(compare=["rollout"]),
+    )
     tiny_trainer(tmp_path, logger=logger, callbacks=[callback], max_epochs=2).fit(tiny_module(), datamodule=tiny_data())
     events = EventAccumulator(logger.log_dir, size_guidance={"images": 0, "histograms": 0, "scalars": 0})
     events.Reload()

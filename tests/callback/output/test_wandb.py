@@ -11,7 +11,7 @@ from lightning.pytorch import seed_everything
 from lightning.pytorch.loggers import WandbLogger
 from PIL import Image
 
-from gradskip_lightning import GradSkipCallback
+from gradskip_lightning import GradSkipCallback, MethodSettings, ProbeSettings
 from gradskip_lightning.callback.settings import ScoreSettings
 from tests.callback.helpers import tiny_data, tiny_module, tiny_trainer
 from tests.callback.wandb_files import find_runs, use_offline_wandb
@@ -28,7 +28,9 @@ def run(tmp_path_factory):
         use_offline_wandb(mp, root)
         seed_everything(0)
         scores = ScoreSettings(insertion_steps=8, class_sensitivity=True)  # off by default: one more explain
-        callback = GradSkipCallback(num_probes=NUM_PROBES, compare_methods=["rollout"], scores=scores)
+        callback = GradSkipCallback(
+            scores=scores, probes=ProbeSettings(num_probes=NUM_PROBES), methods=MethodSettings(compare=["rollout"])
+        )
         logger = WandbLogger(save_dir=str(root), offline=True, project="gradskip-test")
         trainer = tiny_trainer(root, logger=logger, callbacks=[callback])
         trainer.fit(tiny_module(), datamodule=tiny_data())

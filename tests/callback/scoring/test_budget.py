@@ -11,7 +11,7 @@ import pytest
 from lightning.pytorch import seed_everything
 from lightning.pytorch.loggers import CSVLogger
 
-from gradskip_lightning import GradSkipCallback
+from gradskip_lightning import GradSkipCallback, MethodSettings
 from gradskip_lightning.callback.discovery.stage import DiscoveryStage
 from gradskip_lightning.callback.scoring.budget import MAX_STRIDE, Plan, TimeBudget
 from gradskip_lightning.callback.settings import ProbeSettings, ScoreSettings
@@ -34,9 +34,9 @@ def _fit(
     callback = GradSkipCallback(
         probes=ProbeSettings(num_probes=8, max_overhead=max_overhead),
         scores=ScoreSettings(insertion_steps=4),
-        compare_methods=["rollout"],
         discovery=DiscoveryStage(enabled=discovery, probes_per_class=2),
         progress=False,
+        methods=MethodSettings(compare=["rollout"]),
     )
     trainer = tiny_trainer(tmp_path, logger=logger, callbacks=[callback], max_epochs=EPOCHS, num_sanity_val_steps=0)
     calls = {"gradskip": 0, "rollout": 0}
@@ -47,7 +47,7 @@ def _fit(
 
         def setup(self, trainer, pl_module, stage):  # count each explainer's explain calls
             original(self, trainer, pl_module, stage)
-            for name, explainer in self._explainers.items():
+            for name, explainer in self._prepared.explainers.items():
                 explain = explainer.explain
 
                 def counted(*args, _name=name, _explain=explain, **kwargs):

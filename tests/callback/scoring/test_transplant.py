@@ -11,7 +11,7 @@ import torch
 from lightning.pytorch import seed_everything
 from lightning.pytorch.loggers import CSVLogger
 
-from gradskip_lightning import GradSkipCallback
+from gradskip_lightning import GradSkipCallback, MethodSettings, ProbeSettings, ScoreSettings
 from gradskip_lightning.callback.scoring.transplant import Transplant
 from gradskip_lightning.data import SpuriousTag
 from gradskip_lightning.families.timm_vit import TimmViTExplainer
@@ -35,7 +35,12 @@ def test_flip_rate_and_tag_mass_match_the_model_on_pasted_probes(tmp_path):
     seed_everything(0)
     data = tiny_data(tag=TAG)
     logger = CSVLogger(save_dir=str(tmp_path), name="transplant")
-    callback = GradSkipCallback(num_probes=8, insertion_steps=4, transplant=True, compare_methods=["rollout"])
+    callback = GradSkipCallback(
+        transplant=True,
+        probes=ProbeSettings(num_probes=8),
+        scores=ScoreSettings(insertion_steps=4),
+        methods=MethodSettings(compare=["rollout"]),
+    )
     module = tiny_module()
     tiny_trainer(tmp_path, logger=logger, callbacks=[callback], max_epochs=1).fit(module, datamodule=data)
     with np.load(Path(logger.log_dir) / "gradskip" / "maps" / "epoch_0000.npz") as saved:
@@ -62,12 +67,14 @@ def test_flip_rate_and_tag_mass_match_the_model_on_pasted_probes(tmp_path):
 
 
 def test_transplant_needs_a_tag_and_the_normalisation(tmp_path):
-    trainer = tiny_trainer(tmp_path, logger=False, callbacks=[GradSkipCallback(num_probes=4, transplant=True)])
+    trainer = tiny_trainer(
+        tmp_path, logger=False, callbacks=[GradSkipCallback(transplant=True, probes=ProbeSettings(num_probes=4))]
+    )
     with pytest.raises(ValueError, match="the datamodule has none"):
         trainer.fit(tiny_module(), datamodule=tiny_data())
     data = tiny_data()
     data.mean = data.std = None
-    callback = GradSkipCallback(num_probes=4, transplant=TAG)
+    callback = GradSkipCallback(transplant=TAG, probes=ProbeSettings(num_probes=4))
     with pytest.raises(ValueError, match="needs the images' normalisation"):
         tiny_trainer(tmp_path, logger=False, callbacks=[callback]).fit(tiny_module(), datamodule=data)
     with pytest.raises(TypeError, match="transplant must be a SpuriousTag"):
