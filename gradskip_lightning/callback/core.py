@@ -117,7 +117,7 @@ class GradSkipCallback(Callback):
     @property
     @override
     def state_key(self) -> str:
-        return self._generate_state_key(method=self.method, log_prefix=self.log_prefix)
+        return self._generate_state_key(method=self.method, log_prefix=self.log_prefix)  # Lightning's documented helper
 
     @override
     def setup(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:

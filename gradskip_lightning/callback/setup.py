@@ -171,7 +171,8 @@ def data_setup(
 def loader_dataset(trainer: Trainer) -> Dataset:
     """The dataset of the Trainer's (first) validation dataloader, or of its training one without."""
     if trainer.state.fn == TrainerFn.FITTING and trainer.val_dataloaders is None:
-        # No public API loads the fit's validation dataloaders before Lightning's own first validation.
+        # Internal API, kept on purpose: nothing public loads the fit's validation dataloaders before
+        # Lightning's own first validation; tests/callback/test_private_apis.py fails if it goes.
         trainer.fit_loop.epoch_loop.val_loop.setup_data()
     loaders = trainer.val_dataloaders or trainer.train_dataloader
     loader = loaders[0] if isinstance(loaders, (list, tuple)) else loaders

@@ -205,8 +205,11 @@ class ExplainerBase:
     def explain(self, images: Tensor, targets: Tensor | None = None, regions: Tensor | None = None) -> Explanation:
         """Explain a batch in one forward (and one activation-only backward for gradient methods).
 
+        Raises:
+            ValueError: an empty batch (B = 0), or images, targets or regions the family cannot take.
+
         Args:
-            images: (B, C, H, W), normalised as the model expects; moved to the model's device,
+            images: (B, C, H, W), B >= 1, normalised as the model expects; moved to the model's device,
                 in float32 (float64 for a float64 model; never half precision, autocast off).
             targets: (B,) class indices; None explains the predicted classes (a segmentation
                 family: the class predicted at the most positions).
@@ -214,6 +217,10 @@ class ExplainerBase:
                 positions predicted as the class).
         """
         self.check_images(images)
+        if images.shape[0] == 0:
+            raise ValueError(
+                f"images is an empty batch {tuple(images.shape)}: there is nothing to explain; pass at least one image"
+            )
         parameter = next(self._parameters())
         device = parameter.device
         dtype = torch.float64 if parameter.dtype == torch.float64 else torch.float32

@@ -160,3 +160,15 @@ def test_a_container_is_refused_as_the_explained_module():
     with pytest.raises(UnsupportedModel, match="container with no forward of its own"):
         explainer_for(model.nets)
     assert explainer_for(model, backbone="nets.student").model is model.nets.student
+
+
+@pytest.mark.parametrize("family", ["timm_vit", "segformer"])
+def test_an_empty_batch_is_a_clear_error_in_every_family(family):
+    if family == "segformer":
+        from tests.families.segformer.conftest import tiny_segformer
+
+        model, images = tiny_segformer(), torch.zeros(0, 3, 64, 64)
+    else:
+        model, images = make_tiny_vit(), torch.zeros(0, 3, 32, 32)
+    with pytest.raises(ValueError, match=r"images is an empty batch \(0, 3, .*nothing to explain"):
+        explainer_for(model).explain(images)

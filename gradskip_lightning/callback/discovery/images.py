@@ -110,7 +110,7 @@ def send_alert(trainer: Trainer, title: str, text: str) -> None:
     offline = True
     if logger is not None:
         run = logger.experiment
-        offline = bool(getattr(getattr(run, "settings", None), "_offline", True))
+        offline = bool(getattr(run, "offline", True))  # wandb's public Run.offline
         try:
             run.alert(title=title, text=text)
         except Exception as err:  # noqa: BLE001 - an alert must not stop training

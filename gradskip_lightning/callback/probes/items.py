@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from os import PathLike
 from typing import Any
 
 import numpy as np
@@ -149,26 +150,68 @@ class ItemKeys:
         return (self.image, self.label, self.masks) != (None, None, None)
 
     def read(self, item: Mapping[str, Any], index: int = 0) -> tuple:
-        """(image, label[, regions]) of the mapping ``item`` (dataset item ``index``, for messages).
+        """(image, label[, regions]) of the mapping ``item`` (dataset item ``index``, for messages),
+        each value checked (:func:`checked_values`).
 
         Raises:
-            ValueError: a named key the item lacks. TypeError: no default key found.
+            ValueError: a named key the item lacks. TypeError: no default key found, or a value that
+            cannot be a probe's (a path, a string label, None).
         """
-        image, label = (
-            _field(item, key, option, index) if key is not None else next((item[k] for k in keys if k in item), None)
-            for key, option, keys in ((self.image, "image_key", IMAGE_KEYS), (self.label, "label_key", LABEL_KEYS))
-        )
-        if image is None or label is None:
-            raise TypeError(
-                f"GradSkipCallback reads a mapping item's image from one of {IMAGE_KEYS} and its label from one of "
-                f"{LABEL_KEYS}; the item has {sorted(map(str, item))}. Name its keys with "
-                "ProbeSettings(image_key=..., label_key=...), or pass probe_images and probe_labels to the callback"
-            )
+        found = []
+        for key, option, defaults in ((self.image, "image_key", IMAGE_KEYS), (self.label, "label_key", LABEL_KEYS)):
+            chosen = key if key is not None else next((k for k in defaults if k in item), None)
+            if chosen is None:
+                raise TypeError(
+                    f"GradSkipCallback reads a mapping item's image from one of {IMAGE_KEYS} and its label from one of "
+                    f"{LABEL_KEYS}; the item has {sorted(map(str, item))}. Name its keys with "
+                    "ProbeSettings(image_key=..., label_key=...), or give the callback ProbeImages(images, labels)"
+                )
+            named = f"probes.{option}={key!r}" if key is not None else f"key {chosen!r}"
+            found.append((_field(item, chosen, option, index), named))
+        (image, image_at), (label, label_at) = found
+        checked_values(image, label, index, image_at, label_at)
         if self.masks is None:
             regions = next((item[k] for k in REGION_KEYS if k in item), None)
         else:
             regions = {name: _field(item, key, "mask_keys", index) for key, name in self.regions.items()} or None
         return (image, label) if regions is None else (image, label, regions)
+
+
+def checked_values(image: Any, label: Any, index: int, image_at: str, label_at: str) -> None:
+    """Refuse a dataset item's image or label that cannot be a probe's, naming where it was read
+    (``image_at``, ``label_at``: the key or the position), what it is and the fix.
+
+    Raises:
+        TypeError: an image that is a path or not an array; a label that is None or a string.
+
+    Example:
+        >>> checked_values(torch.zeros(3, 4, 4), "cat", 7, "key 'image'", "key 'label'")  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        TypeError: dataset item 7's label (key 'label') is the string 'cat': labels must be class indices ...
+    """
+    if isinstance(image, (str, bytes, PathLike)):
+        raise TypeError(
+            f"dataset item {index}'s image ({image_at}) is the path {image!r}: probes need the image itself, a float "
+            "tensor (C, H, W) normalised as the model expects. Load it in the dataset's transform (e.g. MONAI "
+            "LoadImaged, or PIL.Image.open then ToTensor and Normalize)"
+        )
+    if not isinstance(image, (Tensor, np.ndarray)):
+        raise TypeError(
+            f"dataset item {index}'s image ({image_at}) is a {type(image).__name__}: probes need a float tensor "
+            "(C, H, W) normalised as the model expects. Convert it in the dataset's transform (ToImage/ToTensor, "
+            "ToDtype(torch.float32, scale=True), Normalize)"
+        )
+    if label is None:
+        raise TypeError(
+            f"dataset item {index}'s label ({label_at}) is None: every probe needs a class to explain. Make the "
+            "dataset's items carry their class index there"
+        )
+    if isinstance(label, (str, bytes)):
+        raise TypeError(
+            f"dataset item {index}'s label ({label_at}) is the string {label!r}: labels must be class indices (an "
+            "int, or a multi-hot tensor). Map class names to indices in the dataset's transform (e.g. a label2id dict)"
+        )
 
 
 def _check_key(option: str, key: object) -> None:
@@ -189,6 +232,7 @@ def _field(item: Mapping[str, Any], key: str, option: str, index: int) -> Any:
 
 
 def read_item(dataset: Dataset, index: int, keys: ItemKeys) -> tuple:
+    """Item ``index`` of ``dataset`` as (image, label[, masks or regions]), checked (:func:`checked_values`)."""
     item = dataset[index]
     if isinstance(item, Mapping):
         return keys.read(item, index)
@@ -196,13 +240,15 @@ def read_item(dataset: Dataset, index: int, keys: ItemKeys) -> tuple:
         raise TypeError(
             f"GradSkipCallback reads probes as dataset items (image, label), (image, label, mask), "
             f"(image, label, regions dict) or mappings with {IMAGE_KEYS[0]!r} and {LABEL_KEYS[0]!r} keys; got a "
-            f"{type(item).__name__}. Make the dataset return such items, or pass probe_images and probe_labels"
+            f"{type(item).__name__}. Make the dataset return such items, or give the callback "
+            "ProbeImages(images, labels)"
         )
     if keys.named:
         raise TypeError(
             f"probes.image_key, label_key or mask_keys name the fields of mapping items, but dataset item {index} is "
             f"a {type(item).__name__} (read by position: image, label[, mask]). Leave them unset for such a dataset"
         )
+    checked_values(item[0], item[1], index, "its first element", "its second element")
     return tuple(item)
 
 

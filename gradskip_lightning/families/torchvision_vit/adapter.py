@@ -79,7 +79,7 @@ class TorchvisionViTAdapter(PassAdapter):
                     f"Cannot explain {name}: encoder layer {i} is a {type(block).__name__}, not an EncoderBlock "
                     "with an nn.MultiheadAttention `self_attention`."
                 )
-            if not (attention.batch_first and attention._qkv_same_embed_dim) or attention.bias_k is not None:
+            if not (attention.batch_first and attention.in_proj_weight is not None) or attention.bias_k is not None:
                 raise UnsupportedModel(
                     f"Cannot explain {name}: encoder layer {i}'s attention is not a batch-first self-attention "
                     "with one in_proj and no bias_k/bias_v."
@@ -139,7 +139,11 @@ class TorchvisionViTAdapter(PassAdapter):
         return [self.backbone.encoder.layers, self.backbone.encoder.ln, self.backbone.heads]
 
     def reinitialise(self, layer: nn.Module) -> None:
-        """timm's ViT init of every Linear; an ``nn.MultiheadAttention``'s in_proj by its own reset."""
+        """timm's ViT init of every Linear; an ``nn.MultiheadAttention``'s in_proj by its own reset.
+
+        Private API, kept on purpose: ``MultiheadAttention._reset_parameters`` is torch's own init of
+        the fused in_proj (no public method re-runs it); tests/callback/test_private_apis.py fails if it goes.
+        """
         for module in layer.modules():
             if isinstance(module, nn.MultiheadAttention):
                 module._reset_parameters()

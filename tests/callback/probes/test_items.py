@@ -121,3 +121,57 @@ def test_yaml_spells_the_keys_and_the_backbone_as_lightningcli_parses_them():
     assert callback.probes.item_keys.regions == {"seg": "object"} and callback._source.keys.image == "img"
     listed = parser.instantiate(parser.parse_string("callback: {probes: {mask_keys: [seg, roi]}}")).callback
     assert listed.probes.item_keys.regions == {"seg": "seg", "roi": "roi"}
+
+
+class Raw(Records):
+    """Records as a loader would leave them: one field overridden (a path for the image, a class name, None)."""
+
+    def __init__(self, **fields: Any) -> None:
+        super().__init__()
+        self.fields = fields
+
+    def __getitem__(self, index: int) -> dict[str, Any]:
+        return {**super().__getitem__(index), **self.fields}
+
+
+@pytest.mark.parametrize(
+    "fields, keys, match",
+    [
+        (
+            dict(target="monocyte"),
+            dict(label_key="target"),
+            r"item 0's label \(probes.label_key='target'\) is the string 'monocyte': labels must be class indices.*label2id",
+        ),
+        (
+            dict(img="scans/0.png"),
+            dict(image_key="img", label_key="target"),
+            r"item 0's image \(probes.image_key='img'\) is the path 'scans/0.png'.*Load it in the dataset's transform",
+        ),
+        (
+            dict(target=None),
+            dict(image_key="img", label_key="target"),
+            r"item 0's label \(probes.label_key='target'\) is None: every probe needs a class",
+        ),
+        (dict(image=[[0.0]], label=1), {}, r"item 0's image \(key 'image'\) is a list: probes need a float tensor"),
+    ],
+    ids=["string label", "image path", "None label under a named key", "a list for an image"],
+)
+def test_a_field_that_cannot_be_a_probes_names_the_item_the_key_and_the_fix(fields, keys, match):
+    data = Raw(**fields)
+    with pytest.raises(TypeError, match=match) as refused:
+        ProbeSource(None, 4, seed=0, keys=ProbeSettings(**keys).item_keys).draw(data)
+    assert "new(): invalid data type" not in str(refused.value)
+    if keys:  # the user named the keys already: no hint to name them
+        assert "Name its keys" not in str(refused.value)
+
+
+def test_tuple_items_are_checked_by_position():
+    class Paths(Dataset):
+        def __len__(self) -> int:
+            return 4
+
+        def __getitem__(self, index: int) -> tuple:
+            return ("scan.png", index % 2)
+
+    with pytest.raises(TypeError, match=r"item 0's image \(its first element\) is the path 'scan.png'"):
+        ProbeSource(None, 2, seed=0).draw(Paths())
