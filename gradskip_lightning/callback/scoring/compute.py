@@ -28,10 +28,6 @@ from gradskip_lightning.metrics.perturbation import Activation, class_probabilit
 
 __all__ = ["explain_probes", "EpochWork", "ExplainFailure"]
 
-#: The perturbation rows of :data:`~.scores.SCORES`: what a method without scores this epoch skips.
-PERTURBATION_FIELDS = frozenset({"insertion", "fvt_violation"})
-
-
 @dataclass
 class EpochWork:
     """One epoch end's shared work: what is scored, the chunks' starts, the seconds spent.
@@ -108,7 +104,7 @@ def _explain_chunk(
     scoring = time.perf_counter() - began  # seconds of the perturbation scores (with the shared starts)
     chunk = Chunk(explainer, images, probes, exp, settings, transplant, activation, starts)
     for score in SCORES:
-        perturbation = score.fields[0] in PERTURBATION_FIELDS
+        perturbation = score.perturbation
         if (scored or not perturbation) and score.applies(chunk):
             began = time.perf_counter()
             for name, values in score.compute(chunk).items():

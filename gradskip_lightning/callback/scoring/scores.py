@@ -108,11 +108,14 @@ class Score:
         fields: the :class:`~.record.ProbeRecord` fields ``compute`` fills, each (B, ...).
         compute: the chunk -> {field: values}.
         needs: when it applies (None: always).
+        perturbation: it forwards perturbed images (what the time budget thins: a method whose
+            perturbation scores are not due this epoch skips it).
     """
 
     fields: tuple[str, ...]
     compute: Callable[[Chunk], dict[str, Tensor]]
     needs: Requirement | None = None
+    perturbation: bool = False
 
     def applies(self, chunk: Chunk) -> bool:
         return self.needs is None or REQUIREMENTS[self.needs][0](chunk)
@@ -197,8 +200,8 @@ def _class_sensitivity(c: Chunk) -> dict[str, Tensor]:
 
 #: Every score, in the order they run.
 SCORES: tuple[Score, ...] = (
-    Score(("insertion", "deletion", "ins_minus_del", "insertion_start"), _insertion_deletion),
-    Score(("fvt_violation",), _violation, needs="fvt_top_k"),
+    Score(("insertion", "deletion", "ins_minus_del", "insertion_start"), _insertion_deletion, perturbation=True),
+    Score(("fvt_violation",), _violation, needs="fvt_top_k", perturbation=True),
     Score(("pointing_hit",), _pointing, needs="masks"),
     Score(("pixel_accuracy", "mean_iou", "average_precision"), _segmentation, needs="masks"),
     Score(("region_mass", "region_rank"), _regions, needs="regions"),
