@@ -151,7 +151,7 @@ class GradSkipCallback(Callback):
         explainer = explainers[self.method]
         probes = self._source.probes or self._source.draw(required(dataset, "a dataset to draw the probes from"))
         if dataset is not None and explainer.task == "classification":
-            self._runner.discoverer.draw(dataset, explainer.num_classes)
+            self._runner.discoverer.draw(dataset, explainer)
         sheet = checks.prepared_sheet(explainer, probes, data, self.scores, self.render)
         self._prepared = Prepared(self, explainers, probes, sheet, data, sinks)
         self._check_resumed()

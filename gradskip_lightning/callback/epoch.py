@@ -191,22 +191,34 @@ class EpochRunner:
         stage = self.settings.discovery
         explainer = prepared.explainers[stage.method or self.settings.methods.method]
         began = time.perf_counter()
-        found, error = self.discoverer.run(
+        run = self.discoverer.run(
             end.pl_module, explainer, batch_size=self.settings.probes.explain_batch_size, activation=prepared.activation
         )
         end.work.add("discovery", time.perf_counter() - began)
         skipped = key("discovery", outcome.prefix, "skipped")
-        if found is None:
-            rank_zero_warn(f"GradSkipCallback: shortcut discovery of epoch {end.epoch} skipped. {error}")
+        if run.found is None:
+            rank_zero_warn(f"GradSkipCallback: shortcut discovery of epoch {end.epoch} skipped. {run.error}")
             known = {
                 k for k in self._monitored.get(outcome.prefix, set()) if k.startswith("discovery/") and k != skipped
             }
             self._monitor(end.trainer, outcome, {**dict.fromkeys(known, math.nan), skipped: 1.0}, known)
             return
+        found = run.found
+        if run.degenerate:
+            rank_zero_warn(
+                f"GradSkipCallback: shortcut discovery of epoch {end.epoch}: the maps of discovery probes "
+                f"{run.degenerate} (ids) are all zero or not finite (the model's relevance overflowed or vanished), "
+                "so they are left out of their class's summary. Check those images, or the model's numerics"
+            )
+        degenerate = key("discovery", outcome.prefix, "degenerate_maps")
         self._monitor(
             end.trainer,
             outcome,
-            {**discovery_scalars(found, explainer.patch_size, outcome.prefix), skipped: 0.0},
+            {
+                **discovery_scalars(found, explainer.patch_size, outcome.prefix),
+                skipped: 0.0,
+                degenerate: float(len(run.degenerate)),
+            },
             set(),
         )
         outcome.discovery = (found, required(self.discoverer.probes, "the discovery probes"))

@@ -28,7 +28,7 @@ from torch import Tensor
 from torch.utils.data import Dataset
 
 from gradskip_lightning.callback.keys import key
-from gradskip_lightning.callback.probes import ItemKeys, ProbeSet, ProbeSource
+from gradskip_lightning.callback.probes import ItemKeys, ProbeSet, ProbeSource, check_probes
 from gradskip_lightning.callback.scoring.distributed import shard_positions
 from gradskip_lightning.callback.settings import positive
 from gradskip_lightning.core.adapter import eval_mode
@@ -37,7 +37,7 @@ from gradskip_lightning.families import all_methods
 from gradskip_lightning.metrics import ClassMapSummary, Discovery, DiscoverySettings, discover
 from gradskip_lightning.metrics.perturbation import Activation
 
-__all__ = ["DiscoveryStage", "Discoverer", "discovery_scalars", "CLASS_VALUES"]
+__all__ = ["DiscoveryStage", "Discoverer", "StageRun", "discovery_scalars", "usable_maps", "CLASS_VALUES"]
 
 
 @dataclass(frozen=True)
@@ -116,6 +116,28 @@ def discovery_scalars(found: Discovery, patch_size: tuple[int, int], prefix: str
     return scalars
 
 
+def usable_maps(maps: Tensor) -> Tensor:
+    """(P,) bool: which token maps (P, h, w) a class summary can use: finite and not all zero (the
+    explainer zeroes a probe whose relevance overflowed inside the model; an all-zero map says nothing).
+
+    Example:
+        >>> usable_maps(torch.tensor([[[1.0, 0.0]], [[0.0, 0.0]], [[float("inf"), 1.0]]])).tolist()
+        [True, False, False]
+    """
+    flat = maps.flatten(1)
+    return torch.isfinite(flat).all(dim=1) & (flat != 0).any(dim=1)
+
+
+@dataclass(frozen=True)
+class StageRun:
+    """One run of the stage: its discovery (None when it failed), the first rank's error, and the ids of
+    the probes whose maps were degenerate and left out of their class's summary."""
+
+    found: Discovery | None
+    error: str | None
+    degenerate: list[int] = dataclasses.field(default_factory=list)
+
+
 def _world() -> int:
     return dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
 
@@ -138,13 +160,16 @@ class Discoverer:
     def probes(self) -> ProbeSet | None:
         return self.source.probes
 
-    def draw(self, dataset: Dataset, num_classes: int) -> None:
-        """Draw ``probes_per_class`` x ``num_classes`` probes from ``dataset`` (unless drawn or off)."""
+    def draw(self, dataset: Dataset, explainer: ModelExplainer) -> None:
+        """Draw ``probes_per_class`` x the model's classes probes from ``dataset`` (unless drawn or off) and
+        check them against ``explainer`` as the probes are, before any epoch (:func:`~.probes.check_probes`)."""
         if self.settings.enabled and self.source.probes is None:
-            per_class = self.settings.probes_per_class
+            per_class, num_classes = self.settings.probes_per_class, explainer.num_classes
             self.source.num_probes = per_class * num_classes
             self.source.setting = f"discovery.probes_per_class={per_class} (x {num_classes} classes)"
-            self.source.draw(dataset)
+            probes = self.source.draw(dataset)
+            check_probes(probes, explainer.in_chans, explainer.img_size, num_classes, "discovery probe")
+            explainer.check_images(probes.images)
 
     def due(self, epoch: int, fitting: bool) -> bool:
         """Whether the explained ``epoch`` runs the stage (always outside fit)."""
@@ -161,17 +186,18 @@ class Discoverer:
 
     def run(
         self, pl_module: LightningModule, explainer: ModelExplainer, *, batch_size: int, activation: Activation
-    ) -> tuple[Discovery | None, str | None]:
-        """Explain, summarise and transplant on every rank: (the discovery, None) or (None, the first rank's error).
+    ) -> StageRun:
+        """Explain, summarise and transplant on every rank (the same :class:`StageRun` on each).
 
+        A probe whose map is degenerate (:func:`usable_maps`) is left out of its class's summary.
         Every rank must call it. Isolated like the callback's explanation (RNG, modes, no parameter gradients).
         """
         probes = self.probes
         if probes is None:
-            return None, "no discovery probes"
+            return StageRun(None, "no discovery probes")
         shard = shard_positions(len(probes))
         device = next(explainer.model.parameters()).device
-        error, maps = None, None
+        error, maps, usable = None, None, None
         with isolate_rng(include_cuda=True), torch.inference_mode(False), eval_mode(pl_module):
             try:
                 chunks = []
@@ -180,23 +206,26 @@ class Discoverer:
                     images = probes.images[index].clone().to(device)
                     chunks.append(explainer.explain(images, probes.labels[index].to(device)).token_maps.detach())
                 maps = torch.cat(chunks)[: shard.count]
-                if not bool(torch.isfinite(maps).all()):
-                    raise ValueError("non-finite token maps of the discovery probes")
+                usable = usable_maps(maps)
             except Exception as err:  # noqa: BLE001 - isolation, as the callback's explanation
                 error = f"{type(err).__name__}: {err}"
-            errors: list[str | None] = [error]
+            own = shard.positions[: shard.count]
+            left_out = [] if usable is None else own[~usable.cpu()].tolist()
+            parts: list[tuple[str | None, list[int]]] = [(error, left_out)]
             if _world() > 1:
-                errors = [None] * _world()
-                dist.all_gather_object(errors, error)
-            failed = next((e for e in errors if e is not None), None)
+                parts = [(None, [])] * _world()
+                dist.all_gather_object(parts, (error, left_out))
+            failed = next((e for e, _ in parts if e is not None), None)
             if failed is not None:
-                return None, f"discovery: {failed}"
-            assert maps is not None
+                return StageRun(None, f"discovery: {failed}")
+            degenerate = sorted(int(probes.ids[p]) for _, positions in parts for p in positions)
+            assert maps is not None and usable is not None
             metric = ClassMapSummary(
                 explainer.num_classes, (maps.shape[1], maps.shape[2]), settings=self.settings.analysis
             )
             metric = metric.to(device)
-            metric.update(maps.double(), probes.labels[shard.positions[: shard.count]].to(device))
+            if usable.any():  # a class whose every map is degenerate is a class without maps (NaN suspicion)
+                metric.update(maps[usable].double(), probes.labels[own].to(device)[usable])
             summary = metric.compute()  # syncs across processes
             found = discover(
                 explainer.model,
@@ -207,7 +236,7 @@ class Discoverer:
                 batch_size=self.settings.batch_size,
                 activation=activation,
             )
-        return found, None
+        return StageRun(found, None, degenerate)
 
     def newly_flagged(self, found: Discovery) -> list[int]:
         """The flagged classes not alerted yet in this fit (then remembered)."""

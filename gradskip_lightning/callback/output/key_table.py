@@ -64,6 +64,12 @@ def _other_rows(prefix: str) -> list[tuple[str, str]]:
             "with `discovery`: the highest suspicion, how many classes are at or above `alert_threshold`, its seconds",
         ),
         (
+            f"`{key('discovery', prefix, 'skipped')}`, `{key('discovery', prefix, 'degenerate_maps')}`",
+            "with `discovery`: 1 when the stage failed alone (its keys are then NaN in `callback_metrics`), else 0; "
+            "discovery probes whose map was all zero or not finite, left out of their class's summary (named in a "
+            "warning)",
+        ),
+        (
             f"`{key('discovery', prefix, 'class_means')}`, `{key('discovery', prefix, 'strategy_maps/class_<k>')}`",
             "with `discovery`: grid of class-mean maps over the class's mean image (hotspot boxed, suspicion in the "
             "caption); a flagged class's SpRAy strategies' mean maps",

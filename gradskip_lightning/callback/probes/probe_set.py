@@ -91,9 +91,12 @@ class ProbeSet:
         )
 
 
-def check_probes(probes: ProbeSet, in_chans: int, img_size: tuple[int, int] | None, num_classes: int) -> None:
+def check_probes(
+    probes: ProbeSet, in_chans: int, img_size: tuple[int, int] | None, num_classes: int, what: str = "probe"
+) -> None:
     """Refuse probes the model cannot explain, before any epoch: shape, finiteness, labels.
-    ``img_size`` None: the model takes any size (only the channels are checked here).
+    ``img_size`` None: the model takes any size (only the channels are checked here); ``what`` names the
+    probes in messages (``"discovery probe"``).
 
     Raises:
         ValueError: naming the problem and the fix.
@@ -101,19 +104,22 @@ def check_probes(probes: ProbeSet, in_chans: int, img_size: tuple[int, int] | No
     expected = (in_chans, *(img_size or probes.images.shape[2:]))
     if tuple(probes.images.shape[1:]) != expected:
         raise ValueError(
-            f"probe images must be (P, {expected[0]}, {expected[1]}, {expected[2]}) for this model; "
+            f"{what} images must be (P, {expected[0]}, {expected[1]}, {expected[2]}) for this model; "
             f"got {tuple(probes.images.shape)}"
         )
     bad = (~torch.isfinite(probes.images).flatten(1).all(dim=1)).nonzero()[:, 0]
     if len(bad):
-        raise ValueError(f"probe images {probes.ids[bad].tolist()} (ids) contain NaN or infinite values")
+        raise ValueError(
+            f"{what} images {probes.ids[bad].tolist()} (ids) contain NaN or infinite values: fix those items of the "
+            "dataset (or its transform), or give finite images"
+        )
     if probes.multi_hot is not None and probes.multi_hot.shape[1] != num_classes:
-        raise ValueError(f"multi-hot probe labels must have {num_classes} classes; got {probes.multi_hot.shape[1]}")
+        raise ValueError(f"multi-hot {what} labels must have {num_classes} classes; got {probes.multi_hot.shape[1]}")
     out = ((probes.labels < 0) | (probes.labels >= num_classes)).nonzero()[:, 0]
     if len(out):
-        what = "have no positive label" if probes.multi_hot is not None else f"are not in [0, {num_classes})"
+        problem = "have no positive label" if probes.multi_hot is not None else f"are not in [0, {num_classes})"
         raise ValueError(
-            f"probe labels of ids {probes.ids[out].tolist()} {what} (labels {probes.labels[out].tolist()}): "
+            f"{what} labels of ids {probes.ids[out].tolist()} {problem} (labels {probes.labels[out].tolist()}): "
             "fix the dataset's labels or the probe_labels given"
         )
 

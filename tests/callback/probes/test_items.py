@@ -140,7 +140,7 @@ class Raw(Records):
         (
             dict(target="monocyte"),
             dict(label_key="target"),
-            r"item 0's label \(probes.label_key='target'\) is the string 'monocyte': labels must be class indices.*label2id",
+            r"item 0's label \(probes.label_key='target'\) is the string 'monocyte': labels must be class .*label2id",
         ),
         (
             dict(img="scans/0.png"),
