@@ -13,6 +13,9 @@ from gradskip_lightning.callback import (
 from gradskip_lightning.core.explanation import Explanation, ModelExplainer, UnsupportedModel
 from gradskip_lightning.families import FAMILIES, explainer_for
 
+#: The package's version, the one source (pyproject.toml reads it for the distribution's metadata).
+__version__ = "0.1.0"
+
 __all__ = [
     "FAMILIES",
     "DiscoveryStage",

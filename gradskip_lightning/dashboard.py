@@ -65,10 +65,11 @@ def build_workspace(
     """The workspace (a ``wandb_workspaces.workspaces.Workspace``, not saved) for one callback's keys.
 
     Args:
-        entity, project: where it will be saved.
+        entity: the W&B entity it will be saved under.
+        project: the W&B project it will be saved in.
         prefix: the callback's ``log_prefix``.
         regions: the probes' region names with mass and rank charts (e.g. ``object``, ``tag``).
-        compare_methods: the callback's ``compare_methods``, whose overlay grids are shown too
+        compare_methods: the callback's ``methods.compare``, whose overlay grids are shown too
             (their scores are on the score charts whatever this says).
         name: the workspace's name.
     """

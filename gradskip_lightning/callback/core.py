@@ -46,7 +46,10 @@ class GradSkipCallback(Callback):
     Args:
         probe_images: explicit probes (:class:`~.probes.ProbeImages`); None draws ``probes.num_probes``
             from the datamodule's validation set.
-        probes, methods, scores, render: the settings groups (:mod:`.settings`); None: their defaults.
+        probes: which probes and how many at once (:class:`~.settings.ProbeSettings`); None: the defaults.
+        methods: the explaining and compared methods (:class:`~.settings.MethodSettings`); None: GradSkip alone.
+        scores: how maps are scored (:class:`~.settings.ScoreSettings`); None: the defaults.
+        render: how overlays look (:class:`~.settings.RenderSettings`); None: the defaults.
         discovery: the shortcut discovery stage (:class:`~.discovery.DiscoveryStage`); None: off.
         every_n_epochs: explain every n-th epoch.
         log_prefix: the callback's name in every key (``<section>/<log_prefix><name>``).

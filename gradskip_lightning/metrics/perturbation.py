@@ -268,8 +268,10 @@ def perturbed_probabilities(
         activation: "softmax" (multi-class) or "sigmoid" (multi-label), see :data:`Activation`.
         regions: None, or bool (B, h, w) on the model's logits grid: the pixels each image's score
             averages over.
-        base_scores, fill_scores: None, or the known scores (B,) of ``base`` and of ``fill``: steps
-            selecting no patch (or every patch) take them instead of a forward.
+        base_scores: None, or the known scores (B,) of ``base``: steps selecting no patch take them
+            instead of a forward.
+        fill_scores: None, or the known scores (B,) of ``fill``: steps selecting every patch take
+            them instead of a forward.
         precision: "full", or "bfloat16" autocast for the forwards (:data:`Precision`).
 
     Returns:

@@ -49,7 +49,12 @@ def faithfulness_violation(
     when their scores are given (``clean_scores``, e.g. from the explain forward).
 
     Args:
-        model, images, targets, maps, patch_size, batch_size: as in :func:`insertion_deletion`.
+        model: images (B, C, H, W) -> logits, as in :func:`insertion_deletion`.
+        images: (B, C, H, W) the clean images.
+        targets: (B,) the explained classes.
+        maps: (B, H, W) relevance at input resolution.
+        patch_size: pixels per patch, an int or (ph, pw) dividing (H, W): the explainer's ``patch_size``.
+        batch_size: images per forward call; None: by device.
         top_k: patches removed together (1 = the original test).
         baseline: "zeros", "blur" or a tensor broadcastable to the images.
         activation: "softmax" (multi-class) or "sigmoid" (multi-label); unused with ``regions``.

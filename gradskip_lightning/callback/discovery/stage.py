@@ -75,7 +75,7 @@ class DiscoveryStage(DiscoverySettings):
         return DiscoverySettings(**{f.name: getattr(self, f.name) for f in dataclasses.fields(DiscoverySettings)})
 
 
-#: Per-class scalar name -> what it is (the README's key table); logged as ``discovery/<prefix><name>/class_<k>``.
+#: Per-class scalar name -> what it is (for docs/logged-keys.md); logged as ``discovery/<prefix><name>/class_<k>``.
 CLASS_VALUES: dict[str, str] = {
     "suspicion": "suspicion score in [0, 1] (flip excess x cube root of concentration x constancy x consistency)",
     "flip_rate": "share of other classes' probes predicted as the class with its hotspot pasted in",

@@ -1,9 +1,9 @@
-"""The README's table of logged keys, generated: one row per scalar field of the record (its
-``doc``, and when its score applies from :data:`~.scores.SCORES`), then the keys the report adds.
+"""The table of logged keys (docs/logged-keys.md), generated: one row per scalar field of the record
+(its ``doc``, and when its score applies from :data:`~.scores.SCORES`), then the keys the report adds.
 
-``tests/callback/test_key_table.py`` checks that README.md holds exactly :func:`logged_keys_table`
-between the ``logged-keys`` marker comments; ``python -m gradskip_lightning.callback.output.key_table``
-prints it.
+``tests/callback/output/test_key_table.py`` checks that docs/logged-keys.md holds exactly
+:func:`logged_keys_table` between the ``logged-keys`` marker comments;
+``python -m gradskip_lightning.callback.output.key_table`` prints it.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ Adding a logged value is adding one field here (and, for a score, its row in :da
 its :func:`value` metadata tells the gather (``scope``), the report (``section`` and ``scalar``:
 logged as the mean over probes under ``<section>/<prefix><scalar>``; ``compared``: logged for the
 comparison methods too), the W&B table (``table``: its column), the maps files (``npz``), the
-dashboard's charts and the README's table of keys (``doc``). A field with ``regions`` holds one
+dashboard's charts and the table of logged keys, docs/logged-keys.md (``doc``). A field with ``regions`` holds one
 column per named region of the probes ((P, R), the names in :attr:`ProbeSet.regions` order): its
 scalars and table columns get ``/<region>`` appended; the maps files keep the (P, R) array and
 the names once (``region_names``).
@@ -49,7 +49,7 @@ def value(
         table: column of the per-probe W&B table.
         npz: saved in the epoch's maps file under the field's name.
         regions: the field is (P, R), one column per named region; names get ``/<region>``.
-        doc: what the scalar is, for the README's table of logged keys.
+        doc: what the scalar is, for the table of logged keys (docs/logged-keys.md).
     """
     metadata = dict(scope=scope, section=section, scalar=scalar, compared=compared, table=table, npz=npz)
     return field(default=None, metadata={**metadata, "regions": regions, "doc": doc})

@@ -87,7 +87,7 @@ class Chunk:
 
 Requirement = Literal["masks", "regions", "transplant", "fvt_top_k", "class_sensitivity"]
 
-#: When a score applies: the condition on the chunk, and its words for the README's table.
+#: When a score applies: the condition on the chunk, and its words for the table of logged keys.
 REQUIREMENTS: dict[Requirement, tuple[Callable[[Chunk], bool], str]] = {
     "masks": (lambda c: c.probes.masks is not None, "for probes with an `object` region"),
     "regions": (lambda c: bool(c.probes.regions), "for probes with named regions"),

@@ -1,5 +1,5 @@
 """One source per logged value: the record's fields and the score table drive the sections, the
-scores computed, the dashboard and the README's table of keys."""
+scores computed, the dashboard and the table of keys on docs/logged-keys.md."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from gradskip_lightning.callback.output.key_table import BEGIN, END, logged_keys
 from gradskip_lightning.callback.scoring.record import ProbeRecord, scalar_fields
 from gradskip_lightning.callback.scoring.scores import REQUIREMENTS, SCORES, Requirement
 
-README = Path(__file__).resolve().parents[3] / "README.md"
+KEYS_PAGE = Path(__file__).resolve().parents[3] / "docs" / "logged-keys.md"
 
 
 def test_sections_are_the_literal_and_every_scalar_field_names_one():
@@ -29,7 +29,7 @@ def test_every_scalar_field_is_filled_by_exactly_one_score_row():
     assert {score.needs for score in SCORES} - {None} <= set(REQUIREMENTS)
 
 
-def test_readme_holds_the_generated_table_of_logged_keys():
-    text = README.read_text()
+def test_the_docs_page_holds_the_generated_table_of_logged_keys():
+    text = KEYS_PAGE.read_text()
     start, end = text.index(BEGIN), text.index(END) + len(END)
     assert text[start:end] == logged_keys_table()
