@@ -7,6 +7,7 @@ import io
 import warnings
 
 import numpy as np
+import pytest
 import wandb
 from PIL import Image
 
@@ -42,6 +43,7 @@ def test_one_wandb_row_per_explained_epoch_at_the_trainers_global_step(tmp_path,
 
 
 def test_tensorboard_gets_images_and_scalars_beside_the_trainers(tmp_path, monkeypatch):
+    pytest.importorskip("tensorboard")
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     folder = tmp_path / "tb"
