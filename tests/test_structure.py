@@ -19,7 +19,7 @@ LAYERS: list[set[str]] = [
     {"render", "data", "methods", "metrics"},
     {"families", "training"},
     {"callback"},
-    {"console", "dashboard", "timeline", "__init__"},
+    {"console", "dashboard", "timeline", "hf_trainer", "__init__"},
     {"benchmarks"},
 ]
 FAMILIES_DIR = PACKAGE / "families"

@@ -2,10 +2,12 @@
 
 Modules: :mod:`.core` (the callback: front door, hooks, state), :mod:`.settings` (its validated
 settings groups), :mod:`.setup` (checks against the model, datamodule and Trainer), :mod:`.epoch`
-(one epoch end), :mod:`.averaging` (the weights the user keeps), :mod:`.keys` (the logged keys);
-the subpackages :mod:`.probes` (items, drawing, the probe set, resume), :mod:`.scoring` (what is
-due, the time budget, the scores and records), :mod:`.discovery` (the shortcut discovery stage) and
-:mod:`.output` (the epoch report, the sinks, the maps files).
+(one epoch end), :mod:`.host` (what an epoch end needs from the training loop: Lightning's here,
+a ``transformers.Trainer``'s in :mod:`gradskip_lightning.hf_trainer`), :mod:`.averaging` (the
+weights the user keeps), :mod:`.keys` (the logged keys); the subpackages :mod:`.probes` (items,
+drawing, the probe set, resume), :mod:`.scoring` (what is due, the time budget, the scores and
+records), :mod:`.discovery` (the shortcut discovery stage) and :mod:`.output` (the epoch report, the
+sinks, the maps files).
 """
 
 from gradskip_lightning.callback.core import GradSkipCallback

@@ -17,8 +17,9 @@ from gradskip_lightning.callback import setup as checks
 from gradskip_lightning.callback.averaging import Hook
 from gradskip_lightning.callback.discovery.stage import DiscoveryStage
 from gradskip_lightning.callback.epoch import EpochRunner, Prepared, RunSettings
+from gradskip_lightning.callback.host import LightningHost
 from gradskip_lightning.callback.output.sinks import Sink, make_sinks
-from gradskip_lightning.callback.probes import ProbeImages, ProbeSource
+from gradskip_lightning.callback.probes import ProbeImages
 from gradskip_lightning.callback.scoring.schedule import EpochSchedule
 from gradskip_lightning.callback.settings import (
     MethodSettings,
@@ -81,20 +82,13 @@ class GradSkipCallback(Callback):
     ) -> None:
         super().__init__()
         check_arguments(every_n_epochs, log_prefix, transplant, backbone)
-        if probe_images is not None and not isinstance(probe_images, ProbeImages):
-            raise TypeError(
-                f"probe_images must be a ProbeImages(images, labels, masks), got {type(probe_images).__name__}"
-            )
-        self.probes, self.methods = probes or ProbeSettings(), methods or MethodSettings()
-        self.scores, self.render = scores or ScoreSettings(), render or RenderSettings()
-        self.discovery = discovery or DiscoveryStage()
+        settings = RunSettings.given((probes, methods, scores, render, discovery), log_prefix, progress)
+        self.probes, self.methods, self.scores = settings.probes, settings.methods, settings.scores
+        self.render, self.discovery = settings.render, settings.discovery
         self.log_prefix, self.transplant, self.backbone = log_prefix, transplant, backbone
-        given = None if probe_images is None else probe_images.probe_set
-        self._source = ProbeSource(given, self.probes.num_probes, self.probes.probe_seed, self.probes.item_keys)
+        self._source = settings.probe_source(probe_images)
         self._schedule = EpochSchedule(every_n_epochs)
-        self._runner = EpochRunner(
-            RunSettings(self.probes, self.methods, self.scores, self.render, self.discovery, log_prefix, progress)
-        )
+        self._runner = EpochRunner(settings)
         self._pending: tuple[dict[str, ModelExplainer], checks.DataSetup, list[Sink]] | None = None  # setup's parts
         self._prepared: Prepared | None = None
         self._fit_trainer: Trainer | None = None
@@ -156,7 +150,7 @@ class GradSkipCallback(Callback):
         if dataset is not None and explainer.task == "classification":
             self._runner.discoverer.draw(dataset, explainer)
         sheet = checks.prepared_sheet(explainer, probes, data, self.scores, self.render)
-        self._prepared = Prepared(self, explainers, probes, sheet, data, sinks)
+        self._prepared = Prepared(explainers, probes, sheet, data, sinks)
         self._check_resumed()
 
     def _reset(self) -> None:
@@ -217,7 +211,7 @@ class GradSkipCallback(Callback):
             self._schedule.last_explained = epoch
         self._ensure_probes(trainer)
         assert self._prepared is not None  # drawn above
-        self._runner.run(trainer, pl_module, epoch, hook, self._prepared)
+        self._runner.run(LightningHost(trainer, pl_module, self, hook), pl_module, epoch, self._prepared)
 
     @override
     def state_dict(self) -> dict[str, Any]:

@@ -1,8 +1,9 @@
 """One epoch end of the callback: explain, score, discover, make the scalars monitorable, report.
 
 :class:`EpochRunner` holds what lives over a fit (drift, the time budget, the discovery stage, the
-keys put in ``callback_metrics``) and runs one epoch end (:meth:`EpochRunner.run`) with what setup
-prepared (:class:`Prepared`). Each stage fails alone: a failed explanation skips the epoch (every
+keys made monitorable) and runs one epoch end (:meth:`EpochRunner.run`) with what setup prepared
+(:class:`Prepared`), in the training loop its :class:`~.host.Host` stands for (Lightning's or a
+``transformers.Trainer``'s). Each stage fails alone: a failed explanation skips the epoch (every
 monitored score NaN, ``<prefix>skipped`` = 1); a failed discovery stage leaves the rest of the epoch
 logged, its own keys NaN and ``discovery/<prefix>skipped`` = 1. Every rank runs the same steps in
 the same order (the gathers and the discovery summary are collectives); only rank zero reports.
@@ -14,18 +15,16 @@ import math
 import time
 from dataclasses import dataclass, field
 
-from lightning.pytorch import Callback, LightningModule, Trainer
-from lightning.pytorch.trainer.states import TrainerFn
 from lightning.pytorch.utilities import rank_zero_warn
+from torch import nn
 
-from gradskip_lightning.callback.averaging import Hook, averaged_weights
-from gradskip_lightning.callback.discovery.images import alert_text, send_alert
+from gradskip_lightning.callback.discovery.images import alert_text
 from gradskip_lightning.callback.discovery.stage import Discoverer, DiscoveryStage, discovery_scalars
+from gradskip_lightning.callback.host import Host
 from gradskip_lightning.callback.keys import key
-from gradskip_lightning.callback.output.monitor import invalidate, monitor
-from gradskip_lightning.callback.output.report import EpochOutcome, ProbeSheet, epoch_report, epoch_scalars, logged_step
+from gradskip_lightning.callback.output.report import EpochOutcome, ProbeSheet, epoch_report, epoch_scalars
 from gradskip_lightning.callback.output.sinks import Sink, log_to_sinks
-from gradskip_lightning.callback.probes import ProbeSet
+from gradskip_lightning.callback.probes import ProbeImages, ProbeSet, ProbeSource
 from gradskip_lightning.callback.scoring.budget import Plan, TimeBudget
 from gradskip_lightning.callback.scoring.compute import EpochWork
 from gradskip_lightning.callback.scoring.drift import DriftTracker
@@ -37,7 +36,13 @@ from gradskip_lightning.core.explanation import ModelExplainer
 from gradskip_lightning.core.validation import required
 from gradskip_lightning.metrics.perturbation import Activation
 
-__all__ = ["EpochRunner", "Prepared", "RunSettings"]
+__all__ = ["EpochRunner", "GivenGroups", "Prepared", "RunSettings"]
+
+
+#: The settings groups a front door takes, in :class:`RunSettings`' order (None: the group's defaults).
+GivenGroups = tuple[
+    ProbeSettings | None, MethodSettings | None, ScoreSettings | None, RenderSettings | None, DiscoveryStage | None
+]
 
 
 @dataclass(frozen=True)
@@ -52,6 +57,24 @@ class RunSettings:
     log_prefix: str
     progress: bool
 
+    @classmethod
+    def given(cls, groups: GivenGroups, log_prefix: str, progress: bool) -> RunSettings:
+        """The settings of a front door's arguments: each group given, or its defaults."""
+        probes, methods, scores, render, discovery = groups
+        return cls(
+            probes or ProbeSettings(), methods or MethodSettings(), scores or ScoreSettings(),
+            render or RenderSettings(), discovery or DiscoveryStage(), log_prefix, progress,
+        )  # fmt: skip
+
+    def probe_source(self, probe_images: ProbeImages | None) -> ProbeSource:
+        """The probe source of a front door's ``probe_images`` (None: drawn as ``probes`` says)."""
+        if probe_images is not None and not isinstance(probe_images, ProbeImages):
+            raise TypeError(
+                f"probe_images must be a ProbeImages(images, labels, masks), got {type(probe_images).__name__}"
+            )
+        given = None if probe_images is None else probe_images.probe_set
+        return ProbeSource(given, self.probes.num_probes, self.probes.probe_seed, self.probes.item_keys)
+
     @property
     def explained(self) -> list[str]:
         """The methods explained: the callback's, then the discovery stage's when it is another
@@ -62,10 +85,9 @@ class RunSettings:
 
 @dataclass
 class Prepared:
-    """What setup built for the epoch ends: the callback they run for (``owner``), an explainer per
-    method, the probes and their display sheet, what the datamodule gave, and (rank zero) the sinks."""
+    """What setup built for the epoch ends: an explainer per method, the probes and their display
+    sheet, what the data gave, and (rank zero) the sinks."""
 
-    owner: Callback
     explainers: dict[str, ModelExplainer]
     probes: ProbeSet
     sheet: ProbeSheet
@@ -80,19 +102,15 @@ class Prepared:
 
 @dataclass
 class EpochEnd:
-    """One epoch end being run: where, under which keys, with what the budget left in."""
+    """One epoch end being run: where (``host``), on which module, with what the budget left in."""
 
-    trainer: Trainer
-    pl_module: LightningModule
+    host: Host
+    module: nn.Module
     epoch: int
-    hook: Hook
     plan: Plan
     work: EpochWork
+    trained: bool
     started: float = field(default_factory=time.perf_counter)
-
-    @property
-    def trained(self) -> bool:
-        return self.trainer.state.fn == TrainerFn.FITTING
 
 
 class EpochRunner:
@@ -100,7 +118,7 @@ class EpochRunner:
 
     Attributes:
         drift, budget, discoverer: the state that lives over a fit (in the callback's checkpoint).
-        logged_keys: the keys the last epoch end put in ``callback_metrics`` (its NaN ones included).
+        logged_keys: the keys the last epoch end made monitorable (its NaN ones included).
         seconds: wall seconds of the last epoch end's parts: ``"<method>/maps"``, ``"<method>/scores"``,
             ``"discovery"``, ``"report"`` (building the report and every sink) and ``"total"``.
     """
@@ -115,7 +133,7 @@ class EpochRunner:
         )
         self.logged_keys: frozenset[str] = frozenset()
         self.seconds: dict[str, float] = {}
-        self._monitored: dict[str, set[str]] = {}  # prefix -> keys put in callback_metrics
+        self._monitored: dict[str, set[str]] = {}  # prefix -> keys made monitorable
 
     def reset(self) -> None:
         """A new fit on another Trainer: forget drift, discovery, the budget's costs."""
@@ -127,13 +145,14 @@ class EpochRunner:
         """The keys' prefix: the callback's, or ``<prefix>validate/`` outside fit."""
         return self.settings.log_prefix if trained else f"{self.settings.log_prefix}validate/"
 
-    def run(self, trainer: Trainer, pl_module: LightningModule, epoch: int, hook: Hook, prepared: Prepared) -> None:
-        """Explain, score, discover, monitor and (rank zero) report one epoch end; never raises."""
-        fitting = trainer.state.fn == TrainerFn.FITTING
+    def run(self, host: Host, module: nn.Module, epoch: int, prepared: Prepared) -> None:
+        """Explain ``module`` (the one the explainers were built on), score, discover, monitor and (rank
+        zero) report one epoch end in ``host``'s training loop; never raises."""
+        fitting = host.fitting
         plan = self.budget.plan(fitting, self.discoverer.due(epoch, fitting))
-        end = EpochEnd(trainer, pl_module, epoch, hook, plan, EpochWork(scored=plan.scored))
+        end = EpochEnd(host, module, epoch, plan, EpochWork(scored=plan.scored), fitting)
         prefix = self.prefix(end.trained)
-        outcome = EpochOutcome(epoch, logged_step(trainer), prefix, end.trained, {}, self.settings.methods.method)
+        outcome = EpochOutcome(epoch, host.step, prefix, end.trained, {}, self.settings.methods.method)
         outcome.started = end.started
         records, error = self._explain(end, prepared)
         if error is None:
@@ -141,7 +160,7 @@ class EpochRunner:
             self._discover(end, prepared, outcome)
         else:
             self._skip(end, outcome, error)
-        if trainer.is_global_zero:
+        if host.rank_zero:
             began = time.perf_counter()
             report = epoch_report(outcome, prepared.sheet, self.settings.render, prepared.data.display)
             log_to_sinks(prepared.sinks, report, prepared.sheet)
@@ -156,16 +175,16 @@ class EpochRunner:
     def _explain(self, end: EpochEnd, prepared: Prepared) -> tuple[dict[str, ProbeRecord], str | None]:
         """Every method's gathered records, explained on the weights the user keeps (:mod:`.averaging`)."""
         try:
-            with averaged_weights(end.trainer, end.pl_module, prepared.owner, end.hook):
+            with end.host.explained_weights():
                 return explain_isolated(
-                    end.pl_module,
+                    end.module,
                     {name: prepared.explainers[name] for name in end.plan.methods},
                     prepared.probes,
                     self.settings.scores,
                     batch_size=self.settings.probes.explain_batch_size,
                     transplant=prepared.data.transplant,
                     activation=prepared.activation,
-                    progress=self.settings.progress and end.trainer.is_global_zero,
+                    progress=self.settings.progress and end.host.rank_zero,
                     work=end.work,
                 )
         except Exception as err:  # noqa: BLE001 - the weight swap or the gather; the explanation catches its own
@@ -181,7 +200,7 @@ class EpochRunner:
         scalars[key(None, outcome.prefix, "skipped")] = 0.0
         scalars.update(self.budget.scalars(outcome.prefix) if end.trained else {})
         outcome.records, outcome.drift = records, drift
-        self._monitor(end.trainer, outcome, scalars, set())
+        self._monitor(end.host, outcome, scalars, set())
 
     def _discover(self, end: EpochEnd, prepared: Prepared, outcome: EpochOutcome) -> None:
         """The discovery stage when the plan has it: its scalars, or (failed) its keys NaN and its
@@ -192,7 +211,7 @@ class EpochRunner:
         explainer = prepared.explainers[stage.method or self.settings.methods.method]
         began = time.perf_counter()
         run = self.discoverer.run(
-            end.pl_module, explainer, batch_size=self.settings.probes.explain_batch_size, activation=prepared.activation
+            end.module, explainer, batch_size=self.settings.probes.explain_batch_size, activation=prepared.activation
         )
         end.work.add("discovery", time.perf_counter() - began)
         skipped = key("discovery", outcome.prefix, "skipped")
@@ -201,7 +220,7 @@ class EpochRunner:
             known = {
                 k for k in self._monitored.get(outcome.prefix, set()) if k.startswith("discovery/") and k != skipped
             }
-            self._monitor(end.trainer, outcome, {**dict.fromkeys(known, math.nan), skipped: 1.0}, known)
+            self._monitor(end.host, outcome, {**dict.fromkeys(known, math.nan), skipped: 1.0}, known)
             return
         found = run.found
         if run.degenerate:
@@ -212,7 +231,7 @@ class EpochRunner:
             )
         degenerate = key("discovery", outcome.prefix, "degenerate_maps")
         self._monitor(
-            end.trainer,
+            end.host,
             outcome,
             {
                 **discovery_scalars(found, explainer.patch_size, outcome.prefix),
@@ -223,26 +242,25 @@ class EpochRunner:
         )
         outcome.discovery = (found, required(self.discoverer.probes, "the discovery probes"))
         outcome.scalars[key("discovery", outcome.prefix, "time_s")] = end.work.seconds["discovery"]
-        if end.trainer.is_global_zero:
+        if end.host.rank_zero:
             names = prepared.sheet.class_names
             for label in self.discoverer.newly_flagged(found):
-                send_alert(end.trainer, *alert_text(found, label, names, explainer.patch_size, end.epoch))
+                end.host.alert(*alert_text(found, label, names, explainer.patch_size, end.epoch))
 
     def _skip(self, end: EpochEnd, outcome: EpochOutcome, error: str) -> None:
         """A skipped epoch: one warning, every monitored score NaN, ``<prefix>skipped`` = 1."""
         rank_zero_warn(f"GradSkipCallback: explanation of epoch {end.epoch} skipped, training goes on. {error}")
         monitored = self._monitored.get(outcome.prefix, set())
         scalars = {key(None, outcome.prefix, "epoch"): float(end.epoch), key(None, outcome.prefix, "skipped"): 1.0}
-        self._monitor(end.trainer, outcome, scalars, monitored)
+        self._monitor(end.host, outcome, scalars, monitored)
         self.logged_keys = frozenset(monitored | set(scalars))
 
     # ----------------------------------------------------------------------------- helpers
 
-    def _monitor(self, trainer: Trainer, outcome: EpochOutcome, scalars: dict[str, float], stale: set[str]) -> None:
+    def _monitor(self, host: Host, outcome: EpochOutcome, scalars: dict[str, float], stale: set[str]) -> None:
         """Add ``scalars`` to the epoch's, make them monitorable, and set the ``stale`` keys NaN there."""
         first = not outcome.scalars
         outcome.scalars.update(scalars)
-        monitor(trainer, scalars)
-        invalidate(trainer, stale)
+        host.monitor(scalars, stale)
         self._monitored.setdefault(outcome.prefix, set()).update(scalars)
         self.logged_keys = frozenset(scalars) if first else self.logged_keys | frozenset(scalars)

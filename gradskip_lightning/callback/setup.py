@@ -10,8 +10,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from lightning.pytorch import LightningModule, Trainer
+from lightning.pytorch import Trainer
 from lightning.pytorch.trainer.states import TrainerFn
+from torch import nn
 from torch.utils.data import Dataset
 
 from gradskip_lightning.callback.output.report import probe_sheet
@@ -60,13 +61,14 @@ def refuse_shared_folder(prefix: str, others: Sequence[str]) -> None:
 
 
 def explainers_for(
-    pl_module: LightningModule, methods: Sequence[str], options: dict[str, object], backbone: str | None = None
+    pl_module: nn.Module, methods: Sequence[str], options: dict[str, object], backbone: str | None = None
 ) -> dict[str, ModelExplainer]:
     """An explainer per method name (the first gets ``options``) of the network at the module path
     ``backbone`` of ``pl_module`` (None: ``pl_module``), through :func:`~gradskip_lightning.explainer_for`.
 
-    The path is relative to the LightningModule the hooks receive, also under DDP (which wraps it
-    without copying: the explained submodule holds the weights being trained).
+    ``pl_module``: the LightningModule the hooks receive, or the model a ``transformers.Trainer``'s
+    hooks do. The path is relative to it, also under DDP (which wraps it without copying: the
+    explained submodule holds the weights being trained).
     """
     explainers = {}
     for name in methods:
@@ -77,9 +79,9 @@ def explainers_for(
         except TypeError as err:
             received = f"{type(pl_module).__module__}.{type(pl_module).__qualname__}"
             raise TypeError(
-                f"GradSkipCallback: {str(err).rstrip('.')}. Received a {received}: pass a LightningModule that is or "
-                "holds a network of the supported families above (several: name the one to explain with "
-                "GradSkipCallback(backbone='<its module path>'))."
+                f"GradSkipCallback: {str(err).rstrip('.')}. Received a {received}: pass a LightningModule (or a "
+                "transformers.Trainer's model) that is or holds a network of the supported families above (several: "
+                "name the one to explain with GradSkipCallback(backbone='<its module path>'))."
             ) from err
     return explainers
 

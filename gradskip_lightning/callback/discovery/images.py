@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
-from lightning.pytorch import Trainer
-from lightning.pytorch.loggers import WandbLogger
 from lightning.pytorch.utilities import rank_zero_warn
 
 from gradskip_lightning import render
@@ -100,16 +99,14 @@ def alert_text(
     return title, text
 
 
-def send_alert(trainer: Trainer, title: str, text: str) -> None:
-    """``wandb.alert`` through the first W&B logger's run, or a console warning without one (rank zero).
+def send_alert(run: Any | None, title: str, text: str) -> None:
+    """``wandb.alert`` through the W&B ``run`` (a ``wandb.Run``), or a console warning without one (rank zero).
 
     Offline, wandb 0.31 writes the alert into the run file (an ``alert`` record, sent by ``wandb sync``) and
     returns; the warning is printed too then, so that it is seen now.
     """
-    logger = next((lg for lg in trainer.loggers if isinstance(lg, WandbLogger)), None)
     offline = True
-    if logger is not None:
-        run = logger.experiment
+    if run is not None:
         offline = bool(getattr(run, "offline", True))  # wandb's public Run.offline
         try:
             run.alert(title=title, text=text)

@@ -22,9 +22,8 @@ from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
-from lightning.pytorch import LightningModule
 from lightning.pytorch.utilities.seed import isolate_rng
-from torch import Tensor
+from torch import Tensor, nn
 from torch.utils.data import Dataset
 
 from gradskip_lightning.callback.keys import key
@@ -185,12 +184,13 @@ class Discoverer:
         self.alerted = set()
 
     def run(
-        self, pl_module: LightningModule, explainer: ModelExplainer, *, batch_size: int, activation: Activation
+        self, module: nn.Module, explainer: ModelExplainer, *, batch_size: int, activation: Activation
     ) -> StageRun:
         """Explain, summarise and transplant on every rank (the same :class:`StageRun` on each).
 
-        A probe whose map is degenerate (:func:`usable_maps`) is left out of its class's summary.
-        Every rank must call it. Isolated like the callback's explanation (RNG, modes, no parameter gradients).
+        ``module``: the module ``explainer`` explains (a LightningModule, a ``transformers`` model). A probe
+        whose map is degenerate (:func:`usable_maps`) is left out of its class's summary. Every rank must
+        call it. Isolated like the callback's explanation (RNG, modes, no parameter gradients).
         """
         probes = self.probes
         if probes is None:
@@ -198,7 +198,7 @@ class Discoverer:
         shard = shard_positions(len(probes))
         device = next(explainer.model.parameters()).device
         error, maps, usable = None, None, None
-        with isolate_rng(include_cuda=True), torch.inference_mode(False), eval_mode(pl_module):
+        with isolate_rng(include_cuda=True), torch.inference_mode(False), eval_mode(module):
             try:
                 chunks = []
                 for start in range(0, len(shard.positions), batch_size):

@@ -1,5 +1,10 @@
 """Where one logged epoch goes: W&B, TensorBoard, any other Lightning logger, image files, the maps files.
 
+The sinks write through small logger interfaces (:class:`MetricsLogger`, :class:`WandbRunLogger`,
+:class:`WriterLogger`) that Lightning's loggers have as they are; a ``transformers.Trainer``'s outputs
+get them from :mod:`gradskip_lightning.hf_trainer.loggers`. :func:`ordered_sinks` puts the sinks in
+their order for either front door.
+
 All sinks are called on rank zero only, each on its own (:func:`log_to_sinks` warns about a
 failing one and calls the next). Each receives the same :class:`~.report.EpochReport`, built once
 by :func:`~.report.epoch_report`: uint8 images (made in :mod:`gradskip_lightning.render`), plain
@@ -11,6 +16,7 @@ images written before.
 from __future__ import annotations
 
 import shlex
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -25,8 +31,12 @@ from gradskip_lightning.render import annotate
 
 if TYPE_CHECKING:
     import wandb
+    from torch.utils.tensorboard import SummaryWriter
 
 __all__ = [
+    "MetricsLogger",
+    "WandbRunLogger",
+    "WriterLogger",
     "Sink",
     "WandbSink",
     "ScalarSink",
@@ -35,7 +45,32 @@ __all__ = [
     "MapsFileSink",
     "log_to_sinks",
     "make_sinks",
+    "ordered_sinks",
 ]
+
+
+class MetricsLogger(Protocol):
+    """Takes a row of scalars at a step (Lightning's ``Logger`` has this interface)."""
+
+    def log_metrics(self, metrics: dict[str, float], step: int | None = None) -> None: ...
+
+    def save(self) -> None: ...
+
+
+class WandbRunLogger(Protocol):
+    """Logs a row at a step into a W&B run, its ``experiment`` (Lightning's ``WandbLogger``)."""
+
+    @property
+    def experiment(self) -> Any: ...  # a wandb.Run
+
+    def log_metrics(self, metrics: Mapping[str, Any], step: int | None = None) -> None: ...
+
+
+class WriterLogger(Protocol):
+    """Holds a TensorBoard ``SummaryWriter``, its ``experiment`` (Lightning's ``TensorBoardLogger``)."""
+
+    @property
+    def experiment(self) -> SummaryWriter: ...
 
 
 class Sink(Protocol):
@@ -57,7 +92,7 @@ class WandbSink:
     re-stages it per epoch.)
     """
 
-    def __init__(self, logger: WandbLogger, prefix: str, maps_dir: Path) -> None:
+    def __init__(self, logger: WandbRunLogger, prefix: str, maps_dir: Path) -> None:
         self.logger = logger
         self.prefix = prefix
         self.maps_dir = maps_dir
@@ -104,9 +139,9 @@ class WandbSink:
 
 
 class ScalarSink:
-    """Sends the report's scalars to a non-W&B Lightning logger (CSV, TensorBoard, ...)."""
+    """Sends the report's scalars to a non-W&B logger (Lightning's CSV, TensorBoard, ...)."""
 
-    def __init__(self, logger: Logger) -> None:
+    def __init__(self, logger: MetricsLogger) -> None:
         self.logger = logger
 
     def log(self, report: EpochReport, sheet: ProbeSheet) -> None:
@@ -124,7 +159,7 @@ class TensorBoardSink:
     groups every tag by its text before the first "/", as W&B does.
     """
 
-    def __init__(self, logger: TensorBoardLogger) -> None:
+    def __init__(self, logger: WriterLogger) -> None:
         self.logger = logger
 
     def log(self, report: EpochReport, sheet: ProbeSheet) -> None:
@@ -195,13 +230,30 @@ def make_sinks(trainer: Any, prefix: str, out_dir: Path) -> list[Sink]:
     wandb_logger = next((lg for lg in trainer.loggers if isinstance(lg, WandbLogger)), None)
     if wandb_logger is not None:
         out_dir = Path(wandb_logger.experiment.dir).parent / out_dir.name
+    loggers: list[Logger] = trainer.loggers
+    writers = [lg for lg in loggers if isinstance(lg, TensorBoardLogger)]
+    others = [lg for lg in loggers if lg is not wandb_logger]
+    return ordered_sinks(out_dir, prefix, wandb_logger, writers, others, images=wandb_logger is None)
+
+
+def ordered_sinks(
+    out_dir: Path,
+    prefix: str,
+    wandb_logger: WandbRunLogger | None,
+    writers: Sequence[WriterLogger],
+    scalar_loggers: Sequence[MetricsLogger],
+    images: bool,
+) -> list[Sink]:
+    """The sinks, those sending scalars last: the maps files under ``out_dir/maps``, PNGs under
+    ``out_dir/images`` (with ``images``), the TensorBoard ``writers``' images and histograms, the W&B
+    run's row (and maps artifact at the end), then the ``scalar_loggers``' rows."""
     sinks: list[Sink] = [MapsFileSink(out_dir / "maps")]
-    if wandb_logger is None:
+    if images:
         sinks.append(ImageFileSink(out_dir / "images"))
-    sinks.extend(TensorBoardSink(lg) for lg in trainer.loggers if isinstance(lg, TensorBoardLogger))
+    sinks.extend(TensorBoardSink(writer) for writer in writers)
     if wandb_logger is not None:
         sinks.append(WandbSink(wandb_logger, prefix, out_dir / "maps"))
-    sinks.extend(ScalarSink(lg) for lg in trainer.loggers if lg is not wandb_logger)
+    sinks.extend(ScalarSink(logger) for logger in scalar_loggers)
     return sinks
 
 

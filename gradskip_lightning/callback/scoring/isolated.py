@@ -8,8 +8,8 @@ maps) is returned as a message instead of raised.
 from __future__ import annotations
 
 import torch
-from lightning.pytorch import LightningModule
 from lightning.pytorch.utilities.seed import isolate_rng
+from torch import nn
 
 from gradskip_lightning.callback.probes import ProbeSet
 from gradskip_lightning.callback.scoring.compute import EpochWork, explain_probes
@@ -25,7 +25,7 @@ __all__ = ["explain_isolated"]
 
 
 def explain_isolated(
-    pl_module: LightningModule,
+    module: nn.Module,
     explainers: dict[str, ModelExplainer],
     probes: ProbeSet,
     settings: ScoreSettings,
@@ -49,7 +49,7 @@ def explain_isolated(
         try:
             part = probes.subset(shard.positions)
             part.images = part.images.clone()  # a normal tensor, even under inference mode
-            with eval_mode(pl_module):  # every module's own mode back afterwards
+            with eval_mode(module):  # every module's own mode back afterwards
                 for name, explainer in explainers.items():
                     records[name] = explain_probes(
                         explainer,

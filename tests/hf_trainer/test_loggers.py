@@ -1,0 +1,82 @@
+"""report_to: the explained epochs in the W&B run the Trainer's WandbCallback started (offline, read
+back from its files) and in TensorBoard beside the Trainer's own scalars; other integrations named."""
+
+from __future__ import annotations
+
+import io
+import warnings
+
+import numpy as np
+import pytest
+import wandb
+from PIL import Image
+
+from gradskip_lightning import MethodSettings, ProbeSettings, ScoreSettings
+from gradskip_lightning.hf_trainer import GradSkipTrainerCallback
+from gradskip_lightning.hf_trainer.loggers import trainer_outputs
+from tests.callback.wandb_files import find_runs
+from tests.hf_trainer.helpers import tiny_trainer
+
+FAST = dict(probes=ProbeSettings(num_probes=6), scores=ScoreSettings(insertion_steps=4), progress=False)
+INSERTION = "faithfulness/gradskip/insertion"
+
+
+def test_one_wandb_row_per_explained_epoch_at_the_trainers_global_step(tmp_path, monkeypatch):
+    monkeypatch.setenv("WANDB_PROJECT", "gradskip-test")
+    callback = GradSkipTrainerCallback(**FAST, methods=MethodSettings(compare=["rollout"]))
+    trainer = tiny_trainer(tmp_path / "out", [callback], report_to=["wandb"])
+    trainer.train()
+    wandb.finish()
+    (run,) = find_runs(tmp_path / "wandb_env")
+    ours = run.rows_with(INSERTION)
+    assert [row["train/global_step"] for row in ours] == [3, 6]
+    assert [row["train/global_step"] for row in run.rows_with("eval/loss")] == [3, 6]  # the Trainer's own rows
+    assert [row["gradskip/epoch"] for row in ours] == [0, 1]
+    first = ours[0]
+    assert {f"{INSERTION}/rollout", "gates/gradskip/layer_1", "gradskip/time_s"} <= set(first)
+    assert first["probes/gradskip/overlays"]["_type"] == "image-file"
+    assert first["probes/gradskip/probes"]["_type"] == "table-file" and "probes/gradskip/probes" not in ours[1]
+    image = np.asarray(Image.open(run.root / "files" / first["probes/gradskip/overlays"]["path"]))
+    assert image.ndim == 3 and image.std() > 10  # a colour grid, not a blank image
+    (artifact,) = [a for a in run.artifacts if a.type == "gradskip-maps"]
+    assert {entry.path for entry in artifact.manifest.contents} == {"probes.npz", "epoch_0000.npz", "epoch_0001.npz"}
+
+
+def test_tensorboard_gets_images_and_scalars_beside_the_trainers(tmp_path, monkeypatch):
+    pytest.importorskip("tensorboard")
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    folder = tmp_path / "tb"
+    monkeypatch.setenv("TENSORBOARD_LOGGING_DIR", str(folder))
+    trainer = tiny_trainer(tmp_path / "out", [GradSkipTrainerCallback(**FAST)], report_to=["tensorboard"])
+    trainer.train()
+    events = EventAccumulator(str(folder), size_guidance={"images": 0, "histograms": 0, "scalars": 0})
+    events.Reload()
+    tags = events.Tags()
+    assert [e.step for e in events.Scalars(INSERTION)] == [e.step for e in events.Scalars("eval/loss")] == [3, 6]
+    assert {"probes/gradskip/overlays", "heads/gradskip/omega"} <= set(tags["images"])
+    assert "heads/gradskip/omega/layer_0" in tags["histograms"]
+    grid = events.Images("probes/gradskip/overlays")[-1]
+    assert np.asarray(Image.open(io.BytesIO(grid.encoded_image_string))).std() > 10
+
+
+def test_the_default_tensorboard_folder_and_unwritten_integrations(tmp_path, monkeypatch):
+    monkeypatch.delenv("TENSORBOARD_LOGGING_DIR", raising=False)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        outputs = trainer_outputs(["tensorboard", "mlflow"], tmp_path / "gradskip", "gradskip/")
+    assert outputs.tensorboard is not None and outputs.tensorboard.folder == tmp_path / "gradskip" / "tensorboard"
+    assert outputs.wandb_run is None
+    (said,) = [str(w.message) for w in caught if "GradSkipTrainerCallback" in str(w.message)]
+    assert "['mlflow']" in said
+    assert [type(sink).__name__ for sink in outputs.sinks] == [
+        "MapsFileSink", "ImageFileSink", "TensorBoardSink", "ScalarSink"
+    ]  # fmt: skip
+
+
+def test_wandb_without_an_active_run_writes_the_files_and_says_so(tmp_path):
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        outputs = trainer_outputs(["wandb"], tmp_path, "gradskip/")
+    assert outputs.wandb_run is None and "WandbSink" not in [type(s).__name__ for s in outputs.sinks]
+    assert any("no W&B run is active" in str(w.message) for w in caught)
