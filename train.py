@@ -9,20 +9,45 @@ names another ``class_path`` (e.g. ``gradskip_lightning.training.segmentation.Se
 W&B runs offline unless you set ``WANDB_MODE`` yourself (e.g. ``WANDB_MODE=online``). When stdout
 is not a terminal (redirected to a file, a pipe, a batch job's log), the progress bar is off unless
 the config sets ``trainer.enable_progress_bar``, and each epoch prints one line of metrics
-(:class:`~gradskip_lightning.console.EpochLine`).
+(:class:`~gradskip_lightning.console.EpochLine`). The resolved config is saved beside the run (the first
+logger's folder) and, with an ``MLFlowLogger``, as each MLflow run's ``config.yaml`` artifact.
 """
 
 from __future__ import annotations
 
 import os
 import sys
+import tempfile
 from typing import Any
 
 from lightning.pytorch import LightningDataModule, LightningModule, Trainer
-from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
+from lightning.pytorch.cli import LightningArgumentParser, LightningCLI, SaveConfigCallback
+from lightning.pytorch.loggers import MLFlowLogger
 
 from gradskip_lightning.console import EpochLine
 from gradskip_lightning.training.classifier import DEFAULT_MODEL, LINKED_FROM_DATA
+
+
+class SaveConfig(SaveConfigCallback):
+    """Lightning's config saving, which also works when the first logger has no local folder (an
+    ``MLFlowLogger`` on a database or a server: Lightning's own callback asserts there, Lightning issue
+    #19441), and which puts the config into every MLflow run as its ``config.yaml`` artifact."""
+
+    def setup(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
+        self.save_to_log_dir = trainer.log_dir is not None  # on every rank: it broadcasts
+        super().setup(trainer, pl_module, stage)
+
+    def save_config(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
+        """Log the config to each MLflow run (rank zero)."""
+        runs = [logger for logger in trainer.loggers if isinstance(logger, MLFlowLogger)]
+        if not runs:
+            return
+        with tempfile.TemporaryDirectory() as folder:
+            self.parser.save(
+                self.config, os.path.join(folder, self.config_filename), skip_none=False, multifile=self.multifile
+            )
+            for logger in runs:
+                logger.experiment.log_artifacts(logger.run_id, folder)
 
 
 class GradSkipCLI(LightningCLI):
@@ -55,6 +80,7 @@ def main(args: list[str] | None = None, run: bool = True) -> GradSkipCLI:
         subclass_mode_data=True,
         args=args,
         run=run,
+        save_config_callback=SaveConfig,
         save_config_kwargs={"overwrite": True},
         trainer_defaults={} if sys.stdout.isatty() else {"callbacks": [EpochLine()]},  # after the config's callbacks
     )

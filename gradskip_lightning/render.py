@@ -25,6 +25,7 @@ __all__ = [
     "screen_grid",
     "GRID_SIDE",
     "matrix_image",
+    "histogram_image",
     "caption",
     "annotate",
 ]
@@ -170,6 +171,30 @@ def matrix_image(values: torch.Tensor | np.ndarray, cell: int = 16, cmap: str = 
     scaled = values / top if top > 0 else np.zeros_like(values)
     image = apply_colormap(np.clip(scaled, 0.0, 1.0), cmap)
     return np.repeat(np.repeat(image, cell, axis=0), cell, axis=1)
+
+
+#: Bar colour of :func:`histogram_image` (matplotlib's first default colour).
+HISTOGRAM_RGB = (31, 119, 180)
+
+
+def histogram_image(values: np.ndarray, bins: int, width: int = 256, height: int = 96) -> np.ndarray:
+    """A histogram of 1-D ``values`` as a (height + 12, width, 3) uint8 image, for loggers without a
+    histogram chart (MLflow).
+
+    ``bins`` equal-width bins span [min, max] of the finite values; the fullest bin is ``height``
+    pixels tall and each bin gets ``width / bins`` pixel columns. The strip below names the range
+    and the count (:func:`annotate`).
+    """
+    values = np.asarray(values, dtype=np.float64).ravel()
+    values = values[np.isfinite(values)]
+    image = np.full((height, width, 3), 255, np.uint8)
+    if not values.size:
+        return annotate(image, "no finite values")
+    counts, edges = np.histogram(values, bins=bins)
+    tops = height - np.round(counts / counts.max() * height).astype(np.int64)  # (bins,) first bar row
+    column_bins = np.minimum(np.arange(width) * bins // width, bins - 1)  # (width,) the bin of each column
+    image[np.arange(height)[:, None] >= tops[column_bins][None, :]] = HISTOGRAM_RGB
+    return annotate(image, f"{edges[0]:.3g} to {edges[-1]:.3g}, n={values.size}")
 
 
 def caption(label: str, prediction: str, probability: float) -> str:

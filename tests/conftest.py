@@ -32,6 +32,7 @@ def _offline_wandb(tmp_path, monkeypatch):
 
     if wandb.run is not None:  # a run left open would be reused by the next test's WandbLogger
         wandb.finish()
+    wandb.teardown()  # the process-wide settings keep the first WANDB_DIR: the next test reads its own
 
 
 def make_tiny_vit(

@@ -69,6 +69,18 @@ def test_caption_and_annotate():
     assert out.shape == (30, 30, 3) and (out[20:] < 255).any()
 
 
+def test_histogram_image_bars_are_the_bin_counts():
+    # 3 values in the left bin, 1 in the right: full-height bar on the left half, a third on the right.
+    image = render.histogram_image(np.array([0.0, 0.1, 0.2, 1.0, np.nan]), bins=2, width=8, height=30)
+    assert image.shape == (30 + 12, 8, 3) and image.dtype == np.uint8
+    bars = (image[:30] == render.HISTOGRAM_RGB).all(axis=-1)  # (30, 8) pixels of a bar
+    assert bars[:, :4].sum(axis=0).tolist() == [30] * 4
+    assert bars[:, 4:].sum(axis=0).tolist() == [10] * 4
+    assert bars[-10:, 4:].all()  # the bars stand on the bottom
+    empty = render.histogram_image(np.array([np.nan]), bins=4, width=8, height=30)
+    assert empty.shape == (42, 8, 3) and not (empty[:30] == render.HISTOGRAM_RGB).all(axis=-1).any()
+
+
 def test_screen_grid_fits_the_side_and_upscales_by_an_integer():
     images = np.random.default_rng(0).integers(0, 255, (32, 28, 28, 3), dtype=np.uint8)
     grid = render.screen_grid(images)

@@ -202,3 +202,38 @@ def test_the_main_config_with_its_budget_then_the_printed_timeline_command(tmp_p
     spans = [[int(e) for e in span.split("-")] for span in said.rsplit(": ", 1)[1].split(", ")]
     assert {e for span in spans for e in range(span[0], span[-1] + 1)} == {e for e, has in enumerate(scored) if not has}
     assert (tmp_path / "timeline.png").stat().st_size > 10_000
+
+
+@pytest.mark.slow
+def test_the_mlflow_guides_config_trains_into_the_store_with_its_config(tmp_path, monkeypatch):
+    """docs/guides/mlflow.md's YAML after the planted-shapes config: the W&B logger is replaced, and the
+    MLflow run gets the callback's scalars, images and maps files and the resolved config (Lightning's
+    own config saving asserts on a logger without a local folder)."""
+    mlflow = pytest.importorskip("mlflow")
+    from lightning.pytorch.loggers import MLFlowLogger
+
+    snippet = re.search(r"```yaml\n(.*?)```", (ROOT / "docs" / "guides" / "mlflow.md").read_text(), re.S)
+    assert snippet, "no YAML block in the guide"
+    (tmp_path / "mlflow.yaml").write_text(snippet[1])
+    monkeypatch.chdir(tmp_path)  # the guide's paths are relative to where one trains
+    cli = train.main(
+        [
+            "--config", str(PLANTED), "--config", "mlflow.yaml", "--trainer.max_epochs=1",
+            "--trainer.limit_train_batches=2", "--trainer.limit_val_batches=1", "--data.train_size=64",
+            "--data.val_size=32", "--data.test_size=32", "--data.batch_size=32", "--model.embed_dim=48",
+            "--model.depth=2", "--model.patch_size=8",
+        ],
+        run=False,
+    )  # fmt: skip
+    (logger,) = cli.trainer.loggers
+    assert isinstance(logger, MLFlowLogger)
+    cli.trainer.fit(cli.model, datamodule=cli.datamodule)
+    client = mlflow.MlflowClient(tracking_uri="sqlite:///outputs/mlflow.db")
+    assert {info.path for info in client.list_artifacts(logger.run_id)} == {"config.yaml", "gradskip", "images"}
+    config = yaml.safe_load(Path(client.download_artifacts(logger.run_id, "config.yaml", str(tmp_path))).read_text())
+    assert config["trainer"]["logger"][0]["class_path"] == "lightning.pytorch.loggers.MLFlowLogger"
+    assert [m.step for m in client.get_metric_history(logger.run_id, "faithfulness/gradskip/insertion")] == [1]
+    maps = [info.path for info in client.list_artifacts(logger.run_id, "gradskip/maps")]
+    assert maps == ["gradskip/maps/epoch_0000.npz", "gradskip/maps/probes.npz"]
+    assert (tmp_path / "outputs" / "gradskip" / logger.run_id / "maps" / "epoch_0000.npz").is_file()
+    assert not (tmp_path / "outputs" / "wandb").exists()

@@ -245,7 +245,7 @@ class GradSkipTrainerCallback(TrainerCallback):
         explainer = explainers[self.method]
         probes = self._source.probes or self._source.draw(required(dataset, "a dataset to draw the probes from"))
         if dataset is not None and explainer.task == "classification" and not discovery_drawn:
-            self._runner.discoverer.draw(dataset, explainer.num_classes)
+            self._runner.discoverer.draw(dataset, explainer)
         sheet = checks.prepared_sheet(explainer, probes, data, self.scores, self.render)
         self._prepared = Prepared(explainers, probes, sheet, data)
         return self._prepared

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from lightning.pytorch.utilities import rank_zero_warn
 
-from gradskip_lightning.callback.output.sinks import Sink, ordered_sinks
+from gradskip_lightning.callback.output.sinks import Sink, TensorBoardSink, ordered_sinks
 
 if TYPE_CHECKING:
     from torch.utils.tensorboard import SummaryWriter
@@ -118,5 +118,5 @@ def trainer_outputs(report_to: list[str], out_dir: Path, prefix: str) -> Trainer
         )
     writers = [] if tensorboard is None else [tensorboard]
     wandb_logger = None if wandb_run is None else RunWandb(wandb_run)
-    sinks = ordered_sinks(out_dir, prefix, wandb_logger, writers, writers, images=True)
+    sinks = ordered_sinks(out_dir, prefix, wandb_logger, [TensorBoardSink(w) for w in writers], writers, images=True)
     return TrainerOutputs(sinks, wandb_run, tensorboard)

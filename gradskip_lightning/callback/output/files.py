@@ -13,8 +13,8 @@ Layout of a maps folder::
                        transplant_flip, transplant_mass (P,) float32 (NaN: not scored)
 
 The callback's :class:`~.sinks.MapsFileSink` writes these for trained epochs (the W&B artifact
-holds the same files; the epoch arrays are the :func:`~.record.npz_fields` of the record); the
-timeline command reads them back.
+and the MLflow run's ``<folder>/maps`` artifacts hold the same files; the epoch arrays are the
+:func:`~.record.npz_fields` of the record); the timeline command reads them back.
 
 Every file is written atomically: into a hidden temporary file in the same folder, flushed to
 disk, then renamed over the final name, so a kill or a full disk leaves either the previous file

@@ -1,4 +1,4 @@
-"""Where one logged epoch goes: W&B, TensorBoard, any other Lightning logger, image files, the maps files.
+"""Where one logged epoch goes: W&B, TensorBoard, MLflow, any other Lightning logger, image files, the maps files.
 
 The sinks write through small logger interfaces (:class:`MetricsLogger`, :class:`WandbRunLogger`,
 :class:`WriterLogger`) that Lightning's loggers have as they are; a ``transformers.Trainer``'s outputs
@@ -15,19 +15,20 @@ images written before.
 
 from __future__ import annotations
 
+import re
 import shlex
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
-from lightning.pytorch.loggers import Logger, TensorBoardLogger, WandbLogger
+from lightning.pytorch.loggers import Logger, MLFlowLogger, TensorBoardLogger, WandbLogger
 from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 
 from gradskip_lightning.callback.keys import key
 from gradskip_lightning.callback.output.files import write_epoch, write_png, write_probes
 from gradskip_lightning.callback.output.report import EpochReport, ProbeSheet
-from gradskip_lightning.render import annotate
+from gradskip_lightning.render import annotate, histogram_image
 
 if TYPE_CHECKING:
     import wandb
@@ -42,6 +43,7 @@ __all__ = [
     "ScalarSink",
     "ImageFileSink",
     "TensorBoardSink",
+    "MLflowSink",
     "MapsFileSink",
     "log_to_sinks",
     "make_sinks",
@@ -81,6 +83,11 @@ class Sink(Protocol):
     def finish(self) -> None: ...
 
 
+def histogram_bins(values: np.ndarray) -> int:
+    """Bins of a logged histogram of ``values``: 64, fewer for fewer values (W&B allows at most 512)."""
+    return min(64, max(1, values.size))
+
+
 class WandbSink:
     """Logs a report as one W&B history row at Lightning's step (``trainer/global_step``).
 
@@ -114,7 +121,7 @@ class WandbSink:
         for name, image in report.images.items():
             row[name] = wandb.Image(image)
         for name, values in report.histograms.items():
-            row[name] = wandb.Histogram(values.tolist(), num_bins=min(64, max(1, values.size)))
+            row[name] = wandb.Histogram(values.tolist(), num_bins=histogram_bins(values))
         if report.rows:
             if self._table is None:
                 self._table = wandb.Table(columns=list(report.rows[0]), log_mode="INCREMENTAL")
@@ -176,8 +183,47 @@ class TensorBoardSink:
         pass
 
 
+class MLflowSink:
+    """Sends the report's images and histograms to an MLflow run, and its maps folder at the end of fit.
+
+    Every image is a step-wise MLflow image (``log_image(key=, step=)``) under the report's key at the
+    report's step: the MLflow UI draws one image chart per key, with a step slider, in the section of
+    the scalars that share its path (``probes/gradskip``, ``heads/gradskip/omega``, ...). Overlays carry
+    their caption in a strip below (as in TensorBoard); each histogram is drawn as an image
+    (:func:`~gradskip_lightning.render.histogram_image`): MLflow has no histogram chart, and an image
+    gets the same step slider. Images are written synchronously, so the callback's ``time_s`` covers
+    them and none is lost when the process ends. The scalars go through the logger's ``log_metrics``
+    (a :class:`ScalarSink`); mlflow itself is only reached through the logger's client.
+    """
+
+    def __init__(self, logger: MLFlowLogger, maps_dir: Path, artifact_path: str) -> None:
+        self.logger = logger
+        self.maps_dir = maps_dir
+        self.artifact_path = artifact_path
+
+    def _log_image(self, name: str, image: np.ndarray, step: int) -> None:
+        # MLflow refuses other characters in image keys; Lightning's MLFlowLogger drops the same ones
+        # from metric keys, so an image keeps the section of its scalars.
+        key = re.sub(r"[^a-zA-Z0-9_/. -]+", "", name)
+        self.logger.experiment.log_image(self.logger.run_id, image, key=key, step=step, synchronous=True)
+
+    def log(self, report: EpochReport, sheet: ProbeSheet) -> None:
+        for name, (image, text) in report.overlays.items():
+            self._log_image(name, annotate(image, text), report.step)
+        for name, image in report.images.items():
+            self._log_image(name, image, report.step)
+        for name, values in report.histograms.items():
+            self._log_image(name, histogram_image(values, histogram_bins(values)), report.step)
+
+    def finish(self) -> None:
+        """Upload the maps folder into the run's artifacts at ``artifact_path`` (``gradskip/maps``)."""
+        if not any(self.maps_dir.glob("epoch_*.npz")):
+            return
+        self.logger.experiment.log_artifacts(self.logger.run_id, str(self.maps_dir), self.artifact_path)
+
+
 class ImageFileSink:
-    """Writes the report's images as PNGs ``folder/epoch_<epoch>/<key, "/" -> "_">.png`` (runs without W&B)."""
+    """Writes the report's images as PNGs ``folder/epoch_<epoch>/<key, "/" -> "_">.png`` (runs without W&B, MLflow)."""
 
     def __init__(self, folder: Path) -> None:
         self.folder = folder
@@ -223,34 +269,43 @@ def make_sinks(trainer: Any, prefix: str, out_dir: Path) -> list[Sink]:
     """The sinks of a Trainer's loggers, those sending scalars last.
 
     With a :class:`WandbLogger` the folder moves beside the W&B run's files (``<run dir>/<name>``),
-    images go to W&B and the maps folder becomes an artifact at the end of fit; without, images
-    are PNGs under ``out_dir/images``. Every other logger gets the scalars; a
+    images go to W&B and the maps folder becomes an artifact at the end of fit. With an
+    :class:`MLFlowLogger` (and no W&B) the folder is the run's own, ``<default_root_dir>/<name>/<run id>``
+    (MLflow keeps no local run folder, and its file store's folder holds only experiments); images go
+    to MLflow and the maps folder becomes the run's artifacts ``<name>/maps`` at the end of fit. Without either,
+    images are PNGs under ``out_dir/images``. Every other logger gets the scalars; a
     :class:`TensorBoardLogger` the images and histograms too.
     """
+    name = out_dir.name
     wandb_logger = next((lg for lg in trainer.loggers if isinstance(lg, WandbLogger)), None)
+    mlflow_loggers = [lg for lg in trainer.loggers if isinstance(lg, MLFlowLogger)]
     if wandb_logger is not None:
-        out_dir = Path(wandb_logger.experiment.dir).parent / out_dir.name
+        out_dir = Path(wandb_logger.experiment.dir).parent / name
+    elif mlflow_loggers:
+        out_dir = Path(trainer.default_root_dir) / name / str(mlflow_loggers[0].run_id)
     loggers: list[Logger] = trainer.loggers
-    writers = [lg for lg in loggers if isinstance(lg, TensorBoardLogger)]
+    image_sinks: list[Sink] = [TensorBoardSink(lg) for lg in loggers if isinstance(lg, TensorBoardLogger)]
+    image_sinks += [MLflowSink(lg, out_dir / "maps", f"{name}/maps") for lg in mlflow_loggers]
     others = [lg for lg in loggers if lg is not wandb_logger]
-    return ordered_sinks(out_dir, prefix, wandb_logger, writers, others, images=wandb_logger is None)
+    files = wandb_logger is None and not mlflow_loggers
+    return ordered_sinks(out_dir, prefix, wandb_logger, image_sinks, others, images=files)
 
 
 def ordered_sinks(
     out_dir: Path,
     prefix: str,
     wandb_logger: WandbRunLogger | None,
-    writers: Sequence[WriterLogger],
+    image_sinks: Sequence[Sink],
     scalar_loggers: Sequence[MetricsLogger],
     images: bool,
 ) -> list[Sink]:
     """The sinks, those sending scalars last: the maps files under ``out_dir/maps``, PNGs under
-    ``out_dir/images`` (with ``images``), the TensorBoard ``writers``' images and histograms, the W&B
-    run's row (and maps artifact at the end), then the ``scalar_loggers``' rows."""
+    ``out_dir/images`` (with ``images``), the ``image_sinks`` (TensorBoard, MLflow), the W&B run's row
+    (and maps artifact at the end), then the ``scalar_loggers``' rows."""
     sinks: list[Sink] = [MapsFileSink(out_dir / "maps")]
     if images:
         sinks.append(ImageFileSink(out_dir / "images"))
-    sinks.extend(TensorBoardSink(writer) for writer in writers)
+    sinks.extend(image_sinks)
     if wandb_logger is not None:
         sinks.append(WandbSink(wandb_logger, prefix, out_dir / "maps"))
     sinks.extend(ScalarSink(logger) for logger in scalar_loggers)
