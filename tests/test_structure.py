@@ -23,16 +23,15 @@ LAYERS: list[set[str]] = [
     {"benchmarks"},
 ]
 FAMILIES_DIR = PACKAGE / "families"
-#: Modules of the families room that several families share (a library's conventions, not a family).
-SHARED_BY_FAMILIES = {"timm_common", "transformers_attention"}
 LAYER = {room: level for level, rooms in enumerate(LAYERS) for room in rooms}
-#: TimmViTExplainer and explanation classes, and the files of the family they belong to.
+#: Each concrete explainer and explanation class, and the family folder it belongs to.
 CONCRETE = {
-    "TimmViTExplainer": "explainer.py",
-    "SegFormerExplainer": "segmentation/",
-    "SegmentationExplanation": "segmentation/",
-    "HFViTExplainer": "hf_vit.py",
-    "SwinExplainer": "swin/",
+    "TimmViTExplainer": "families/timm_vit/",
+    "TorchvisionViTExplainer": "families/torchvision_vit/",
+    "HFViTExplainer": "families/hf_vit/",
+    "SwinExplainer": "families/swin/",
+    "SegFormerExplainer": "families/segformer/",
+    "SegmentationExplanation": "families/segformer/",
 }
 
 

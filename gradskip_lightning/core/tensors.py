@@ -2,7 +2,7 @@
 
 Shapes: B images, H heads, N tokens (prefix tokens first, then P patches), D channels, C classes.
 
-:meth:`Adapter.run <gradskip_lightning.adapters.Adapter.run>` streams a pass into a
+:meth:`Adapter.run <gradskip_lightning.core.adapter.Adapter.run>` streams a pass into a
 :class:`BlockVisitor` (``start`` once, ``block`` once per block) and keeps nothing itself, so a
 method holds only what its next step needs. The order depends on the :data:`CaptureMode`:
 

@@ -23,7 +23,7 @@ class MethodOutput:
 
 
 class MethodVisitor(BlockVisitor, Protocol):
-    """A method: a :class:`~gradskip_lightning.adapters.BlockVisitor` built from its options that
+    """A method: a :class:`~gradskip_lightning.core.tensors.BlockVisitor` built from its options that
     gives its :class:`MethodOutput` once the pass is over."""
 
     def __init__(self, options: object) -> None: ...

@@ -16,7 +16,7 @@ ExplainFn = Callable[[nn.Module, Tensor, Tensor], Tensor]
 
 class Cascading(Protocol):
     """What the test needs of a model family: its layers top first and how to re-initialise one
-    (the ViT adapter ``gradskip_lightning.adapters.adapter_for(model)``,
+    (the ViT adapter ``gradskip_lightning.families.timm_vit.adapter_for(model)``,
     ``gradskip_lightning.families.segformer.SegformerCascade(model)`` for SegFormer)."""
 
     def cascade(self, model: nn.Module) -> list[tuple[str, list[nn.Module]]]: ...
@@ -91,7 +91,7 @@ def parameter_randomisation(
         similarity: "spearman", "topk_iou" (top 10 %) or a callable (maps_a, maps_b) -> (B,).
         seed: seed of the re-initialisation.
         cascade_for: the copy -> its :class:`Cascading` (see :data:`CascadeFor`), found by the
-            caller: ``gradskip_lightning.adapters.adapter_for`` for a timm ViT (required).
+            caller: ``gradskip_lightning.families.timm_vit.adapter_for`` for a timm ViT (required).
 
     Returns:
         A :class:`RandomisationCurve` with L + 1 steps.
