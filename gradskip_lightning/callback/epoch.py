@@ -20,7 +20,7 @@ from lightning.pytorch.utilities import rank_zero_warn
 
 from gradskip_lightning.callback.averaging import Hook, averaged_weights
 from gradskip_lightning.callback.discovery.images import alert_text, send_alert
-from gradskip_lightning.callback.discovery.stage import Discoverer, DiscoveryStage, discovery_scalars
+from gradskip_lightning.callback.discovery.stage import Discovered, Discoverer, DiscoveryStage, discovery_scalars
 from gradskip_lightning.callback.keys import key
 from gradskip_lightning.callback.output.monitor import invalidate, monitor
 from gradskip_lightning.callback.output.report import EpochOutcome, ProbeSheet, epoch_report, epoch_scalars, logged_step
@@ -100,6 +100,7 @@ class EpochRunner:
 
     Attributes:
         drift, budget, discoverer: the state that lives over a fit (in the callback's checkpoint).
+        discovered: the discovery stage's last successful run of this fit (None before one).
         logged_keys: the keys the last epoch end put in ``callback_metrics`` (its NaN ones included).
         seconds: wall seconds of the last epoch end's parts: ``"<method>/maps"``, ``"<method>/scores"``,
             ``"discovery"``, ``"report"`` (building the report and every sink) and ``"total"``.
@@ -113,6 +114,7 @@ class EpochRunner:
         self.budget = TimeBudget(
             settings.probes.max_overhead, settings.methods.method, settings.methods.compare, discovery_every=own
         )
+        self.discovered: Discovered | None = None
         self.logged_keys: frozenset[str] = frozenset()
         self.seconds: dict[str, float] = {}
         self._monitored: dict[str, set[str]] = {}  # prefix -> keys put in callback_metrics
@@ -121,6 +123,7 @@ class EpochRunner:
         """A new fit on another Trainer: forget drift, discovery, the budget's costs."""
         self.drift.reset()
         self.discoverer.reset()
+        self.discovered = None
         self.budget.reset()
 
     def prefix(self, trained: bool) -> str:
@@ -222,6 +225,8 @@ class EpochRunner:
             set(),
         )
         outcome.discovery = (found, required(self.discoverer.probes, "the discovery probes"))
+        if end.trained:
+            self.discovered = Discovered(end.epoch, found, outcome.discovery[1], explainer.patch_size)
         outcome.scalars[key("discovery", outcome.prefix, "time_s")] = end.work.seconds["discovery"]
         if end.trainer.is_global_zero:
             names = prepared.sheet.class_names
