@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar, Literal, Protocol, runtime_checkable
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 
 from gradskip_lightning.callback.scoring.transplant import Transplant
@@ -123,15 +124,23 @@ class PatchPaste:
         return cls(tag.target_class, top, left, torch.ones(bottom - top, right - left, dtype=torch.bool), pixels)
 
     @classmethod
-    def from_hotspot(cls, target: int, hotspot: Tensor, patch_size: tuple[int, int], images: Tensor) -> PatchPaste:
-        """Class ``target``'s hotspot (h, w) bool patches with the pixels of ``images`` (n, C, H, W) there
-        (the class's discovery probes: the donors); the mask is the hotspot upsampled by ``patch_size``."""
+    def from_hotspot(
+        cls, target: int, hotspot: Tensor, patch_size: tuple[int, int], images: Tensor, margin: int = 0
+    ) -> PatchPaste:
+        """Class ``target``'s hotspot (h, w) bool patches, grown by ``margin`` patches on every side, with the
+        pixels of ``images`` (n, C, H, W) there (the class's discovery probes: the donors); the mask is the
+        grown hotspot upsampled by ``patch_size``."""
         check_patch_mask(hotspot)
         if not hotspot.any():
             raise ValueError(f"class {target}'s hotspot is empty: there is nothing to paste")
         if images.ndim != 4 or len(images) == 0:
             raise ValueError(f"donor images must be (n >= 1, C, H, W); got {tuple(images.shape)}")
+        if isinstance(margin, bool) or not isinstance(margin, int) or margin < 0:
+            raise ValueError(f"margin must be a number of patches >= 0, got {margin!r}")
         hotspot = hotspot.cpu()
+        if margin:  # binary dilation: every patch within ``margin`` patches (Chebyshev) of the hotspot
+            window = 2 * margin + 1
+            hotspot = F.max_pool2d(hotspot[None, None].float(), window, stride=1, padding=margin)[0, 0].bool()
         pixels = hotspot.repeat_interleave(patch_size[0], dim=0).repeat_interleave(patch_size[1], dim=1)
         rows, cols = pixels.any(dim=1).nonzero()[:, 0], pixels.any(dim=0).nonzero()[:, 0]
         top, bottom, left, right = int(rows[0]), int(rows[-1]) + 1, int(cols[0]), int(cols[-1]) + 1

@@ -27,6 +27,7 @@ from gradskip_lightning.callback.keys import key
 from gradskip_lightning.callback.output.monitor import monitor
 from gradskip_lightning.callback.output.report import logged_step
 from gradskip_lightning.callback.settings import check_log_prefix, positive
+from gradskip_lightning.core.validation import required
 from gradskip_lightning.data.tags import SpuriousTag
 
 from .artifacts import Artifact, PatchPaste, paste_share, restore_artifact
@@ -53,12 +54,14 @@ class Correction:
     origin: str
 
 
-def artifact_for(discovered: Discovered, label: int) -> Artifact:
-    """The artifact of class ``label`` flagged by a discovery run: its hotspot with the pixels of the class's
-    discovery probes (the donors). A shortcut with no place gets its artifact here once discovery reports one."""
+def artifact_for(discovered: Discovered, label: int, margin: int) -> Artifact:
+    """The artifact of class ``label`` flagged by a discovery run: its hotspot grown by ``margin`` patches, with the
+    pixels of the class's discovery probes (the donors). A shortcut with no place gets its artifact here once
+    discovery reports one."""
     probes = discovered.probes
     donors = probes.images[probes.labels.cpu() == label]
-    return PatchPaste.from_hotspot(label, discovered.found.summary.hotspots[label], discovered.patch_size, donors)
+    hotspot = discovered.found.summary.hotspots[label]
+    return PatchPaste.from_hotspot(label, hotspot, discovered.patch_size, donors, margin)
 
 
 class ShortcutCorrection(Callback):
@@ -81,6 +84,9 @@ class ShortcutCorrection(Callback):
         classes: the classes the discovery may get corrected (None: any flagged class).
         flagged_epochs: a class is corrected once the discovery stage flagged it at this many of its
             runs in a row (1: at the first flag), from the next training epoch on.
+        margin: patches added on every side of a discovered hotspot before pasting (0: the hotspot
+            alone). The hotspot is the smallest region holding ``hotspot_share`` of the class-mean map's
+            mass and often covers only part of the artifact, whose rest then still predicts the class.
         seed: seed of the draws (which images, which donor). Batch ``i`` of epoch ``e`` on rank ``r`` draws
             from a generator of its own seeded by (seed, r, e, i): ranks draw apart, a resumed fit draws as
             the uninterrupted one, the global RNG is never used.
@@ -108,6 +114,7 @@ class ShortcutCorrection(Callback):
         p: float = 0.5,
         classes: Sequence[int] | None = None,
         flagged_epochs: int = 1,
+        margin: int = 1,
         seed: int = 0,
         mean: Sequence[float] | None = None,
         std: Sequence[float] | None = None,
@@ -130,6 +137,8 @@ class ShortcutCorrection(Callback):
             if len(set(classes)) != len(classes):
                 raise ValueError(f"classes names a class twice: {classes}")
         positive("flagged_epochs", flagged_epochs)
+        if isinstance(margin, bool) or not isinstance(margin, int) or margin < 0:
+            raise ValueError(f"margin must be a number of patches >= 0, got {margin!r}")
         if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
             raise ValueError(f"seed must be an integer >= 0, got {seed!r}")
         if (mean is None) != (std is None):
@@ -138,9 +147,11 @@ class ShortcutCorrection(Callback):
             raise ValueError(f"image_key must be a non-empty string or None, got {image_key!r}")
         check_log_prefix(log_prefix)
         self.tag, self.discovery, self.p, self.classes = tag, discovery, float(p), classes
-        self.flagged_epochs, self.seed, self.mean, self.std = flagged_epochs, seed, mean, std
+        self.flagged_epochs, self.margin, self.seed, self.mean, self.std = flagged_epochs, margin, seed, mean, std
         self.image_key, self.log_prefix = image_key, log_prefix
         self._source: GradSkipCallback | None = None
+        self._fit_trainer: Trainer | None = None
+        self._normalisation: tuple[tuple[float, ...], tuple[float, ...]] | None = None  # a tag's (mean, std)
         self._corrections: list[Correction] = []
         self._streaks: dict[int, int] = {}  # class -> flagged discovery runs in a row
         self._last_run: int | None = None  # epoch of the last discovery run read
@@ -165,16 +176,21 @@ class ShortcutCorrection(Callback):
     def setup(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
         if trainer.state.fn != TrainerFn.FITTING:
             return
+        if self._fit_trainer is not None and self._fit_trainer is not trainer:  # a new fit: nothing corrected yet
+            self._corrections, self._streaks, self._last_run, self._resumed = [], {}, None, []
+        self._fit_trainer = trainer  # a checkpoint's state is loaded after setup
         self._source = self._followed(trainer)
-        if self.tag is not None and self.mean is None:
+        if self.tag is not None:
             datamodule = getattr(trainer, "datamodule", None)
-            mean, std = getattr(datamodule, "mean", None), getattr(datamodule, "std", None)
+            mean, std = self.mean, self.std
+            if mean is None:
+                mean, std = getattr(datamodule, "mean", None), getattr(datamodule, "std", None)
             if mean is None or std is None:
                 raise ValueError(
                     "ShortcutCorrection puts the tag's pixel values into the model's input space and needs the images' "
                     "normalisation: give mean and std, or use a datamodule with mean/std attributes"
                 )
-            self.mean, self.std = tuple(mean), tuple(std)
+            self._normalisation = (tuple(mean), tuple(std))
 
     @override
     def on_train_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
@@ -182,8 +198,7 @@ class ShortcutCorrection(Callback):
             self._say(correction, "continuing (from the checkpoint) to correct")
         self._resumed = []
         if self.tag is not None and not self._corrected(self.tag.target_class, PatchPaste.kind):
-            assert self.mean is not None and self.std is not None  # setup
-            artifact = PatchPaste.from_tag(self.tag, self.mean, self.std)
+            artifact = PatchPaste.from_tag(self.tag, *required(self._normalisation, "the tag's normalisation"))
             self._start(Correction(artifact, trainer.current_epoch, "the given tag"))
 
     @override
@@ -297,9 +312,10 @@ class ShortcutCorrection(Callback):
                 donors = int((discovered.probes.labels == label).sum())
                 origin = (
                     f"flagged by the discovery stage of {source.log_prefix!r} at epoch {discovered.epoch}, suspicion "
-                    f"{suspicion:.2f}; its pixels from the class's {donors} discovery probes"
+                    f"{suspicion:.2f}; its hotspot grown by {self.margin} patches, the pixels from the class's "
+                    f"{donors} discovery probes"
                 )
-                self._start(Correction(artifact_for(discovered, label), epoch, origin))
+                self._start(Correction(artifact_for(discovered, label, self.margin), epoch, origin))
 
     def _corrected(self, label: int, kind: str) -> bool:
         return any(c.artifact.target == label and c.artifact.kind == kind for c in self._corrections)

@@ -76,6 +76,20 @@ def test_a_non_rectangular_hotspot_pastes_its_patches_only():
     assert images.abs().sum() == 0  # apply returns a new tensor
 
 
+def test_a_margin_grows_the_hotspot_by_whole_patches_clipped_to_the_image():
+    hotspot = torch.zeros(4, 4, dtype=torch.bool)
+    hotspot[0, 1] = True  # one 2 px patch at the top edge
+    images = torch.arange(2 * 8 * 8, dtype=torch.float32).reshape(1, 2, 8, 8)
+    paste = PatchPaste.from_hotspot(1, hotspot, (2, 2), images, margin=1)
+    assert paste.box == (0, 0, 4, 6) and paste.mask.all()  # rows 0-1 and columns 0-2 of patches
+    assert torch.equal(paste.donors, images[:, :, 0:4, 0:6])
+    hotspot[0, 1], hotspot[3, 3] = False, True  # a corner patch and a diagonal neighbour: an L-shaped growth
+    grown = PatchPaste.from_hotspot(1, hotspot, (2, 2), images, margin=1)
+    assert grown.box == (4, 4, 8, 8) and grown.mask.all()
+    with pytest.raises(ValueError, match="margin must be a number of patches >= 0, got -1"):
+        PatchPaste.from_hotspot(1, hotspot, (2, 2), images, margin=-1)
+
+
 def test_a_tag_paste_is_its_pattern_normalised_as_the_images_are():
     tag = SpuriousTag(target_class=3, pattern=((1.0, 0.0), (0.0, 1.0)), position=(1, 2))
     paste = PatchPaste.from_tag(tag, mean=(0.5, 0.25), std=(0.5, 0.25))

@@ -16,32 +16,13 @@ from lightning.pytorch.loggers import CSVLogger
 from gradskip_lightning import DiscoveryStage, GradSkipCallback, ProbeSettings, ScoreSettings, ShortcutCorrection
 from gradskip_lightning.callback.correction import PatchPaste
 from gradskip_lightning.data.tags import SpuriousTag
-from gradskip_lightning.training.classifier import ViTClassifier
+from tests.callback.correction.helpers import carries, recorder
 from tests.callback.helpers import tiny_data, tiny_module, tiny_trainer
 
 C = "correction/gradskip/"
 #: A 4 x 4 checkerboard at (20, 20) on class 1: a place and a pattern the planted shapes never draw.
 TAG = SpuriousTag(target_class=1, pattern=tuple(tuple(float((r + c) % 2) for c in range(4)) for r in range(4)),
                   position=(20, 20))  # fmt: skip
-
-
-class _Recorder(ViTClassifier):
-    """The tiny classifier, keeping a copy of every batch its training_step gets: (epoch, images, labels)."""
-
-    def __init__(self, **kwargs) -> None:
-        super().__init__(**kwargs)
-        self.seen: list[tuple[int, torch.Tensor, torch.Tensor]] = []
-
-    def training_step(self, batch, batch_idx):
-        self.seen.append((self.current_epoch, batch[0].detach().clone(), batch[1].clone()))
-        return super().training_step(batch, batch_idx)
-
-
-def _recorder(seed: int = 0) -> _Recorder:
-    """:func:`tiny_module` (same settings, same initial weights) that records its batches."""
-    settings = dict(tiny_module(seed).hparams)
-    torch.manual_seed(seed)
-    return _Recorder(**settings)
 
 
 def _gradskip(**discovery) -> GradSkipCallback:
@@ -56,19 +37,10 @@ def _gradskip(**discovery) -> GradSkipCallback:
 def _fit(root: Path, callbacks: list, *, epochs: int = 2, logger=False, ckpt_path=None, module=None) -> tuple:
     """Seeded fit of the recording tiny ViT; returns (module, trainer, the global RNG state after fit)."""
     seed_everything(0)
-    module = module or _recorder()
+    module = module or recorder()
     trainer = tiny_trainer(root, logger=logger, callbacks=callbacks, max_epochs=epochs, num_sanity_val_steps=0)
     trainer.fit(module, datamodule=tiny_data(), ckpt_path=ckpt_path)
     return module, trainer, torch.get_rng_state()
-
-
-def _carries(images: torch.Tensor, paste: PatchPaste) -> torch.Tensor:
-    """(B,) bool: images whose pasted pixels are exactly one of the artifact's donors'."""
-    top, left, bottom, right = paste.box
-    region = images[:, :, top:bottom, left:right][:, None]  # (B, 1, C, bh, bw)
-    donors = paste.donors[None].expand(len(images), -1, images.shape[1], -1, -1)
-    same = (region == donors) | ~paste.mask
-    return same.flatten(2).all(dim=2).any(dim=1)
 
 
 def _rows(log_dir: str, name: str) -> list[dict[str, float]]:
@@ -94,9 +66,9 @@ def test_a_tags_pixels_reach_training_step_on_every_classs_images_and_nothing_el
     for (_, images, label), (_, clean, clean_label) in zip(corrected.seen, plain.seen, strict=True):
         assert torch.equal(label, clean_label)  # the same batches: the correction drew nothing from the global RNG
         assert torch.equal(images[:, :, ~inside], clean[:, :, ~inside])  # nothing outside the tag's box changed
-        has = _carries(images, paste)
+        has = carries(images, paste)
         assert torch.equal(images[~has], clean[~has])  # the others are untouched
-        assert not _carries(clean, paste).any()
+        assert not carries(clean, paste).any()
         carried.append(has)
         labels.append(label)
     carried_all, labels_all = torch.cat(carried), torch.cat(labels)
@@ -143,8 +115,8 @@ def test_a_flagged_classs_hotspot_is_pasted_from_the_next_epoch_with_its_discove
     top, left, bottom, right = last.box
     assert torch.equal(last.donors, donors[:, :, top:bottom, left:right])
     for epoch, images, _ in module.seen:
-        carries = _carries(images, last)
-        assert carries.all() if epoch == 1 else not carries.any()
+        pasted = carries(images, last)
+        assert pasted.all() if epoch == 1 else not pasted.any()
 
 
 @pytest.mark.slow
@@ -163,7 +135,7 @@ def test_the_correction_is_in_the_checkpoint_and_a_resumed_fit_goes_on_correctin
         assert isinstance(restored.artifact, PatchPaste) and isinstance(saved.artifact, PatchPaste)
         assert torch.equal(restored.artifact.donors, saved.artifact.donors)
     assert [epoch for epoch, _, _ in module.seen] == [2] * 4  # the resumed epoch only
-    assert all(_carries(images, fresh.corrections[-1].artifact).all() for _, images, _ in module.seen)
+    assert all(carries(images, fresh.corrections[-1].artifact).all() for _, images, _ in module.seen)
     said = [r.getMessage() for r in caplog.records if "ShortcutCorrection" in r.getMessage()]
     assert len(said) == len(fresh.corrections) and all("continuing (from the checkpoint)" in m for m in said)
 
@@ -185,6 +157,16 @@ def test_with_nothing_flagged_the_training_is_bitwise_the_same_as_without_the_co
     assert torch.equal(r1, r2) and all(torch.equal(a, b) for a, b in zip(s1, s2, strict=True))
 
 
+def test_a_new_fit_on_another_trainer_starts_with_nothing_corrected(tmp_path, caplog):
+    correction = ShortcutCorrection(TAG, discovery=False)
+    with caplog.at_level(logging.INFO):
+        _fit(tmp_path / "a", [correction], epochs=1)
+        first = correction.corrections
+        _fit(tmp_path / "b", [correction], epochs=1)
+    assert len(correction.corrections) == 1 and correction.corrections[0] is not first[0]  # started again
+    assert sum("ShortcutCorrection: correcting class 1's" in r.getMessage() for r in caplog.records) == 2
+
+
 # ------------------------------------------------------------------------------------- settings
 
 
@@ -198,6 +180,7 @@ def test_with_nothing_flagged_the_training_is_bitwise_the_same_as_without_the_co
         (dict(classes=[-1]), ValueError, "classes must be None or class indices >= 0"),
         (dict(flagged_epochs=0), ValueError, "flagged_epochs must be a positive integer, got 0"),
         (dict(seed=-1), ValueError, "seed must be an integer >= 0"),
+        (dict(margin=-1), ValueError, "margin must be a number of patches >= 0, got -1"),
         (dict(mean=(0.5,)), ValueError, "mean and std go together"),
         (dict(discovery=False), ValueError, "nothing to correct: give a tag, or follow a discovery stage"),
         (dict(discovery=""), TypeError, "discovery must be True, False or a GradSkipCallback's log_prefix"),
@@ -225,6 +208,14 @@ def test_the_discovery_to_follow_must_be_one_the_trainer_has(tmp_path, callbacks
     trainer = tiny_trainer(tmp_path, logger=False, callbacks=[*callbacks, ShortcutCorrection()], max_epochs=1)
     with pytest.raises(ValueError, match=match):
         trainer.fit(tiny_module(), datamodule=tiny_data())
+
+
+def test_a_tag_without_the_images_normalisation_is_refused_naming_the_fix(tmp_path):
+    data = tiny_data()
+    data.setup("fit")
+    trainer = tiny_trainer(tmp_path, logger=False, callbacks=[ShortcutCorrection(TAG, discovery=False)])
+    with pytest.raises(ValueError, match="needs the images' normalisation: give mean and std"):
+        trainer.fit(tiny_module(), train_dataloaders=data.train_dataloader())
 
 
 def test_a_named_discovery_must_be_on(tmp_path):
