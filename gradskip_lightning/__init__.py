@@ -9,6 +9,7 @@ from gradskip_lightning.callback import (
     ProbeSettings,
     RenderSettings,
     ScoreSettings,
+    ShortcutCorrection,
 )
 from gradskip_lightning.core.explanation import Explanation, ModelExplainer, UnsupportedModel
 from gradskip_lightning.families import FAMILIES, explainer_for
@@ -27,6 +28,7 @@ __all__ = [
     "ProbeSettings",
     "RenderSettings",
     "ScoreSettings",
+    "ShortcutCorrection",
     "UnsupportedModel",
     "explainer_for",
 ]

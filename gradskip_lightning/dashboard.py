@@ -108,7 +108,11 @@ def build_workspace(
     panels["heads"] = [
         wr.MediaBrowser(title="head importance (layer x head)", media_keys=heads, gallery_axis="step", layout=wide)
     ]
-    sections = [ws.Section(name=section, panels=panels[section], is_open=section in OPEN) for section in SECTIONS]
+    sections = [  # a section without panels here (correction) still groups its keys by their first part
+        ws.Section(name=section, panels=panels[section], is_open=section in OPEN)
+        for section in SECTIONS
+        if section in panels
+    ]
     settings = ws.WorkspaceSettings(group_by_prefix="first")
     return ws.Workspace(entity=entity, project=project, name=name, sections=sections, settings=settings)
 

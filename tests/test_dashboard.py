@@ -53,8 +53,18 @@ def test_template_sections_and_panels_name_keys_the_callback_logs(logged_keys):
     regions = ["object", "tag"]
     workspace = build_workspace("entity", "project", regions=regions, compare_methods=["rollout"])
     panels = _panels(workspace)
-    assert list(panels) == list(SECTIONS)
-    assert list(SECTIONS) == ["faithfulness", "regions", "transplant", "discovery", "drift", "gates", "probes", "heads"]
+    assert list(panels) == [section for section in SECTIONS if section != "correction"]  # ShortcutCorrection's
+    assert list(SECTIONS) == [
+        "faithfulness",
+        "regions",
+        "transplant",
+        "discovery",
+        "correction",
+        "drift",
+        "gates",
+        "probes",
+        "heads",
+    ]
     assert workspace.settings.group_by_prefix == "first"
     # every section of the template is a section of the run's keys (text before the first "/")
     assert set(panels) <= {name.split("/")[0] for name in logged_keys}

@@ -6,11 +6,13 @@ settings groups), :mod:`.setup` (checks against the model, datamodule and Traine
 a ``transformers.Trainer``'s in :mod:`gradskip_lightning.hf_trainer`), :mod:`.averaging` (the
 weights the user keeps), :mod:`.keys` (the logged keys); the subpackages :mod:`.probes` (items,
 drawing, the probe set, resume), :mod:`.scoring` (what is due, the time budget, the scores and
-records), :mod:`.discovery` (the shortcut discovery stage) and :mod:`.output` (the epoch report, the
-sinks, the maps files).
+records), :mod:`.discovery` (the shortcut discovery stage), :mod:`.output` (the epoch report, the
+sinks, the maps files) and :mod:`.correction` (the companion callback that unlearns a found
+shortcut).
 """
 
 from gradskip_lightning.callback.core import GradSkipCallback
+from gradskip_lightning.callback.correction import ShortcutCorrection
 from gradskip_lightning.callback.discovery.stage import DiscoveryStage
 from gradskip_lightning.callback.probes import ProbeImages
 from gradskip_lightning.callback.settings import MethodSettings, ProbeSettings, RenderSettings, ScoreSettings
@@ -23,4 +25,5 @@ __all__ = [
     "ProbeSettings",
     "RenderSettings",
     "ScoreSettings",
+    "ShortcutCorrection",
 ]

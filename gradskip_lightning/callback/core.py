@@ -15,7 +15,7 @@ from typing_extensions import override
 
 from gradskip_lightning.callback import setup as checks
 from gradskip_lightning.callback.averaging import Hook
-from gradskip_lightning.callback.discovery.stage import DiscoveryStage
+from gradskip_lightning.callback.discovery.stage import Discovered, DiscoveryStage
 from gradskip_lightning.callback.epoch import EpochRunner, Prepared, RunSettings
 from gradskip_lightning.callback.host import LightningHost
 from gradskip_lightning.callback.output.sinks import Sink, make_sinks
@@ -105,6 +105,12 @@ class GradSkipCallback(Callback):
         """The keys the last explanation put in ``callback_metrics`` (a score the time budget left out
         of that epoch keeps its older value there, and is not in it)."""
         return self._runner.logged_keys
+
+    @property
+    def discovered(self) -> Discovered | None:
+        """The discovery stage's last successful run of this fit (what it flagged, the discovery probes); None
+        before one, or with the stage off. A :class:`~.correction.ShortcutCorrection` acts on it."""
+        return self._runner.discovered
 
     @property
     def epoch_seconds(self) -> dict[str, float]:

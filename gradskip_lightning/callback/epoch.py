@@ -19,7 +19,7 @@ from lightning.pytorch.utilities import rank_zero_warn
 from torch import nn
 
 from gradskip_lightning.callback.discovery.images import alert_text
-from gradskip_lightning.callback.discovery.stage import Discoverer, DiscoveryStage, discovery_scalars
+from gradskip_lightning.callback.discovery.stage import Discovered, Discoverer, DiscoveryStage, discovery_scalars
 from gradskip_lightning.callback.host import Host
 from gradskip_lightning.callback.keys import key
 from gradskip_lightning.callback.output.report import EpochOutcome, ProbeSheet, epoch_report, epoch_scalars
@@ -118,6 +118,7 @@ class EpochRunner:
 
     Attributes:
         drift, budget, discoverer: the state that lives over a fit (in the callback's checkpoint).
+        discovered: the discovery stage's last successful run of this fit (None before one).
         logged_keys: the keys the last epoch end made monitorable (its NaN ones included).
         seconds: wall seconds of the last epoch end's parts: ``"<method>/maps"``, ``"<method>/scores"``,
             ``"discovery"``, ``"report"`` (building the report and every sink) and ``"total"``.
@@ -131,6 +132,7 @@ class EpochRunner:
         self.budget = TimeBudget(
             settings.probes.max_overhead, settings.methods.method, settings.methods.compare, discovery_every=own
         )
+        self.discovered: Discovered | None = None
         self.logged_keys: frozenset[str] = frozenset()
         self.seconds: dict[str, float] = {}
         self._monitored: dict[str, set[str]] = {}  # prefix -> keys made monitorable
@@ -139,6 +141,7 @@ class EpochRunner:
         """A new fit on another Trainer: forget drift, discovery, the budget's costs."""
         self.drift.reset()
         self.discoverer.reset()
+        self.discovered = None
         self.budget.reset()
 
     def prefix(self, trained: bool) -> str:
@@ -241,6 +244,8 @@ class EpochRunner:
             set(),
         )
         outcome.discovery = (found, required(self.discoverer.probes, "the discovery probes"))
+        if end.trained:
+            self.discovered = Discovered(end.epoch, found, outcome.discovery[1], explainer.patch_size)
         outcome.scalars[key("discovery", outcome.prefix, "time_s")] = end.work.seconds["discovery"]
         if end.host.rank_zero:
             names = prepared.sheet.class_names

@@ -24,7 +24,9 @@ from typing import Literal, get_args
 
 __all__ = ["Section", "SECTIONS", "key", "score_pattern"]
 
-Section = Literal["faithfulness", "regions", "transplant", "discovery", "drift", "gates", "probes", "heads"]
+Section = Literal[
+    "faithfulness", "regions", "transplant", "discovery", "correction", "drift", "gates", "probes", "heads"
+]
 SECTIONS: tuple[Section, ...] = get_args(Section)
 """Every section, in the order the dashboard shows them."""
 

@@ -214,6 +214,15 @@ def check_arguments(every_n_epochs: int, log_prefix: str, transplant: SpuriousTa
     positive("every_n_epochs", every_n_epochs)
     if backbone is not None:
         check_backbone(backbone)
+    check_log_prefix(log_prefix)
+    if not isinstance(transplant, (SpuriousTag, bool)):
+        raise TypeError(
+            f"transplant must be a SpuriousTag, True (the datamodule's tag) or False; got {type(transplant).__name__}"
+        )
+
+
+def check_log_prefix(log_prefix: str) -> None:
+    """Refuse a ``log_prefix`` that is not a string or would put files outside the run folder."""
     if not isinstance(log_prefix, str):
         raise TypeError(f"log_prefix must be a string, got {type(log_prefix).__name__}")
     parts = log_prefix.replace("\\", "/").split("/")
@@ -221,8 +230,4 @@ def check_arguments(every_n_epochs: int, log_prefix: str, transplant: SpuriousTa
         raise ValueError(
             f"log_prefix {log_prefix!r} would put the callback's files outside the run folder (its parts name the "
             "folder under the log dir): use names without '.' or '..' parts and no leading '/', e.g. 'gradskip/'"
-        )
-    if not isinstance(transplant, (SpuriousTag, bool)):
-        raise TypeError(
-            f"transplant must be a SpuriousTag, True (the datamodule's tag) or False; got {type(transplant).__name__}"
         )

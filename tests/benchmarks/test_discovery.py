@@ -51,3 +51,19 @@ def test_a_stamp_found_only_by_the_last_epoch_scores_as_such():
     assert result.first_fire == (2.0, 2.0) and result.spurious_epoch == (1.0, 1.0)
     text = markdown(records(), share=0.1, formula="no_consistency", threshold=0.15, command="c", facts={})
     assert "| m | 1.00 | 0.50 | 1.00 | 1.00 | 0.00 |" in text
+
+
+def test_a_corrected_model_gets_its_row_and_leaves_the_discovery_scores_alone():
+    corrected = [
+        replace(BASE, seed=0, variant="corrected", target=1, label=1, epoch=epoch, spurious_score=score,
+                clean_accuracy=0.97, corrected="class 1 at (0, 0)-(4, 4) from epoch 1", shortcut="4 px, corrected")
+        for epoch, score in ((1.0, 0.9), (2.0, 0.05))
+    ]  # fmt: skip
+    stamped = [replace(r, clean_accuracy=0.9) for r in records()]
+    before = score(stamped, "d", "m", 0.1, "no_consistency", threshold=0.15)
+    assert score(stamped + corrected, "d", "m", 0.1, "no_consistency", threshold=0.15) == before
+    text = markdown(stamped + corrected, share=0.1, formula="no_consistency", threshold=0.15, command="c", facts={})
+    cells = "| 0 | 4 px, corrected | 0.90 | 0.05 | 0.90 | 0.97 | 1: 0.90, 2: 0.05 |"
+    assert f"{cells} class 1 at (0, 0)-(4, 4) from epoch 1 |" in text
+    assert "Unlearning the stamp" not in markdown(stamped, share=0.1, formula="no_consistency", threshold=0.15,
+                                                  command="c", facts={})  # fmt: skip

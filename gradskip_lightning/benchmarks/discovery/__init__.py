@@ -12,6 +12,11 @@ The report (:mod:`.scoring`, :mod:`.report`) scores each suspicion formula: the 
 class of stamped models against every class of the clean models, the hotspot's overlap with the true
 stamp, the false-alarm rate over every class of the clean and control models, and the first epoch it
 fires beside the first epoch the spurious score reaches 0.85.
+
+The ``corrected`` variant (:mod:`.correction`) trains the stamped data again with the callback's discovery
+stage and a :class:`~gradskip_lightning.ShortcutCorrection` following it, and reports the spurious score and
+the accuracy on the stamp-free test split of the stamped and the corrected model (``--variants stamped
+corrected`` runs only those).
 """
 
 from .cli import add_arguments, run

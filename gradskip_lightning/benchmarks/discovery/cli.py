@@ -1,4 +1,4 @@
-"""The ``discovery`` subcommand: options, the four training runs per dataset and seed, the records."""
+"""The ``discovery`` subcommand: options, the training runs per dataset, seed and variant, the records."""
 
 from __future__ import annotations
 
@@ -6,12 +6,14 @@ import argparse
 import json
 import os
 import sys
+import tempfile
 import time
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
 import torch
+from lightning.pytorch import Callback
 
 from gradskip_lightning.methods import PASS_METHODS
 from gradskip_lightning.metrics import DiscoverySettings
@@ -21,6 +23,7 @@ from ..faithfulness.data import needs_data_root, train_or_load
 from ..faithfulness.peers import PEERS, available_peers
 from ..profiles import Profiles
 from . import report
+from .correction import CORRECTION_MARGIN, CORRECTION_P, corrected, correction_callbacks
 from .scoring import Formula
 from .trace import ClassRecord, DiscoveryTrace, Subject, datamodule_subject, discovery_probes, token_map_fn
 from .variants import DATASETS, VARIANTS, Variant, cast_transplanted, make_datamodule, stamp_of
@@ -75,6 +78,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--epochs", type=int, default=None, help="training epochs (default: the config's, 4 BloodMNIST)"
     )
+    parser.add_argument(
+        "--correction-p", type=float, default=CORRECTION_P,
+        help=f"share of every class's training images the corrected variant pastes on (default {CORRECTION_P:g})",
+    )  # fmt: skip
+    parser.add_argument(
+        "--correction-margin", type=int, default=CORRECTION_MARGIN,
+        help=f"patches the corrected variant adds around the flagged hotspot (default {CORRECTION_MARGIN})",
+    )  # fmt: skip
     parser.add_argument("--quick", action="store_true", help="planted shapes, one seed, stamped and clean: minutes")
     parser.add_argument("--markdown", type=Path, default=None, help="write the tables into this file (between markers)")
     parser.add_argument(
@@ -87,7 +98,9 @@ def train_and_trace(dataset: str, variant: Variant, seed: int, args: argparse.Na
     datamodule = make_datamodule(dataset, variant, seed, args.data_root)
     bench, stamp = DATASETS[dataset], stamp_of(dataset, seed)
     shortcut = {"stamped": stamp.describe(), "clean": "none", "control": f"{stamp.describe()} on every class at 50 %",
-                "cast": f"colour cast {bench.cast}"}[variant]  # fmt: skip
+                "cast": f"colour cast {bench.cast}",
+                "corrected": f"{stamp.describe()}, corrected at p {args.correction_p:g}, margin "
+                             f"{args.correction_margin}"}[variant]  # fmt: skip
     subject = datamodule_subject(datamodule, dataset, seed, variant, shortcut, bench.target)
     if variant == "cast":
         subject = Subject(dataset, seed, variant, bench.target, shortcut, None,
@@ -95,20 +108,34 @@ def train_and_trace(dataset: str, variant: Variant, seed: int, args: argparse.Na
     datamodule.setup("fit")
     images, classes = discovery_probes(datamodule.val_dataset, args.probes_per_class)  # type: ignore[arg-type]
     methods = {name: token_map_fn(name, args.ig_steps) for name in [*args.methods, *available_peers(args.peers)]}
-    trace = DiscoveryTrace(subject, images, classes, methods, args.shares, every_epoch=variant == "stamped")
+    trace = DiscoveryTrace(
+        subject, images, classes, methods, args.shares, every_epoch=variant in ("stamped", "corrected")
+    )
+    callbacks: list[Callback] = [trace]
+    correction = None
+    if variant == "corrected":
+        discovery_and_correction, correction = correction_callbacks(
+            args.probes_per_class, args.correction_p, args.correction_margin
+        )
+        callbacks += discovery_and_correction
     start = time.perf_counter()
-    _, facts = train_or_load(
-        bench.config, datamodule, checkpoint=None, epochs=args.epochs, seed=seed,
-        max_train_batches=args.max_train_batches, callbacks=[trace],
-    )  # fmt: skip
-    last = trace.records[-1]
+    with tempfile.TemporaryDirectory() as root:  # the corrected variant's GradSkipCallback writes its files there
+        _, facts = train_or_load(
+            bench.config, datamodule, checkpoint=None, epochs=args.epochs, seed=seed,
+            max_train_batches=args.max_train_batches, callbacks=callbacks, root=Path(root),
+        )  # fmt: skip
+    records = trace.records
+    if correction is not None:
+        records = [replace(r, corrected=corrected(correction)) for r in records]
+    last = records[-1]
     print(
         f"{dataset} seed {seed} {variant} ({shortcut}): {facts.epochs} epochs, "
-        f"spurious score {last.spurious_score:.2f}, "
+        f"spurious score {last.spurious_score:.2f}, clean accuracy {last.clean_accuracy:.3f}"
+        f"{'' if correction is None else ', corrected: ' + last.corrected}, "
         f"{time.perf_counter() - start:.0f} s with the trace",
         flush=True,
     )
-    return trace.records
+    return records
 
 
 def run(args: argparse.Namespace) -> list[dict[str, Any]]:

@@ -109,6 +109,50 @@ def models_table(records: Sequence[ClassRecord], dataset: str) -> list[str]:
     return _table(["seed", "model", "shortcut", "class", "spurious score"], rows)
 
 
+def _model(records: Sequence[ClassRecord], seed: int, variant: str) -> list[ClassRecord]:
+    """One record per trace point of a model (its target class's, first method and share), in epoch order."""
+    points: dict[float, ClassRecord] = {}
+    for r in records:
+        if r.seed == seed and r.variant == variant and r.label == r.target:
+            points.setdefault(r.epoch, r)
+    return [points[e] for e in sorted(points)]
+
+
+def correction_table(records: Sequence[ClassRecord], dataset: str) -> list[str]:
+    """Per seed with a corrected model: the spurious score and the accuracy on the stamp-free test split of the
+    stamped and the corrected model at the last epoch, the corrected model's spurious score at every epoch end,
+    and what was corrected. Empty without corrected models."""
+    mine = [r for r in records if r.dataset == dataset]
+    last = final(mine)
+    rows = []
+    for seed in sorted({r.seed for r in mine if r.variant == "corrected"}):
+        stamped, fixed = _model(last, seed, "stamped"), _model(last, seed, "corrected")
+        trace = _model(mine, seed, "corrected")
+        rows.append(
+            [
+                str(seed),
+                fixed[0].shortcut if fixed else "n/a",
+                _number(stamped[0].spurious_score) if stamped else "n/a",
+                _number(fixed[0].spurious_score) if fixed else "n/a",
+                _number(stamped[0].clean_accuracy) if stamped else "n/a",
+                _number(fixed[0].clean_accuracy) if fixed else "n/a",
+                ", ".join(f"{r.epoch:g}: {_number(r.spurious_score)}" for r in trace),
+                fixed[0].corrected if fixed else "n/a",
+            ]
+        )
+    if not rows:
+        return []
+    header = [
+        "seed", "stamp", "spurious score, stamped", "spurious score, corrected", "clean accuracy, stamped",
+        "clean accuracy, corrected", "corrected model's spurious score (epoch: score)", "corrected",
+    ]  # fmt: skip
+    return _table(header, rows)
+
+
+def _number(x: float) -> str:
+    return "n/a" if math.isnan(x) else f"{x:.2f}"
+
+
 def cast_table(
     records: Sequence[ClassRecord],
     dataset: str,
@@ -180,6 +224,10 @@ def markdown(
         cast = cast_table(records, dataset, methods, share, formula, threshold)
         if len(cast) > 3:
             lines += ["Colour cast on one class (a shortcut with no location):", "", *cast]
+        corrected = correction_table(records, dataset)
+        if corrected:
+            lines += ["Unlearning the stamp (`corrected`: the stamped data with the discovery stage and a "
+                      "`ShortcutCorrection` following it):", "", *corrected]  # fmt: skip
     return "\n".join(lines + [END])
 
 

@@ -58,7 +58,9 @@ class ClassRecord:
     left, bottom, right; exclusive) of stamped and control models. ``box`` is the hotspot's box in
     pixels; ``iou`` its IoU with the stamp and ``hit`` whether the mean map's top patch touches it
     (NaN without a stamp on this class). Rates and cues: :class:`~gradskip_lightning.metrics.HotspotTransplant`
-    and :class:`~gradskip_lightning.metrics.ClassMaps`.
+    and :class:`~gradskip_lightning.metrics.ClassMaps`. ``clean_accuracy`` is the model's accuracy on the
+    test split without any stamp (NaN: not measured); ``corrected`` what a corrected model's
+    :class:`~gradskip_lightning.ShortcutCorrection` corrected ("" for the other variants, "none" if nothing).
     """
 
     dataset: str
@@ -83,6 +85,8 @@ class ClassRecord:
     iou: float
     hit: float
     spurious_score: float
+    clean_accuracy: float = math.nan
+    corrected: str = ""
 
 
 def discovery_probes(dataset: LabelledDataset, per_class: int, seed: int = 0) -> tuple[Tensor, Tensor]:
@@ -113,11 +117,18 @@ def predicted_share(model: nn.Module, dataset: LabelledDataset, target: int) -> 
     return spurious_score(torch.cat(logits), target)
 
 
+def accuracy(model: nn.Module, dataset: LabelledDataset) -> float:
+    """Share of ``dataset``'s images (multi-class) whose arg-max logit is their label."""
+    hits = [(model(batch[0]).argmax(dim=1) == batch[1]).sum() for batch in DataLoader(dataset, batch_size=4 * BATCH)]
+    return float(torch.stack(hits).sum()) / len(dataset)
+
+
 @dataclass(frozen=True)
 class Subject:
     """What a trace knows about the model it follows: its dataset, seed, variant, the shortcut's class
-    (-1: none), its description, the stamp's pixel box on that class (None: no stamp there), and the
-    images of other classes carrying the shortcut (None: no spurious score)."""
+    (-1: none), its description, the stamp's pixel box on that class (None: no stamp there), the
+    images of other classes carrying the shortcut (None: no spurious score) and the test split
+    without any stamp (None: no clean accuracy)."""
 
     dataset: str
     seed: int
@@ -126,6 +137,7 @@ class Subject:
     shortcut: str
     stamp: tuple[int, int, int, int] | None
     transplanted: LabelledDataset | None
+    clean: LabelledDataset | None = None
 
 
 class DiscoveryTrace(Callback):
@@ -166,9 +178,11 @@ class DiscoveryTrace(Callback):
         model.eval()
         try:
             with torch.no_grad():
-                score = math.nan
+                score = clean = math.nan
                 if self.subject.transplanted is not None:
                     score = predicted_share(model, self.subject.transplanted, self.subject.target)
+                if self.subject.clean is not None:
+                    clean = accuracy(model, self.subject.clean)
             num_classes = int(self.classes.max()) + 1
             patch = adapter_for(model).patch_size
             for method, fn in self.methods.items():
@@ -206,6 +220,7 @@ class DiscoveryTrace(Callback):
                                 iou=iou,
                                 hit=hit,
                                 spurious_score=score,
+                                clean_accuracy=clean,
                             )
                         )
         finally:
@@ -215,12 +230,14 @@ class DiscoveryTrace(Callback):
 def datamodule_subject(
     datamodule: ImageClassificationDataModule, dataset: str, seed: int, variant: str, shortcut: str, target: int
 ) -> Subject:
-    """The :class:`Subject` of a stamped, control or clean model (the stamp's transplanted test set)."""
+    """The :class:`Subject` of a stamped, corrected, control or clean model (the stamp's transplanted test set
+    for the stamped and corrected ones; the test split without any stamp)."""
     datamodule.setup("test")
     tag = datamodule.tag
-    stamped = variant in ("stamped", "control") and tag is not None
+    stamped = variant in ("stamped", "corrected", "control") and tag is not None
     return Subject(
         dataset, seed, variant, target if variant != "clean" else -1, shortcut,
         tag.box if stamped and tag is not None else None,
-        datamodule.transplanted_test_dataset if variant == "stamped" else None,
+        datamodule.transplanted_test_dataset if variant in ("stamped", "corrected") else None,
+        datamodule.clean_test_dataset,
     )  # fmt: skip

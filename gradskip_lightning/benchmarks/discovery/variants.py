@@ -18,9 +18,10 @@ from gradskip_lightning.data.tags import SpuriousTag, TagMode
 from ..faithfulness.data import needs_data_root
 
 #: stamped: the stamp on (a share of) one class; clean: no stamp; control: the stamp on every class alike;
-#: cast: a colour cast on one class, no stamp.
-Variant = Literal["stamped", "clean", "control", "cast"]
-VARIANTS: tuple[Variant, ...] = ("stamped", "clean", "control", "cast")
+#: cast: a colour cast on one class, no stamp; corrected: the stamped data trained with the discovery stage
+#: and a :class:`~gradskip_lightning.ShortcutCorrection` following it (the stamped model, unlearning its stamp).
+Variant = Literal["stamped", "clean", "control", "cast", "corrected"]
+VARIANTS: tuple[Variant, ...] = ("stamped", "clean", "control", "cast", "corrected")
 #: Share of every class's images stamped in the negative control.
 CONTROL_P = 0.5
 
@@ -132,6 +133,7 @@ def make_datamodule(dataset: str, variant: Variant, seed: int, data_root: Path |
     stamp = stamp_of(dataset, seed)
     shares: dict[Variant, tuple[float, float]] = {
         "stamped": (stamp.strength, 0.0),
+        "corrected": (stamp.strength, 0.0),
         "clean": (0.0, 0.0),
         "control": (CONTROL_P, CONTROL_P),
         "cast": (0.0, 0.0),

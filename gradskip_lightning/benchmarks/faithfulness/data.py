@@ -114,6 +114,7 @@ def train_or_load(
     seed: int,
     max_train_batches: int | None = None,
     callbacks: list[Callback] | None = None,
+    root: Path | None = None,
 ) -> tuple[LightningModule, TrainingFacts]:
     """The model of ``configs/<name>.yaml`` in eval mode, loaded from ``checkpoint`` or trained (no
     validation); and facts about it.
@@ -121,7 +122,8 @@ def train_or_load(
     The model takes the config's init args and the datamodule's
     :data:`~gradskip_lightning.training.classifier.LINKED_FROM_DATA`, as train.py gives them.
     ``epochs`` None uses the config's (fewer for BloodMNIST, :data:`EPOCHS`); ``max_train_batches``
-    caps the batches per epoch; ``callbacks`` go to the Trainer.
+    caps the batches per epoch; ``callbacks`` go to the Trainer, whose ``default_root_dir`` is ``root`` (None:
+    the working folder; only callbacks write there).
 
     Returns the model and its :class:`TrainingFacts`.
     """
@@ -140,6 +142,7 @@ def train_or_load(
         num_sanity_val_steps=0,
         limit_train_batches=max_train_batches,
         callbacks=callbacks,
+        **({} if root is None else {"default_root_dir": str(root)}),
     )
     start = time.perf_counter()
     trainer.fit(model, datamodule=datamodule)

@@ -36,7 +36,7 @@ from gradskip_lightning.families import all_methods
 from gradskip_lightning.metrics import ClassMapSummary, Discovery, DiscoverySettings, discover
 from gradskip_lightning.metrics.perturbation import Activation
 
-__all__ = ["DiscoveryStage", "Discoverer", "StageRun", "discovery_scalars", "usable_maps", "CLASS_VALUES"]
+__all__ = ["DiscoveryStage", "Discoverer", "Discovered", "StageRun", "discovery_scalars", "usable_maps", "CLASS_VALUES"]
 
 
 @dataclass(frozen=True)
@@ -135,6 +135,24 @@ class StageRun:
     found: Discovery | None
     error: str | None
     degenerate: list[int] = dataclasses.field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Discovered:
+    """A successful run of the stage during fit, kept for what acts on it (a
+    :class:`~gradskip_lightning.callback.correction.ShortcutCorrection`).
+
+    Attributes:
+        epoch: the epoch it ran at.
+        found: what it found (flagged classes, their hotspots).
+        probes: the discovery probes it explained (the flagged class's images are its donors).
+        patch_size: (ph, pw) pixels per patch of the hotspots.
+    """
+
+    epoch: int
+    found: Discovery
+    probes: ProbeSet
+    patch_size: tuple[int, int]
 
 
 def _world() -> int:

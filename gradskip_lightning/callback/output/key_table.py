@@ -8,6 +8,7 @@
 
 from __future__ import annotations
 
+from gradskip_lightning.callback.correction.core import CORRECTION_VALUES
 from gradskip_lightning.callback.discovery.stage import CLASS_VALUES
 from gradskip_lightning.callback.keys import key
 from gradskip_lightning.callback.output.report import HEAD_PARTS
@@ -73,6 +74,10 @@ def _other_rows(prefix: str) -> list[tuple[str, str]]:
             f"`{key('discovery', prefix, 'class_means')}`, `{key('discovery', prefix, 'strategy_maps/class_<k>')}`",
             "with `discovery`: grid of class-mean maps over the class's mean image (hotspot boxed, suspicion in the "
             "caption); a flagged class's SpRAy strategies' mean maps",
+        ),
+        *(
+            (f"`{key('correction', prefix, name)}`", f"with a `ShortcutCorrection`, every training epoch: {doc}")
+            for name, doc in CORRECTION_VALUES.items()
         ),
         (
             f"`{key(None, prefix, 'epoch')}`, `{key(None, prefix, 'time_s')}`, `{key(None, prefix, 'skipped')}`",

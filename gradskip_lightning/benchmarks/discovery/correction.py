@@ -1,0 +1,42 @@
+"""The ``corrected`` variant of the discovery benchmark: the stamped data trained with the callback's discovery
+stage and a :class:`~gradskip_lightning.ShortcutCorrection` following it, compared with the stamped model.
+
+Efficacy (:func:`~.report.correction_table`): the spurious score (the stamp pasted on other classes' test
+images, share predicted as the stamped class) and the accuracy on the test split without any stamp, of the
+stamped and the corrected model of each seed (the same data, initial weights and batch order until the
+correction starts).
+"""
+
+from __future__ import annotations
+
+from lightning.pytorch import Callback
+
+from gradskip_lightning import DiscoveryStage, GradSkipCallback, ProbeSettings, ScoreSettings, ShortcutCorrection
+
+#: Share of every class's training images that get the flagged class's hotspot (``--correction-p``).
+CORRECTION_P = 0.5
+#: Patches added around the flagged hotspot (``--correction-margin``).
+CORRECTION_MARGIN = 1
+
+
+def correction_callbacks(probes_per_class: int, p: float, margin: int) -> tuple[list[Callback], ShortcutCorrection]:
+    """A GradSkipCallback with the discovery stage at its defaults (``probes_per_class`` discovery probes per
+    class; its other scores as cheap as they go) and a ShortcutCorrection following it at ``p`` and ``margin``;
+    and the latter."""
+    correction = ShortcutCorrection(p=p, margin=margin)
+    gradskip = GradSkipCallback(
+        probes=ProbeSettings(num_probes=8),
+        scores=ScoreSettings(insertion_steps=2, fvt_top_k=0),
+        discovery=DiscoveryStage(enabled=True, probes_per_class=probes_per_class),
+        progress=False,
+    )
+    return [gradskip, correction], correction
+
+
+def corrected(correction: ShortcutCorrection) -> str:
+    """What ``correction`` corrected, for the records: "class 2 at (12, 12)-(20, 20) from epoch 1; ..." or "none"."""
+    parts = [
+        f"class {c.artifact.target} {c.artifact.describe().removeprefix('shortcut ')} from epoch {c.epoch}"
+        for c in correction.corrections
+    ]
+    return "; ".join(parts) or "none"

@@ -1,0 +1,26 @@
+"""Unlearning a shortcut during training (augmentative ClArC): :class:`ShortcutCorrection` (:mod:`.core`) puts
+a known tag's or a discovered hotspot's artifact (:mod:`.artifacts`) on every class's training batches
+(:mod:`.batches`)."""
+
+from gradskip_lightning.callback.correction.artifacts import (
+    ARTIFACT_KINDS,
+    Artifact,
+    ArtifactKind,
+    PatchPaste,
+    paste_share,
+    restore_artifact,
+)
+from gradskip_lightning.callback.correction.core import CORRECTION_VALUES, Correction, ShortcutCorrection, artifact_for
+
+__all__ = [
+    "ARTIFACT_KINDS",
+    "Artifact",
+    "ArtifactKind",
+    "CORRECTION_VALUES",
+    "Correction",
+    "PatchPaste",
+    "ShortcutCorrection",
+    "artifact_for",
+    "paste_share",
+    "restore_artifact",
+]

@@ -1,0 +1,137 @@
+"""The artifacts of a correction: a paste puts the donor's pixels exactly in its box (its mask) on the share of a
+batch the seeded generator picks; a tag's pattern is normalised as the images are; state round trips."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from gradskip_lightning.callback.correction import ARTIFACT_KINDS, Artifact, PatchPaste, paste_share, restore_artifact
+from gradskip_lightning.data.tags import SpuriousTag
+
+
+def _hotspot_paste() -> tuple[PatchPaste, torch.Tensor]:
+    """Class 2's hotspot: patches (1, 1) and (1, 2) of a 4 x 4 grid of 2 px patches; donors 3 images of 8 x 8 px."""
+    hotspot = torch.zeros(4, 4, dtype=torch.bool)
+    hotspot[1, 1:3] = True
+    donors = torch.arange(3 * 2 * 8 * 8, dtype=torch.float32).reshape(3, 2, 8, 8)
+    return PatchPaste.from_hotspot(2, hotspot, (2, 2), donors), donors
+
+
+def test_a_hotspot_paste_is_its_box_in_pixels_with_the_donors_pixels_there():
+    paste, donors = _hotspot_paste()
+    assert paste.box == (2, 2, 4, 6) and paste.mask.all() and paste.describe() == "shortcut at (2, 2)-(4, 6)"
+    assert torch.equal(paste.donors, donors[:, :, 2:4, 2:6])
+    assert paste.scalars() == {"box/top": 2.0, "box/left": 2.0, "box/bottom": 4.0, "box/right": 6.0}
+    assert isinstance(paste, Artifact) and set(ARTIFACT_KINDS) == {"patch"}
+
+
+def test_a_paste_on_a_share_of_a_batch_puts_a_donors_pixels_exactly_in_the_box_and_nowhere_else():
+    paste, donors = _hotspot_paste()
+    images = -torch.ones(1000, 2, 8, 8)
+    before = images.clone()
+    chosen = paste_share(images, paste, 0.3, torch.Generator().manual_seed(7))
+    assert chosen.dtype == torch.bool and chosen.shape == (1000,)
+    assert 0.25 < chosen.float().mean() < 0.35  # Bernoulli(0.3) over 1000 images
+    inside = torch.zeros(8, 8, dtype=torch.bool)
+    inside[2:4, 2:6] = True
+    assert torch.equal(images[~chosen], before[~chosen])  # the others untouched
+    assert torch.equal(images[chosen][:, :, ~inside], before[chosen][:, :, ~inside])  # outside the box untouched
+    boxes = images[chosen][:, :, 2:4, 2:6]
+    matches = (boxes[:, None] == donors[None, :, :, 2:4, 2:6]).flatten(2).all(2)  # (pasted, donors)
+    assert matches.sum(dim=1).eq(1).all()  # each pasted box is exactly one donor's pixels
+    assert matches.any(dim=0).all()  # and every donor is drawn
+
+
+def test_the_known_answer_of_a_seeded_paste():
+    """Generator seed 4: torch.rand(4) = [0.560, 0.559, 0.091, 0.210] -> images 2 and 3 (p = 0.5); then
+    torch.randint(2, (2,)) = [1, 0]: donors 1 and 0."""
+    mask = torch.tensor([[True, False]])
+    paste = PatchPaste(0, 1, 0, mask, torch.tensor([10.0, 20.0]).reshape(2, 1, 1, 1).expand(2, 1, 1, 2))
+    images = torch.zeros(4, 1, 2, 2)
+    chosen = paste_share(images, paste, 0.5, torch.Generator().manual_seed(4))
+    assert chosen.tolist() == [False, False, True, True]
+    assert images[:, 0, 1, 0].tolist() == [0.0, 0.0, 20.0, 10.0]  # only the mask's pixel, from each one's donor
+    assert images[:, 0, 0].abs().sum() == 0 and images[:, 0, 1, 1].abs().sum() == 0
+
+
+def test_p_one_pastes_on_every_image_and_the_same_seed_draws_the_same():
+    paste, _ = _hotspot_paste()
+    runs = []
+    for _ in range(2):
+        images = torch.zeros(16, 2, 8, 8)
+        assert paste_share(images, paste, 1.0, torch.Generator().manual_seed(3)).all()
+        runs.append(images)
+    assert torch.equal(*runs)
+
+
+def test_a_non_rectangular_hotspot_pastes_its_patches_only():
+    hotspot = torch.zeros(4, 4, dtype=torch.bool)
+    hotspot[0, 0] = hotspot[1, 1] = True  # a diagonal: box (0, 0)-(4, 4) of 2 px patches, half of it pasted
+    paste = PatchPaste.from_hotspot(1, hotspot, (2, 2), torch.ones(2, 3, 8, 8))
+    images = torch.zeros(1, 3, 8, 8)
+    out = paste.apply(images, torch.Generator().manual_seed(0))
+    assert paste.box == (0, 0, 4, 4) and int(paste.mask.sum()) == 8
+    assert out[0, :, :2, :2].eq(1).all() and out[0, :, 2:4, 2:4].eq(1).all() and out[0, :, :2, 2:4].eq(0).all()
+    assert images.abs().sum() == 0  # apply returns a new tensor
+
+
+def test_a_margin_grows_the_hotspot_by_whole_patches_clipped_to_the_image():
+    hotspot = torch.zeros(4, 4, dtype=torch.bool)
+    hotspot[0, 1] = True  # one 2 px patch at the top edge
+    images = torch.arange(2 * 8 * 8, dtype=torch.float32).reshape(1, 2, 8, 8)
+    paste = PatchPaste.from_hotspot(1, hotspot, (2, 2), images, margin=1)
+    assert paste.box == (0, 0, 4, 6) and paste.mask.all()  # rows 0-1 and columns 0-2 of patches
+    assert torch.equal(paste.donors, images[:, :, 0:4, 0:6])
+    hotspot[0, 1], hotspot[3, 3] = False, True  # a corner patch and a diagonal neighbour: an L-shaped growth
+    grown = PatchPaste.from_hotspot(1, hotspot, (2, 2), images, margin=1)
+    assert grown.box == (4, 4, 8, 8) and grown.mask.all()
+    with pytest.raises(ValueError, match="margin must be a number of patches >= 0, got -1"):
+        PatchPaste.from_hotspot(1, hotspot, (2, 2), images, margin=-1)
+
+
+def test_a_tag_paste_is_its_pattern_normalised_as_the_images_are():
+    tag = SpuriousTag(target_class=3, pattern=((1.0, 0.0), (0.0, 1.0)), position=(1, 2))
+    paste = PatchPaste.from_tag(tag, mean=(0.5, 0.25), std=(0.5, 0.25))
+    assert paste.box == (1, 2, 3, 4) and paste.target == 3 and paste.donors.shape == (1, 2, 2, 2)
+    assert paste.donors[0, 0].tolist() == [[1.0, -1.0], [-1.0, 1.0]]
+    assert paste.donors[0, 1].tolist() == [[3.0, -1.0], [-1.0, 3.0]]
+    one_channel = PatchPaste.from_tag(tag, mean=(0.5,), std=(0.5,))
+    out = one_channel.apply(torch.zeros(1, 3, 4, 4), torch.Generator())
+    assert out[0, :, 1:3, 2:4].tolist() == [[[1.0, -1.0], [-1.0, 1.0]]] * 3  # one channel on every channel
+
+
+def test_state_round_trips_through_a_weights_only_checkpoint(tmp_path):
+    paste, _ = _hotspot_paste()
+    torch.save({"artifact": paste.state_dict()}, tmp_path / "state.pt")
+    back = restore_artifact(torch.load(tmp_path / "state.pt", weights_only=True)["artifact"])
+    assert isinstance(back, PatchPaste) and back.box == paste.box and back.target == 2
+    assert torch.equal(back.mask, paste.mask) and torch.equal(back.donors, paste.donors)
+
+
+@pytest.mark.parametrize(
+    "build, error, match",
+    [
+        (lambda: PatchPaste(-1, 0, 0, torch.ones(1, 1, dtype=torch.bool), torch.ones(1, 1, 1, 1)), ValueError,
+         "target must be a class index"),
+        (lambda: PatchPaste(0, 0, 0, torch.ones(1, 2, dtype=torch.bool), torch.ones(1, 1, 1, 1)), ValueError,
+         r"donors must be \(n >= 1, C, bh, bw\)"),
+        (lambda: PatchPaste(0, 0, 0, torch.zeros(1, 1, dtype=torch.bool), torch.ones(1, 1, 1, 1)), ValueError,
+         "selects no pixel"),
+        (lambda: PatchPaste(0, 0, 0, torch.ones(1, 1), torch.ones(1, 1, 1, 1)), TypeError, "bool tensor"),
+        (lambda: PatchPaste.from_hotspot(0, torch.zeros(2, 2, dtype=torch.bool), (2, 2), torch.ones(1, 1, 4, 4)),
+         ValueError, "hotspot is empty"),
+        (lambda: restore_artifact({"kind": "colour"}), ValueError, "unknown artifact kind 'colour'"),
+    ],
+)  # fmt: skip
+def test_bad_artifacts_are_refused_naming_the_problem(build, error, match):
+    with pytest.raises(error, match=match):
+        build()
+
+
+def test_an_artifact_that_does_not_fit_the_images_is_refused_naming_the_box():
+    paste, _ = _hotspot_paste()
+    with pytest.raises(ValueError, match=r"box \(rows 2-4, columns 2-6\) does not fit images of shape \(1, 2, 4, 4\)"):
+        paste.apply(torch.zeros(1, 2, 4, 4), torch.Generator())
+    with pytest.raises(ValueError, match="the artifact has 2 channels, the training images 3"):
+        paste.apply(torch.zeros(1, 3, 8, 8), torch.Generator())

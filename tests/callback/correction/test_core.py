@@ -1,0 +1,225 @@
+"""ShortcutCorrection with real Trainers: a tag's pixels reach training_step on every class's images, a flagged
+class's hotspot is pasted from the next epoch, nothing flagged leaves the training bitwise the same, the global
+RNG is never drawn from, the correction survives a checkpoint, its keys are logged, bad settings are refused."""
+
+from __future__ import annotations
+
+import csv
+import logging
+from pathlib import Path
+
+import pytest
+import torch
+from lightning.pytorch import seed_everything
+from lightning.pytorch.loggers import CSVLogger
+
+from gradskip_lightning import DiscoveryStage, GradSkipCallback, ProbeSettings, ScoreSettings, ShortcutCorrection
+from gradskip_lightning.callback.correction import PatchPaste
+from gradskip_lightning.data.tags import SpuriousTag
+from tests.callback.correction.helpers import carries, recorder
+from tests.callback.helpers import tiny_data, tiny_module, tiny_trainer
+
+C = "correction/gradskip/"
+#: A 4 x 4 checkerboard at (20, 20) on class 1: a place and a pattern the planted shapes never draw.
+TAG = SpuriousTag(target_class=1, pattern=tuple(tuple(float((r + c) % 2) for c in range(4)) for r in range(4)),
+                  position=(20, 20))  # fmt: skip
+
+
+def _gradskip(**discovery) -> GradSkipCallback:
+    return GradSkipCallback(
+        probes=ProbeSettings(num_probes=4),
+        scores=ScoreSettings(insertion_steps=2, fvt_top_k=0),
+        discovery=DiscoveryStage(**{"enabled": True, "probes_per_class": 4, **discovery}),
+        progress=False,
+    )
+
+
+def _fit(root: Path, callbacks: list, *, epochs: int = 2, logger=False, ckpt_path=None, module=None) -> tuple:
+    """Seeded fit of the recording tiny ViT; returns (module, trainer, the global RNG state after fit)."""
+    seed_everything(0)
+    module = module or recorder()
+    trainer = tiny_trainer(root, logger=logger, callbacks=callbacks, max_epochs=epochs, num_sanity_val_steps=0)
+    trainer.fit(module, datamodule=tiny_data(), ckpt_path=ckpt_path)
+    return module, trainer, torch.get_rng_state()
+
+
+def _rows(log_dir: str, name: str) -> list[dict[str, float]]:
+    with open(Path(log_dir) / "metrics.csv") as handle:
+        return [{k: float(v) for k, v in r.items() if v} for r in csv.DictReader(handle) if r.get(name)]
+
+
+# ------------------------------------------------------------------------------------- a known tag
+
+
+@pytest.mark.slow
+def test_a_tags_pixels_reach_training_step_on_every_classs_images_and_nothing_else_changes(tmp_path, caplog):
+    correction = ShortcutCorrection(TAG, discovery=False, p=0.5, seed=3)
+    logger = CSVLogger(str(tmp_path), name="tag")
+    with caplog.at_level(logging.INFO):
+        corrected, _, rng_corrected = _fit(tmp_path / "a", [correction], logger=logger)
+    plain, _, rng_plain = _fit(tmp_path / "b", [])
+    paste = PatchPaste.from_tag(TAG, tiny_data().mean, tiny_data().std)
+    assert len(corrected.seen) == len(plain.seen) == 8  # 2 epochs of 4 batches
+    inside = torch.zeros(32, 32, dtype=torch.bool)
+    inside[20:24, 20:24] = True
+    carried, labels = [], []
+    for (_, images, label), (_, clean, clean_label) in zip(corrected.seen, plain.seen, strict=True):
+        assert torch.equal(label, clean_label)  # the same batches: the correction drew nothing from the global RNG
+        assert torch.equal(images[:, :, ~inside], clean[:, :, ~inside])  # nothing outside the tag's box changed
+        has = carries(images, paste)
+        assert torch.equal(images[~has], clean[~has])  # the others are untouched
+        assert not carries(clean, paste).any()
+        carried.append(has)
+        labels.append(label)
+    carried_all, labels_all = torch.cat(carried), torch.cat(labels)
+    assert 0.35 < carried_all.float().mean() < 0.65  # p = 0.5 of 128 images
+    assert all(carried_all[labels_all == k].any() for k in range(4))  # on every class's images, not only class 1's
+    assert torch.equal(rng_corrected, rng_plain)  # the global RNG state after training is the same
+    said = [r.getMessage() for r in caplog.records if "ShortcutCorrection" in r.getMessage()]
+    assert said == [
+        "ShortcutCorrection: correcting class 1's shortcut at (20, 20)-(24, 24): pasting it on 50 % of every class's "
+        "training images from epoch 0 (the given tag)"
+    ]  # once
+    rows = _rows(logger.log_dir, f"{C}active")
+    assert [r[f"{C}active"] for r in rows] == [1.0, 1.0]  # every epoch
+    last = torch.cat(carried[4:]).float().mean().item()
+    assert rows[1][f"{C}pasted_share"] == pytest.approx(last) == rows[1][f"{C}pasted_share/class_1"]
+    assert [rows[1][f"{C}box/{side}/class_1"] for side in ("top", "left", "bottom", "right")] == [20, 20, 24, 24]
+
+
+# ------------------------------------------------------------------------------------- the discovery stage
+
+
+@pytest.fixture(scope="module")
+def flagged(tmp_path_factory):
+    """2 epochs with every class flagged at epoch 0's discovery (alert threshold 0), corrected from epoch 1 at p = 1;
+    the checkpoint at the end."""
+    root = tmp_path_factory.mktemp("flagged")
+    gradskip, correction = _gradskip(alert_threshold=0.0), ShortcutCorrection(p=1.0)
+    with pytest.warns(UserWarning, match="may use a shortcut"):
+        module, trainer, _ = _fit(root, [gradskip, correction])
+    trainer.save_checkpoint(root / "last.ckpt")
+    return module, gradskip, correction, root / "last.ckpt"
+
+
+@pytest.mark.slow
+def test_a_flagged_classs_hotspot_is_pasted_from_the_next_epoch_with_its_discovery_probes_pixels(flagged):
+    module, gradskip, correction, _ = flagged
+    discovered = gradskip.discovered
+    assert discovered is not None and discovered.epoch == 1  # the last run; the corrections started from epoch 0's
+    assert correction.corrections and all(c.epoch == 1 for c in correction.corrections)
+    assert all("flagged by the discovery stage of 'gradskip/' at epoch 0" in c.origin for c in correction.corrections)
+    last = correction.corrections[-1].artifact  # pasted last on every image: its pixels win in its mask
+    assert isinstance(last, PatchPaste)
+    donors = discovered.probes.images[discovered.probes.labels == last.target]
+    top, left, bottom, right = last.box
+    assert torch.equal(last.donors, donors[:, :, top:bottom, left:right])
+    for epoch, images, _ in module.seen:
+        pasted = carries(images, last)
+        assert pasted.all() if epoch == 1 else not pasted.any()
+
+
+@pytest.mark.slow
+def test_the_correction_is_in_the_checkpoint_and_a_resumed_fit_goes_on_correcting(flagged, tmp_path, caplog):
+    _, _, correction, checkpoint = flagged
+    state = torch.load(checkpoint, weights_only=True)["callbacks"][correction.state_key]
+    assert len(state["corrections"]) == len(correction.corrections)
+    assert state["last_run"] == 0  # epoch 1's run was never read: no epoch came after it
+    fresh = ShortcutCorrection(p=1.0)
+    with caplog.at_level(logging.INFO):
+        module, _, _ = _fit(tmp_path, [_gradskip(alert_threshold=1.0), fresh], epochs=3, ckpt_path=checkpoint)
+    assert [(c.artifact.target, c.artifact.box, c.epoch) for c in fresh.corrections] == [
+        (c.artifact.target, c.artifact.box, c.epoch) for c in correction.corrections
+    ]
+    for restored, saved in zip(fresh.corrections, correction.corrections, strict=True):
+        assert isinstance(restored.artifact, PatchPaste) and isinstance(saved.artifact, PatchPaste)
+        assert torch.equal(restored.artifact.donors, saved.artifact.donors)
+    assert [epoch for epoch, _, _ in module.seen] == [2] * 4  # the resumed epoch only
+    assert all(carries(images, fresh.corrections[-1].artifact).all() for _, images, _ in module.seen)
+    said = [r.getMessage() for r in caplog.records if "ShortcutCorrection" in r.getMessage()]
+    assert len(said) == len(fresh.corrections) and all("continuing (from the checkpoint)" in m for m in said)
+
+
+@pytest.mark.slow
+def test_with_nothing_flagged_the_training_is_bitwise_the_same_as_without_the_correction(tmp_path):
+    weights = []
+    for name, callbacks in (("with", [_gradskip(alert_threshold=1.0), ShortcutCorrection()]),
+                            ("without", [_gradskip(alert_threshold=1.0)])):  # fmt: skip
+        module, trainer, rng = _fit(tmp_path / name, callbacks)
+        assert float(trainer.callback_metrics["discovery/gradskip/flagged"]) == 0.0
+        grads = {n: p.grad.clone() for n, p in module.named_parameters() if p.grad is not None}
+        weights.append((module.state_dict(), grads, rng, [images for _, images, _ in module.seen]))
+        if name == "with":
+            assert callbacks[1].corrections == () and float(trainer.callback_metrics[f"{C}active"]) == 0.0
+    (w1, g1, r1, s1), (w2, g2, r2, s2) = weights
+    assert w1.keys() == w2.keys() and all(torch.equal(w1[k], w2[k]) for k in w1)
+    assert g1.keys() == g2.keys() and all(torch.equal(g1[k], g2[k]) for k in g1)
+    assert torch.equal(r1, r2) and all(torch.equal(a, b) for a, b in zip(s1, s2, strict=True))
+
+
+def test_a_new_fit_on_another_trainer_starts_with_nothing_corrected(tmp_path, caplog):
+    correction = ShortcutCorrection(TAG, discovery=False)
+    with caplog.at_level(logging.INFO):
+        _fit(tmp_path / "a", [correction], epochs=1)
+        first = correction.corrections
+        _fit(tmp_path / "b", [correction], epochs=1)
+    assert len(correction.corrections) == 1 and correction.corrections[0] is not first[0]  # started again
+    assert sum("ShortcutCorrection: correcting class 1's" in r.getMessage() for r in caplog.records) == 2
+
+
+# ------------------------------------------------------------------------------------- settings
+
+
+@pytest.mark.parametrize(
+    "kwargs, error, match",
+    [
+        (dict(p=0.0), ValueError, r"p must be a probability in \(0, 1\], got 0.0"),
+        (dict(p=1.5), ValueError, "p must be a probability"),
+        (dict(classes=[]), ValueError, "classes must be None or class indices"),
+        (dict(classes=[1, 1]), ValueError, "classes names a class twice"),
+        (dict(classes=[-1]), ValueError, "classes must be None or class indices >= 0"),
+        (dict(flagged_epochs=0), ValueError, "flagged_epochs must be a positive integer, got 0"),
+        (dict(seed=-1), ValueError, "seed must be an integer >= 0"),
+        (dict(margin=-1), ValueError, "margin must be a number of patches >= 0, got -1"),
+        (dict(mean=(0.5,)), ValueError, "mean and std go together"),
+        (dict(discovery=False), ValueError, "nothing to correct: give a tag, or follow a discovery stage"),
+        (dict(discovery=""), TypeError, "discovery must be True, False or a GradSkipCallback's log_prefix"),
+        (dict(tag="corner"), TypeError, "tag must be a SpuriousTag or None, got str"),
+        (dict(log_prefix="../up/"), ValueError, "log_prefix '../up/' would put"),
+        (dict(image_key=""), ValueError, "image_key must be a non-empty string"),
+    ],
+)
+def test_settings_are_validated_when_built_naming_the_option(kwargs, error, match):
+    with pytest.raises(error, match=match):
+        ShortcutCorrection(**kwargs)
+
+
+@pytest.mark.parametrize(
+    "callbacks, match",
+    [
+        ([], r"nothing to correct: give a tag, or add GradSkipCallback\(discovery=DiscoveryStage\(enabled=True\)\)"),
+        ([GradSkipCallback()], "nothing to correct"),
+        ([_gradskip(), GradSkipCallback(log_prefix="lrp/", discovery=DiscoveryStage(enabled=True))],
+         r"there are 2 \(log_prefix \['gradskip/', 'lrp/'\]\): name one, "
+         r"ShortcutCorrection\(discovery='<log_prefix>'\)"),
+    ],
+)  # fmt: skip
+def test_the_discovery_to_follow_must_be_one_the_trainer_has(tmp_path, callbacks, match):
+    trainer = tiny_trainer(tmp_path, logger=False, callbacks=[*callbacks, ShortcutCorrection()], max_epochs=1)
+    with pytest.raises(ValueError, match=match):
+        trainer.fit(tiny_module(), datamodule=tiny_data())
+
+
+def test_a_tag_without_the_images_normalisation_is_refused_naming_the_fix(tmp_path):
+    data = tiny_data()
+    data.setup("fit")
+    trainer = tiny_trainer(tmp_path, logger=False, callbacks=[ShortcutCorrection(TAG, discovery=False)])
+    with pytest.raises(ValueError, match="needs the images' normalisation: give mean and std"):
+        trainer.fit(tiny_module(), train_dataloaders=data.train_dataloader())
+
+
+def test_a_named_discovery_must_be_on(tmp_path):
+    callbacks = [GradSkipCallback(), ShortcutCorrection(discovery="gradskip/")]
+    trainer = tiny_trainer(tmp_path, logger=False, callbacks=callbacks)
+    with pytest.raises(ValueError, match=r"\[\('gradskip/', False\)\] \(log_prefix, discovery on\)"):
+        trainer.fit(tiny_module(), datamodule=tiny_data())
