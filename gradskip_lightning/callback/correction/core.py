@@ -90,8 +90,9 @@ class ShortcutCorrection(Callback):
         seed: seed of the draws (which images, which donor). Batch ``i`` of epoch ``e`` on rank ``r`` draws
             from a generator of its own seeded by (seed, r, e, i): ranks draw apart, a resumed fit draws as
             the uninterrupted one, the global RNG is never used.
-        mean, std: the images' normalisation, to put a tag's pixel values into the model's input space
-            (None: the datamodule's ``mean`` and ``std``).
+        mean: the images' per-channel normalisation mean, to put a tag's pixel values into the model's
+            input space (None: the datamodule's ``mean``).
+        std: the normalisation's standard deviation, likewise (None: the datamodule's ``std``).
         image_key: the key of the images in mapping batches (None: the first of ``image``,
             ``pixel_values``, ``img``, ``images``).
         log_prefix: the name in the logged keys (``correction/<log_prefix>active``).
