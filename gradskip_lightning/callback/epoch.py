@@ -211,11 +211,12 @@ class EpochRunner:
                 "so they are left out of their class's summary. Check those images, or the model's numerics"
             )
         degenerate = key("discovery", outcome.prefix, "degenerate_maps")
+        peak = self.discoverer.record_peak(found) if end.trained else None
         self._monitor(
             end.trainer,
             outcome,
             {
-                **discovery_scalars(found, explainer.patch_size, outcome.prefix),
+                **discovery_scalars(found, explainer.patch_size, outcome.prefix, peak),
                 skipped: 0.0,
                 degenerate: float(len(run.degenerate)),
             },

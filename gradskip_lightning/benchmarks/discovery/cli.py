@@ -23,7 +23,7 @@ from ..profiles import Profiles
 from . import report
 from .scoring import Formula
 from .trace import ClassRecord, DiscoveryTrace, Subject, datamodule_subject, discovery_probes, token_map_fn
-from .variants import DATASETS, VARIANTS, Variant, cast_transplanted, make_datamodule, stamp_of
+from .variants import DATASETS, PLACED, VARIANTS, Variant, cast_transplanted, make_datamodule, stamp_of
 
 #: The library's defaults, which the report's main tables use: the suspicion formula follows
 #: :attr:`DiscoverySettings.consistency`.
@@ -85,9 +85,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def train_and_trace(dataset: str, variant: Variant, seed: int, args: argparse.Namespace) -> list[ClassRecord]:
     """Train one model of ``dataset``, ``variant`` and ``seed``, tracing what each method discovers."""
     datamodule = make_datamodule(dataset, variant, seed, args.data_root)
-    bench, stamp = DATASETS[dataset], stamp_of(dataset, seed)
-    shortcut = {"stamped": stamp.describe(), "clean": "none", "control": f"{stamp.describe()} on every class at 50 %",
-                "cast": f"colour cast {bench.cast}"}[variant]  # fmt: skip
+    bench, stamp = DATASETS[dataset], stamp_of(dataset, seed, variant)
+    shortcut = {"clean": "none", "control": f"{stamp.describe()} on every class at 50 %",
+                "cast": f"colour cast {bench.cast}"}.get(variant, stamp.describe())  # fmt: skip
     subject = datamodule_subject(datamodule, dataset, seed, variant, shortcut, bench.target)
     if variant == "cast":
         subject = Subject(dataset, seed, variant, bench.target, shortcut, None,
@@ -95,7 +95,7 @@ def train_and_trace(dataset: str, variant: Variant, seed: int, args: argparse.Na
     datamodule.setup("fit")
     images, classes = discovery_probes(datamodule.val_dataset, args.probes_per_class)  # type: ignore[arg-type]
     methods = {name: token_map_fn(name, args.ig_steps) for name in [*args.methods, *available_peers(args.peers)]}
-    trace = DiscoveryTrace(subject, images, classes, methods, args.shares, every_epoch=variant == "stamped")
+    trace = DiscoveryTrace(subject, images, classes, methods, args.shares, every_epoch=variant in PLACED)
     start = time.perf_counter()
     _, facts = train_or_load(
         bench.config, datamodule, checkpoint=None, epochs=args.epochs, seed=seed,
@@ -138,8 +138,9 @@ def run(args: argparse.Namespace) -> list[dict[str, Any]]:
     formula: Formula = "full" if DEFAULTS.consistency else "no_consistency"
     share = DEFAULTS.hotspot_share if any(r.share == DEFAULTS.hotspot_share for r in records) else records[0].share
     section = report.markdown(
-        records, share=share, formula=formula, threshold=DEFAULTS.alert_threshold, command=command, facts=facts
-    )
+        records, share=share, formula=formula, threshold=DEFAULTS.alert_threshold, alpha=DEFAULTS.alpha,
+        command=command, facts=facts,
+    )  # fmt: skip
     print(section)
     if args.markdown is not None:
         report.write(args.markdown, section)
