@@ -219,7 +219,8 @@ def discover(
     ``summary`` is :func:`summarise_classes` of these probes' token maps (or a :class:`ClassMapSummary`) with
     the probes' positions (its groups' members are positions among ``images``); its settings give the seed,
     ``alpha``, the floor and the growth. A class without probes or without a hotspot gets NaN rates and NaN
-    suspicion; a strategy of fewer than 2 probes is not tested (its constancy is undefined). See
+    suspicion; a group of fewer than 3 probes has no p-value (it never fires), so a strategy that small is
+    not tested. See
     :func:`hotspot_transplant` for ``model``, ``batch_size`` and ``activation``; the unchanged probes go
     through ``model`` once, then each test pastes 3 copies of each recipient.
     """
@@ -231,7 +232,7 @@ def discover(
     for groups in summary.groups:
         found = []
         for group in groups:
-            if group.strategy is not None and len(group.members) < 2:
+            if group.strategy is not None and len(group.members) < 3:
                 continue
             for region, grown in _regions(group, settings):
                 transplant = hotspot_transplant(

@@ -142,8 +142,8 @@ def constancy_test(
     The p-value is one-sided, of ``a - a_o > 0``: the normal tail of ``(a - a_o) / se``, with ``se`` the
     delete-one jackknife standard error over the group's images and the other classes' (each sample's
     leave-one-out values; pairs that share an image are not independent, the jackknife accounts for it).
-    0 when se is 0 and a > a_o. Both are NaN with fewer than 3 images in the group, no other class with 2
-    images, or an empty region.
+    0 when se is 0 and a > a_o. Both are NaN with fewer than 2 images in the group, no other class with 2
+    images, or an empty region; the p-value is NaN with fewer than 3 (a jackknife needs a pair left).
 
     Args:
         images: (P, C, H, W) probe images.
@@ -164,7 +164,7 @@ def constancy_test(
     classes, pixels = classes.to(images.device), pixels.to(images.device)
     group = (classes == target).nonzero()[:, 0] if members is None else members.to(images.device)
     sizes = torch.bincount(classes[classes != target])
-    if len(group) < 3 or not bool((sizes > 1).any()) or not pixels.any():
+    if len(group) < 2 or not bool((sizes > 1).any()) or not pixels.any():
         return math.nan, math.nan
     counts = agreement_counts(images, pixels)
     values = float(counts[0, 0])
@@ -176,6 +176,8 @@ def constancy_test(
     n, pairs = len(group), float((same.sum() - len(others)))
     agreement, chance = float(inside.sum() / (n * (n - 1) * values)), float(within.sum() / (pairs * values))
     constancy = 0.0 if chance >= 1 else min(1.0, max(0.0, (agreement - chance) / (1 - chance)))
+    if n < 3:
+        return constancy, math.nan
     # delete-one jackknife: the group's pair mean without image k, the others' pooled pair mean without image k
     group_out = (inside.sum() - 2 * inside.sum(dim=1)) / ((n - 1) * (n - 2) * values)
     fewer = pairs - 2 * (same.sum(dim=1) - 1)

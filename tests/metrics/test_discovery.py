@@ -220,7 +220,9 @@ def test_constancy_is_high_for_a_stamp_and_low_for_random_texture():
     wider = torch.zeros_like(corner)
     wider[: 2 * PATCH, :PATCH] = True  # the stamp is half the region
     assert pixel_constancy(images, classes, 1, wider) == pytest.approx(0.5, abs=0.05)
-    assert math.isnan(pixel_constancy(images[:14], classes[:14], 1, corner))  # two images of class 1
+    assert math.isnan(pixel_constancy(images[:13], classes[:13], 1, corner))  # one image of class 1
+    two = constancy_test(images[:14], classes[:14], 1, corner)
+    assert two[0] == 1.0 and math.isnan(two[1])  # two images: a constancy, no p-value
     assert pixel_constancy(torch.zeros(6, 1, 4, 4), torch.tensor([0, 0, 0, 1, 1, 1]), 0, corner[:4, :4]) == 0.0
 
 

@@ -47,7 +47,8 @@ class DiscoveryStage(DiscoverySettings):
 
     Attributes:
         enabled: run the discovery stage.
-        probes_per_class: discovery probes drawn per class (stratified, ``probe_seed``), explained for their class.
+        probes_per_class: discovery probes drawn per class (stratified, ``probe_seed``), explained for their class;
+            at least 3 for a class's p-value (with fewer a class is scored but never flagged).
         every_n_epochs: run at every n-th explained epoch (epochs n-1, 2n-1, ...; always under ``validate()``).
         batch_size: images per forward of the transplant test.
         method: the method whose maps the stage summarises (None: the callback's ``method``); another
