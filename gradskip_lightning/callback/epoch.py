@@ -4,8 +4,9 @@
 keys put in ``callback_metrics``) and runs one epoch end (:meth:`EpochRunner.run`) with what setup
 prepared (:class:`Prepared`). Each stage fails alone: a failed explanation skips the epoch (every
 monitored score NaN, ``<prefix>skipped`` = 1); a failed discovery stage leaves the rest of the epoch
-logged, its own keys NaN and ``discovery/<prefix>skipped`` = 1. Every rank runs the same steps in
-the same order (the gathers and the discovery summary are collectives); only rank zero reports.
+logged, its own keys NaN (the fit's peak suspicion stays) and ``discovery/<prefix>skipped`` = 1.
+Every rank runs the same steps in the same order (the gathers and the discovery summary are
+collectives); only rank zero reports.
 """
 
 from __future__ import annotations
@@ -196,10 +197,13 @@ class EpochRunner:
         )
         end.work.add("discovery", time.perf_counter() - began)
         skipped = key("discovery", outcome.prefix, "skipped")
-        if run.found is None:
+        if run.found is None:  # its keys NaN, but the fit's peak so far stays
             rank_zero_warn(f"GradSkipCallback: shortcut discovery of epoch {end.epoch} skipped. {run.error}")
+            kept = key("discovery", outcome.prefix, "peak_suspicion")
             known = {
-                k for k in self._monitored.get(outcome.prefix, set()) if k.startswith("discovery/") and k != skipped
+                k
+                for k in self._monitored.get(outcome.prefix, set())
+                if k.startswith("discovery/") and k != skipped and not k.startswith(kept)
             }
             self._monitor(end.trainer, outcome, {**dict.fromkeys(known, math.nan), skipped: 1.0}, known)
             return
