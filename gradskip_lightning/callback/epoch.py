@@ -5,8 +5,9 @@ keys made monitorable) and runs one epoch end (:meth:`EpochRunner.run`) with wha
 (:class:`Prepared`), in the training loop its :class:`~.host.Host` stands for (Lightning's or a
 ``transformers.Trainer``'s). Each stage fails alone: a failed explanation skips the epoch (every
 monitored score NaN, ``<prefix>skipped`` = 1); a failed discovery stage leaves the rest of the epoch
-logged, its own keys NaN and ``discovery/<prefix>skipped`` = 1. Every rank runs the same steps in
-the same order (the gathers and the discovery summary are collectives); only rank zero reports.
+logged, its own keys NaN (the fit's peak suspicion stays) and ``discovery/<prefix>skipped`` = 1.
+Every rank runs the same steps in the same order (the gathers and the discovery summary are
+collectives); only rank zero reports.
 """
 
 from __future__ import annotations
@@ -218,10 +219,13 @@ class EpochRunner:
         )
         end.work.add("discovery", time.perf_counter() - began)
         skipped = key("discovery", outcome.prefix, "skipped")
-        if run.found is None:
+        if run.found is None:  # its keys NaN, but the fit's peak so far stays
             rank_zero_warn(f"GradSkipCallback: shortcut discovery of epoch {end.epoch} skipped. {run.error}")
+            kept = key("discovery", outcome.prefix, "peak_suspicion")
             known = {
-                k for k in self._monitored.get(outcome.prefix, set()) if k.startswith("discovery/") and k != skipped
+                k
+                for k in self._monitored.get(outcome.prefix, set())
+                if k.startswith("discovery/") and k != skipped and not k.startswith(kept)
             }
             self._monitor(end.host, outcome, {**dict.fromkeys(known, math.nan), skipped: 1.0}, known)
             return
@@ -233,11 +237,12 @@ class EpochRunner:
                 "so they are left out of their class's summary. Check those images, or the model's numerics"
             )
         degenerate = key("discovery", outcome.prefix, "degenerate_maps")
+        peak = self.discoverer.record_peak(found) if end.trained else None
         self._monitor(
             end.host,
             outcome,
             {
-                **discovery_scalars(found, explainer.patch_size, outcome.prefix),
+                **discovery_scalars(found, explainer.patch_size, outcome.prefix, peak),
                 skipped: 0.0,
                 degenerate: float(len(run.degenerate)),
             },

@@ -1,30 +1,51 @@
-"""Finding a shortcut nobody named: per-class summaries of token maps, a hotspot transplant test, a suspicion score.
+"""Finding a shortcut nobody named: per-class summaries of token maps, hotspot transplant tests, a suspicion
+score and a calibrated alarm.
 
 Token maps (P, h, w) of probes of classes (P,) are summarised per class (:mod:`.discovery_maps`:
 :func:`summarise_classes`, or :class:`ClassMapSummary` over batches and processes): the mean of the
 normalised maps, its hotspot (the fewest patches holding ``hotspot_share`` of the mean's mass), the
 consistency of the maps and their SpRAy strategies (:mod:`.discovery_strategies`). :func:`discover`
-then pastes each class's hotspot onto the other classes' probes (:mod:`.discovery_transplant`) and
-scores how suspicious each class is. This module gathers the public names.
+then tests groups of probes (:class:`~.discovery_maps.MapGroup`: each class and, for a class with two
+SpRAy strategies or more, each strategy: a shortcut used by part of a class) at one or two regions
+each (the group's hotspot and, with ``neighbour_relevance``, the hotspot grown by its relevant
+neighbouring patches: an artefact across a patch boundary), pasting the region onto the other
+classes' probes (:mod:`.discovery_transplant`). This module gathers the public names.
 
-Suspicion of class c, in [0, 1] (NaN where a term is undefined)::
+Suspicion of one test, in [0, 1] (NaN where a term is undefined)::
 
     suspicion = excess * (concentration * constancy) ** (1 / 2)                     (the default)
     suspicion = excess * (concentration * constancy * max(0, consistency)) ** (1 / 3)  (consistency=True)
     excess = max(0, flip_rate - max(random_flip_rate, other_class_flip_rate))
-    concentration = clamp(1 - hotspot_patches / (hotspot_share * h * w), 0, 1)
+    concentration = clamp(1 - hotspot_patches / (hotspot_share * h * w), 0, 1)       (the group's hotspot)
+    constancy = clamp((a - a_o) / (1 - a_o), 0, 1)                                  (the region's pixels)
+
+with ``a`` the share of the group's image pairs whose region pixels agree and ``a_o`` that share
+within the other classes (chance): s^2 for a stamp on a share s of the group
+(:func:`~.discovery_transplant.constancy_test`), so a stamp on 60 % of a class still counts (0.36;
+the suspicion's square root makes it 0.6), and its strategy, when SpRAy separates it, counts fully.
+
+The calibrated alarm. Each test has a p-value, the larger of two (an intersection-union test: a
+shortcut needs both): the flips' exact sign test against each control, whose pasted copies are the
+null's draws (a region of the same shape at a random place, the same place from another class; no
+forward beyond the controls'), and the constancy's one-sided jackknife z-test of ``a - a_o > 0``
+(pixels only). With N tests of finite p-value in the run, a test's adjusted p-value is
+``min(1, N * p)`` (Bonferroni over classes x groups x regions); it fires when the adjusted p-value is
+at most ``alpha`` and its suspicion at least ``alert_threshold`` (the effect-size floor). A class is
+flagged when one of its tests fires; the class's reported test is the most suspicious test that fires,
+else its most suspicious test: its suspicion and adjusted p-value are the class's (so a class's
+suspicion is the max over the class and its strategies unless a less suspicious test alone fires).
 
 Why: maps alone cannot tell a shortcut from an object part the model rightly relies on (both can
-be focused and alike across images), so the causal evidence, the flips the hotspot's own pixels
+be focused and alike across images), so the causal evidence, the flips the region's own pixels
 cause beyond both controls, scales the score and bounds it. The three map cues say how much the
 hotspot looks like an artefact; their geometric mean stays in [0, 1], weighs them alike (nothing to
 tune) and is 0 if any is: a region that differs from image to image (constancy 0, an object), a
 hotspot as large as a uniform map's (concentration 0) or maps that disagree (consistency <= 0).
+The p-value says whether the flips and the agreement stand out from what the controls and the other
+classes give on this model, data and method, given how many probes there are; the floor says what a
+p-value cannot, how large the effect is (with many recipients a tiny excess is significant).
 
-Measured (docs/discovery.md, planted shapes, 3 seeds, 9 methods): a hotspot share of 0.1, the
-formula without consistency and an alert threshold of 0.15 detect every stamp with GradSkip, rollout
-and LRP with no false alarm on clean and control models (the highest of theirs: 0.03); with
-consistency, or at share 0.25, fewer stamps reach the threshold. Hence the defaults.
+Measured: docs/discovery.md (planted shapes and BloodMNIST, 9 methods; the defaults come from there).
 
 Design note: which controls should separate a stamped class from a clean one.
 
@@ -45,6 +66,7 @@ Design note: which controls should separate a stamped class from a clean one.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -53,7 +75,7 @@ from torch import Tensor
 
 from gradskip_lightning.core.validation import check_class_targets
 
-from .discovery_maps import ClassMaps, ClassMapSummary, DiscoverySettings, summarise_classes
+from .discovery_maps import ClassMaps, ClassMapSummary, DiscoverySettings, MapGroup, grown_hotspot, summarise_classes
 from .discovery_strategies import Strategies
 from .discovery_transplant import HotspotTransplant, hotspot_transplant
 from .perturbation import Activation
@@ -64,12 +86,43 @@ __all__ = [
     "Discovery",
     "DiscoverySettings",
     "HotspotTransplant",
+    "MapGroup",
+    "ShortcutTest",
     "Strategies",
     "discover",
     "hotspot_transplant",
     "summarise_classes",
-    "suspicion_scores",
+    "suspicion_score",
 ]
+
+
+@dataclass(frozen=True, eq=False)
+class ShortcutTest:
+    """One test: a group's region pasted onto the other classes' probes.
+
+    Attributes:
+        group: the :class:`MapGroup` (a class, or one of its strategies) whose probes gave the region.
+        region: (h, w) bool the patches pasted: the group's hotspot, or that hotspot grown.
+        grown: whether ``region`` is the grown hotspot.
+        transplant: the :class:`HotspotTransplant` of the region.
+        suspicion: in [0, 1] (module docstring); NaN where a term is undefined.
+        p_value: ``transplant.p_value``, not adjusted; NaN where undefined.
+    """
+
+    group: MapGroup
+    region: Tensor
+    grown: bool
+    transplant: HotspotTransplant
+    suspicion: float
+    p_value: float
+
+    @property
+    def box(self) -> tuple[int, int, int, int]:
+        """The region's bounding box in patches: top, left, bottom, right (exclusive); zeros when empty."""
+        if not self.region.any():
+            return (0, 0, 0, 0)
+        rows, cols = self.region.any(dim=1).nonzero()[:, 0], self.region.any(dim=0).nonzero()[:, 0]
+        return (int(rows[0]), int(cols[0]), int(rows[-1]) + 1, int(cols[-1]) + 1)
 
 
 @dataclass(frozen=True)
@@ -77,42 +130,78 @@ class Discovery:
     """What :func:`discover` found, per class (K classes).
 
     Attributes:
-        summary: the :class:`ClassMaps` the hotspots came from.
-        transplants: K :class:`HotspotTransplant`, one per class in class order.
-        suspicion: (K,) float64 in [0, 1] (module docstring); NaN where a term is undefined.
-        flagged: (K,) bool suspicion >= ``summary.settings.alert_threshold``.
+        summary: the :class:`ClassMaps` the groups and hotspots came from.
+        tests: per class its :class:`ShortcutTest` s (the class's hotspot first, then grown, then each
+            strategy's).
+        reported: K tests, one per class: the most suspicious test that fires, else the most suspicious one
+            (the class's hotspot test when none is defined).
+        suspicion: (K,) float64 the reported tests' suspicion; NaN where undefined.
+        p_values: (K,) float64 the reported tests' p-values adjusted for every test run: ``min(1, N * p)``.
+        flagged: (K,) bool a test of the class fires: adjusted p-value <= ``alpha`` and suspicion >=
+            ``alert_threshold``.
     """
 
     summary: ClassMaps
-    transplants: tuple[HotspotTransplant, ...]
+    tests: tuple[tuple[ShortcutTest, ...], ...]
+    reported: tuple[ShortcutTest, ...]
     suspicion: Tensor
+    p_values: Tensor
     flagged: Tensor
 
+    @property
+    def transplants(self) -> tuple[HotspotTransplant, ...]:
+        """The reported tests' transplants, one per class."""
+        return tuple(test.transplant for test in self.reported)
 
-def suspicion_scores(summary: ClassMaps, transplants: tuple[HotspotTransplant, ...]) -> Tensor:
-    """Suspicion (K,) float64 of each class from its summary and transplant test (formula: module docstring;
-    without ``summary.settings.consistency`` the square root of concentration x constancy replaces the cube root).
+    @property
+    def tests_run(self) -> int:
+        """N: the tests with a finite p-value (the Bonferroni factor)."""
+        return sum(not math.isnan(t.p_value) for tests in self.tests for t in tests)
+
+
+def suspicion_score(excess: float, concentration: float, constancy: float, consistency: float | None = None) -> float:
+    """Suspicion in [0, 1] of one test (module docstring): ``excess`` times the geometric mean of concentration,
+    constancy and, when given, ``max(0, consistency)``; NaN when a term is.
 
     Example:
-        >>> maps = torch.full((4, 3, 3), 0.1)
-        >>> maps[:, 0, 0] = torch.tensor([5.0, 5.0, 4.0, 4.0])
-        >>> summary = summarise_classes(maps, torch.tensor([0, 0, 1, 1]), 2, DiscoverySettings(hotspot_share=0.5))
-        >>> clean = HotspotTransplant(0, recipients=10, flip_rate=0.1, random_flip_rate=0.1, other_class_flip_rate=0.0,
-        ...                           constancy=0.0)
-        >>> stamp = HotspotTransplant(1, recipients=10, flip_rate=0.6, random_flip_rate=0.1, other_class_flip_rate=0.0,
-        ...                           constancy=1.0)
-        >>> [round(s, 4) for s in suspicion_scores(summary, (clean, stamp)).tolist()]  # 0.5 * (1 - 1 / 4.5) ** (1 / 2)
-        [0.0, 0.441]
+        >>> round(suspicion_score(0.5, 1 - 1 / 4.5, 1.0), 4), suspicion_score(0.5, 0.8, 0.0)
+        (0.441, 0.0)
+        >>> round(suspicion_score(0.6, 0.8, 1.0, consistency=-0.2), 4), math.isnan(suspicion_score(math.nan, 1.0, 1.0))
+        (0.0, True)
     """
-    if [t.target for t in transplants] != list(range(len(summary.counts))):
-        raise ValueError(f"transplants must be one per class in class order 0..{len(summary.counts) - 1}")
-    device = summary.consistency.device
-    excess = torch.tensor([t.excess for t in transplants], dtype=torch.float64, device=device)
-    constancy = torch.tensor([t.constancy for t in transplants], dtype=torch.float64, device=device)
-    if not summary.settings.consistency:
-        return excess * (summary.concentration * constancy).sqrt()
-    evidence = summary.concentration * constancy * summary.consistency.clamp(min=0)
-    return excess * evidence.pow(1 / 3)
+    cues = [concentration, constancy] + ([] if consistency is None else [consistency])
+    if math.isnan(excess) or any(math.isnan(c) for c in cues):
+        return math.nan
+    if consistency is not None:
+        cues[-1] = max(0.0, consistency)
+    return excess * math.prod(cues) ** (1 / len(cues))
+
+
+def _regions(group: MapGroup, settings: DiscoverySettings) -> list[tuple[Tensor, bool]]:
+    """The regions a group is tested at: its hotspot, and grown when that adds a patch."""
+    regions = [(group.hotspot, False)]
+    if settings.neighbour_relevance is not None:
+        grown = grown_hotspot(group.hotspot, group.mean_map, settings.neighbour_relevance)
+        if not torch.equal(grown, group.hotspot):
+            regions.append((grown, True))
+    return regions
+
+
+def _adjusted(p_value: float, tests_run: int) -> float:
+    """Bonferroni: ``min(1, tests_run * p_value)``; NaN stays NaN."""
+    return p_value if math.isnan(p_value) else min(1.0, p_value * tests_run)
+
+
+def _fires(test: ShortcutTest, tests_run: int, settings: DiscoverySettings) -> bool:
+    adjusted = _adjusted(test.p_value, tests_run)
+    return adjusted <= settings.alpha and test.suspicion >= settings.alert_threshold  # False when NaN
+
+
+def _reported(tests: tuple[ShortcutTest, ...], tests_run: int, settings: DiscoverySettings) -> ShortcutTest:
+    """The most suspicious test that fires, else the most suspicious (ties: the first), else the first."""
+    firing = [t for t in tests if _fires(t, tests_run, settings)]
+    defined = [t for t in firing or tests if not math.isnan(t.suspicion)]
+    return max(defined, key=lambda t: t.suspicion) if defined else tests[0]
 
 
 def discover(
@@ -125,30 +214,48 @@ def discover(
     batch_size: int = 256,
     activation: Activation = "softmax",
 ) -> Discovery:
-    """Transplant every class's hotspot from ``summary`` onto the probes (P, C, H, W) of classes (P,) and score it.
+    """Test every group of ``summary`` at its regions on the probes (P, C, H, W) of classes (P,), score and flag.
 
-    ``summary`` is :func:`summarise_classes` of these probes' token maps (or a :class:`ClassMapSummary`);
-    its settings give the seed and the alert threshold. A class without probes or without a hotspot
-    gets NaN rates and NaN suspicion. See :func:`hotspot_transplant` for ``model``, ``batch_size``
-    and ``activation``; the unchanged probes go through ``model`` once for every class.
+    ``summary`` is :func:`summarise_classes` of these probes' token maps (or a :class:`ClassMapSummary`) with
+    the probes' positions (its groups' members are positions among ``images``); its settings give the seed,
+    ``alpha``, the floor and the growth. A class without probes or without a hotspot gets NaN rates and NaN
+    suspicion; a group of fewer than 3 probes has no p-value (it never fires), so a strategy that small is
+    not tested. See
+    :func:`hotspot_transplant` for ``model``, ``batch_size`` and ``activation``; the unchanged probes go
+    through ``model`` once, then each test pastes 3 copies of each recipient.
     """
     check_class_targets(classes, len(images), len(summary.counts))
+    settings = summary.settings
     with torch.no_grad():
         logits = torch.cat([model(images[start : start + batch_size]) for start in range(0, len(images), batch_size)])
-    transplants = tuple(
-        hotspot_transplant(
-            model,
-            images,
-            classes,
-            summary.hotspots[label],
-            label,
-            patch_size=patch_size,
-            seed=summary.settings.seed,
-            batch_size=batch_size,
-            activation=activation,
-            logits=logits,
-        )
-        for label in range(len(summary.counts))
-    )
-    suspicion = suspicion_scores(summary, transplants)
-    return Discovery(summary, transplants, suspicion, suspicion >= summary.settings.alert_threshold)
+    tests = []
+    for groups in summary.groups:
+        found = []
+        for group in groups:
+            if group.strategy is not None and len(group.members) < 3:
+                continue
+            for region, grown in _regions(group, settings):
+                transplant = hotspot_transplant(
+                    model,
+                    images,
+                    classes,
+                    region,
+                    group.label,
+                    patch_size=patch_size,
+                    donors=group.members,
+                    seed=settings.seed,
+                    batch_size=batch_size,
+                    activation=activation,
+                    logits=logits,
+                )
+                consistency = group.consistency if settings.consistency else None
+                score = suspicion_score(transplant.excess, group.concentration, transplant.constancy, consistency)
+                found.append(ShortcutTest(group, region, grown, transplant, score, transplant.p_value))
+        tests.append(tuple(found))
+    run = sum(not math.isnan(t.p_value) for found in tests for t in found)
+    reported = tuple(_reported(found, run, settings) for found in tests)
+    device = summary.consistency.device
+    suspicion = torch.tensor([t.suspicion for t in reported], dtype=torch.float64, device=device)
+    p_values = torch.tensor([_adjusted(t.p_value, run) for t in reported], dtype=torch.float64, device=device)
+    flagged = torch.tensor([any(_fires(t, run, settings) for t in found) for found in tests], device=device)
+    return Discovery(summary, tuple(tests), reported, suspicion, p_values, flagged)

@@ -5,7 +5,9 @@ uniform); per class the mean of those maps, its hotspot (the fewest patches hold
 ``hotspot_share`` of the mean's mass), the consistency of the maps (mean pairwise Spearman
 correlation) and their strategies (:mod:`.discovery_strategies`), as a function
 (:func:`summarise_classes`) and as a metric over batches and processes (:class:`ClassMapSummary`).
-The knobs of the whole discovery are one :class:`DiscoverySettings`.
+The groups whose hotspot the transplant tests (:class:`MapGroup`) are each class and, for a class
+with two strategies or more, each of its strategies (a subgroup that may use a shortcut the rest
+of the class does not). The knobs of the whole discovery are one :class:`DiscoverySettings`.
 """
 
 from __future__ import annotations
@@ -36,13 +38,17 @@ _SETTING_TYPES: dict[str, tuple[type, ...]] = {
     "alert_threshold": (int, float),
     "seed": (int,),
     "consistency": (bool,),
+    "alpha": (int, float),
+    "neighbour_relevance": (type(None), int, float),
 }
 
 
 @dataclass(frozen=True)
 class DiscoverySettings:
     """Knobs of the discovery. ``hotspot_share``, ``alert_threshold`` and ``consistency`` were set by the
-    discovery benchmark (docs/discovery.md); the others are the SpRAy clustering's.
+    discovery benchmark (docs/discovery.md); ``alpha`` and ``neighbour_relevance`` are
+    the calibrated test's and the grown hotspot's (:mod:`~gradskip_lightning.metrics.discovery`); the
+    others are the SpRAy clustering's.
 
     Attributes:
         hotspot_share: share of a class-mean map's mass its hotspot holds, in (0, 1].
@@ -51,10 +57,16 @@ class DiscoverySettings:
             below which maps are one strategy: the floor of the affinity's scales, in (0, 2].
         max_strategies: most strategies the eigengap may find, >= 1.
         kmeans_restarts: k-means runs (the lowest inertia is kept), >= 1.
-        alert_threshold: suspicion at or above which a class is flagged, in [0, 1].
+        alert_threshold: the effect-size floor: a class is flagged when a test's suspicion is at or above it
+            and its p-value passes ``alpha``, in [0, 1].
         seed: of k-means and of the random placements of the transplant control.
         consistency: whether the suspicion score's map cues include the consistency (see
             :mod:`~gradskip_lightning.metrics.discovery`).
+        alpha: family-wise error rate of the calibrated test, over every class and test of one run
+            (Bonferroni), in (0, 1]; 1 leaves the floor alone.
+        neighbour_relevance: a patch touching a hotspot (8-neighbourhood) joins its grown hotspot, tested
+            beside it, when its mean relevance is at least this share of the hotspot's weakest patch's, in
+            [0, 1] (0: every neighbour); None tests the hotspot alone.
     """
 
     hotspot_share: float = 0.1
@@ -65,12 +77,18 @@ class DiscoverySettings:
     alert_threshold: float = 0.15
     seed: int = 0
     consistency: bool = False
+    alpha: float = 0.05
+    neighbour_relevance: float | None = 0.5
 
     def __post_init__(self) -> None:
         for name, kinds in _SETTING_TYPES.items():
             value = getattr(self, name)
             if (isinstance(value, bool) and bool not in kinds) or not isinstance(value, kinds):
                 raise TypeError(f"{name} must be {kinds[-1].__name__}; got {type(value).__name__}")
+        if not 0 < self.alpha <= 1:
+            raise ValueError(f"alpha must be in (0, 1]; got {self.alpha}")
+        if self.neighbour_relevance is not None and not 0 <= self.neighbour_relevance <= 1:
+            raise ValueError(f"neighbour_relevance must be None or in [0, 1]; got {self.neighbour_relevance}")
         if not 0 < self.hotspot_share <= 1:
             raise ValueError(f"hotspot_share must be in (0, 1]; got {self.hotspot_share}")
         if not 0 < self.min_strategy_distance <= 2:
@@ -80,6 +98,32 @@ class DiscoverySettings:
         for name in ("neighbours", "max_strategies", "kmeans_restarts"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1; got {getattr(self, name)}")
+
+
+@dataclass(frozen=True, eq=False)
+class MapGroup:
+    """Maps of one class whose hotspot is tested: every map of the class, or one of its SpRAy strategies.
+
+    Attributes:
+        label: the class.
+        strategy: the strategy's index in ``ClassMaps.strategies[label]``; None for the whole class.
+        members: (n,) int64 positions of the group's maps (the numbering the summary was given), ascending,
+            on the CPU.
+        share: n / the class's maps (1.0 for the whole class; NaN for a class without maps).
+        mean_map: (h, w) float64 mean of the group's normalised maps.
+        hotspot: (h, w) bool its hotspot (the fewest patches holding ``hotspot_share`` of its mass).
+        concentration: ``clamp(1 - hotspot patches / (hotspot_share * h * w), 0, 1)``; NaN without maps.
+        consistency: mean pairwise Spearman correlation of the group's maps; NaN with fewer than 2.
+    """
+
+    label: int
+    strategy: int | None
+    members: Tensor
+    share: float
+    mean_map: Tensor
+    hotspot: Tensor
+    concentration: float
+    consistency: float
 
 
 @dataclass(frozen=True)
@@ -94,7 +138,9 @@ class ClassMaps:
             zeros when empty.
         concentration: (K,) float64 ``clamp(1 - patches / (hotspot_share * h * w), 0, 1)``; NaN when empty.
         consistency: (K,) float64 mean pairwise Spearman correlation of the class's maps; NaN with < 2.
-        strategies: K SpRAy :class:`Strategies` (on the CPU; assignments in the order the maps were held).
+        strategies: K SpRAy :class:`Strategies` (on the CPU; assignments in the order of the maps' positions).
+        groups: per class the :class:`MapGroup` s whose hotspots are tested: the whole class first, then
+            each strategy when the class has two or more.
         settings: those the summary was made with.
     """
 
@@ -105,6 +151,7 @@ class ClassMaps:
     concentration: Tensor
     consistency: Tensor
     strategies: tuple[Strategies, ...]
+    groups: tuple[tuple[MapGroup, ...], ...]
     settings: DiscoverySettings
 
 
@@ -157,6 +204,22 @@ def hotspots(mean_maps: Tensor, share: float) -> tuple[Tensor, Tensor]:
     return masks, boxes.masked_fill(~masks.flatten(1).any(1, keepdim=True), 0)
 
 
+def grown_hotspot(hotspot: Tensor, mean_map: Tensor, relevance: float) -> Tensor:
+    """(h, w) bool: ``hotspot`` (h, w) bool plus each patch touching it (8-neighbourhood) whose value in
+    ``mean_map`` (h, w) is at least ``relevance`` x the hotspot's weakest patch's (an artefact across a patch
+    boundary: the hotspot may hold one side of it only).
+
+    Example:
+        >>> mean_map = torch.tensor([[0.0, 0.5, 0.3], [0.1, 0.0, 0.0], [0.0, 0.0, 0.1]])
+        >>> grown_hotspot(mean_map == 0.5, mean_map, 0.5).int().tolist()
+        [[0, 1, 1], [0, 0, 0], [0, 0, 0]]
+    """
+    if not hotspot.any():
+        return hotspot
+    ring = torch.nn.functional.max_pool2d(hotspot[None, None].double(), 3, stride=1, padding=1)[0, 0] > 0
+    return hotspot | (ring & (mean_map >= relevance * mean_map[hotspot].min()))
+
+
 def consistency(maps: Tensor) -> Tensor:
     """Mean pairwise Spearman correlation (float64 scalar) of maps (n, h, w); NaN for n < 2.
 
@@ -175,14 +238,52 @@ def consistency(maps: Tensor) -> Tensor:
     return (unit @ unit.T)[upper[0], upper[1]].nanmean()
 
 
+def concentration(masks: Tensor, share: float) -> Tensor:
+    """(K,) float64 ``clamp(1 - patches / (share * h * w), 0, 1)`` of hotspots (K, h, w) bool.
+
+    Example:
+        >>> concentration(torch.eye(4, dtype=torch.bool)[None], 0.5).tolist()
+        [0.5]
+    """
+    patches = masks.flatten(1).sum(dim=1).double()
+    return (1 - patches / (share * masks[0].numel())).clamp(0, 1)
+
+
+def _strategy_groups(
+    label: int, found: Strategies, maps: Tensor, positions: Tensor, settings: DiscoverySettings
+) -> list[MapGroup]:
+    """One :class:`MapGroup` per strategy of class ``label`` (none with fewer than 2), from its maps (n, h, w) at
+    ``positions`` (n,) in the order of ``found.assignments``."""
+    if len(found.sizes) < 2:
+        return []
+    masks, _ = hotspots(found.mean_maps, settings.hotspot_share)
+    cues = concentration(masks, settings.hotspot_share)
+    assignments = found.assignments.to(maps.device)
+    return [
+        MapGroup(
+            label=label,
+            strategy=strategy,
+            members=positions[assignments == strategy].cpu(),
+            share=int(size) / len(maps),
+            mean_map=found.mean_maps[strategy],
+            hotspot=masks[strategy],
+            concentration=float(cues[strategy]),
+            consistency=float(consistency(maps[assignments == strategy])),
+        )
+        for strategy, size in enumerate(found.sizes.tolist())
+    ]
+
+
 def _summary_compute(
-    sums: Tensor, counts: Tensor, normalised: Tensor, classes: Tensor, settings: DiscoverySettings
+    sums: Tensor, counts: Tensor, normalised: Tensor, classes: Tensor, positions: Tensor, settings: DiscoverySettings
 ) -> ClassMaps:
-    """The summary from class sums (K, h, w), counts (K,) and every normalised map (P, h, w) with classes (P,)."""
+    """The summary from class sums (K, h, w), counts (K,) and every normalised map (P, h, w) with its class (P,)
+    and position (P,) (the maps are put in the order of their positions first: one process and a DDP gather agree)."""
+    order = torch.argsort(positions, stable=True)
+    normalised, classes, positions = normalised[order], classes[order], positions[order]
     mean_maps = sums / counts.clamp(min=1)[:, None, None]
     masks, boxes = hotspots(mean_maps, settings.hotspot_share)
-    patches = masks.flatten(1).sum(dim=1).double()
-    concentration = (1 - patches / (settings.hotspot_share * masks[0].numel())).clamp(0, 1)
+    cues = concentration(masks, settings.hotspot_share).masked_fill(counts == 0, math.nan)
     per_class = [normalised[classes == label] for label in range(len(counts))]
     strategies = tuple(
         find_strategies(
@@ -195,22 +296,43 @@ def _summary_compute(
         )
         for maps in per_class
     )
+    agreement = torch.stack([consistency(maps) for maps in per_class])
+    groups = []
+    for label, maps in enumerate(per_class):
+        members = positions[classes == label]
+        whole = MapGroup(
+            label=label,
+            strategy=None,
+            members=members.cpu(),
+            share=1.0 if len(maps) else math.nan,
+            mean_map=mean_maps[label],
+            hotspot=masks[label],
+            concentration=float(cues[label]),
+            consistency=float(agreement[label]),
+        )
+        groups.append((whole, *_strategy_groups(label, strategies[label], maps, members, settings)))
     return ClassMaps(
         counts=counts,
         mean_maps=mean_maps,
         hotspots=masks,
         boxes=boxes,
-        concentration=concentration.masked_fill(counts == 0, math.nan),
-        consistency=torch.stack([consistency(maps) for maps in per_class]),
+        concentration=cues,
+        consistency=agreement,
         strategies=strategies,
+        groups=tuple(groups),
         settings=settings,
     )
 
 
 def summarise_classes(
-    maps: Tensor, classes: Tensor, num_classes: int, settings: DiscoverySettings | None = None
+    maps: Tensor,
+    classes: Tensor,
+    num_classes: int,
+    settings: DiscoverySettings | None = None,
+    positions: Tensor | None = None,
 ) -> ClassMaps:
-    """Per-class summary (see :class:`ClassMaps`) of token maps (P, h, w) of probes of classes (P,).
+    """Per-class summary (see :class:`ClassMaps`) of token maps (P, h, w) of probes of classes (P,) at
+    ``positions`` (P,) distinct ints (default 0..P-1: the maps are the probes, in order).
 
     Example:
         >>> maps = torch.full((4, 3, 3), 0.1)
@@ -223,8 +345,23 @@ def summarise_classes(
     """
     check_maps(maps)
     check_class_targets(classes, len(maps), num_classes)
+    positions = _positions(positions, len(maps), 0).to(maps.device)
     normalised, sums, counts = _class_sums_update(maps, classes, num_classes)
-    return _summary_compute(sums, counts, normalised, classes.to(maps.device), settings or DiscoverySettings())
+    return _summary_compute(
+        sums, counts, normalised, classes.to(maps.device), positions, settings or DiscoverySettings()
+    )
+
+
+def _positions(positions: Tensor | None, count: int, start: int) -> Tensor:
+    """(count,) int64 positions: ``positions`` checked, or start..start+count-1."""
+    if positions is None:
+        return torch.arange(start, start + count)
+    if not isinstance(positions, Tensor) or positions.dtype != torch.long or positions.shape != (count,):
+        raise ValueError(
+            f"positions must be a ({count},) int64 tensor, one per map; got "
+            f"{tuple(positions.shape) if isinstance(positions, Tensor) else type(positions).__name__}"
+        )
+    return positions
 
 
 class _Box:
@@ -240,9 +377,11 @@ class ClassMapSummary(Metric):
     """:func:`summarise_classes` over batches and processes.
 
     States: per-class sums of the normalised maps (K, h, w) and counts (K,), reduced with "sum" (the
-    mean maps and hotspots), and every normalised map with its class, "cat" (consistency and
-    strategies: they need each map). Strategies do not depend on the maps' order, so a DDP sync
-    gives one process's result on the union of the data.
+    mean maps and hotspots), and every normalised map with its class and position, "cat" (consistency,
+    strategies and the groups' members: they need each map). The maps are put in the order of their
+    positions before use, so a DDP sync gives one process's result on the union of the data when each
+    map's ``positions`` are given (the probe it explains); without them a map's position is its index
+    among this process's maps, which repeats across processes (:func:`~.discovery.discover` refuses that).
 
     Example:
         >>> metric = ClassMapSummary(num_classes=2, grid_size=(2, 2))
@@ -259,6 +398,7 @@ class ClassMapSummary(Metric):
     counts: Tensor
     maps: list[Tensor]
     classes: list[Tensor]
+    positions: list[Tensor]
 
     def __init__(
         self,
@@ -282,27 +422,34 @@ class ClassMapSummary(Metric):
         self.add_state("counts", torch.zeros(num_classes, dtype=torch.long), dist_reduce_fx="sum")
         self.add_state("maps", [], dist_reduce_fx="cat")
         self.add_state("classes", [], dist_reduce_fx="cat")
+        self.add_state("positions", [], dist_reduce_fx="cat")
 
-    def update(self, maps: Tensor, classes: Tensor) -> None:
-        """Add token maps (B, h, w) on the metric's grid, of probes of classes (B,)."""
+    def update(self, maps: Tensor, classes: Tensor, positions: Tensor | None = None) -> None:
+        """Add token maps (B, h, w) on the metric's grid, of probes of classes (B,) at ``positions`` (B,) int64
+        (default: the next indices among this process's maps)."""
         check_maps(maps)
         if tuple(maps.shape[1:]) != self.grid_size:
             raise ValueError(
                 f"maps must have shape (B, {self.grid_size[0]}, {self.grid_size[1]}); got {tuple(maps.shape)}"
             )
         check_class_targets(classes, len(maps), self.num_classes)
+        positions = _positions(positions, len(maps), sum(len(p) for p in self.positions))
         normalised, sums, counts = _class_sums_update(maps, classes, self.num_classes)
         self.map_sums += sums.to(self.map_sums.device)
         self.counts += counts.to(self.counts.device)
         self.maps.append(normalised)
         self.classes.append(classes.to(normalised.device))
+        self.positions.append(positions.to(normalised.device))
 
     def compute(self) -> ClassMaps:
         """The :class:`ClassMaps` of every map seen (NaN consistency and no strategies before any)."""
         device = self.map_sums.device
         maps = dim_zero_cat(self.maps) if len(self.maps) else self.map_sums.new_zeros(0, *self.grid_size)
         classes = dim_zero_cat(self.classes) if len(self.classes) else self.counts.new_zeros(0)
-        return _summary_compute(self.map_sums, self.counts.clone(), maps.to(device), classes.to(device), self.settings)
+        positions = dim_zero_cat(self.positions) if len(self.positions) else self.counts.new_zeros(0)
+        return _summary_compute(
+            self.map_sums, self.counts.clone(), maps.to(device), classes.to(device), positions.to(device), self.settings
+        )
 
     def _wrap_compute(self, compute: Callable[[], ClassMaps]) -> Callable[[], ClassMaps]:
         # torchmetrics rebuilds what compute returns field by field (to squeeze and clone tensors), which a

@@ -1,6 +1,8 @@
 """A 2-process gloo group on CPU (plain ``torch.distributed``, forked): each rank updates a
-``ClassMapSummary`` with every other map of :func:`ddp_maps` (uneven shares: 8 and 7) and rank 0
-writes the synced summary (:func:`summary_values`) to the JSON path given.
+``ClassMapSummary`` with every other map of :func:`ddp_maps` (uneven shares: 8 and 7) at its probe
+positions, then runs :func:`discover` on the same probes (:func:`ddp_images`, a stamp-reading rule
+model), and rank 0 writes the synced summary and the discovery (:func:`summary_values`) to the JSON
+path given.
 
 Run from the repository root: ``python -m tests.metrics.discovery_ddp_worker OUT.json PORT``.
 """
@@ -14,7 +16,7 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
-from gradskip_lightning.metrics.discovery import ClassMaps, ClassMapSummary, DiscoverySettings
+from gradskip_lightning.metrics.discovery import ClassMaps, ClassMapSummary, Discovery, DiscoverySettings, discover
 
 NUM_CLASSES = 4  # class 3 has no maps
 GRID = (4, 4)
@@ -34,6 +36,33 @@ def ddp_maps() -> tuple[Tensor, Tensor]:
     return maps, classes
 
 
+def ddp_images() -> Tensor:
+    """Probe images (15, 1, 8, 8) of :func:`ddp_maps`' classes: texture, a 2 x 2 px stamp where class 1's maps are."""
+    images = torch.rand(15, 1, 8, 8, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+    images[ddp_maps()[1] == 1, :, 6:, 6:] = 0.9
+    return images
+
+
+def stamp_model(images: Tensor) -> Tensor:
+    """Logits (B, 4): class 1 iff the stamp is there, else class 0 (dark) or 2 (bright); never class 3."""
+    stamped = (images[:, 0, 6:, 6:] == 0.9).flatten(1).all(dim=1)
+    dark = images[:, 0].mean(dim=(1, 2)) < 0.5
+    scores = torch.stack([~stamped & dark, stamped, ~stamped & ~dark, torch.zeros_like(dark)], dim=1)
+    return torch.where(scores, 10.0, -10.0).to(images.dtype)
+
+
+def discovery_values(found: Discovery) -> dict[str, list]:
+    """The discovery's per-class values and every test's, as lists."""
+    tests = [t for tests in found.tests for t in tests]
+    return {
+        "suspicion": found.suspicion.tolist(),
+        "p_values": found.p_values.tolist(),
+        "flagged": found.flagged.double().tolist(),
+        "tests": [[t.group.label, -1 if t.group.strategy is None else t.group.strategy, t.suspicion] for t in tests],
+        "members": [g.members.tolist() for groups in found.summary.groups for g in groups],
+    }
+
+
 def summary_values(summary: ClassMaps) -> dict[str, list]:
     """Every field of the summary as nested lists, strategies per class (``strategy_sizes_0``, ...)."""
     values = {
@@ -50,11 +79,14 @@ def summary_values(summary: ClassMaps) -> dict[str, list]:
 def run(rank: int, out_path: str, port: int) -> None:
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
     maps, classes = ddp_maps()
+    positions = torch.arange(len(maps))[rank::2]
     maps, classes = maps[rank::2], classes[rank::2]
     metric = ClassMapSummary(NUM_CLASSES, GRID, settings=SETTINGS)
     for start in range(0, len(maps), 3):
-        metric.update(maps[start : start + 3], classes[start : start + 3])
-    values = summary_values(metric.compute())  # every rank joins the sync
+        metric.update(maps[start : start + 3], classes[start : start + 3], positions[start : start + 3])
+    summary = metric.compute()  # every rank joins the sync
+    found = discover(stamp_model, ddp_images(), ddp_maps()[1], summary, patch_size=2)
+    values = {**summary_values(summary), **discovery_values(found)}
     if rank == 0:
         with open(out_path, "w") as handle:
             json.dump({**values, "world_size": dist.get_world_size(), "rank0_maps": len(maps)}, handle)

@@ -1,4 +1,5 @@
-"""Known answers of the shortcut discovery: planted stamps, one or two strategies, a stamp-reading model."""
+"""Known answers of the shortcut discovery: planted stamps, one or two strategies, stamp- and bar-reading rule
+models (a bar across a patch boundary, a stamp on part of a class), the calibrated test on a clean rule model."""
 
 from __future__ import annotations
 
@@ -15,12 +16,25 @@ import torch
 from torch import Tensor
 
 from gradskip_lightning.metrics import ClassMapSummary, CountingModel, DiscoverySettings, discover, summarise_classes
-from gradskip_lightning.metrics.discovery import suspicion_scores
-from gradskip_lightning.metrics.discovery_maps import consistency, hotspots, normalise_maps
+from gradskip_lightning.metrics.discovery import suspicion_score
+from gradskip_lightning.metrics.discovery_maps import consistency, grown_hotspot, hotspots, normalise_maps
 from gradskip_lightning.metrics.discovery_strategies import find_strategies
-from gradskip_lightning.metrics.discovery_transplant import HotspotTransplant, hotspot_transplant, pixel_constancy
+from gradskip_lightning.metrics.discovery_transplant import (
+    constancy_test,
+    hotspot_transplant,
+    pixel_constancy,
+    sign_test,
+)
 
-from .discovery_ddp_worker import NUM_CLASSES, SETTINGS, ddp_maps, summary_values
+from .discovery_ddp_worker import (
+    NUM_CLASSES,
+    SETTINGS,
+    ddp_images,
+    ddp_maps,
+    discovery_values,
+    stamp_model,
+    summary_values,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 STAMP = 0.9
@@ -164,14 +178,20 @@ def test_the_hotspot_transplant_flips_to_the_stamped_class_and_the_controls_do_n
     assert stamp.random_flip_rate <= 0.1 and stamp.other_class_flip_rate == 0.0
     assert stamp.constancy == 1.0
     assert stamp.excess >= 0.9
+    assert found.reported[1].group.strategy is None and not found.reported[1].grown  # the class's own hotspot
     cues = summary.concentration[1] * stamp.constancy * summary.consistency[1].clamp(min=0)
     assert found.suspicion[1].item() == pytest.approx(stamp.excess * cues.item() ** (1 / 3))
-    assert found.flagged.tolist() == [False, True, False]  # the default alert threshold
+    # 24 recipients flip under the test, at most 2 under a control: the exact sign test, then Bonferroni
+    assert stamp.flip_p_value <= sign_test(22, 0) and stamp.constancy_p_value < 1e-6
+    assert found.p_values[1].item() == pytest.approx(min(1.0, found.tests_run * stamp.p_value))
+    assert found.p_values[1] < 1e-4 and found.flagged.tolist() == [False, True, False]  # the default alpha and floor
     for clean in (found.transplants[0], found.transplants[2]):
-        assert clean.constancy < 0.3 and clean.excess < 0.1
-    assert found.suspicion[[0, 2]].max() < 0.05
-    # the 36 probes unchanged once for every class, then per class 3 pasted copies of its 24 recipients, in chunks of 7
-    assert model.calls == math.ceil(36 / 7) + 3 * math.ceil(3 * 24 / 7) and model.images == 36 + 3 * (3 * 24)
+        assert clean.constancy < 0.1 and clean.excess < 0.1
+    assert found.suspicion[[0, 2]].max() < 0.05 and (found.p_values[[0, 2]] > 0.05).all()
+    # the 36 probes unchanged once for every class, then per test 3 pasted copies of its recipients, in chunks of 7
+    pasted = [3 * t.transplant.recipients for tests in found.tests for t in tests]
+    assert model.calls == math.ceil(36 / 7) + sum(math.ceil(n / 7) for n in pasted)
+    assert model.images == 36 + sum(pasted)
 
 
 def test_known_logits_skip_the_unchanged_forward_with_the_same_result():
@@ -195,10 +215,168 @@ def test_constancy_is_high_for_a_stamp_and_low_for_random_texture():
     corner = torch.zeros(SIDE * PATCH, SIDE * PATCH, dtype=torch.bool)
     corner[:PATCH, :PATCH] = True
     assert pixel_constancy(images, classes, 1, corner) == 1.0
-    assert pixel_constancy(images, classes, 0, corner) < 0.3
-    assert pixel_constancy(images, classes, 1, ~corner) < 0.3
+    assert pixel_constancy(images, classes, 0, corner) < 0.1
+    assert pixel_constancy(images, classes, 1, ~corner) < 0.1
+    wider = torch.zeros_like(corner)
+    wider[: 2 * PATCH, :PATCH] = True  # the stamp is half the region
+    assert pixel_constancy(images, classes, 1, wider) == pytest.approx(0.5, abs=0.05)
     assert math.isnan(pixel_constancy(images[:13], classes[:13], 1, corner))  # one image of class 1
-    assert pixel_constancy(torch.zeros(4, 1, 4, 4), torch.tensor([0, 0, 1, 1]), 0, corner[:4, :4]) == 0.0
+    two = constancy_test(images[:14], classes[:14], 1, corner)
+    assert two[0] == 1.0 and math.isnan(two[1])  # two images: a constancy, no p-value
+    assert pixel_constancy(torch.zeros(6, 1, 4, 4), torch.tensor([0, 0, 0, 1, 1, 1]), 0, corner[:4, :4]) == 0.0
+
+
+def test_constancy_counts_a_stamp_on_part_of_a_group_and_fully_over_the_stamped_members():
+    images, classes, _ = stamp_case()
+    members = (classes == 1).nonzero()[:, 0]
+    noise = torch.rand(5, 1, PATCH, PATCH, generator=torch.Generator().manual_seed(12), dtype=torch.float64)
+    images[members[7:], :, :PATCH, :PATCH] = 0.275 + 0.45 * noise  # 7 of the 12 class-1 images keep the stamp
+    corner = torch.zeros(SIDE * PATCH, SIDE * PATCH, dtype=torch.bool)
+    corner[:PATCH, :PATCH] = True
+    agreeing_pairs = 7 * 6 / (12 * 11)  # the stamped pairs: about the share squared, less chance (0.1 of pairs)
+    assert pixel_constancy(images, classes, 1, corner) == pytest.approx(agreeing_pairs, abs=0.08)
+    assert pixel_constancy(images, classes, 1, corner, members[:7]) == 1.0
+
+
+def test_the_constancy_p_value_is_about_uniform_on_random_texture_and_tiny_for_a_stamp():
+    generator = torch.Generator().manual_seed(11)
+    classes = torch.arange(3).repeat_interleave(10)
+    corner = torch.zeros(16, 16, dtype=torch.bool)
+    corner[:PATCH, :PATCH] = True
+    p_values = []
+    for _ in range(40):
+        images = torch.rand(30, 1, 16, 16, generator=generator, dtype=torch.float64)
+        p_values += [constancy_test(images, classes, c, corner)[1] for c in range(3)]
+    p = torch.tensor(p_values)
+    assert not p.isnan().any()
+    for level in (0.05, 0.2, 0.5):  # at most the level, within sampling error (120 values: sd <= 0.046)
+        assert (p <= level).double().mean() <= level + 0.1
+    assert (p <= 0.5).double().mean() >= 0.3  # not all near 1: it has power to spare
+    images[classes == 2, :, :PATCH, :PATCH] = 0.5
+    assert constancy_test(images, classes, 2, corner) == (1.0, 0.0)
+    assert math.isnan(constancy_test(images, classes, 2, corner, torch.tensor([20, 21]))[1])  # 2 images: no p-value
+
+
+BAR = 0.05
+
+
+class BarModel:
+    """Class 1 iff a dark 1 x 3 px bar at row 0, columns 1-3 (across the boundary of patches (0, 0) and (0, 1))
+    is whole; otherwise class 0 if the image is dark, else class 2."""
+
+    def __call__(self, images: Tensor) -> Tensor:
+        bar = (images[:, 0, 0, 1:4] == BAR).all(dim=1)
+        dark = images[:, 0].mean(dim=(1, 2)) < 0.5
+        scores = torch.stack([~bar & dark, bar, ~bar & ~dark], dim=1)
+        return torch.where(scores, 10.0, -10.0).to(images.dtype)
+
+
+def bar_case() -> tuple[Tensor, Tensor, Tensor]:
+    """The bar on every class-1 image; class 1's maps put the most on patch (0, 0), less on (0, 1)."""
+    images, classes, maps = stamp_case()
+    noise = torch.rand(12, 1, 16, 16, generator=torch.Generator().manual_seed(8), dtype=torch.float64)
+    images[classes == 1] = 0.275 + 0.45 * noise
+    images[classes == 1, :, 0, 1:4] = BAR
+    maps[classes == 1, 0, 0], maps[classes == 1, 0, 1] = 100.0, 60.0
+    return images, classes, maps
+
+
+def test_a_bar_across_a_patch_boundary_flips_with_the_grown_hotspot_and_not_with_half_of_it():
+    images, classes, maps = bar_case()
+    summary = summarise_classes(maps, classes, 3)
+    assert summary.hotspots[1].nonzero().tolist() == [[0, 0]]  # one half of the bar
+    found = discover(BarModel(), images, classes, summary, patch_size=PATCH)
+    alone, grown = found.tests[1][:2]
+    assert not alone.grown and alone.transplant.flip_rate == 0.0 and alone.suspicion == 0.0
+    assert grown.grown and grown.box == (0, 0, 1, 2) and grown.transplant.flip_rate == 1.0
+    assert grown.transplant.constancy == pytest.approx(3 / 8, abs=0.05)  # the bar is 3 of the region's 8 px
+    assert found.reported[1] is grown and found.flagged.tolist() == [False, True, False]
+    assert found.suspicion[1].item() == pytest.approx(
+        suspicion_score(grown.transplant.excess, summary.concentration[1].item(), grown.transplant.constancy)
+    )
+    assert found.suspicion[1] > 0.5 and found.p_values[1] < 1e-4
+    alone_only = summarise_classes(maps, classes, 3, DiscoverySettings(neighbour_relevance=None))
+    missed = discover(BarModel(), images, classes, alone_only, patch_size=PATCH)
+    assert len(missed.tests[1]) == 1 and missed.suspicion[1] == 0.0 and not missed.flagged.any()
+
+
+def test_the_grown_hotspot_takes_neighbours_as_relevant_as_the_setting_asks():
+    mean_map = torch.zeros(4, 4, dtype=torch.float64)
+    mean_map[1, 1], mean_map[1, 2], mean_map[2, 2], mean_map[3, 3] = 0.4, 0.3, 0.1, 0.2
+    hotspot = mean_map == 0.4
+    assert grown_hotspot(hotspot, mean_map, 0.5).nonzero().tolist() == [[1, 1], [1, 2]]
+    assert grown_hotspot(hotspot, mean_map, 0.2).nonzero().tolist() == [[1, 1], [1, 2], [2, 2]]  # (3, 3) not touching
+    assert grown_hotspot(hotspot, mean_map, 0.0).sum() == 9  # every neighbour
+    assert not grown_hotspot(torch.zeros_like(hotspot), mean_map, 0.5).any()
+
+
+def partial_stamp_case() -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """The stamp on 7 of the 12 class-1 images (58 %), whose maps put their mass on it; the other 5 class-1
+    maps on patch (5, 5) (the object); and the stamped images' positions."""
+    images, classes, maps = stamp_case()
+    members = (classes == 1).nonzero()[:, 0]
+    noise = torch.rand(5, 1, PATCH, PATCH, generator=torch.Generator().manual_seed(12), dtype=torch.float64)
+    images[members[7:], :, :PATCH, :PATCH] = 0.275 + 0.45 * noise
+    maps[members[7:], 0, 0] = 0.0
+    maps[members[7:], 5, 5] = 100.0
+    return images, classes, maps, members[:7]
+
+
+def test_a_stamp_on_part_of_a_class_is_found_in_its_strategy_with_its_share():
+    images, classes, maps, stamped = partial_stamp_case()
+    summary = summarise_classes(maps, classes, 3)
+    whole, *strategies = summary.groups[1]
+    assert whole.strategy is None and whole.share == 1.0 and len(strategies) == 2
+    assert torch.equal(strategies[0].members, stamped) and strategies[0].share == pytest.approx(7 / 12)
+    found = discover(StampModel(), images, classes, summary, patch_size=PATCH)
+    by_group = {(t.group.strategy, t.grown): t for t in found.tests[1]}
+    class_test, strategy_test = by_group[(None, False)], by_group[(0, False)]
+    assert class_test.transplant.flip_rate == pytest.approx(7 / 12, abs=0.05)  # donors in turn: 7 of 12 stamped
+    assert strategy_test.transplant.flip_rate == 1.0 and strategy_test.transplant.constancy == 1.0
+    assert strategy_test.suspicion > class_test.suspicion
+    assert found.reported[1] is strategy_test and found.flagged.tolist() == [False, True, False]
+    assert found.suspicion[1].item() == strategy_test.suspicion  # the class's value: the max over its groups
+    assert by_group[(1, False)].transplant.flip_rate == 0.0  # the object's strategy flips nothing
+
+
+def test_the_calibrated_test_raises_no_alarm_on_a_clean_rule_model_and_its_p_values_are_valid():
+    class Brightness:
+        """The class whose brightness is nearest the image's: no stamp, no place matters."""
+
+        def __call__(self, images: Tensor) -> Tensor:
+            centres = torch.tensor([0.225, 0.5, 0.775], dtype=images.dtype)
+            return -40 * (images[:, 0].mean(dim=(1, 2))[:, None] - centres).abs()
+
+    p_values, suspicion, flagged = [], [], 0
+    for seed in range(12):
+        generator = torch.Generator().manual_seed(100 + seed)
+        classes = torch.arange(3).repeat_interleave(10)
+        offsets = torch.tensor([0.0, 0.275, 0.55], dtype=torch.float64)[classes]
+        images = offsets[:, None, None, None] + 0.45 * torch.rand(30, 1, 16, 16, generator=generator).double()
+        maps = torch.rand(30, SIDE, SIDE, generator=generator, dtype=torch.float64)
+        found = discover(Brightness(), images, classes, summarise_classes(maps, classes, 3), patch_size=PATCH)
+        p_values += [t.p_value for tests in found.tests for t in tests if not math.isnan(t.p_value)]
+        suspicion += found.suspicion.tolist()
+        flagged += int(found.flagged.sum())
+    p = torch.tensor(p_values)
+    assert flagged == 0 and max(suspicion) < 0.05 and len(p) >= 60
+    for level in (0.05, 0.25, 0.5):  # valid: at most the level (the max of three p-values is conservative)
+        assert (p <= level).double().mean() <= level
+
+
+def test_the_summary_groups_members_follow_the_positions_given():
+    images, classes, maps = stamp_case()
+    order = torch.randperm(36, generator=torch.Generator().manual_seed(9))
+    shuffled = summarise_classes(maps[order], classes[order], 3, positions=order)
+    direct = summarise_classes(maps, classes, 3)
+    for mine, theirs in zip(shuffled.groups, direct.groups, strict=True):
+        assert [torch.equal(a.members, b.members) for a, b in zip(mine, theirs, strict=True)] == [True] * len(mine)
+    found = discover(StampModel(), images, classes, shuffled, patch_size=PATCH)
+    assert torch.equal(found.suspicion, discover(StampModel(), images, classes, direct, patch_size=PATCH).suspicion)
+    with pytest.raises(ValueError, match="positions must be a"):
+        summarise_classes(maps, classes, 3, positions=torch.arange(5))
+    with pytest.raises(ValueError, match="donors must be distinct positions of class-0 probes"):
+        discover(StampModel(), images, classes, summarise_classes(maps, classes, 3, positions=order), patch_size=PATCH)
 
 
 def test_the_transplant_is_undefined_without_donors_or_recipients():
@@ -217,12 +395,12 @@ def test_the_transplant_is_undefined_without_donors_or_recipients():
 def test_suspicion_is_nan_where_a_term_is_undefined_and_bounded_by_the_excess():
     maps, classes = stamped_maps(torch.Generator().manual_seed(7))
     summary = summarise_classes(maps, classes, 4, DiscoverySettings(consistency=True))  # class 3 has no maps
-    transplants = tuple(HotspotTransplant(c, 5, 0.8, 0.1, 0.2, 1.0) for c in range(4))
-    scores = suspicion_scores(summary, transplants)
-    assert scores[3].isnan() and (scores[:3] <= 0.6 + 1e-12).all() and (scores[:3] >= 0).all()
+    scores = [
+        suspicion_score(0.6, summary.concentration[c].item(), 1.0, summary.consistency[c].item()) for c in range(4)
+    ]
+    assert math.isnan(scores[3]) and all(0 <= s <= 0.6 + 1e-12 for s in scores[:3])
     assert scores[1] == pytest.approx(0.6 * (summary.concentration[1] * summary.consistency[1]).item() ** (1 / 3))
-    with pytest.raises(ValueError, match="one per class"):
-        suspicion_scores(summary, transplants[::-1])
+    assert suspicion_score(0.6, 0.5, 0.5) == pytest.approx(0.3)
 
 
 @pytest.mark.parametrize(
@@ -243,6 +421,9 @@ def test_suspicion_is_nan_where_a_term_is_undefined_and_bounded_by_the_excess():
         (lambda: DiscoverySettings(neighbours=2.0), TypeError, "neighbours must be int"),
         (lambda: DiscoverySettings(seed=True), TypeError, "seed"),
         (lambda: DiscoverySettings(hotspot_share="0.5"), TypeError, "hotspot_share must be float"),
+        (lambda: DiscoverySettings(alpha=0.0), ValueError, "alpha"),
+        (lambda: DiscoverySettings(neighbour_relevance=1.5), ValueError, "neighbour_relevance"),
+        (lambda: DiscoverySettings(neighbour_relevance="0.5"), TypeError, "neighbour_relevance"),
     ],
 )
 def test_bad_summary_input_is_a_clear_error(call, error, match):
@@ -264,6 +445,9 @@ def test_bad_summary_input_is_a_clear_error(call, error, match):
         ({"batch_size": 0}, ValueError, "batch_size"),
         ({"images": torch.zeros(4, 16, 16)}, ValueError, "shape"),
         ({"classes": torch.zeros(3, dtype=torch.long)}, ValueError, "targets"),
+        ({"donors": torch.tensor([0])}, ValueError, "donors"),
+        ({"donors": torch.tensor([2, 2])}, ValueError, "distinct"),
+        ({"donors": torch.tensor([2.0])}, TypeError, "donors"),
     ],
 )
 def test_bad_transplant_input_is_a_clear_error(change, error, match):
@@ -311,8 +495,12 @@ def test_two_process_gloo_sync_equals_one_process_on_the_union(tmp_path):
     synced = json.loads(out.read_text())
     assert synced.pop("world_size") == 2 and synced.pop("rank0_maps") == 8
     maps, classes = ddp_maps()
-    single = summary_values(summarise_classes(maps, classes, NUM_CLASSES, SETTINGS))
+    summary = summarise_classes(maps, classes, NUM_CLASSES, SETTINGS)
+    found = discover(stamp_model, ddp_images(), classes, summary, patch_size=2)
+    single = {**summary_values(summary), **discovery_values(found)}
+    assert single["flagged"] == [0.0, 1.0, 0.0, 0.0] and len(single["tests"]) > NUM_CLASSES  # strategies tested too
     assert synced.keys() == single.keys()
+    assert synced.pop("members") == single.pop("members")  # every group's probes, in probe order
     for key, value in single.items():
         assert torch.allclose(torch.tensor(synced[key]), torch.tensor(value), atol=1e-9, equal_nan=True), key
     assert single["strategy_sizes_0"] == [4, 3]  # two strategies in class 0, found across the two ranks

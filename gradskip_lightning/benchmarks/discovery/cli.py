@@ -26,7 +26,7 @@ from . import report
 from .correction import CORRECTION_MARGIN, CORRECTION_P, corrected, correction_callbacks
 from .scoring import Formula
 from .trace import ClassRecord, DiscoveryTrace, Subject, datamodule_subject, discovery_probes, token_map_fn
-from .variants import DATASETS, VARIANTS, Variant, cast_transplanted, make_datamodule, stamp_of
+from .variants import DATASETS, PLACED, VARIANTS, Variant, cast_transplanted, make_datamodule, stamp_of
 
 #: The library's defaults, which the report's main tables use: the suspicion formula follows
 #: :attr:`DiscoverySettings.consistency`.
@@ -96,11 +96,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def train_and_trace(dataset: str, variant: Variant, seed: int, args: argparse.Namespace) -> list[ClassRecord]:
     """Train one model of ``dataset``, ``variant`` and ``seed``, tracing what each method discovers."""
     datamodule = make_datamodule(dataset, variant, seed, args.data_root)
-    bench, stamp = DATASETS[dataset], stamp_of(dataset, seed)
-    shortcut = {"stamped": stamp.describe(), "clean": "none", "control": f"{stamp.describe()} on every class at 50 %",
+    bench, stamp = DATASETS[dataset], stamp_of(dataset, seed, variant)
+    corrected_at = f", corrected at p {args.correction_p:g}, margin {args.correction_margin}"
+    shortcut = {"clean": "none", "control": f"{stamp.describe()} on every class at 50 %",
                 "cast": f"colour cast {bench.cast}",
-                "corrected": f"{stamp.describe()}, corrected at p {args.correction_p:g}, margin "
-                             f"{args.correction_margin}"}[variant]  # fmt: skip
+                "corrected": f"{stamp.describe()}{corrected_at}"}.get(variant, stamp.describe())  # fmt: skip
     subject = datamodule_subject(datamodule, dataset, seed, variant, shortcut, bench.target)
     if variant == "cast":
         subject = Subject(dataset, seed, variant, bench.target, shortcut, None,
@@ -108,9 +108,7 @@ def train_and_trace(dataset: str, variant: Variant, seed: int, args: argparse.Na
     datamodule.setup("fit")
     images, classes = discovery_probes(datamodule.val_dataset, args.probes_per_class)  # type: ignore[arg-type]
     methods = {name: token_map_fn(name, args.ig_steps) for name in [*args.methods, *available_peers(args.peers)]}
-    trace = DiscoveryTrace(
-        subject, images, classes, methods, args.shares, every_epoch=variant in ("stamped", "corrected")
-    )
+    trace = DiscoveryTrace(subject, images, classes, methods, args.shares, every_epoch=variant in PLACED)
     callbacks: list[Callback] = [trace]
     correction = None
     if variant == "corrected":
@@ -165,8 +163,9 @@ def run(args: argparse.Namespace) -> list[dict[str, Any]]:
     formula: Formula = "full" if DEFAULTS.consistency else "no_consistency"
     share = DEFAULTS.hotspot_share if any(r.share == DEFAULTS.hotspot_share for r in records) else records[0].share
     section = report.markdown(
-        records, share=share, formula=formula, threshold=DEFAULTS.alert_threshold, command=command, facts=facts
-    )
+        records, share=share, formula=formula, threshold=DEFAULTS.alert_threshold, alpha=DEFAULTS.alpha,
+        command=command, facts=facts,
+    )  # fmt: skip
     print(section)
     if args.markdown is not None:
         report.write(args.markdown, section)

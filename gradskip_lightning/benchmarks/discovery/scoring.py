@@ -5,7 +5,9 @@ training seeds (:func:`~gradskip_lightning.benchmarks.faithfulness.bootstrap.hie
 Suspicion formulas (:data:`FORMULAS`): the library's (``full``: excess x the cube root of
 concentration x constancy x max(0, consistency)), the same without consistency (``no_consistency``:
 the square root of concentration x constancy) and the excess alone (``excess``), where excess =
-max(0, flip rate - max(random-place rate, other-class rate)).
+max(0, flip rate - max(random-place rate, other-class rate)), each of the class's reported test. A
+class is flagged when its suspicion reaches the floor and, with ``alpha``, its adjusted p-value is at
+most ``alpha`` (the library's rule).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from typing import Literal
 import torch
 
 from gradskip_lightning.data.tags import SPURIOUS_THRESHOLD
+from gradskip_lightning.metrics.discovery import suspicion_score
 
 from ..faithfulness.bootstrap import hierarchical_bootstrap
 from ..faithfulness.records import Interval
@@ -34,17 +37,10 @@ def excess(record: ClassRecord) -> float:
     return max(0.0, rates[0] - max(rates[1:]))
 
 
-def _cues(record: ClassRecord, consistency: bool) -> float:
-    cues = [record.concentration, record.constancy] + ([max(0.0, record.consistency)] if consistency else [])
-    if any(math.isnan(c) for c in cues):
-        return math.nan
-    return math.prod(cues) ** (1 / len(cues))
-
-
 #: Formula name -> suspicion of one class record.
 FORMULAS: dict[Formula, Callable[[ClassRecord], float]] = {
-    "full": lambda r: excess(r) * _cues(r, consistency=True),
-    "no_consistency": lambda r: excess(r) * _cues(r, consistency=False),
+    "full": lambda r: suspicion_score(excess(r), r.concentration, r.constancy, r.consistency),
+    "no_consistency": lambda r: suspicion_score(excess(r), r.concentration, r.constancy),
     "excess": excess,
 }
 
@@ -87,22 +83,25 @@ def _interval(values: torch.Tensor) -> Interval:
 
 @dataclass(frozen=True)
 class MethodScore:
-    """One method, hotspot share and formula on one dataset: the AUROC of the stamped class of stamped models
-    against every class of the same seed's clean model, the stamp's hotspot IoU and top-patch hit, the
-    detection rate (stamped class flagged) and false-alarm rate (every class of clean and control models) at
-    ``threshold``, and per seed the first epoch the stamped class is flagged and its spurious epoch."""
+    """One method, hotspot share and formula on one dataset and shortcut variant: the AUROC of the shortcut's
+    class of those models against every class of the same seed's clean model, the tested region's IoU with the
+    stamp and the top-patch hit, the detection rate (the shortcut's class flagged) and false-alarm rate (every
+    class of clean and control models) at ``threshold`` and ``alpha``, the highest clean/control suspicion and
+    lowest adjusted p-value, and per seed the first epoch the class is flagged and its spurious epoch."""
 
     dataset: str
     method: str
     share: float
     formula: str
     threshold: float
+    alpha: float | None
     auroc: Interval
     iou: Interval
     hit: Interval
     detection: Interval
     false_alarms: Interval
     max_clean: float
+    min_clean_p: float
     first_fire: tuple[float | None, ...]
     spurious_epoch: tuple[float | None, ...]
 
@@ -123,13 +122,21 @@ def _first(points: list[tuple[float, bool]]) -> float | None:
 
 
 def score(
-    records: Sequence[ClassRecord], dataset: str, method: str, share: float, formula: Formula, threshold: float
+    records: Sequence[ClassRecord],
+    dataset: str,
+    method: str,
+    share: float,
+    formula: Formula,
+    threshold: float,
+    alpha: float | None = None,
+    variant: str = "stamped",
 ) -> MethodScore:
-    """The :class:`MethodScore` of one dataset, method, share and formula from every trace record."""
+    """The :class:`MethodScore` of one dataset, method, share and formula (and shortcut ``variant``) from every
+    trace record; ``alpha`` None leaves the p-value out of the flag."""
     suspicion = FORMULAS[formula]
     mine = [r for r in records if r.dataset == dataset and r.method == method and r.share == share]
     last = final(mine)
-    stamped = [r for r in last if r.variant == "stamped" and r.label == r.target]
+    stamped = [r for r in last if r.variant == variant and r.label == r.target]
     seeds = {x.seed for x in last}
     clean = {s: [suspicion(r) for r in last if r.variant == "clean" and r.seed == s] for s in seeds}
     wins = [(r.seed, pair_wins(suspicion(r), clean.get(r.seed, []))) for r in stamped]
@@ -137,11 +144,12 @@ def score(
 
     def flagged(r: ClassRecord) -> float:
         value = suspicion(r)
-        return float(not math.isnan(value) and value >= threshold)
+        calibrated = alpha is None or r.p_value <= alpha  # False when NaN
+        return float(not math.isnan(value) and value >= threshold and calibrated)
 
     fire, spurious = [], []
     for seed in sorted({r.seed for r in stamped}):
-        trace = [r for r in mine if r.variant == "stamped" and r.seed == seed and r.label == r.target]
+        trace = [r for r in mine if r.variant == variant and r.seed == seed and r.label == r.target]
         fire.append(_first([(r.epoch, bool(flagged(r))) for r in trace]))
         spurious.append(_first([(r.epoch, r.spurious_score >= SPURIOUS_THRESHOLD) for r in trace]))
     scores = [suspicion(r) for r in negatives]
@@ -151,12 +159,14 @@ def score(
         share=share,
         formula=formula,
         threshold=threshold,
+        alpha=alpha,
         auroc=_interval(seed_rows(wins)),
         iou=_interval(by_seed(stamped, lambda r: r.iou)),
         hit=_interval(by_seed(stamped, lambda r: r.hit)),
         detection=_interval(by_seed(stamped, flagged)),
         false_alarms=_interval(by_seed(negatives, flagged)),
         max_clean=max((s for s in scores if not math.isnan(s)), default=math.nan),
+        min_clean_p=min((r.p_value for r in negatives if not math.isnan(r.p_value)), default=math.nan),
         first_fire=tuple(fire),
         spurious_epoch=tuple(spurious),
     )

@@ -22,6 +22,7 @@ from gradskip_lightning.methods import PASS_METHODS
 from gradskip_lightning.metrics import DiscoverySettings, discover, summarise_classes
 
 from ..faithfulness.peers import PEERS, peer_method
+from .variants import PLACED
 
 #: Maps of a method: (model, images (B, C, H, W), targets (B,)) -> token maps (B, h, w).
 TokenMapFn = Callable[[nn.Module, Tensor, Tensor], Tensor]
@@ -55,11 +56,15 @@ class ClassRecord:
     """One class of one model under one method and hotspot share at one trace point.
 
     ``target`` is the shortcut's class (-1 for clean models), ``stamp`` the stamp's pixel box (top,
-    left, bottom, right; exclusive) of stamped and control models. ``box`` is the hotspot's box in
-    pixels; ``iou`` its IoU with the stamp and ``hit`` whether the mean map's top patch touches it
-    (NaN without a stamp on this class). Rates and cues: :class:`~gradskip_lightning.metrics.HotspotTransplant`
-    and :class:`~gradskip_lightning.metrics.ClassMaps`. ``clean_accuracy`` is the model's accuracy on the
-    test split without any stamp (NaN: not measured); ``corrected`` what a corrected model's
+    left, bottom, right; exclusive) of stamped and control models. The values are those of the class's
+    reported test (:class:`~gradskip_lightning.metrics.discovery.ShortcutTest`: its hotspot, grown hotspot
+    or a strategy's): ``box`` is its region's box in pixels; ``iou`` the region's IoU with the stamp and
+    ``hit`` whether the class-mean map's top patch touches it (NaN without a stamp on this class);
+    ``suspicion``, ``p_value`` (adjusted) and ``flagged`` the library's; ``tested_share`` the share of
+    the class's probes in the test's group and ``grown`` whether the region is the grown hotspot.
+    Rates and cues: :class:`~gradskip_lightning.metrics.HotspotTransplant` and
+    :class:`~gradskip_lightning.metrics.discovery.MapGroup`. ``clean_accuracy`` is the model's accuracy
+    on the test split without any stamp (NaN: not measured); ``corrected`` what a corrected model's
     :class:`~gradskip_lightning.ShortcutCorrection` corrected ("" for the other variants, "none" if nothing).
     """
 
@@ -85,6 +90,11 @@ class ClassRecord:
     iou: float
     hit: float
     spurious_score: float
+    suspicion: float = math.nan
+    p_value: float = math.nan
+    flagged: bool = False
+    tested_share: float = math.nan
+    grown: bool = False
     clean_accuracy: float = math.nan
     corrected: str = ""
 
@@ -192,10 +202,11 @@ class DiscoveryTrace(Callback):
                     found = discover(model, self.images, self.classes, summary, patch_size=patch, batch_size=BATCH)
                     flat = summary.mean_maps.flatten(1)
                     tops = F.one_hot(flat.argmax(dim=1), flat.shape[1]).bool().reshape(summary.hotspots.shape)
-                    for label, transplant in enumerate(found.transplants):
+                    for label, test in enumerate(found.reported):
+                        transplant = test.transplant
                         stamp = self.subject.stamp if label == self.subject.target else None
-                        iou, hit = _overlap(summary.hotspots[label].cpu(), tops[label].cpu(), stamp, patch[0])
-                        box = tuple(int(v) * patch[0] for v in summary.boxes[label].tolist())
+                        iou, hit = _overlap(test.region.cpu(), tops[label].cpu(), stamp, patch[0])
+                        box = tuple(int(v) * patch[0] for v in test.box)
                         self.records.append(
                             ClassRecord(
                                 dataset=self.subject.dataset,
@@ -212,8 +223,8 @@ class DiscoveryTrace(Callback):
                                 random_flip_rate=transplant.random_flip_rate,
                                 other_class_flip_rate=transplant.other_class_flip_rate,
                                 constancy=transplant.constancy,
-                                concentration=float(summary.concentration[label]),
-                                consistency=float(summary.consistency[label]),
+                                concentration=test.group.concentration,
+                                consistency=test.group.consistency,
                                 strategies=len(summary.strategies[label].sizes),
                                 box=(box[0], box[1], box[2], box[3]),
                                 stamp=stamp,
@@ -221,6 +232,11 @@ class DiscoveryTrace(Callback):
                                 hit=hit,
                                 spurious_score=score,
                                 clean_accuracy=clean,
+                                suspicion=float(found.suspicion[label]),
+                                p_value=float(found.p_values[label]),
+                                flagged=bool(found.flagged[label]),
+                                tested_share=test.group.share,
+                                grown=test.grown,
                             )
                         )
         finally:
@@ -234,10 +250,10 @@ def datamodule_subject(
     for the stamped and corrected ones; the test split without any stamp)."""
     datamodule.setup("test")
     tag = datamodule.tag
-    stamped = variant in ("stamped", "corrected", "control") and tag is not None
+    stamped = variant in (*PLACED, "control") and tag is not None
     return Subject(
         dataset, seed, variant, target if variant != "clean" else -1, shortcut,
         tag.box if stamped and tag is not None else None,
-        datamodule.transplanted_test_dataset if variant in ("stamped", "corrected") else None,
+        datamodule.transplanted_test_dataset if variant in PLACED else None,
         datamodule.clean_test_dataset,
     )  # fmt: skip

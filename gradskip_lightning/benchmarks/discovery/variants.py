@@ -1,10 +1,11 @@
-"""The models of the discovery benchmark: stamps at positions no config uses, the clean model, the
-negative control, and a colour cast on one class; each as a datamodule of the dataset's config."""
+"""The models of the discovery benchmark: stamps at positions no config uses, a stamp on part of a class, a
+dark bar across a patch boundary, the clean model, the negative control, and a colour cast on one class;
+each as a datamodule of the dataset's config."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Literal
 
@@ -18,25 +19,34 @@ from gradskip_lightning.data.tags import SpuriousTag, TagMode
 from ..faithfulness.data import needs_data_root
 
 #: stamped: the stamp on (a share of) one class; clean: no stamp; control: the stamp on every class alike;
-#: cast: a colour cast on one class, no stamp; corrected: the stamped data trained with the discovery stage
-#: and a :class:`~gradskip_lightning.ShortcutCorrection` following it (the stamped model, unlearning its stamp).
-Variant = Literal["stamped", "clean", "control", "cast", "corrected"]
-VARIANTS: tuple[Variant, ...] = ("stamped", "clean", "control", "cast", "corrected")
+#: cast: a colour cast on one class, no stamp; partial: the stamp on :data:`PARTIAL_P` of one class's images;
+#: bar: a dark bar across a patch boundary on one class; corrected: the stamped data trained with the discovery
+#: stage and a :class:`~gradskip_lightning.ShortcutCorrection` following it (the stamped model, unlearning its stamp).
+Variant = Literal["stamped", "clean", "control", "cast", "partial", "bar", "corrected"]
+VARIANTS: tuple[Variant, ...] = ("stamped", "clean", "control", "cast", "partial", "bar", "corrected")
+#: The variants whose class carries a shortcut with a place (the transplant's targets).
+PLACED: tuple[Variant, ...] = ("stamped", "partial", "bar", "corrected")
 #: Share of every class's images stamped in the negative control.
 CONTROL_P = 0.5
+#: Share of the class's images stamped in the ``partial`` variant.
+PARTIAL_P = 0.6
 
 
 @dataclass(frozen=True)
 class Stamp:
-    """A checkerboard stamp of ``size`` px at ``position`` (row, column) on ``strength`` of one class's images."""
+    """A checkerboard stamp of ``size`` px at ``position`` (row, column) on ``strength`` of one class's images;
+    with ``bar`` (height, width) a black bar of that many px instead."""
 
     size: int
     position: tuple[int, int]
     strength: float = 1.0
+    bar: tuple[int, int] | None = None
 
     @property
     def pattern(self) -> tuple[tuple[float, ...], ...]:
-        """(size, size) black-and-white checkerboard."""
+        """(size, size) black-and-white checkerboard, or the (height, width) black bar."""
+        if self.bar is not None:
+            return ((0.0,) * self.bar[1],) * self.bar[0]
         return tuple(tuple(float((row + col) % 2) for col in range(self.size)) for row in range(self.size))
 
     def tag(self, target: int, p_in: float, p_out: float) -> SpuriousTag:
@@ -44,18 +54,21 @@ class Stamp:
         return SpuriousTag(target_class=target, p_in=p_in, p_out=p_out, pattern=self.pattern, position=self.position)
 
     def describe(self) -> str:
-        return f"{self.size} px at {self.position}, {self.strength:.0%}"
+        shape = f"{self.size} px" if self.bar is None else f"{self.bar[0]} x {self.bar[1]} px dark bar"
+        return f"{shape} at {self.position}, {self.strength:.0%}"
 
 
 @dataclass(frozen=True)
 class BenchData:
     """A dataset of the benchmark: its config, the shortcut's class, the stamps (seed i uses stamp
-    ``i % len(stamps)``) and the colour cast (added to the RGB pixel values, in [0, 1] units)."""
+    ``i % len(stamps)``), the colour cast (added to the RGB pixel values, in [0, 1] units) and the bar
+    (across a boundary of the config's 4 px patches)."""
 
     config: str
     target: int
     stamps: tuple[Stamp, ...]
     cast: tuple[float, float, float]
+    bar: Stamp
 
 
 #: Planted shapes (32 px, objects kept clear of the stamp, which must end by 23 px) and BloodMNIST (28 px).
@@ -66,20 +79,26 @@ DATASETS: dict[str, BenchData] = {
         target=2,
         stamps=(Stamp(4, (14, 14)), Stamp(6, (0, 13)), Stamp(4, (13, 0), strength=0.8)),
         cast=(0.12, 0.0, -0.12),
+        bar=Stamp(0, (17, 13), bar=(2, 6)),  # columns 13-18: patches 3 and 4
     ),
     "bloodmnist": BenchData(
         "bloodmnist",
         target=5,
         stamps=(Stamp(4, (24, 24)), Stamp(6, (0, 22)), Stamp(4, (12, 12), strength=0.8)),
         cast=(0.12, 0.0, -0.12),
+        bar=Stamp(0, (25, 9), bar=(2, 6)),  # columns 9-14: patches 2 and 3
     ),
 }
 
 
-def stamp_of(dataset: str, seed: int) -> Stamp:
-    """The stamp of ``dataset``'s models under training ``seed``."""
-    stamps = DATASETS[dataset].stamps
-    return stamps[seed % len(stamps)]
+def stamp_of(dataset: str, seed: int, variant: Variant = "stamped") -> Stamp:
+    """The stamp of ``dataset``'s models of ``variant`` under training ``seed``: the seed's (at :data:`PARTIAL_P`
+    for ``partial``), or the dataset's bar."""
+    bench = DATASETS[dataset]
+    if variant == "bar":
+        return bench.bar
+    stamp = bench.stamps[seed % len(bench.stamps)]
+    return replace(stamp, strength=PARTIAL_P) if variant == "partial" else stamp
 
 
 class CastDataset(LabelledDataset):
@@ -130,9 +149,11 @@ def make_datamodule(dataset: str, variant: Variant, seed: int, data_root: Path |
     seed's stamp as its tag (none stamped for clean and cast), so the images are otherwise the same."""
     bench = DATASETS[dataset]
     _, data, _ = config_settings(bench.config)
-    stamp = stamp_of(dataset, seed)
+    stamp = stamp_of(dataset, seed, variant)
     shares: dict[Variant, tuple[float, float]] = {
         "stamped": (stamp.strength, 0.0),
+        "partial": (stamp.strength, 0.0),
+        "bar": (stamp.strength, 0.0),
         "corrected": (stamp.strength, 0.0),
         "clean": (0.0, 0.0),
         "control": (CONTROL_P, CONTROL_P),

@@ -55,13 +55,13 @@ class Correction:
 
 
 def artifact_for(discovered: Discovered, label: int, margin: int) -> Artifact:
-    """The artifact of class ``label`` flagged by a discovery run: its hotspot grown by ``margin`` patches, with the
-    pixels of the class's discovery probes (the donors). A shortcut with no place gets its artifact here once
-    discovery reports one."""
-    probes = discovered.probes
-    donors = probes.images[probes.labels.cpu() == label]
-    hotspot = discovered.found.summary.hotspots[label]
-    return PatchPaste.from_hotspot(label, hotspot, discovered.patch_size, donors, margin)
+    """The artifact of class ``label`` flagged by a discovery run: the region of its reported test (the class's
+    hotspot, grown hotspot or a strategy's hotspot) grown by ``margin`` patches, with the pixels of that test's
+    discovery probes (the donors: the class's, or the strategy's members). A shortcut with no place gets its
+    artifact here once discovery reports one."""
+    test = discovered.found.reported[label]
+    donors = discovered.probes.images[test.group.members]
+    return PatchPaste.from_hotspot(label, test.region, discovered.patch_size, donors, margin)
 
 
 class ShortcutCorrection(Callback):
@@ -310,11 +310,12 @@ class ShortcutCorrection(Callback):
             self._streaks[label] = self._streaks.get(label, 0) + 1 if flag else 0
             if self._streaks[label] >= self.flagged_epochs and not self._corrected(label, PatchPaste.kind):
                 suspicion = float(discovered.found.suspicion[label])
-                donors = int((discovered.probes.labels == label).sum())
+                group = discovered.found.reported[label].group
+                whose = "class's" if group.strategy is None else f"strategy {group.strategy}'s"
                 origin = (
                     f"flagged by the discovery stage of {source.log_prefix!r} at epoch {discovered.epoch}, suspicion "
-                    f"{suspicion:.2f}; its hotspot grown by {self.margin} patches, the pixels from the class's "
-                    f"{donors} discovery probes"
+                    f"{suspicion:.2f}; its tested region grown by {self.margin} patches, the pixels from the {whose} "
+                    f"{len(group.members)} discovery probes"
                 )
                 self._start(Correction(artifact_for(discovered, label, self.margin), epoch, origin))
 

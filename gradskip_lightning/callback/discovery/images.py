@@ -56,14 +56,14 @@ def discovery_images(
     settings: RenderSettings,
     prefix: str,
 ) -> dict[str, np.ndarray]:
-    """``discovery/<prefix>class_means``: a grid of every class's mean map over its mean image (hotspot outlined,
-    captioned with the suspicion); ``discovery/<prefix>strategy_maps/class_<k>`` for each flagged class: its strategies'
-    mean maps (captioned with their sizes)."""
+    """``discovery/<prefix>class_means``: a grid of every class's mean map over its mean image (the reported test's
+    region outlined, captioned with the suspicion); ``discovery/<prefix>strategy_maps/class_<k>`` for each flagged
+    class: its strategies' mean maps (captioned with their sizes)."""
     summary = found.summary
     count = len(summary.counts)
     means = _class_images(probes, display, count)
     tiles = [
-        _tile(means[c], summary.mean_maps[c].numpy(), summary.boxes[c].tolist(), settings,
+        _tile(means[c], summary.mean_maps[c].numpy(), list(found.reported[c].box), settings,
               f"{class_names[c][:16]} {found.suspicion[c].item():.2f}")
         for c in range(count)
     ]  # fmt: skip
@@ -82,19 +82,27 @@ def discovery_images(
 def alert_text(
     found: Discovery, label: int, class_names: Sequence[str], patch_size: tuple[int, int], epoch: int
 ) -> tuple[str, str]:
-    """(title, text) of the alert for flagged class ``label``: the class, its hotspot's box in pixels, flip rates."""
-    summary, transplant = found.summary, found.transplants[label]
-    top, left, bottom, right = summary.boxes[label].tolist()
+    """(title, text) of the alert for flagged class ``label``: the class (and strategy), the tested region's box in
+    pixels, the suspicion and p-value, the flip rates."""
+    summary, test = found.summary, found.reported[label]
+    transplant, group, settings = test.transplant, test.group, found.summary.settings
+    top, left, bottom, right = test.box
     ph, pw = patch_size
     height, width = summary.mean_maps.shape[1] * ph, summary.mean_maps.shape[2] * pw
+    who = f"class {label} ({class_names[label]})"
+    if group.strategy is not None:
+        who += f", strategy {group.strategy} ({group.share:.0%} of its probes)"
     title = f"GradSkip discovery: class {class_names[label]!r} may use a shortcut"
     text = (
-        f"Epoch {epoch}: class {label} ({class_names[label]}) has suspicion {found.suspicion[label].item():.2f} "
-        f"(threshold {summary.settings.alert_threshold:g}). Its hotspot is rows {top * ph}-{bottom * ph}, columns "
-        f"{left * pw}-{right * pw} px (of {height} x {width}); pasting it from this class's images onto other "
+        f"Epoch {epoch}: {who} may use a shortcut at rows {top * ph}-{bottom * ph}, columns {left * pw}-{right * pw} "
+        f"px (of {height} x {width}; {'the hotspot grown by its relevant neighbours' if test.grown else 'its hotspot'})"
+        f": suspicion {found.suspicion[label].item():.2f} (floor {settings.alert_threshold:g}), p = "
+        f"{found.p_values[label].item():.2g} (alpha {settings.alpha:g}, adjusted for {found.tests_run} tests). "
+        f"Pasting it from {'the strategy' if group.strategy is not None else 'the class'}'s images onto other "
         f"classes' images flips {transplant.flip_rate:.0%} of them to the class (random place "
-        f"{transplant.random_flip_rate:.0%}, same place from other classes {transplant.other_class_flip_rate:.0%}); "
-        f"its pixels' constancy is {transplant.constancy:.2f} (1: the same in every image, like a stamp)."
+        f"{transplant.random_flip_rate:.0%}, "
+        f"same place from other classes {transplant.other_class_flip_rate:.0%}); its pixels' constancy is "
+        f"{transplant.constancy:.2f} (1: the same in every image, like a stamp)."
     )
     return title, text
 

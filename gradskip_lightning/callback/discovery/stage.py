@@ -3,10 +3,11 @@
 Every ``every_n_epochs``-th explained epoch, the discovery probes (``probes_per_class`` per class,
 drawn like the probes and kept in checkpoints) are explained for their own class with the
 callback's method; the maps are summarised per class (:class:`~gradskip_lightning.metrics.ClassMapSummary`),
-each class's hotspot is transplanted onto the other classes' probes and every class gets a suspicion
-score. The scalars go in the ``discovery`` section (:func:`discovery_scalars`, monitorable like the
-others), the class-mean map grid and a flagged class's strategies are images
-(:mod:`.discovery_report`), and a newly flagged class raises an alert.
+each class's hotspot (and grown hotspot, and each SpRAy strategy's) is transplanted onto the other
+classes' probes and every class gets a suspicion score and a p-value. The scalars go in the
+``discovery`` section (:func:`discovery_scalars`, monitorable like the others; in fit also each
+class's peak suspicion so far, kept in checkpoints), the class-mean map grid and a flagged class's
+strategies are images (:mod:`.images`), and a newly flagged class raises an alert.
 
 DDP: each rank explains its shard (:func:`~.distributed.shard_positions`, padded so every rank runs
 as many forwards), the summary syncs in ``compute()`` (sums and every map, so strategies see the
@@ -45,7 +46,8 @@ class DiscoveryStage(DiscoverySettings):
 
     Attributes:
         enabled: run the discovery stage.
-        probes_per_class: discovery probes drawn per class (stratified, ``probe_seed``), explained for their class.
+        probes_per_class: discovery probes drawn per class (stratified, ``probe_seed``), explained for their class;
+            at least 3 for a class's p-value (with fewer a class is scored but never flagged).
         every_n_epochs: run at every n-th explained epoch (epochs n-1, 2n-1, ...; always under ``validate()``).
         batch_size: images per forward of the transplant test.
         method: the method whose maps the stage summarises (None: the callback's ``method``); another
@@ -75,42 +77,62 @@ class DiscoveryStage(DiscoverySettings):
 
 
 #: Per-class scalar name -> what it is (for docs/logged-keys.md); logged as ``discovery/<prefix><name>/class_<k>``.
+#: The class's values are those of its reported test: of its hotspot, grown hotspot and SpRAy strategies'
+#: hotspots, the most suspicious test that fires, else the most suspicious.
 CLASS_VALUES: dict[str, str] = {
-    "suspicion": "suspicion score in [0, 1] (flip excess x cube root of concentration x constancy x consistency)",
-    "flip_rate": "share of other classes' probes predicted as the class with its hotspot pasted in",
-    "random_flip_rate": "control: a region of the hotspot's shape at a random place of the class's probes",
-    "other_class_flip_rate": "control: the hotspot's place taken from other classes' probes",
-    "constancy": "how alike the hotspot's pixels are across the class's probes (1: a stamp)",
-    "consistency": "mean pairwise Spearman correlation of the class's maps",
-    "concentration": "1 - hotspot patches / (share x all patches)",
+    "suspicion": "suspicion score in [0, 1] of the class's reported test (of its hotspot, grown hotspot and "
+    "strategies' hotspots, the most suspicious that fires, else the most suspicious): flip excess x square root of "
+    "concentration x constancy",
+    "p_value": "the reported test's p-value (the larger of the flips' sign test and the pixels' agreement test), "
+    "Bonferroni-adjusted over every test of the epoch; flagged when at most `alpha` with the suspicion at least "
+    "`alert_threshold`",
+    "peak_suspicion": "in fit: the class's highest suspicion so far in this fit (kept in checkpoints)",
+    "tested_share": "share of the class's discovery probes in the reported test's group (1: the whole class; less: "
+    "a SpRAy strategy)",
+    "flip_rate": "share of other classes' probes predicted as the class with the tested region pasted in",
+    "random_flip_rate": "control: a region of the tested region's shape at a random place of the same probes",
+    "other_class_flip_rate": "control: the tested region's place taken from other classes' probes",
+    "constancy": "how much more the tested region's pixels agree across the group's probes than within other "
+    "classes (1: a stamp on every probe, s^2 on a share s)",
+    "consistency": "mean pairwise Spearman correlation of the group's maps",
+    "concentration": "1 - the group's hotspot patches / (share x all patches)",
     "strategies": "SpRAy strategies (eigengap) among the class's maps",
-    "hotspot/top": "hotspot box in pixels: top row (also left, bottom, right; bottom and right exclusive)",
+    "hotspot/top": "the tested region's box in pixels: top row (also left, bottom, right; bottom and right exclusive)",
 }
 BOX_SIDES = ("top", "left", "bottom", "right")
 
 
-def discovery_scalars(found: Discovery, patch_size: tuple[int, int], prefix: str) -> dict[str, float]:
-    """The ``discovery`` scalars of one epoch: per class k the :data:`CLASS_VALUES` and the hotspot box in pixels,
-    plus ``max_suspicion`` and ``flagged`` (how many classes are at or above the threshold)."""
-    summary, scalars = found.summary, {}
-    for label, transplant in enumerate(found.transplants):
-        per_class = {
+def discovery_scalars(
+    found: Discovery, patch_size: tuple[int, int], prefix: str, peak: Tensor | None = None
+) -> dict[str, float]:
+    """The ``discovery`` scalars of one epoch: per class k the :data:`CLASS_VALUES` (``peak_suspicion`` with
+    ``peak`` (K,), in fit) and the hotspot box in pixels, plus ``max_suspicion``, ``peak_suspicion`` (with
+    ``peak``) and ``flagged`` (how many classes a test fires for)."""
+    summary, scalars = found.summary, dict[str, float]()
+    for label, test in enumerate(found.reported):
+        transplant = test.transplant
+        per_class: dict[str, float] = {
             "suspicion": float(found.suspicion[label]),
+            "p_value": float(found.p_values[label]),
+            "tested_share": test.group.share,
             "flip_rate": transplant.flip_rate,
             "random_flip_rate": transplant.random_flip_rate,
             "other_class_flip_rate": transplant.other_class_flip_rate,
             "constancy": transplant.constancy,
-            "consistency": float(summary.consistency[label]),
-            "concentration": float(summary.concentration[label]),
+            "consistency": test.group.consistency,
+            "concentration": test.group.concentration,
             "strategies": float(len(summary.strategies[label].sizes)),
         }
-        box = summary.boxes[label].tolist()
-        for side, value in zip(BOX_SIDES, box, strict=True):
-            per_class[f"hotspot/{side}"] = float(value * patch_size[side in ("left", "right")])
+        if peak is not None:
+            per_class["peak_suspicion"] = float(peak[label])
+        for side, patches in zip(BOX_SIDES, test.box, strict=True):
+            per_class[f"hotspot/{side}"] = float(patches * patch_size[side in ("left", "right")])
         for name, value in per_class.items():
             scalars[key("discovery", prefix, f"{name}/class_{label}")] = value
-    finite = found.suspicion[~found.suspicion.isnan()]
-    scalars[key("discovery", prefix, "max_suspicion")] = float(finite.max()) if len(finite) else math.nan
+    for name, values in (("max_suspicion", found.suspicion), ("peak_suspicion", peak)):
+        if values is not None:
+            finite = values[~values.isnan()]
+            scalars[key("discovery", prefix, name)] = float(finite.max()) if len(finite) else math.nan
     scalars[key("discovery", prefix, "flagged")] = float(found.flagged.sum())
     return scalars
 
@@ -160,7 +182,8 @@ def _world() -> int:
 
 
 class Discoverer:
-    """The discovery stage's state over a callback's life: its probes, the schedule and the classes alerted.
+    """The discovery stage's state over a callback's life: its probes, the classes alerted and each class's peak
+    suspicion in this fit.
 
     Args:
         settings: the ``discovery`` group.
@@ -172,6 +195,7 @@ class Discoverer:
         self.settings = settings
         self.source = ProbeSource(None, settings.probes_per_class, seed, keys, "discovery.probes_per_class")
         self.alerted: set[int] = set()
+        self.peak: list[float] = []  # per class, NaN until a finite suspicion
 
     @property
     def probes(self) -> ProbeSet | None:
@@ -197,9 +221,10 @@ class Discoverer:
         )
 
     def reset(self) -> None:
-        """A new fit: draw again, alert again."""
+        """A new fit: draw again, alert again, peaks afresh."""
         self.source.reset()
         self.alerted = set()
+        self.peak = []
 
     def run(
         self, module: nn.Module, explainer: ModelExplainer, *, batch_size: int, activation: Activation
@@ -243,7 +268,7 @@ class Discoverer:
             )
             metric = metric.to(device)
             if usable.any():  # a class whose every map is degenerate is a class without maps (NaN suspicion)
-                metric.update(maps[usable].double(), probes.labels[own].to(device)[usable])
+                metric.update(maps[usable].double(), probes.labels[own].to(device)[usable], own[usable.cpu()])
             summary = metric.compute()  # syncs across processes
             found = discover(
                 explainer.model,
@@ -262,14 +287,27 @@ class Discoverer:
         self.alerted.update(new)
         return new
 
+    def record_peak(self, found: Discovery) -> Tensor:
+        """(K,) float64 each class's highest suspicion in this fit, ``found`` included (NaN: never finite)."""
+        current = found.suspicion.detach().cpu()
+        if len(self.peak) == len(current):
+            current = torch.fmax(current, torch.tensor(self.peak, dtype=current.dtype))
+        self.peak = current.tolist()
+        return current
+
     def state_dict(self) -> dict[str, object]:
         probes = self.source.probes
-        return {"ids": None if probes is None else probes.ids.clone(), "alerted": sorted(self.alerted)}
+        return {
+            "ids": None if probes is None else probes.ids.clone(),
+            "alerted": sorted(self.alerted),
+            "peak": list(self.peak),
+        }
 
     def load_state_dict(self, state: dict[str, object] | None) -> None:
         if not state:
             return
         ids = state.get("ids")
         self.source.restore(ids if isinstance(ids, Tensor) else None)
-        alerted = state.get("alerted")
+        alerted, peak = state.get("alerted"), state.get("peak")
         self.alerted = set(alerted) if isinstance(alerted, list) else set()
+        self.peak = [float(v) for v in peak] if isinstance(peak, list) else []

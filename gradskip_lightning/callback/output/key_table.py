@@ -60,9 +60,11 @@ def _other_rows(prefix: str) -> list[tuple[str, str]]:
             for name, doc in CLASS_VALUES.items()
         ),
         (
-            f"`{key('discovery', prefix, 'max_suspicion')}`, `{key('discovery', prefix, 'flagged')}`, "
-            f"`{key('discovery', prefix, 'time_s')}`",
-            "with `discovery`: the highest suspicion, how many classes are at or above `alert_threshold`, its seconds",
+            f"`{key('discovery', prefix, 'max_suspicion')}`, `{key('discovery', prefix, 'peak_suspicion')}`, "
+            f"`{key('discovery', prefix, 'flagged')}`, `{key('discovery', prefix, 'time_s')}`",
+            "with `discovery`: the highest suspicion; in fit, the highest so far in this fit; how many classes are "
+            "flagged (a test with adjusted p-value at most `alpha` and suspicion at least `alert_threshold`); its "
+            "seconds",
         ),
         (
             f"`{key('discovery', prefix, 'skipped')}`, `{key('discovery', prefix, 'degenerate_maps')}`",

@@ -68,7 +68,9 @@ def test_a_discovery_failure_alone_makes_its_values_nan_for_that_epoch_and_the_n
     suspicion = f"{D}suspicion/class_0"
     assert math.isfinite(first[suspicion]) and first[f"{D}skipped"] == 0.0
     assert failed[f"{D}skipped"] == 1.0 and math.isnan(failed[suspicion]) and math.isnan(failed[f"{D}max_suspicion"])
-    assert all(math.isnan(v) for k, v in failed.items() if k != f"{D}skipped"), failed
+    peak = f"{D}peak_suspicion"
+    assert all(math.isnan(v) for k, v in failed.items() if k != f"{D}skipped" and not k.startswith(peak)), failed
+    assert failed[peak] == first[peak] and failed[f"{peak}/class_0"] == first[f"{peak}/class_0"]  # the fit's, kept
     assert math.isfinite(fresh[suspicion]) and fresh[f"{D}skipped"] == 0.0
     assert math.isfinite(trainer.callback_metrics["faithfulness/gradskip/insertion"])  # the rest of epoch 1 ran
     with open(f"{logger.log_dir}/metrics.csv") as handle:

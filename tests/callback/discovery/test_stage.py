@@ -1,5 +1,6 @@
 """The callback's discovery stage: a stamp nobody named is flagged on its class and place, a clean model raises
-no alarm, the keys and images reach a real offline W&B run, the probes survive a checkpoint."""
+no alarm, the keys and images reach a real offline W&B run, the probes and the peak suspicion survive a
+checkpoint and a resume."""
 
 from __future__ import annotations
 
@@ -9,7 +10,8 @@ import numpy as np
 import pytest
 import torch
 import wandb
-from lightning.pytorch import seed_everything
+from lightning.pytorch import Callback, seed_everything
+from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.loggers import CSVLogger, WandbLogger
 from PIL import Image
 
@@ -73,7 +75,8 @@ def test_a_stamp_nobody_named_is_flagged_on_its_class_with_its_hotspot_on_the_st
     assert box[0] <= STAMP_BOX[0] and box[1] <= STAMP_BOX[1] and box[2] >= STAMP_BOX[2] and box[3] >= STAMP_BOX[3]
     assert (box[2] - box[0]) * (box[3] - box[1]) <= 32 * 32 / 2  # on the stamp, not everywhere
     assert metrics[f"{D}flip_rate/class_{STAMP_CLASS}"] > 0.8 > metrics[f"{D}random_flip_rate/class_{STAMP_CLASS}"]
-    assert metrics[f"{D}flagged"] == 1.0
+    assert metrics[f"{D}flagged"] == 1.0 and metrics[f"{D}p_value/class_{STAMP_CLASS}"] <= DiscoveryStage().alpha
+    assert metrics[f"{D}peak_suspicion/class_{STAMP_CLASS}"] >= suspicion[STAMP_CLASS]
     (alert,) = [w for w in warnings if "may use a shortcut" in w]  # once per fit, not every epoch
     assert f"rows {int(box[0])}-{int(box[2])}, columns {int(box[1])}-{int(box[3])} px" in alert and "flips" in alert
 
@@ -106,11 +109,13 @@ def test_the_discovery_probes_are_kept_in_the_checkpoint_and_restored(stamped):
     state = callback.state_dict()
     ids = state["discovery"]["ids"]
     assert isinstance(ids, torch.Tensor) and len(ids) == 32 and state["discovery"]["alerted"] == [STAMP_CLASS]
+    assert len(state["discovery"]["peak"]) == 4 and all(isinstance(v, float) for v in state["discovery"]["peak"])
     fresh = _callback()
     fresh.load_state_dict(state)
     assert torch.equal(fresh._runner.discoverer.source.restored_ids, ids) and fresh._runner.discoverer.alerted == {
         STAMP_CLASS
     }
+    assert fresh._runner.discoverer.peak == state["discovery"]["peak"]
     fresh.load_state_dict({k: v for k, v in state.items() if k != "discovery"})  # a checkpoint from before
 
 
@@ -118,14 +123,23 @@ def test_the_discovery_keys_and_image_reach_an_offline_wandb_run(tmp_path, monke
     use_offline_wandb(monkeypatch, tmp_path)
     seed_everything(0)
     logger = WandbLogger(save_dir=str(tmp_path), offline=True, project="gradskip-test")
-    trainer = tiny_trainer(tmp_path, logger=logger, callbacks=[_callback(alert_threshold=0.0)], max_epochs=1)
+    callback = _callback(alert_threshold=0.0, alpha=1.0)  # every class with a test fires: alerts to read back
+    trainer = tiny_trainer(tmp_path, logger=logger, callbacks=[callback], max_epochs=1)
     with pytest.warns(UserWarning, match="may use a shortcut"):  # offline: the run file keeps it, the console says it
         trainer.fit(tiny_module(), datamodule=tiny_data())
     wandb.finish()
     (run,) = find_runs(tmp_path / "wandb")
     (row,) = run.rows_with(f"{D}suspicion/class_0")
-    for name in ("suspicion", "flip_rate", "constancy", "consistency", "concentration", "hotspot/top", "strategies"):
+    names = ("suspicion", "p_value", "peak_suspicion", "tested_share", "flip_rate", "constancy", "consistency",
+             "concentration", "hotspot/top", "strategies")  # fmt: skip
+    for name in names:
         assert all(isinstance(row[f"{D}{name}/class_{c}"], (int, float)) for c in range(4)), (name, row)
+    assert row[f"{D}peak_suspicion"] == row[f"{D}max_suspicion"]  # the first epoch: the peak is this epoch's
+    assert all(
+        0 <= row[f"{D}p_value/class_{c}"] <= 1
+        for c in range(4)
+        if row[f"{D}p_value/class_{c}"] == row[f"{D}p_value/class_{c}"]
+    )
     assert row[f"{D}flagged"] >= 1 and row[f"{P}epoch"] == 0
     media = row[f"{D}class_means"]
     assert media["_type"] == "image-file"
@@ -137,6 +151,52 @@ def test_the_discovery_keys_and_image_reach_an_offline_wandb_run(tmp_path, monke
     assert len(alerts) == row[f"{D}flagged"] and "may use a shortcut" in alerts[0].alert.title
 
 
+class PeakSeen(Callback):
+    """After each explained epoch (listed after the callback): the logged suspicion and peak per class; at each
+    training epoch's start, the peaks the callback holds (restored from the checkpoint on a resume)."""
+
+    def __init__(self, callback: GradSkipCallback) -> None:
+        self.callback, self.logged, self.held = callback, [], []
+
+    def on_train_epoch_start(self, trainer, pl_module) -> None:
+        self.held.append(list(self.callback._runner.discoverer.peak))
+
+    def on_validation_epoch_end(self, trainer, pl_module) -> None:
+        if not trainer.sanity_checking:  # a NaN value (e.g. a class no probe is predicted away from) is left out
+            values = {k: float(v) for k, v in trainer.callback_metrics.items() if k.startswith(D)}
+            suspicion = [values.get(f"{D}suspicion/class_{c}", math.nan) for c in range(4)]
+            self.logged.append((suspicion, [values.get(f"{D}peak_suspicion/class_{c}", math.nan) for c in range(4)]))
+
+
+def test_the_peak_suspicion_survives_a_checkpoint_resume(tmp_path):
+    seed_everything(0)
+    first = _callback()
+    seen = PeakSeen(first)
+    checkpoints = ModelCheckpoint(dirpath=str(tmp_path / "ckpt"), filename="last")
+    trainer = tiny_trainer(tmp_path, logger=False, callbacks=[first, checkpoints, seen], max_epochs=1,
+                           enable_checkpointing=True, num_sanity_val_steps=0)  # fmt: skip
+    trainer.fit(tiny_module(), datamodule=tiny_data())
+    ((suspicion, peak),) = seen.logged
+    assert np.allclose(peak, suspicion, equal_nan=True)  # the first epoch's peak is its suspicion
+    path = tmp_path / "ckpt" / "last.ckpt"
+    checkpoint = torch.load(path, weights_only=True)
+    stored = checkpoint["callbacks"][first.state_key]["discovery"]
+    assert np.allclose(stored["peak"], peak, equal_nan=True)
+    # an untrained model's suspicion is about 0: say an earlier epoch of this fit had flagged classes 0 and 3
+    earlier = [0.7, peak[1], math.nan, 0.4]
+    stored["peak"] = earlier
+    torch.save(checkpoint, path)
+
+    resumed = _callback()
+    later = PeakSeen(resumed)
+    trainer = tiny_trainer(tmp_path, logger=False, callbacks=[resumed, later], max_epochs=2, num_sanity_val_steps=0)
+    trainer.fit(tiny_module(), datamodule=tiny_data(), ckpt_path=str(path))
+    assert np.allclose(later.held[0], earlier, equal_nan=True)  # restored before the resumed epoch
+    ((now, now_peak),) = later.logged
+    assert np.allclose(now_peak, np.fmax(earlier, now), equal_nan=True)  # 0.7 and 0.4 kept: suspicion is now about 0
+    assert resumed.state_dict()["discovery"]["peak"] == pytest.approx(now_peak, nan_ok=True)
+
+
 @pytest.mark.parametrize(
     ("change", "error", "match"),
     [
@@ -146,6 +206,8 @@ def test_the_discovery_keys_and_image_reach_an_offline_wandb_run(tmp_path, monke
         ({"hotspot_share": 2.0}, ValueError, "hotspot_share"),
         ({"consistency": 1}, TypeError, "consistency"),
         ({"method": "lrp2"}, ValueError, "discovery method"),
+        ({"alpha": 0.0}, ValueError, "alpha"),
+        ({"neighbour_relevance": -0.1}, ValueError, "neighbour_relevance"),
     ],
 )
 def test_bad_discovery_settings_are_a_clear_error(change, error, match):
