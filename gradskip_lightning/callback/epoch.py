@@ -20,6 +20,7 @@ from lightning.pytorch.utilities import rank_zero_warn
 
 from gradskip_lightning.callback.averaging import Hook, averaged_weights
 from gradskip_lightning.callback.discovery.images import alert_text, send_alert
+from gradskip_lightning.callback.discovery.properties import property_alert_text, property_scalars
 from gradskip_lightning.callback.discovery.stage import Discoverer, DiscoveryStage, discovery_scalars
 from gradskip_lightning.callback.keys import key
 from gradskip_lightning.callback.output.monitor import invalidate, monitor
@@ -192,7 +193,11 @@ class EpochRunner:
         explainer = prepared.explainers[stage.method or self.settings.methods.method]
         began = time.perf_counter()
         run = self.discoverer.run(
-            end.pl_module, explainer, batch_size=self.settings.probes.explain_batch_size, activation=prepared.activation
+            end.pl_module,
+            explainer,
+            batch_size=self.settings.probes.explain_batch_size,
+            activation=prepared.activation,
+            display=prepared.data.display,
         )
         end.work.add("discovery", time.perf_counter() - began)
         skipped = key("discovery", outcome.prefix, "skipped")
@@ -218,15 +223,20 @@ class EpochRunner:
                 **discovery_scalars(found, explainer.patch_size, outcome.prefix),
                 skipped: 0.0,
                 degenerate: float(len(run.degenerate)),
+                **(property_scalars(run.properties, outcome.prefix) if run.properties is not None else {}),
             },
             set(),
         )
         outcome.discovery = (found, required(self.discoverer.probes, "the discovery probes"))
+        outcome.properties = run.properties
         outcome.scalars[key("discovery", outcome.prefix, "time_s")] = end.work.seconds["discovery"]
         if end.trainer.is_global_zero:
             names = prepared.sheet.class_names
             for label in self.discoverer.newly_flagged(found):
                 send_alert(end.trainer, *alert_text(found, label, names, explainer.patch_size, end.epoch))
+            if run.properties is not None:
+                for name, label in self.discoverer.newly_flagged_properties(run.properties):
+                    send_alert(end.trainer, *property_alert_text(run.properties, name, label, names, end.epoch))
 
     def _skip(self, end: EpochEnd, outcome: EpochOutcome, error: str) -> None:
         """A skipped epoch: one warning, every monitored score NaN, ``<prefix>skipped`` = 1."""

@@ -20,7 +20,7 @@ from gradskip_lightning.metrics.discovery_maps import consistency, hotspots, nor
 from gradskip_lightning.metrics.discovery_strategies import find_strategies
 from gradskip_lightning.metrics.discovery_transplant import HotspotTransplant, hotspot_transplant, pixel_constancy
 
-from .discovery_ddp_worker import NUM_CLASSES, SETTINGS, ddp_maps, summary_values
+from .discovery_ddp_worker import NUM_CLASSES, SETTINGS, ddp_maps, property_values, summary_values
 
 ROOT = Path(__file__).resolve().parents[2]
 STAMP = 0.9
@@ -310,6 +310,9 @@ def test_two_process_gloo_sync_equals_one_process_on_the_union(tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     synced = json.loads(out.read_text())
     assert synced.pop("world_size") == 2 and synced.pop("rank0_maps") == 8
+    first, second = synced.pop("properties_per_rank")  # the global property transplants: the same on every rank
+    assert first == second == json.loads(json.dumps(property_values()))  # and in one process
+    assert first["colour"][2][0] == 1.0 and first["colour"][3][2] >= 0.5  # class 2's colour flips, and is flagged
     maps, classes = ddp_maps()
     single = summary_values(summarise_classes(maps, classes, NUM_CLASSES, SETTINGS))
     assert synced.keys() == single.keys()
