@@ -16,11 +16,20 @@ minus each probe's distance to the class-k probes' mean statistic (leaving the p
 for class k's own), every statistic divided by its pooled within-class standard deviation. A flip is
 a prediction of k: its arg-max (softmax) or its sigmoid above 0.5 (multi-label).
 
-Suspicion of class k for property p, in [0, 1] (NaN where the rates are undefined)::
+Suspicion of class k for property p, in [0, 1] (NaN where a rate is undefined)::
 
     suspicion = max(0, flip_rate - control_flip_rate)
 
-Why (docs/discovery.md, *Global properties*): ...
+Why (docs/discovery.md, *Global properties*: planted shapes and BloodMNIST, clean models and models with a
+colour cast or a darkening on one class): the flips a class's statistics cause are the evidence, as the
+hotspot's are; the control removes what any change of the property does (a default class that catches
+every odd image: up to 0.40 of the recipients flip to a BloodMNIST neutrophil with a third class's
+colour), and with it the highest clean suspicion fell from 0.27 to 0.16 while every learned shortcut kept
+0.50 or more. The separability is logged but not in the score: real colour differences separate the
+classes as well as the casts do (AUROC 0.92-1.00 of BloodMNIST classes), so it told nothing apart.
+Suspicions of one property are comparable across classes and models (shares of recipients); the default
+``property_alert_threshold`` of the stage (0.4) lies between the highest clean suspicion and the lowest
+learned shortcut's.
 """
 
 from __future__ import annotations
@@ -86,11 +95,9 @@ class PropertyTransfer:
     examples: TransferExamples | None = field(default=None, compare=False, repr=False)
 
     @property
-    def excess(self) -> float:
-        """``max(0, flip_rate - control_flip_rate)``; NaN when a rate is."""
-        if math.isnan(self.flip_rate) or math.isnan(self.control_flip_rate):
-            return math.nan
-        return max(0.0, self.flip_rate - self.control_flip_rate)
+    def suspicion(self) -> float:
+        """:func:`property_suspicion` of its rates."""
+        return property_suspicion(self.flip_rate, self.control_flip_rate)
 
 
 @dataclass(frozen=True)
@@ -104,14 +111,17 @@ class PropertyDiscovery:
     alert_threshold: float
 
 
-def property_suspicion(transfer: PropertyTransfer) -> float:
-    """The suspicion of one class and property (module docstring).
+def property_suspicion(flip_rate: float, control_flip_rate: float) -> float:
+    """The suspicion of one class and property, ``max(0, flip_rate - control_flip_rate)`` (module docstring);
+    NaN when a rate is.
 
     Example:
-        >>> property_suspicion(PropertyTransfer("colour", 1, 10, 0.9, 0.1, 1.0))
-        0.8
+        >>> property_suspicion(0.9, 0.1), property_suspicion(0.2, 0.3)
+        (0.8, 0.0)
     """
-    return transfer.excess
+    if math.isnan(flip_rate) or math.isnan(control_flip_rate):
+        return math.nan
+    return max(0.0, flip_rate - control_flip_rate)
 
 
 def separability(statistics: Tensor, classes: Tensor, target: int) -> float:
@@ -144,16 +154,22 @@ def separability(statistics: Tensor, classes: Tensor, target: int) -> float:
 
 
 def _control_donors(classes: Tensor, recipients: Tensor, target: int) -> Tensor:
-    """(n,) the control donor of each recipient (positions), -1 where there is none."""
-    donors = []
-    for index, recipient in enumerate(recipients.tolist()):
-        own = int(classes[recipient])
-        candidates = ((classes != target) & (classes != own)).nonzero()[:, 0]
-        if not len(candidates):  # two classes: the recipient's own class, itself left out
-            candidates = (classes == own).nonzero()[:, 0]
-            candidates = candidates[candidates != recipient]
-        donors.append(int(candidates[index % len(candidates)]) if len(candidates) else -1)
-    return torch.tensor(donors, dtype=torch.long, device=classes.device)
+    """(n,) the control donor (a position) of each recipient (n,), -1 where there is none: the i-th recipient takes
+    the (i mod m)-th of the m probes of a third class, or (none: two classes) of its own class but itself.
+
+    Example:
+        >>> _control_donors(torch.tensor([0, 0, 1, 2, 2]), torch.tensor([0, 1, 2]), 2).tolist()
+        [2, 2, 0]
+    """
+    own = classes[recipients]
+    third = (classes[None] != target) & (classes[None] != own[:, None])  # (n, P)
+    positions = torch.arange(len(classes), device=classes.device)
+    same = (classes[None] == own[:, None]) & (positions[None] != recipients[:, None])
+    candidates = torch.where(third.any(dim=1, keepdim=True), third, same)
+    counts = candidates.sum(dim=1)
+    turn = torch.arange(len(recipients), device=classes.device) % counts.clamp(min=1) + 1
+    chosen = (candidates & (candidates.cumsum(dim=1) == turn[:, None])).int().argmax(dim=1)
+    return torch.where(counts > 0, chosen, -1)
 
 
 def _transfer_test(
@@ -259,16 +275,16 @@ def discover_properties(
         logits: (P, K) the model's logits of the unchanged ``images``, when known.
 
     Example:
-        >>> def model(x):  # class 1 iff the image is reddish
-        ...     red = (x[:, 0] - x[:, 2]).mean(dim=(1, 2))
+        >>> def model(x):  # class 1 iff red exceeds blue by 0.15 on average
+        ...     red = (x[:, 0] - x[:, 2]).mean(dim=(1, 2)) - 0.15
         ...     return torch.stack([-red, red], dim=1)
-        >>> images = torch.rand(8, 3, 6, 6, generator=torch.Generator().manual_seed(0))
-        >>> images[4:, 0] = (images[4:, 0] + 0.3).clamp(max=1)
-        >>> found = discover_properties(model, images, torch.tensor([0] * 4 + [1] * 4), 2, ["colour", "noise"],
+        >>> images = 0.2 + 0.5 * torch.rand(8, 3, 6, 6, generator=torch.Generator().manual_seed(0))
+        >>> images[4:, 0] += 0.3  # class 1 is reddish
+        >>> found = discover_properties(model, images, torch.tensor([0] * 4 + [1] * 4), 2, ["colour", "brightness"],
         ...                             space=PixelSpace.of(images, [0.0], [1.0]), alert_threshold=0.5)
-        >>> found.transfers["colour"][1].flip_rate, found.flagged["noise"].tolist()
+        >>> found.transfers["colour"][1].flip_rate, found.flagged["brightness"].tolist()
         (1.0, [False, False])
-        >>> found.flagged["colour"].tolist()  # with two classes, the colour rule decides both
+        >>> found.flagged["colour"].tolist()  # two classes: the colour rule decides both
         [True, True]
     """
     check_image_batch(images)
@@ -297,6 +313,6 @@ def discover_properties(
             )
             for label in range(num_classes)
         )  # fmt: skip
-        scores = torch.tensor([property_suspicion(t) for t in transfers[name]], dtype=torch.float64)
+        scores = torch.tensor([t.suspicion for t in transfers[name]], dtype=torch.float64)
         suspicion[name], flagged[name] = scores, scores >= alert_threshold
     return PropertyDiscovery(transfers, suspicion, flagged, alert_threshold)

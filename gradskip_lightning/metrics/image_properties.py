@@ -11,12 +11,17 @@ and back) in float64. Each property of :data:`PROPERTIES` (keyed by :data:`Prope
 Luminance Y is ``0.299 R + 0.587 G + 0.114 B`` (Rec. 601) for 3 channels, the mean over channels
 otherwise (the channel itself for greyscale).
 
-- ``colour`` (3 channels only): per-channel mean and standard deviation in Reinhard et al.'s (2001)
-  decorrelated l-alpha-beta space (RGB -> LMS -> log10 -> lαβ); the transfer is Reinhard's: each
-  channel standardised and given the target mean and deviation, then back to RGB. A channel without
-  spread (a flat image) is only shifted.
-- ``brightness``: the mean and standard deviation of Y (brightness and contrast); the transfer adds
-  the same change to every channel, ``Y' = (Y - mean) / std * std_t + mean_t`` (a flat image is only shifted).
+- ``colour`` (3 channels only): the image's chromaticity, the medians over its pixels of the two chromatic
+  channels α and β of Reinhard et al.'s (2001) decorrelated lαβ space (RGB -> LMS -> log10 -> lαβ); the
+  transfer is Reinhard's shift restricted to them: α and β shifted to the target medians, l and every
+  spread kept, then back to RGB (a stain's or a white balance's cast, without the brightness).
+- ``brightness``: the median of Y; the transfer adds the same change to every channel.
+
+What most pixels share, not what the object adds or how much the image varies: acquisition (a stain, a
+white balance, illumination) shifts every pixel and so the medians, while an object's colour moves a
+minority of pixels (the mean, not the median) and the spreads (contrast, saturation) follow what the
+image shows. Means and spreads flagged classes of clean models whose objects or images really differ
+(docs/discovery.md, *Global properties*).
 - ``sharpness``: the share of Y's energy (mean removed) at spatial frequencies of at least
   :data:`HIGH_FREQUENCY` cycles per pixel; the transfer multiplies those frequencies of every channel
   by ``a = sqrt(r_t E_low / ((1 - r_t) E_high))`` (a < 1 blurs, a > 1 sharpens), at most
@@ -24,8 +29,9 @@ otherwise (the channel itself for greyscale).
 - ``noise``: the RMS form of Immerkær's (1996) estimate of white noise, ``sigma = rms(Y * N) / 6``
   over the valid part of the convolution with N = [[1, -2, 1], [-2, 4, -2], [1, -2, 1]] (which
   ignores planes and ramps; for white noise of deviation s, E[(N * n)^2] = 36 s^2). To raise it,
-  white luminance noise ``t * eps`` (eps standard normal, from ``generator``) is added to every
-  channel; to lower it, the image is blended towards its 3 x 3 binomial smoothing,
+  white noise ``t * eps`` (eps standard normal, independent per channel, from ``generator``) is
+  added (its sign chosen so that the smallest t reaches the target); to lower it, the image is blended
+  towards its 3 x 3 binomial smoothing,
   ``x - u (x - S x)``, u in [0, 1] (what u = 1 cannot remove stays). t and u solve a quadratic:
   the statistic is exact.
 """
@@ -166,21 +172,6 @@ def luminance(pixels: Tensor) -> Tensor:
     return torch.einsum("bchw,c->bhw", pixels, _luminance_weights(pixels.shape[1], pixels))
 
 
-def _mean_std(values: Tensor) -> Tensor:
-    """(B, 2 K): the means then the standard deviations (population) of values (B, K, n)."""
-    return torch.cat([values.mean(dim=2), values.std(dim=2, correction=0)], dim=1)
-
-
-def _match(values: Tensor, targets: Tensor) -> Tensor:
-    """Values (B, K, n) standardised per row and given the target means and deviations (B, 2 K); rows without
-    spread are only shifted."""
-    count = values.shape[1]
-    current = _mean_std(values)
-    spread = current[:, count:]
-    scale = torch.where(spread > 0, targets[:, count:] / torch.where(spread > 0, spread, 1.0), 1.0)
-    return (values - current[:, :count, None]) * scale[:, :, None] + targets[:, :count, None]
-
-
 # ----------------------------------------------------------------------------- colour
 
 
@@ -202,7 +193,7 @@ def _from_lab(lab: Tensor, shape: torch.Size) -> Tensor:
 
 
 def colour_statistic(pixels: Tensor) -> Tensor:
-    """(B, 6): the means of l, α, β, then their standard deviations, of RGB pixels (B, 3, H, W).
+    """(B, 2): the medians of α and β (the chromaticity most pixels share) of RGB pixels (B, 3, H, W); 0 for grey.
 
     Example:
         >>> images = torch.rand(2, 3, 4, 4, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
@@ -211,35 +202,33 @@ def colour_statistic(pixels: Tensor) -> Tensor:
         True
     """
     _check_rgb(pixels)
-    return _mean_std(_to_lab(pixels))
+    return _to_lab(pixels)[:, 1:].median(dim=2).values
 
 
 def colour_transfer(pixels: Tensor, targets: Tensor, generator: torch.Generator | None = None) -> Tensor:
-    """Reinhard's colour transfer of RGB pixels (B, 3, H, W) to the lαβ statistics ``targets`` (B, 6)."""
+    """RGB pixels (B, 3, H, W) with their α and β shifted to the medians ``targets`` (B, 2)."""
     _check_rgb(pixels)
-    return _from_lab(_match(_to_lab(pixels), targets), pixels.shape)
+    lab = _to_lab(pixels)
+    shift = torch.cat([torch.zeros_like(targets[:, :1]), targets - lab[:, 1:].median(dim=2).values], dim=1)
+    return _from_lab(lab + shift[:, :, None], pixels.shape)
 
 
 # ----------------------------------------------------------------------------- brightness
 
 
 def brightness_statistic(pixels: Tensor) -> Tensor:
-    """(B, 2): the mean and standard deviation of the luminance of pixels (B, C, H, W).
+    """(B, 1): the median luminance of pixels (B, C, H, W) (the lower of the two middle values for an even count).
 
     Example:
-        >>> pixels = torch.tensor([[[[0.2, 0.6]]]], dtype=torch.float64)
-        >>> [round(v, 12) for v in brightness_statistic(pixels)[0].tolist()]
-        [0.4, 0.2]
+        >>> brightness_statistic(torch.tensor([[[[0.2, 0.6, 0.3]]]], dtype=torch.float64)).tolist()
+        [[0.3]]
     """
-    return _mean_std(luminance(pixels).flatten(1)[:, None])
+    return luminance(pixels).flatten(1).median(dim=1).values[:, None]
 
 
 def brightness_transfer(pixels: Tensor, targets: Tensor, generator: torch.Generator | None = None) -> Tensor:
-    """Pixels (B, C, H, W) whose luminance has the mean and deviation ``targets`` (B, 2): the change of
-    luminance is added to every channel."""
-    current = luminance(pixels)
-    matched = _match(current.flatten(1)[:, None], targets)[:, 0].reshape(current.shape)
-    return pixels + (matched - current)[:, None]
+    """Pixels (B, C, H, W) whose median luminance is ``targets`` (B, 1): the change added to every channel."""
+    return pixels + (targets[:, 0] - brightness_statistic(pixels)[:, 0])[:, None, None, None]
 
 
 # ----------------------------------------------------------------------------- sharpness
@@ -318,13 +307,15 @@ def _root(a: Tensor, b: Tensor, c: Tensor, larger: bool) -> Tensor:
 
 
 def noise_transfer(pixels: Tensor, targets: Tensor, generator: torch.Generator | None = None) -> Tensor:
-    """Pixels (B, C, H, W) whose noise estimate is ``targets`` (B, 1): white luminance noise added, or a
-    blend towards the smoothed image (module docstring); the noise is drawn from ``generator`` on the CPU."""
+    """Pixels (B, C, H, W) whose noise estimate is ``targets`` (B, 1): white noise added, or a blend towards
+    the smoothed image (module docstring); the noise is drawn from ``generator`` on the CPU."""
     wanted = 36 * targets[:, 0].clamp(min=0).square()  # mean square of the kernel's response
     response = _noise_response(luminance(pixels))
-    noise = torch.randn(pixels.shape[0], 1, *pixels.shape[2:], generator=generator, dtype=torch.float64)
-    noise = noise.to(pixels)
-    added = _noise_response(noise[:, 0])
+    noise = torch.randn(pixels.shape, generator=generator, dtype=torch.float64).to(pixels)
+    added = _noise_response(luminance(noise))
+    # the noise's sign makes its response agree with the image's: the statistic then grows from t = 0 on
+    sign = torch.where((response * added).mean(dim=(1, 2)) < 0, -1.0, 1.0).to(pixels)
+    noise, added = noise * sign[:, None, None, None], added * sign[:, None, None]
     smoothed = _smoothed(pixels)
     towards = _noise_response(luminance(smoothed)) - response
 
@@ -342,13 +333,9 @@ def noise_transfer(pixels: Tensor, targets: Tensor, generator: torch.Generator |
 
 #: Every property, by name.
 PROPERTIES: dict[PropertyName, GlobalProperty] = {
-    "colour": GlobalProperty(
-        "colour", "colour statistics", ("l", "alpha", "beta", "l_std", "alpha_std", "beta_std"), 3,
-        colour_statistic, colour_transfer,
-    ),
-    "brightness": GlobalProperty(
-        "brightness", "brightness and contrast", ("mean", "std"), None, brightness_statistic, brightness_transfer
-    ),
+    "colour": GlobalProperty("colour", "colour statistics", ("alpha", "beta"), 3, colour_statistic, colour_transfer),
+    "brightness": GlobalProperty("brightness", "brightness", ("luminance",), None, brightness_statistic,
+                                 brightness_transfer),
     "sharpness": GlobalProperty(
         "sharpness", "sharpness (high-frequency energy)", ("high_share",), None, sharpness_statistic,
         sharpness_transfer,

@@ -170,9 +170,11 @@ def test_separability_is_one_for_separated_classes_and_about_one_half_for_the_sa
     assert math.isnan(separability(same[:200], classes[:200], 0))  # no other class
 
 
-def test_the_suspicion_formula():
-    assert property_suspicion(PropertyTransfer("colour", 0, 10, 0.3, 0.5, 1.0)) == 0.0
-    assert math.isnan(property_suspicion(PropertyTransfer("colour", 0, 0, math.nan, math.nan, 1.0)))
+def test_the_suspicion_is_the_flip_rate_beyond_the_control():
+    assert PropertyTransfer("colour", 0, 10, 0.9, 0.25, 1.0).suspicion == 0.65
+    assert property_suspicion(0.3, 0.5) == 0.0 and property_suspicion(0.5, 0.0) == 0.5
+    assert math.isnan(PropertyTransfer("colour", 0, 0, math.nan, math.nan, 1.0).suspicion)
+    assert math.isnan(property_suspicion(0.5, math.nan))  # no third-class donor
 
 
 @pytest.mark.parametrize(

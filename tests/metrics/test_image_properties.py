@@ -11,6 +11,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from gradskip_lightning.metrics import image_properties as ip
 from gradskip_lightning.metrics.image_properties import (
     PROPERTIES,
     PROPERTY_NAMES,
@@ -68,27 +69,51 @@ def test_a_transfer_to_its_own_statistics_changes_nothing():
     assert torch.allclose(unchanged, pixels, atol=1e-10)  # t = 0: no noise added
 
 
-def test_colour_transfer_of_a_grey_image_to_a_tinted_one_tints_it_and_keeps_its_pattern():
+def test_colour_is_the_chromaticity_most_pixels_share_and_its_transfer_tints_a_grey_image_keeping_its_pattern():
     grey = textured(1, channels=1).expand(1, 3, 28, 28).clone()
+    assert colour_statistic(grey).abs().max() < 2e-3  # grey: α and β near 0 (Reinhard's LMS rows sum to ~1)
     red = grey.clone()
     red[:, 0] += 0.15
     red[:, 2] -= 0.1
+    alpha, beta = colour_statistic(red)[0].tolist()
+    assert alpha > 0.05 and beta > 0.01  # α: yellow (+) to blue (-), β: red (+) to green (-)
     given = colour_transfer(grey, colour_statistic(red))
     tint = (given - grey).mean(dim=(0, 2, 3))
-    assert torch.allclose(tint, torch.tensor([0.15, 0.0, -0.1], dtype=torch.float64), atol=0.02)  # lαβ is not RGB
+    assert torch.allclose(tint, torch.tensor([0.15, 0.0, -0.1], dtype=torch.float64), atol=0.03)  # lαβ is not RGB
     assert torch.corrcoef(torch.stack([luminance(given).flatten(), luminance(grey).flatten()]))[0, 1] > 0.99
+    l_before, l_after = (_lightness(image) for image in (grey, given))
+    assert torch.allclose(l_before, l_after, atol=1e-12)  # l untouched: brightness is its own property
 
 
-def test_brightness_is_the_luminance_mean_and_deviation_and_its_transfer_adds_the_change_to_every_channel():
-    pixels = torch.tensor([[[[0.2, 0.6]], [[0.2, 0.6]], [[0.2, 0.6]]]], dtype=torch.float64)  # grey: Y = the value
-    statistic = PROPERTIES["brightness"].statistic(pixels)
-    assert torch.allclose(statistic, torch.tensor([[0.4, 0.2]], dtype=torch.float64))
-    brighter = brightness_transfer(pixels, torch.tensor([[0.5, 0.1]], dtype=torch.float64))
-    assert torch.allclose(brighter, torch.tensor([0.4, 0.6], dtype=torch.float64).expand(1, 3, 1, 2))
+def test_brightness_is_the_median_luminance_and_its_transfer_adds_the_change_to_every_channel():
+    pixels = torch.tensor([0.2, 0.6, 0.3], dtype=torch.float64).expand(1, 3, 1, 3)  # grey: Y = the value
+    assert torch.allclose(PROPERTIES["brightness"].statistic(pixels), torch.tensor([[0.3]], dtype=torch.float64))
+    brighter = brightness_transfer(pixels, torch.tensor([[0.5]], dtype=torch.float64))
+    assert torch.allclose(brighter, torch.tensor([0.4, 0.8, 0.5], dtype=torch.float64).expand(1, 3, 1, 3))
     tinted = pixels.clone()
-    tinted[:, 0] += 0.1  # a colour difference between channels stays
-    shifted = brightness_transfer(tinted, PROPERTIES["brightness"].statistic(tinted) + torch.tensor([0.1, 0.0]))
+    tinted[:, 0] += 0.1  # a colour difference between channels stays, and so does the contrast
+    shifted = brightness_transfer(tinted, PROPERTIES["brightness"].statistic(tinted) + 0.1)
     assert torch.allclose(shifted - tinted, torch.full_like(tinted, 0.1))
+
+
+def test_colour_and_brightness_follow_what_most_pixels_share_not_a_small_object():
+    background = textured(1)
+    square = background.clone()
+    square[:, :, 10:18, 10:18] = torch.tensor([0.1, 0.2, 0.95], dtype=torch.float64)[:, None, None]  # 8 % of it, blue
+    cast = background + torch.tensor([0.12, 0.0, -0.12], dtype=torch.float64)[:, None, None]
+    moved = (colour_statistic(square) - colour_statistic(background)).abs().max().item()
+    assert moved < 0.01 < (colour_statistic(cast) - colour_statistic(background)).abs().max().item() / 3
+    white = background.clone()
+    white[:, :, 10:18, 10:18] = 1.0
+    brightness = PROPERTIES["brightness"].statistic
+    assert (brightness(white) - brightness(background)).abs().item() < 0.01
+    assert (brightness(background - 0.1) - brightness(background)).item() == pytest.approx(-0.1)
+
+
+def _lightness(pixels: Tensor) -> Tensor:
+    """(B, H, W) Reinhard's l of RGB pixels: (log10 L + log10 M + log10 S) / sqrt(3)."""
+    lms = torch.einsum("ij,bjhw->bihw", ip._RGB_TO_LMS, pixels)
+    return lms.log10().sum(dim=1) / math.sqrt(3)
 
 
 def cosine_and_checkerboard(side: int = 32, fine: float = 0.1) -> Tensor:
@@ -125,8 +150,9 @@ def test_noise_measures_white_noise_and_ignores_planes():
     noisy = noise_transfer(plane, torch.tensor([[0.08]], dtype=torch.float64), torch.Generator().manual_seed(1))
     assert noise_statistic(noisy).item() == pytest.approx(0.08, abs=1e-9)
     added = noisy - plane
-    assert torch.allclose(added[:, :1], added)  # luminance noise: the same in every channel
-    assert added.std().item() == pytest.approx(0.08, rel=0.05)
+    assert abs(torch.corrcoef(added[0].flatten(1))[0, 1]) < 0.1  # independent per channel
+    weights = torch.tensor([0.299, 0.587, 0.114], dtype=torch.float64)
+    assert added.std().item() == pytest.approx(0.08 / weights.norm().item(), rel=0.05)  # the luminance's is 0.08
 
 
 def test_lowering_the_noise_blends_towards_the_smoothed_image_and_stops_there():
@@ -137,7 +163,7 @@ def test_lowering_the_noise_blends_towards_the_smoothed_image_and_stops_there():
     assert noise_statistic(calmer).item() == pytest.approx(before / 2, abs=1e-9)
     floor = noise_transfer(noisy, torch.tensor([[0.0]], dtype=torch.float64), None)  # unreachable: u = 1 at most
     assert 0 < noise_statistic(floor).item() < before / 2
-    assert (floor - noisy).abs().max() > 0 and torch.allclose(floor[:, :1], floor[:, 1:2])
+    assert torch.allclose(floor[:, :1], floor[:, 1:2])  # the smoothing is the same in every channel
 
 
 def test_the_noise_transfer_is_seeded():

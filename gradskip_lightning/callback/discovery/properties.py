@@ -67,7 +67,8 @@ def property_images(
     prefix: str,
 ) -> dict[str, np.ndarray]:
     """``discovery/<prefix><p>/transfer/class_<k>`` for each flagged class and property: a few other classes'
-    probes (left) and the same after being given class k's statistics (right), captioned with the predictions."""
+    probes (left, captioned with their class and prediction) and the same after being given class k's
+    statistics (right, with the prediction then)."""
     images = {}
     for name, flagged in found.flagged.items():
         for label in flagged.nonzero()[:, 0].tolist():
@@ -79,9 +80,10 @@ def property_images(
             after = render.to_display(examples.images.cpu(), *display)
             tiles = []
             for row, position in enumerate(positions.tolist()):
-                truth = class_names[int(probes.labels[position])][:12]
-                tiles.append(_tile(before[row], f"{truth}: {class_names[int(examples.before[row])][:12]}", settings))
-                tiles.append(_tile(after[row], f"given: {class_names[int(examples.after[row])][:12]}", settings))
+                truth = class_names[int(probes.labels[position])][:9]
+                text = f"{truth} pred {class_names[int(examples.before[row])][:10]}"
+                tiles.append(_tile(before[row], text, settings))
+                tiles.append(_tile(after[row], f"given: pred {class_names[int(examples.after[row])][:12]}", settings))
             images[key("discovery", prefix, f"{name}/transfer/class_{label}")] = render.image_grid(
                 np.stack(tiles), ncols=2
             )

@@ -46,7 +46,7 @@ __all__ = ["DiscoveryStage", "Discoverer", "StageRun", "discovery_scalars", "usa
 
 
 #: Default ``property_alert_threshold``, chosen in docs/discovery.md (*Global properties*).
-PROPERTY_ALERT_THRESHOLD = 0.5
+PROPERTY_ALERT_THRESHOLD = 0.4
 
 
 @dataclass(frozen=True)

@@ -23,7 +23,9 @@ from tests.callback.helpers import tiny_data, tiny_module, tiny_trainer
 from tests.conftest import TRAIN_SEED
 
 D = "discovery/gradskip/"
-#: The colour cast (the discovery benchmark's, in pixel units) on the blue squares' class.
+#: The discovery benchmark's colour cast (in pixel units) on the blue squares' class. Over seeds 0-5 of this
+#: training its colour suspicion was 0.92-1.00 at every epoch end, every other (class, property) at most 0.30, the
+#: hotspot's suspicion at most 0.016.
 CAST, CAST_CLASS = (0.12, 0.0, -0.12), 2
 EPOCHS, TRAIN_SIZE = 8, 512
 
@@ -71,7 +73,8 @@ def test_a_learned_colour_cast_is_flagged_for_colour_on_its_class_only_and_alert
     del others[("colour", CAST_CLASS)]
     assert max(v for v in others.values() if not math.isnan(v)) < threshold, others
     assert metrics[f"{D}colour/flagged"] == 1.0 and metrics[f"{D}colour/max_suspicion"] == colour
-    alerts = [w for w in warnings if "may use a colour shortcut" in w]
+    assert metrics[f"{D}flagged"] == 0.0  # a cast has no place: the hotspot test does not see it
+    alerts = [w for w in warnings if "may use a colour shortcut" in w or "may use a brightness shortcut" in w]
     assert len(alerts) == 1 and "class 2 (blue square)" in alerts[0]  # once per fit, not every epoch
     assert callback.state_dict()["discovery"]["alerted_properties"] == [["colour", CAST_CLASS]]
 
