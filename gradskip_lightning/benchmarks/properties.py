@@ -233,6 +233,11 @@ def _is_alarm_candidate(record: PropertyRecord) -> bool:
     return record.target < 0 or record.label != record.target
 
 
+def _rates(record: PropertyRecord) -> str:
+    """Flip rate / control flip rate / separability."""
+    return f"{record.flip_rate:.2f} / {record.control_flip_rate:.2f} / {record.separability:.2f}"
+
+
 def _highest(records: list[PropertyRecord]) -> str:
     """The highest suspicion of ``records`` and how many there are (NaN ones left out)."""
     values = [_score("excess", r) for r in records if not math.isnan(_score("excess", r))]
@@ -254,17 +259,13 @@ def report(records: list[PropertyRecord], command: str, facts: dict[str, Any]) -
             if not of_property:
                 continue
             first = of_property[0]
-            shortcut = [r for r in of_property if r.label == r.target]
+            shortcut = [_rates(r) for r in of_property if r.label == r.target]
             rest = [r for r in of_property if r.label != r.target]
-            top = max(rest, key=lambda r: _score("excess", r) if not math.isnan(_score("excess", r)) else -1)
+            top = max(
+                rest, key=lambda r: _score("excess", r) if not math.isnan(_score("excess", r)) else -1, default=None
+            )
             cells = [dataset, str(seed), variant, f"{first.spurious_score:.2f}", f"{first.accuracy:.2f}", name]
-            if shortcut:
-                s = shortcut[0]
-                cells.append(f"{s.flip_rate:.2f} / {s.control_flip_rate:.2f} / {s.separability:.2f}")
-            else:
-                cells.append("")
-            cells.append(f"{top.label}: {top.flip_rate:.2f} / {top.control_flip_rate:.2f} / {top.separability:.2f}")
-            rows.append(cells)
+            rows.append([*cells, "".join(shortcut), "" if top is None else f"{top.label}: {_rates(top)}"])
     lines += [
         "Per model and property: the shortcut class's flip rate / control flip rate / separability, and those of the "
         "other class with the highest excess (flip - control).",
@@ -357,8 +358,8 @@ def run(args: argparse.Namespace) -> list[dict[str, Any]]:
         runs = [json.loads(path.read_text()) for path in args.report_from]
         rows = [r for run in runs for r in run["records"]]
         command = " && ".join(run["command"] for run in runs)
-        facts = {**runs[0]["facts"], "wall_seconds": sum(run["facts"].get("wall_seconds", 0.0) for run in runs)}
-        _publish(report([PropertyRecord(**r) for r in rows], command, facts), args.markdown)
+        joined = {**runs[0]["facts"], "wall_seconds": sum(run["facts"].get("wall_seconds", 0.0) for run in runs)}
+        _publish(report([PropertyRecord(**r) for r in rows], command, joined), args.markdown)
         return rows
     start, records = time.perf_counter(), []
     facts: dict[str, Any] = {**machine(), "load_average": os.getloadavg()[0]}
