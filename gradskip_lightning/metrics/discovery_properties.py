@@ -48,6 +48,7 @@ from .image_properties import PROPERTIES, PROPERTY_NAMES, PixelSpace, PropertyNa
 from .perturbation import ACTIVATIONS, Activation
 
 __all__ = [
+    "chosen_properties",
     "PropertyDiscovery",
     "PropertyTransfer",
     "TransferExamples",
@@ -223,17 +224,31 @@ def _transfer_test(
     return PropertyTransfer(name, target, count, flip_rate, control_rate, apart, examples)
 
 
-def _check_properties(properties: Sequence[str], channels: int) -> tuple[PropertyName, ...]:
-    """The names of ``properties`` as :data:`PropertyName`, each known, once, and applying to ``channels``."""
+def chosen_properties(
+    properties: Sequence[str] | None, channels: int | None = None, option: str = "properties"
+) -> tuple[PropertyName, ...]:
+    """The names of ``properties``, each known and named once, as :data:`~.image_properties.PropertyName`; None:
+    every property that applies to ``channels`` (all without). With ``channels``, a named property that does not
+    apply to images of that many channels is a ValueError; messages name ``option``.
+
+    Example:
+        >>> chosen_properties(None, 1), chosen_properties(["noise"], 3)
+        (('brightness', 'sharpness', 'noise'), ('noise',))
+    """
+    if properties is None:
+        return tuple(name for name in PROPERTY_NAMES if channels is None or PROPERTIES[name].applies(channels))
+    if isinstance(properties, str) or not isinstance(properties, Sequence):
+        raise TypeError(f"{option} must be None or a list of names from {PROPERTY_NAMES}; got {properties!r}")
     chosen: list[PropertyName] = []
     for given in properties:
-        check_choice(given, PROPERTY_NAMES, "properties")
+        check_choice(given, PROPERTY_NAMES, option)
         name: PropertyName = PROPERTY_NAMES[PROPERTY_NAMES.index(given)]
         if name in chosen:
-            raise ValueError(f"properties names {name!r} twice; got {tuple(properties)}")
-        if not PROPERTIES[name].applies(channels):
+            raise ValueError(f"{option} names {name!r} twice; got {list(properties)}")
+        if channels is not None and not PROPERTIES[name].applies(channels):
             raise ValueError(
-                f"property {name!r} needs {PROPERTIES[name].channels}-channel images; the images have {channels}"
+                f"{option} has {name!r}, which needs {PROPERTIES[name].channels}-channel images; the images have "
+                f"{channels}: leave it out (None: every property that applies)"
             )
         chosen.append(name)
     return tuple(chosen)
@@ -244,7 +259,7 @@ def discover_properties(
     images: Tensor,
     classes: Tensor,
     num_classes: int,
-    properties: Sequence[str] = PROPERTY_NAMES,
+    properties: Sequence[str] | None = None,
     *,
     space: PixelSpace,
     alert_threshold: float,
@@ -266,7 +281,8 @@ def discover_properties(
         images: (P, C, H, W) probe images, normalised as the model expects.
         classes: (P,) their classes in [0, num_classes).
         num_classes: K.
-        properties: names from :data:`~.image_properties.PROPERTIES` that apply to the images' channels.
+        properties: names from :data:`~.image_properties.PROPERTIES` that apply to the images' channels (None:
+            every one that does).
         space: the images' :class:`~.image_properties.PixelSpace`.
         alert_threshold: suspicion at or above which a class is flagged, in [0, 1].
         batch_size: images per forward call.
@@ -290,7 +306,7 @@ def discover_properties(
     check_image_batch(images)
     check_class_targets(classes, len(images), num_classes)
     check_choice(activation, ACTIVATIONS, "activation")
-    chosen = _check_properties(properties, images.shape[1])
+    chosen = chosen_properties(properties, images.shape[1])
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
     if not 0 <= alert_threshold <= 1:

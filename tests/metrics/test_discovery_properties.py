@@ -197,13 +197,15 @@ def test_bad_input_is_a_clear_error(change, error, match):
         discover_properties(CastModel(), **arguments)
 
 
-def test_colour_on_greyscale_probes_is_refused_and_the_other_properties_run():
+def test_colour_on_greyscale_probes_is_refused_when_named_and_left_out_by_default():
     images, classes = cast_case(per_class=3)
     grey = images.mean(dim=1, keepdim=True)
     space = PixelSpace.of(grey, MEAN[:1], STD[:1])
-    with pytest.raises(ValueError, match="'colour' needs 3-channel images; the images have 1"):
-        discover_properties(lambda x: CastModel()(x.expand(-1, 3, -1, -1)), grey, classes, 3, space=space,
-                            alert_threshold=0.5)  # fmt: skip
-    found = discover_properties(lambda x: CastModel()(x.expand(-1, 3, -1, -1)), grey, classes, 3,
-                                ["brightness", "sharpness", "noise"], space=space, alert_threshold=0.5)  # fmt: skip
-    assert set(found.transfers) == {"brightness", "sharpness", "noise"}
+
+    def model(x: Tensor) -> Tensor:
+        return CastModel()(x.expand(-1, 3, -1, -1))
+
+    with pytest.raises(ValueError, match="properties has 'colour', which needs 3-channel images; the images have 1"):
+        discover_properties(model, grey, classes, 3, ["colour", "noise"], space=space, alert_threshold=0.5)
+    found = discover_properties(model, grey, classes, 3, space=space, alert_threshold=0.5)
+    assert tuple(found.transfers) == ("brightness", "sharpness", "noise")

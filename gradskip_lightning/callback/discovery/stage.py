@@ -38,8 +38,8 @@ from gradskip_lightning.core.adapter import eval_mode
 from gradskip_lightning.core.explanation import ModelExplainer
 from gradskip_lightning.families import all_methods
 from gradskip_lightning.metrics import ClassMapSummary, Discovery, DiscoverySettings, discover
-from gradskip_lightning.metrics.discovery_properties import PropertyDiscovery, discover_properties
-from gradskip_lightning.metrics.image_properties import PROPERTIES, PROPERTY_NAMES, PixelSpace, PropertyName
+from gradskip_lightning.metrics.discovery_properties import PropertyDiscovery, chosen_properties, discover_properties
+from gradskip_lightning.metrics.image_properties import PixelSpace, PropertyName
 from gradskip_lightning.metrics.perturbation import Activation
 
 __all__ = ["DiscoveryStage", "Discoverer", "StageRun", "discovery_scalars", "usable_maps", "CLASS_VALUES"]
@@ -76,16 +76,8 @@ class DiscoveryStage(DiscoverySettings):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        if self.properties is not None:
-            if isinstance(self.properties, str) or not isinstance(self.properties, (tuple, list)):
-                names = f"None or a list of names from {PROPERTY_NAMES}"
-                raise TypeError(f"discovery properties must be {names}; got {self.properties!r}")
-            unknown = [name for name in self.properties if name not in PROPERTY_NAMES]
-            if unknown or len(set(self.properties)) != len(self.properties):
-                raise ValueError(
-                    f"discovery properties must be distinct names from {PROPERTY_NAMES}; got {list(self.properties)}"
-                )
-            object.__setattr__(self, "properties", tuple(self.properties))  # a YAML list becomes a tuple
+        if self.properties is not None:  # a YAML list becomes a tuple
+            object.__setattr__(self, "properties", chosen_properties(self.properties, option="discovery.properties"))
         threshold = self.property_alert_threshold
         if isinstance(threshold, bool) or not isinstance(threshold, (int, float)) or not 0 <= threshold <= 1:
             raise ValueError(f"property_alert_threshold must be a number in [0, 1]; got {threshold!r}")
@@ -99,15 +91,7 @@ class DiscoveryStage(DiscoverySettings):
 
     def properties_for(self, channels: int) -> tuple[PropertyName, ...]:
         """The properties tested on images of ``channels`` channels; a named one that does not apply is a ValueError."""
-        if self.properties is None:
-            return tuple(name for name in PROPERTY_NAMES if PROPERTIES[name].applies(channels))
-        for name in self.properties:
-            if not PROPERTIES[name].applies(channels):
-                raise ValueError(
-                    f"discovery.properties has {name!r}, which needs {PROPERTIES[name].channels}-channel images; the "
-                    f"model takes {channels}: leave it out (or use properties=None: every property that applies)"
-                )
-        return self.properties
+        return chosen_properties(self.properties, channels, "discovery.properties")
 
     @property
     def analysis(self) -> DiscoverySettings:

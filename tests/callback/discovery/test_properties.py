@@ -133,16 +133,16 @@ def test_the_default_takes_every_property_that_applies_and_a_named_one_must_appl
     assert DiscoveryStage(properties=["noise", "colour"]).properties == ("noise", "colour")  # a YAML list
     assert DiscoveryStage(properties=()).properties_for(3) == ()
     with pytest.raises(ValueError, match=r"discovery.properties has 'colour', which needs 3-channel images; the "
-                                         r"model takes 1: leave it out"):  # fmt: skip
+                                         r"images have 1: leave it out"):  # fmt: skip
         DiscoveryStage(properties=["colour"]).properties_for(1)
 
 
 @pytest.mark.parametrize(
     ("change", "error", "match"),
     [
-        ({"properties": ["hue"]}, ValueError, "distinct names"),
-        ({"properties": ["noise", "noise"]}, ValueError, "distinct names"),
-        ({"properties": "colour"}, TypeError, "list of names"),
+        ({"properties": ["hue"]}, ValueError, r"discovery.properties must be one of \('colour'"),
+        ({"properties": ["noise", "noise"]}, ValueError, "discovery.properties names 'noise' twice"),
+        ({"properties": "colour"}, TypeError, "discovery.properties must be None or a list of names"),
         ({"property_alert_threshold": 1.5}, ValueError, "property_alert_threshold"),
         ({"property_alert_threshold": True}, ValueError, "property_alert_threshold"),
     ],
