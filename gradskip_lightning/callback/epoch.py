@@ -20,6 +20,7 @@ from lightning.pytorch.utilities import rank_zero_warn
 from torch import nn
 
 from gradskip_lightning.callback.discovery.images import alert_text
+from gradskip_lightning.callback.discovery.properties import property_alert_text, property_scalars
 from gradskip_lightning.callback.discovery.stage import Discovered, Discoverer, DiscoveryStage, discovery_scalars
 from gradskip_lightning.callback.host import Host
 from gradskip_lightning.callback.keys import key
@@ -215,7 +216,11 @@ class EpochRunner:
         explainer = prepared.explainers[stage.method or self.settings.methods.method]
         began = time.perf_counter()
         run = self.discoverer.run(
-            end.module, explainer, batch_size=self.settings.probes.explain_batch_size, activation=prepared.activation
+            end.module,
+            explainer,
+            batch_size=self.settings.probes.explain_batch_size,
+            activation=prepared.activation,
+            display=prepared.data.display,
         )
         end.work.add("discovery", time.perf_counter() - began)
         skipped = key("discovery", outcome.prefix, "skipped")
@@ -245,17 +250,22 @@ class EpochRunner:
                 **discovery_scalars(found, explainer.patch_size, outcome.prefix, peak),
                 skipped: 0.0,
                 degenerate: float(len(run.degenerate)),
+                **(property_scalars(run.properties, outcome.prefix) if run.properties is not None else {}),
             },
             set(),
         )
         outcome.discovery = (found, required(self.discoverer.probes, "the discovery probes"))
         if end.trained:
             self.discovered = Discovered(end.epoch, found, outcome.discovery[1], explainer.patch_size)
+        outcome.properties = run.properties
         outcome.scalars[key("discovery", outcome.prefix, "time_s")] = end.work.seconds["discovery"]
         if end.host.rank_zero:
             names = prepared.sheet.class_names
             for label in self.discoverer.newly_flagged(found):
                 end.host.alert(*alert_text(found, label, names, explainer.patch_size, end.epoch))
+            if run.properties is not None:
+                for name, label in self.discoverer.newly_flagged_properties(run.properties):
+                    end.host.alert(*property_alert_text(run.properties, name, label, names, end.epoch))
 
     def _skip(self, end: EpochEnd, outcome: EpochOutcome, error: str) -> None:
         """A skipped epoch: one warning, every monitored score NaN, ``<prefix>skipped`` = 1."""

@@ -1,8 +1,9 @@
 """A 2-process gloo group on CPU (plain ``torch.distributed``, forked): each rank updates a
 ``ClassMapSummary`` with every other map of :func:`ddp_maps` (uneven shares: 8 and 7) at its probe
 positions, then runs :func:`discover` on the same probes (:func:`ddp_images`, a stamp-reading rule
-model), and rank 0 writes the synced summary and the discovery (:func:`summary_values`) to the JSON
-path given.
+model) and the global property transplants on the same probes (:func:`property_values`, as the
+discovery stage does); rank 0 writes the synced summary, the discovery (:func:`summary_values`) and
+each rank's property figures to the JSON path given.
 
 Run from the repository root: ``python -m tests.metrics.discovery_ddp_worker OUT.json PORT``.
 """
@@ -17,6 +18,8 @@ import torch.distributed as dist
 from torch import Tensor
 
 from gradskip_lightning.metrics.discovery import ClassMaps, ClassMapSummary, Discovery, DiscoverySettings, discover
+from gradskip_lightning.metrics.discovery_properties import discover_properties
+from gradskip_lightning.metrics.image_properties import PixelSpace
 
 NUM_CLASSES = 4  # class 3 has no maps
 GRID = (4, 4)
@@ -76,6 +79,35 @@ def summary_values(summary: ClassMaps) -> dict[str, list]:
     return values
 
 
+def property_probes() -> tuple[Tensor, Tensor]:
+    """Pixel probes (12, 3, 8, 8) of 3 classes (textured grey; class 2 reddish, class 1 brighter) and classes."""
+    generator = torch.Generator().manual_seed(1)
+    classes = torch.arange(3).repeat_interleave(4)
+    images = 0.3 + 0.3 * torch.rand(12, 3, 8, 8, generator=generator)
+    images[classes == 1] += 0.2
+    images[classes == 2, 0] += 0.15
+    return images, classes
+
+
+def property_model(images: Tensor) -> Tensor:
+    """Class 2 iff red exceeds blue by 0.1, else class 1 iff the luminance is above 0.6, else class 0."""
+    red = (images[:, 0] - images[:, 2]).mean(dim=(1, 2)) > 0.1
+    bright = images.mean(dim=(1, 2, 3)) > 0.6
+    return torch.stack([~red & ~bright, ~red & bright, red], dim=1).double()
+
+
+def property_values() -> dict[str, list]:
+    """Every property's flip rates, controls, separabilities and suspicions on :func:`property_probes`."""
+    images, classes = property_probes()
+    found = discover_properties(
+        property_model, images, classes, 3, space=PixelSpace.of(images, [0.0], [1.0]), alert_threshold=0.5, seed=3
+    )
+    return {
+        name: [[t.flip_rate, t.control_flip_rate, t.separability] for t in transfers] + [found.suspicion[name].tolist()]
+        for name, transfers in found.transfers.items()
+    }
+
+
 def run(rank: int, out_path: str, port: int) -> None:
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
     maps, classes = ddp_maps()
@@ -87,9 +119,12 @@ def run(rank: int, out_path: str, port: int) -> None:
     summary = metric.compute()  # every rank joins the sync
     found = discover(stamp_model, ddp_images(), ddp_maps()[1], summary, patch_size=2)
     values = {**summary_values(summary), **discovery_values(found)}
+    ranks: list[dict[str, list] | None] = [None, None]
+    dist.all_gather_object(ranks, property_values())  # every rank transfers the same probes
     if rank == 0:
         with open(out_path, "w") as handle:
-            json.dump({**values, "world_size": dist.get_world_size(), "rank0_maps": len(maps)}, handle)
+            extra = {"world_size": dist.get_world_size(), "rank0_maps": len(maps), "properties_per_rank": ranks}
+            json.dump({**values, **extra}, handle)
     dist.destroy_process_group()
 
 

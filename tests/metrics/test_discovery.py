@@ -32,6 +32,7 @@ from .discovery_ddp_worker import (
     ddp_images,
     ddp_maps,
     discovery_values,
+    property_values,
     stamp_model,
     summary_values,
 )
@@ -494,6 +495,9 @@ def test_two_process_gloo_sync_equals_one_process_on_the_union(tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     synced = json.loads(out.read_text())
     assert synced.pop("world_size") == 2 and synced.pop("rank0_maps") == 8
+    first, second = synced.pop("properties_per_rank")  # the global property transplants: the same on every rank
+    assert first == second == json.loads(json.dumps(property_values()))  # and in one process
+    assert first["colour"][2][0] == 1.0 and first["colour"][3][2] >= 0.5  # class 2's colour flips, and is flagged
     maps, classes = ddp_maps()
     summary = summarise_classes(maps, classes, NUM_CLASSES, SETTINGS)
     found = discover(stamp_model, ddp_images(), classes, summary, patch_size=2)

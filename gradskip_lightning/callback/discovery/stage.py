@@ -7,7 +7,9 @@ each class's hotspot (and grown hotspot, and each SpRAy strategy's) is transplan
 classes' probes and every class gets a suspicion score and a p-value. The scalars go in the
 ``discovery`` section (:func:`discovery_scalars`, monitorable like the others; in fit also each
 class's peak suspicion so far, kept in checkpoints), the class-mean map grid and a flagged class's
-strategies are images (:mod:`.images`), and a newly flagged class raises an alert.
+strategies are images (:mod:`.images`), and a newly flagged class raises an alert. The global property
+transplants (``properties``: :mod:`.properties`) give the other classes' probes each class's colour,
+brightness, sharpness and noise statistics, with their own suspicion, keys, pictures and alerts.
 
 DDP: each rank explains its shard (:func:`~.distributed.shard_positions`, padded so every rank runs
 as many forwards), the summary syncs in ``compute()`` (sums and every map, so strategies see the
@@ -19,6 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
@@ -35,9 +38,15 @@ from gradskip_lightning.core.adapter import eval_mode
 from gradskip_lightning.core.explanation import ModelExplainer
 from gradskip_lightning.families import all_methods
 from gradskip_lightning.metrics import ClassMapSummary, Discovery, DiscoverySettings, discover
+from gradskip_lightning.metrics.discovery_properties import PropertyDiscovery, chosen_properties, discover_properties
+from gradskip_lightning.metrics.image_properties import PixelSpace, PropertyName
 from gradskip_lightning.metrics.perturbation import Activation
 
 __all__ = ["DiscoveryStage", "Discoverer", "Discovered", "StageRun", "discovery_scalars", "usable_maps", "CLASS_VALUES"]
+
+
+#: Default ``property_alert_threshold``, chosen in docs/discovery.md (*Global properties*).
+PROPERTY_ALERT_THRESHOLD = 0.4
 
 
 @dataclass(frozen=True)
@@ -52,6 +61,10 @@ class DiscoveryStage(DiscoverySettings):
         batch_size: images per forward of the transplant test.
         method: the method whose maps the stage summarises (None: the callback's ``method``); another
             one is explained for the discovery probes only (with its default options).
+        properties: the image-wide properties whose transfer each class is tested with (names of
+            :data:`~gradskip_lightning.metrics.image_properties.PROPERTIES`); None: all that apply to the
+            model's channels (colour needs 3); ``()``: none.
+        property_alert_threshold: property suspicion at or above which a (class, property) is flagged, in [0, 1].
     """
 
     enabled: bool = False
@@ -59,9 +72,16 @@ class DiscoveryStage(DiscoverySettings):
     every_n_epochs: int = 1
     batch_size: int = 64
     method: str | None = None
+    properties: tuple[PropertyName, ...] | None = None
+    property_alert_threshold: float = PROPERTY_ALERT_THRESHOLD
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        if self.properties is not None:  # a YAML list becomes a tuple
+            object.__setattr__(self, "properties", chosen_properties(self.properties, option="discovery.properties"))
+        threshold = self.property_alert_threshold
+        if isinstance(threshold, bool) or not isinstance(threshold, (int, float)) or not 0 <= threshold <= 1:
+            raise ValueError(f"property_alert_threshold must be a number in [0, 1]; got {threshold!r}")
         if not isinstance(self.enabled, bool):
             raise TypeError(f"enabled must be a bool; got {type(self.enabled).__name__}")
         positive("probes_per_class", self.probes_per_class)
@@ -69,6 +89,10 @@ class DiscoveryStage(DiscoverySettings):
         positive("batch_size", self.batch_size)
         if self.method is not None and self.method not in all_methods():
             raise ValueError(f"discovery method must be None or one of {all_methods()}, got {self.method!r}")
+
+    def properties_for(self, channels: int) -> tuple[PropertyName, ...]:
+        """The properties tested on images of ``channels`` channels; a named one that does not apply is a ValueError."""
+        return chosen_properties(self.properties, channels, "discovery.properties")
 
     @property
     def analysis(self) -> DiscoverySettings:
@@ -151,12 +175,14 @@ def usable_maps(maps: Tensor) -> Tensor:
 
 @dataclass(frozen=True)
 class StageRun:
-    """One run of the stage: its discovery (None when it failed), the first rank's error, and the ids of
-    the probes whose maps were degenerate and left out of their class's summary."""
+    """One run of the stage: its discovery (None when it failed), the first rank's error, the ids of
+    the probes whose maps were degenerate and left out of their class's summary, and the global property
+    transplants (None when none are tested)."""
 
     found: Discovery | None
     error: str | None
     degenerate: list[int] = dataclasses.field(default_factory=list)
+    properties: PropertyDiscovery | None = None
 
 
 @dataclass(frozen=True)
@@ -196,6 +222,7 @@ class Discoverer:
         self.source = ProbeSource(None, settings.probes_per_class, seed, keys, "discovery.probes_per_class")
         self.alerted: set[int] = set()
         self.peak: list[float] = []  # per class, NaN until a finite suspicion
+        self.alerted_properties: set[tuple[str, int]] = set()
 
     @property
     def probes(self) -> ProbeSet | None:
@@ -211,6 +238,8 @@ class Discoverer:
             probes = self.source.draw(dataset)
             check_probes(probes, explainer.in_chans, explainer.img_size, num_classes, "discovery probe")
             explainer.check_images(probes.images)
+        if self.settings.enabled:
+            self.settings.properties_for(explainer.in_chans)
 
     def due(self, epoch: int, fitting: bool) -> bool:
         """Whether the explained ``epoch`` runs the stage (always outside fit)."""
@@ -223,17 +252,24 @@ class Discoverer:
     def reset(self) -> None:
         """A new fit: draw again, alert again, peaks afresh."""
         self.source.reset()
-        self.alerted = set()
+        self.alerted, self.alerted_properties = set(), set()
         self.peak = []
 
     def run(
-        self, module: nn.Module, explainer: ModelExplainer, *, batch_size: int, activation: Activation
+        self,
+        module: nn.Module,
+        explainer: ModelExplainer,
+        *,
+        batch_size: int,
+        activation: Activation,
+        display: tuple[Sequence[float] | None, Sequence[float] | None] = (None, None),
     ) -> StageRun:
         """Explain, summarise and transplant on every rank (the same :class:`StageRun` on each).
 
         ``module``: the module ``explainer`` explains (a LightningModule, a ``transformers`` model). A probe
-        whose map is degenerate (:func:`usable_maps`) is left out of its class's summary. Every rank must
-        call it. Isolated like the callback's explanation (RNG, modes, no parameter gradients).
+        whose map is degenerate (:func:`usable_maps`) is left out of its class's summary. ``display`` (the
+        probes' mean and std) takes the probes to pixels for the property transfers. Every rank must call
+        it. Isolated like the callback's explanation (RNG, modes, no parameter gradients).
         """
         probes = self.probes
         if probes is None:
@@ -270,16 +306,26 @@ class Discoverer:
             if usable.any():  # a class whose every map is degenerate is a class without maps (NaN suspicion)
                 metric.update(maps[usable].double(), probes.labels[own].to(device)[usable], own[usable.cpu()])
             summary = metric.compute()  # syncs across processes
+            images, labels = probes.images.clone().to(device), probes.labels.to(device)
             found = discover(
                 explainer.model,
-                probes.images.clone().to(device),
-                probes.labels.to(device),
+                images,
+                labels,
                 summary,
                 patch_size=explainer.patch_size,
                 batch_size=self.settings.batch_size,
                 activation=activation,
             )
-        return StageRun(found, None, degenerate)
+            names = self.settings.properties_for(explainer.in_chans)
+            try:  # the same probes and seed on every rank: it fails on all or none, with no collective inside
+                properties = None if not names else discover_properties(
+                    explainer.model, images, labels, explainer.num_classes, names,
+                    space=PixelSpace.of(images, *display), alert_threshold=self.settings.property_alert_threshold,
+                    batch_size=self.settings.batch_size, activation=activation, seed=self.settings.seed,
+                )  # fmt: skip
+            except Exception as err:  # noqa: BLE001 - isolation, as the explanation
+                return StageRun(None, f"discovery (global properties): {type(err).__name__}: {err}")
+        return StageRun(found, None, degenerate, properties)
 
     def newly_flagged(self, found: Discovery) -> list[int]:
         """The flagged classes not alerted yet in this fit (then remembered)."""
@@ -295,12 +341,24 @@ class Discoverer:
         self.peak = current.tolist()
         return current
 
+    def newly_flagged_properties(self, found: PropertyDiscovery) -> list[tuple[PropertyName, int]]:
+        """The flagged (property, class) pairs not alerted yet in this fit (then remembered)."""
+        new = [
+            (name, int(label))
+            for name, flagged in found.flagged.items()
+            for label in flagged.nonzero()[:, 0].tolist()
+            if (name, int(label)) not in self.alerted_properties
+        ]
+        self.alerted_properties.update(new)
+        return new
+
     def state_dict(self) -> dict[str, object]:
         probes = self.source.probes
         return {
             "ids": None if probes is None else probes.ids.clone(),
             "alerted": sorted(self.alerted),
             "peak": list(self.peak),
+            "alerted_properties": [[name, label] for name, label in sorted(self.alerted_properties)],
         }
 
     def load_state_dict(self, state: dict[str, object] | None) -> None:
@@ -311,3 +369,5 @@ class Discoverer:
         alerted, peak = state.get("alerted"), state.get("peak")
         self.alerted = set(alerted) if isinstance(alerted, list) else set()
         self.peak = [float(v) for v in peak] if isinstance(peak, list) else []
+        pairs = state.get("alerted_properties")
+        self.alerted_properties = {(str(n), int(k)) for n, k in pairs} if isinstance(pairs, list) else set()

@@ -9,6 +9,7 @@
 from __future__ import annotations
 
 from gradskip_lightning.callback.correction.core import CORRECTION_VALUES
+from gradskip_lightning.callback.discovery.properties import PROPERTY_VALUES
 from gradskip_lightning.callback.discovery.stage import CLASS_VALUES
 from gradskip_lightning.callback.keys import key
 from gradskip_lightning.callback.output.report import HEAD_PARTS
@@ -71,6 +72,22 @@ def _other_rows(prefix: str) -> list[tuple[str, str]]:
             "with `discovery`: 1 when the stage failed alone (its keys are then NaN in `callback_metrics`), else 0; "
             "discovery probes whose map was all zero or not finite, left out of their class's summary (named in a "
             "warning)",
+        ),
+        *(
+            (
+                f"`{key('discovery', prefix, '<property>/' + name + '/class_<k>')}`",
+                f"with `discovery` and its `properties` (colour, brightness, sharpness, noise): per property and "
+                f"class k, {doc}",
+            )
+            for name, doc in PROPERTY_VALUES.items()
+        ),
+        (
+            f"`{key('discovery', prefix, '<property>/max_suspicion')}`, "
+            f"`{key('discovery', prefix, '<property>/flagged')}`, "
+            f"`{key('discovery', prefix, '<property>/transfer/class_<k>')}`",
+            "with `discovery` and its `properties`: per property, the highest suspicion and how many classes are at "
+            "or above `property_alert_threshold`; for a flagged class, other classes' probes before and after being "
+            "given its statistics, with their predictions",
         ),
         (
             f"`{key('discovery', prefix, 'class_means')}`, `{key('discovery', prefix, 'strategy_maps/class_<k>')}`",

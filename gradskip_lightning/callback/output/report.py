@@ -16,12 +16,14 @@ from torch import Tensor
 
 from gradskip_lightning import render
 from gradskip_lightning.callback.discovery.images import discovery_images
+from gradskip_lightning.callback.discovery.properties import property_images
 from gradskip_lightning.callback.keys import key
 from gradskip_lightning.callback.probes import ProbeSet
 from gradskip_lightning.callback.scoring.record import ProbeRecord, npz_fields, scalar_fields, table_fields
 from gradskip_lightning.callback.settings import RenderSettings
 from gradskip_lightning.core.validation import required
 from gradskip_lightning.metrics import Discovery
+from gradskip_lightning.metrics.discovery_properties import PropertyDiscovery
 
 __all__ = [
     "HEAD_PARTS",
@@ -106,6 +108,7 @@ class EpochOutcome:
         method: the explained method; records: method -> the gathered per-probe record (empty when skipped).
         drift: drift name -> (P,) values.
         discovery: the discovery stage's result and its probes, when it ran and succeeded.
+        properties: its global property transplants, when it tested any.
         started: ``time.perf_counter()`` when the epoch end began (the report times itself from it).
     """
 
@@ -118,6 +121,7 @@ class EpochOutcome:
     records: dict[str, ProbeRecord] = field(default_factory=dict)
     drift: dict[str, Tensor] = field(default_factory=dict)
     discovery: tuple[Discovery, ProbeSet] | None = None
+    properties: PropertyDiscovery | None = None
     started: float = 0.0
 
 
@@ -333,6 +337,11 @@ def epoch_report(
         if outcome.discovery is not None:
             found, probes = outcome.discovery
             full.images.update(discovery_images(found, probes, sheet.class_names, display, settings, outcome.prefix))
+            if outcome.properties is not None:
+                names = sheet.class_names
+                full.images.update(
+                    property_images(outcome.properties, probes, names, display, settings, outcome.prefix)
+                )
     except Exception as err:  # noqa: BLE001 - rank zero only, no collective inside: safe to go on alone
         rank_zero_warn(
             f"GradSkipCallback: the images and maps files of epoch {outcome.epoch} were not built, its scalars are "

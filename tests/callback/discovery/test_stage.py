@@ -123,7 +123,9 @@ def test_the_discovery_keys_and_image_reach_an_offline_wandb_run(tmp_path, monke
     use_offline_wandb(monkeypatch, tmp_path)
     seed_everything(0)
     logger = WandbLogger(save_dir=str(tmp_path), offline=True, project="gradskip-test")
-    callback = _callback(alert_threshold=0.0, alpha=1.0)  # every class with a test fires: alerts to read back
+    callback = _callback(  # every class with a test fires: alerts to read back
+        alert_threshold=0.0, alpha=1.0, properties=["colour", "noise"], property_alert_threshold=0.0
+    )
     trainer = tiny_trainer(tmp_path, logger=logger, callbacks=[callback], max_epochs=1)
     with pytest.warns(UserWarning, match="may use a shortcut"):  # offline: the run file keeps it, the console says it
         trainer.fit(tiny_module(), datamodule=tiny_data())
@@ -146,9 +148,21 @@ def test_the_discovery_keys_and_image_reach_an_offline_wandb_run(tmp_path, monke
     pixels = np.asarray(Image.open(run.root / "files" / media["path"]))
     assert pixels.dtype == np.uint8 and pixels.shape[2] == 3 and pixels.std() > 10
     assert row[f"{D}strategy_maps/class_0"]["_type"] == "image-file"
+    for name in ("colour", "noise"):  # the global property transplants: every class flagged at threshold 0
+        for value in ("suspicion", "flip_rate", "control_flip_rate", "separability"):
+            assert all(isinstance(row[f"{D}{name}/{value}/class_{c}"], (int, float)) for c in range(4)), (name, value)
+        assert row[f"{D}{name}/flagged"] == sum(not math.isnan(row[f"{D}{name}/suspicion/class_{c}"]) for c in range(4))
+        assert 0 <= row[f"{D}{name}/max_suspicion"] <= 1
+    assert f"{D}brightness/suspicion/class_0" not in row  # only the properties asked for
+    picture = row[f"{D}colour/transfer/class_0"]
+    pixels = np.asarray(Image.open(run.root / "files" / picture["path"]))
+    assert picture["_type"] == "image-file" and pixels.shape[2] == 3 and pixels.std() > 10
     (path,) = (run.root).glob("run-*.wandb")
-    alerts = [r for r in read_records(path) if r.WhichOneof("record_type") == "alert"]
-    assert len(alerts) == row[f"{D}flagged"] and "may use a shortcut" in alerts[0].alert.title
+    alerts = [r.alert for r in read_records(path) if r.WhichOneof("record_type") == "alert"]
+    stamps = [a for a in alerts if "may use a shortcut" in a.title]
+    colours = [a for a in alerts if "may use a colour shortcut" in a.title]
+    assert len(stamps) == row[f"{D}flagged"] and len(colours) == row[f"{D}colour/flagged"]
+    assert "giving other classes' probes its colour statistics flips" in colours[0].text
 
 
 class PeakSeen(Callback):

@@ -1,0 +1,344 @@
+"""Image-wide properties: a per-image statistic and a transfer that gives an image other values of it.
+
+Everything works on pixels (B, C, H, W) in [0, 1] (:class:`PixelSpace` maps the model's inputs there
+and back) in float64. Each property of :data:`PROPERTIES` (keyed by :data:`PropertyName`) has
+
+- ``statistic(pixels) -> (B, S)``: its S numbers per image;
+- ``transfer(pixels, targets (B, S), generator) -> pixels``: the images given those statistics. The
+  result's statistic equals ``targets`` up to rounding wherever the property can reach them (the
+  exceptions below), before :meth:`PixelSpace.inputs` clamps the pixels to their range.
+
+Luminance Y is ``0.299 R + 0.587 G + 0.114 B`` (Rec. 601) for 3 channels, the mean over channels
+otherwise (the channel itself for greyscale).
+
+- ``colour`` (3 channels only): the image's chromaticity, the medians over its pixels of the two chromatic
+  channels α and β of Reinhard et al.'s (2001) decorrelated lαβ space (RGB -> LMS -> log10 -> lαβ); the
+  transfer is Reinhard's shift restricted to them: α and β shifted to the target medians, l and every
+  spread kept, then back to RGB (a stain's or a white balance's cast, without the brightness).
+- ``brightness``: the median of Y; the transfer adds the same change to every channel.
+
+What most pixels share, not what the object adds or how much the image varies: acquisition (a stain, a
+white balance, illumination) shifts every pixel and so the medians, while an object's colour moves a
+minority of pixels (the mean, not the median) and the spreads (contrast, saturation) follow what the
+image shows. Means and spreads flagged classes of clean models whose objects or images really differ
+(docs/discovery.md, *Global properties*).
+- ``sharpness``: the share of Y's energy (mean removed) at spatial frequencies of at least
+  :data:`HIGH_FREQUENCY` cycles per pixel; the transfer multiplies those frequencies of every channel
+  by ``a = sqrt(r_t E_low / ((1 - r_t) E_high))`` (a < 1 blurs, a > 1 sharpens), at most
+  :data:`MAX_GAIN` (an image without high frequencies cannot be sharpened).
+- ``noise``: the RMS form of Immerkær's (1996) estimate of white noise, ``sigma = rms(Y * N) / 6``
+  over the valid part of the convolution with N = [[1, -2, 1], [-2, 4, -2], [1, -2, 1]] (which
+  ignores planes and ramps; for white noise of deviation s, E[(N * n)^2] = 36 s^2). To raise it,
+  white noise ``t * eps`` (eps standard normal, independent per channel, from ``generator``) is
+  added (its sign chosen so that the smallest t reaches the target); to lower it, the image is blended
+  towards its 3 x 3 binomial smoothing,
+  ``x - u (x - S x)``, u in [0, 1] (what u = 1 cannot remove stays). t and u solve a quadratic:
+  the statistic is exact.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Literal, get_args
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+__all__ = [
+    "PROPERTIES",
+    "PROPERTY_NAMES",
+    "GlobalProperty",
+    "PixelSpace",
+    "PropertyName",
+    "luminance",
+]
+
+PropertyName = Literal["colour", "brightness", "sharpness", "noise"]
+PROPERTY_NAMES: tuple[PropertyName, ...] = get_args(PropertyName)
+
+#: Spatial frequency (cycles per pixel) from which ``sharpness`` counts energy as high: half the Nyquist limit.
+HIGH_FREQUENCY = 0.25
+#: The largest factor ``sharpness`` multiplies the high frequencies by.
+MAX_GAIN = 4.0
+#: The smallest LMS value before the logarithm of ``colour`` (black pixels).
+LMS_FLOOR = 1e-4
+
+_RGB_TO_LMS = torch.tensor(
+    [[0.3811, 0.5783, 0.0402], [0.1967, 0.7244, 0.0782], [0.0241, 0.1288, 0.8444]], dtype=torch.float64
+)
+_LOG_LMS_TO_LAB = torch.diag(torch.tensor([3.0, 6.0, 2.0], dtype=torch.float64).rsqrt()) @ torch.tensor(
+    [[1.0, 1.0, 1.0], [1.0, 1.0, -2.0], [1.0, -1.0, 0.0]], dtype=torch.float64
+)
+_REC601 = (0.299, 0.587, 0.114)
+_NOISE_KERNEL = torch.tensor([[1.0, -2.0, 1.0], [-2.0, 4.0, -2.0], [1.0, -2.0, 1.0]], dtype=torch.float64)
+_SMOOTHING = torch.outer(*[torch.tensor([1.0, 2.0, 1.0], dtype=torch.float64) / 4] * 2)
+
+
+@dataclass(frozen=True)
+class GlobalProperty:
+    """One image-wide property (module docstring).
+
+    Attributes:
+        name: its :data:`PropertyName`.
+        what: what it is, in words, for messages ("colour statistics").
+        statistics: names of its S per-image numbers.
+        channels: the channel count it needs (None: any).
+        statistic: pixels (B, C, H, W) -> (B, S) float64.
+        transfer: (pixels (B, C, H, W), targets (B, S), generator) -> pixels (B, C, H, W) float64.
+    """
+
+    name: PropertyName
+    what: str
+    statistics: tuple[str, ...]
+    channels: int | None
+    statistic: Callable[[Tensor], Tensor]
+    transfer: Callable[[Tensor, Tensor, torch.Generator], Tensor]
+
+    def applies(self, channels: int) -> bool:
+        """Whether images of ``channels`` channels have this property."""
+        return self.channels is None or self.channels == channels
+
+
+@dataclass(frozen=True)
+class PixelSpace:
+    """A per-channel affine map from model inputs to pixels, ``pixels = inputs * std + mean``, and the
+    pixel range transfers are clamped to.
+
+    Attributes:
+        mean, std: (C,) float64: the normalisation the model's inputs carry.
+        low, high: (C,) float64 the range of pixels a transfer may produce.
+    """
+
+    mean: Tensor
+    std: Tensor
+    low: Tensor
+    high: Tensor
+
+    @classmethod
+    def of(cls, images: Tensor, mean: Sequence[float] | None, std: Sequence[float] | None) -> PixelSpace:
+        """The pixel space of ``images`` (P, C, H, W) normalised with ``mean`` and ``std`` (1 or C values each);
+        without them, each channel's range over ``images`` becomes [0, 1].
+
+        Transfers are clamped to [0, 1], widened to the pixels the images hold (a normalisation that
+        leaves values outside, or images shifted outside, keep them reachable).
+
+        Example:
+            >>> space = PixelSpace.of(torch.tensor([[[[-1.0, 1.0]]]]), [0.5], [0.5])
+            >>> space.pixels(torch.tensor([[[[-1.0, 1.0]]]])).tolist(), space.low.tolist(), space.high.tolist()
+            ([[[[0.0, 1.0]]]], [0.0], [1.0])
+        """
+        channels = images.shape[1]
+        values = images.detach().double().transpose(0, 1).flatten(1)  # (C, P * H * W)
+        if mean is None or std is None:
+            if mean is not None or std is not None:
+                raise ValueError("give both mean and std, or neither")
+            low, high = values.amin(dim=1), values.amax(dim=1)
+            span = torch.where(high > low, high - low, torch.ones_like(high))
+            scale, shift = 1 / span, -low / span
+        else:
+            scale = torch.tensor([float(v) for v in std], dtype=torch.float64).expand(channels).clone()
+            shift = torch.tensor([float(v) for v in mean], dtype=torch.float64).expand(channels).clone()
+        pixels = values * scale[:, None] + shift[:, None]
+        device = images.device
+        low = pixels.amin(dim=1).clamp(max=0.0)
+        high = pixels.amax(dim=1).clamp(min=1.0)
+        return cls(shift.to(device), scale.to(device), low.to(device), high.to(device))
+
+    def pixels(self, images: Tensor) -> Tensor:
+        """Pixels (B, C, H, W) float64 of model inputs."""
+        return images.double() * self.std[:, None, None] + self.mean[:, None, None]
+
+    def inputs(self, pixels: Tensor, dtype: torch.dtype) -> Tensor:
+        """Model inputs of ``dtype`` from pixels (B, C, H, W), clamped to [low, high] per channel first."""
+        clamped = torch.maximum(torch.minimum(pixels, self.high[:, None, None]), self.low[:, None, None])
+        return ((clamped - self.mean[:, None, None]) / self.std[:, None, None]).to(dtype)
+
+
+def _luminance_weights(channels: int, like: Tensor) -> Tensor:
+    """(C,) weights summing to 1: Rec. 601 for 3 channels, uniform otherwise."""
+    weights = _REC601 if channels == 3 else (1 / channels,) * channels
+    return torch.tensor(weights, dtype=like.dtype, device=like.device)
+
+
+def luminance(pixels: Tensor) -> Tensor:
+    """Luminance (B, H, W) of pixels (B, C, H, W) (module docstring).
+
+    Example:
+        >>> round(luminance(torch.ones(1, 3, 1, 1)).item(), 6), luminance(torch.full((1, 1, 1, 1), 0.25)).item()
+        (1.0, 0.25)
+    """
+    return torch.einsum("bchw,c->bhw", pixels, _luminance_weights(pixels.shape[1], pixels))
+
+
+# ----------------------------------------------------------------------------- colour
+
+
+def _check_rgb(pixels: Tensor) -> None:
+    if pixels.shape[1] != 3:
+        raise ValueError(f"colour needs RGB images (3 channels); got {pixels.shape[1]}")
+
+
+def _to_lab(pixels: Tensor) -> Tensor:
+    """(B, 3, n) lαβ values of RGB pixels (B, 3, H, W)."""
+    lms = torch.einsum("ij,bjn->bin", _RGB_TO_LMS.to(pixels), pixels.flatten(2))
+    return torch.einsum("ij,bjn->bin", _LOG_LMS_TO_LAB.to(pixels), lms.clamp(min=LMS_FLOOR).log10())
+
+
+def _from_lab(lab: Tensor, shape: torch.Size) -> Tensor:
+    """RGB pixels of ``shape`` (B, 3, H, W) from lαβ values (B, 3, n)."""
+    log_lms = torch.einsum("ij,bjn->bin", torch.linalg.inv(_LOG_LMS_TO_LAB).to(lab), lab)
+    return torch.einsum("ij,bjn->bin", torch.linalg.inv(_RGB_TO_LMS).to(lab), 10**log_lms).reshape(shape)
+
+
+def colour_statistic(pixels: Tensor) -> Tensor:
+    """(B, 2): the medians of α and β (the chromaticity most pixels share) of RGB pixels (B, 3, H, W); 0 for grey.
+
+    Example:
+        >>> images = torch.rand(2, 3, 4, 4, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+        >>> given = colour_transfer(images[:1], colour_statistic(images[1:]))  # image 0 with image 1's colour
+        >>> torch.allclose(colour_statistic(given), colour_statistic(images[1:]))
+        True
+    """
+    _check_rgb(pixels)
+    return _to_lab(pixels)[:, 1:].median(dim=2).values
+
+
+def colour_transfer(pixels: Tensor, targets: Tensor, generator: torch.Generator | None = None) -> Tensor:
+    """RGB pixels (B, 3, H, W) with their α and β shifted to the medians ``targets`` (B, 2)."""
+    _check_rgb(pixels)
+    lab = _to_lab(pixels)
+    shift = torch.cat([torch.zeros_like(targets[:, :1]), targets - lab[:, 1:].median(dim=2).values], dim=1)
+    return _from_lab(lab + shift[:, :, None], pixels.shape)
+
+
+# ----------------------------------------------------------------------------- brightness
+
+
+def brightness_statistic(pixels: Tensor) -> Tensor:
+    """(B, 1): the median luminance of pixels (B, C, H, W) (the lower of the two middle values for an even count).
+
+    Example:
+        >>> brightness_statistic(torch.tensor([[[[0.2, 0.6, 0.3]]]], dtype=torch.float64)).tolist()
+        [[0.3]]
+    """
+    return luminance(pixels).flatten(1).median(dim=1).values[:, None]
+
+
+def brightness_transfer(pixels: Tensor, targets: Tensor, generator: torch.Generator | None = None) -> Tensor:
+    """Pixels (B, C, H, W) whose median luminance is ``targets`` (B, 1): the change added to every channel."""
+    return pixels + (targets[:, 0] - brightness_statistic(pixels)[:, 0])[:, None, None, None]
+
+
+# ----------------------------------------------------------------------------- sharpness
+
+
+def _high_frequencies(height: int, width: int, device: torch.device) -> Tensor:
+    """(H, W) bool: the FFT bins at or above :data:`HIGH_FREQUENCY` cycles per pixel."""
+    rows = torch.fft.fftfreq(height, device=device, dtype=torch.float64)[:, None]
+    cols = torch.fft.fftfreq(width, device=device, dtype=torch.float64)[None, :]
+    return (rows.square() + cols.square()).sqrt() >= HIGH_FREQUENCY
+
+
+def _band_energies(values: Tensor) -> tuple[Tensor, Tensor]:
+    """(low, high) energies (B,) of images (B, H, W) without their mean."""
+    spectrum = torch.fft.fft2(values - values.mean(dim=(1, 2), keepdim=True)).abs().square()
+    high = _high_frequencies(values.shape[1], values.shape[2], values.device)
+    return spectrum[:, ~high].sum(dim=1), spectrum[:, high].sum(dim=1)
+
+
+def sharpness_statistic(pixels: Tensor) -> Tensor:
+    """(B, 1): the share of the luminance's energy (mean removed) at high spatial frequencies; 0 for a flat image.
+
+    Example:
+        >>> checkerboard = (torch.arange(4)[:, None] + torch.arange(4)[None, :]) % 2
+        >>> sharpness_statistic(checkerboard.double()[None, None]).tolist()  # all at the Nyquist frequency
+        [[1.0]]
+    """
+    low, high = _band_energies(luminance(pixels))
+    total = low + high
+    return torch.where(total > 0, high / torch.where(total > 0, total, 1.0), 0.0)[:, None]
+
+
+def sharpness_transfer(pixels: Tensor, targets: Tensor, generator: torch.Generator | None = None) -> Tensor:
+    """Pixels (B, C, H, W) whose high-frequency share is ``targets`` (B, 1): every channel's high frequencies
+    multiplied by one gain per image (at most :data:`MAX_GAIN`; 1 for an image without high frequencies)."""
+    low, high = _band_energies(luminance(pixels))
+    share = targets[:, 0].clamp(0.0, 1.0)
+    wanted = share * low / torch.where(high > 0, high, 1.0) / (1 - share).clamp(min=1e-12)
+    gain = torch.where(high > 0, wanted.sqrt().clamp(max=MAX_GAIN), 1.0)
+    mask = _high_frequencies(pixels.shape[2], pixels.shape[3], pixels.device)
+    high_part = torch.fft.ifft2(torch.fft.fft2(pixels) * mask).real
+    return pixels + (gain - 1)[:, None, None, None] * high_part
+
+
+# ----------------------------------------------------------------------------- noise
+
+
+def _noise_response(values: Tensor) -> Tensor:
+    """(B, H - 2, W - 2): images (B, H, W) convolved with the noise kernel (valid part)."""
+    return F.conv2d(values[:, None], _NOISE_KERNEL.to(values)[None, None])[:, 0]
+
+
+def _smoothed(pixels: Tensor) -> Tensor:
+    """Pixels (B, C, H, W) smoothed per channel by the 3 x 3 binomial kernel (reflect padding)."""
+    channels = pixels.shape[1]
+    kernel = _SMOOTHING.to(pixels)[None, None].expand(channels, 1, 3, 3)
+    return F.conv2d(F.pad(pixels, (1, 1, 1, 1), mode="reflect"), kernel, groups=channels)
+
+
+def noise_statistic(pixels: Tensor) -> Tensor:
+    """(B, 1): the noise estimate ``rms(Y * N) / 6`` of pixels (B, C, H, W) at least 3 x 3.
+
+    Example:
+        >>> ramp = torch.arange(16.0, dtype=torch.float64).reshape(1, 1, 4, 4)  # a plane: no noise
+        >>> noise_statistic(ramp).tolist()
+        [[0.0]]
+    """
+    return (_noise_response(luminance(pixels)).square().mean(dim=(1, 2)).sqrt() / 6)[:, None]
+
+
+def _root(a: Tensor, b: Tensor, c: Tensor, larger: bool) -> Tensor:
+    """The larger (or smaller) root of ``a x^2 + 2 b x + c = 0`` (B,); at a negative discriminant, the vertex."""
+    discriminant = (b.square() - a * c).clamp(min=0).sqrt()
+    safe = torch.where(a > 0, a, 1.0)
+    return torch.where(a > 0, (-b + (discriminant if larger else -discriminant)) / safe, 0.0)
+
+
+def noise_transfer(pixels: Tensor, targets: Tensor, generator: torch.Generator | None = None) -> Tensor:
+    """Pixels (B, C, H, W) whose noise estimate is ``targets`` (B, 1): white noise added, or a blend towards
+    the smoothed image (module docstring); the noise is drawn from ``generator`` on the CPU."""
+    wanted = 36 * targets[:, 0].clamp(min=0).square()  # mean square of the kernel's response
+    response = _noise_response(luminance(pixels))
+    noise = torch.randn(pixels.shape, generator=generator, dtype=torch.float64).to(pixels)
+    added = _noise_response(luminance(noise))
+    # the noise's sign makes its response agree with the image's: the statistic then grows from t = 0 on
+    sign = torch.where((response * added).mean(dim=(1, 2)) < 0, -1.0, 1.0).to(pixels)
+    noise, added = noise * sign[:, None, None, None], added * sign[:, None, None]
+    smoothed = _smoothed(pixels)
+    towards = _noise_response(luminance(smoothed)) - response
+
+    def mean(values: Tensor) -> Tensor:
+        return values.mean(dim=(1, 2))
+
+    current = mean(response.square())
+    # raise: mean((r + t n)^2) = wanted, t >= 0; lower: mean((r + u d)^2) = wanted, u in [0, 1]
+    raise_by = _root(mean(added.square()), mean(response * added), current - wanted, larger=True).clamp(min=0)
+    lower_by = _root(mean(towards.square()), mean(response * towards), current - wanted, larger=False).clamp(0, 1)
+    raised = pixels + raise_by[:, None, None, None] * noise
+    lowered = pixels + lower_by[:, None, None, None] * (smoothed - pixels)
+    return torch.where((wanted >= current)[:, None, None, None], raised, lowered)
+
+
+#: Every property, by name.
+PROPERTIES: dict[PropertyName, GlobalProperty] = {
+    "colour": GlobalProperty("colour", "colour statistics", ("alpha", "beta"), 3, colour_statistic, colour_transfer),
+    "brightness": GlobalProperty("brightness", "brightness", ("luminance",), None, brightness_statistic,
+                                 brightness_transfer),
+    "sharpness": GlobalProperty(
+        "sharpness", "sharpness (high-frequency energy)", ("high_share",), None, sharpness_statistic,
+        sharpness_transfer,
+    ),
+    "noise": GlobalProperty("noise", "noise level", ("sigma",), None, noise_statistic, noise_transfer),
+}  # fmt: skip
