@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from google.protobuf.message import DecodeError
 from wandb.proto import wandb_internal_pb2
 
 #: The folders W&B writes to, each pointed into a test's own temporary folder.
@@ -36,9 +37,25 @@ _BLOCK = 32768
 _CHUNK_HEADER = 7
 
 
-def read_records(path: Path) -> list[wandb_internal_pb2.Record]:
-    """All records of one ``.wandb`` file, in write order."""
-    data = Path(path).read_bytes()
+def read_records(path: Path, wait_s: float = 10.0) -> list[wandb_internal_pb2.Record]:
+    """All records of one ``.wandb`` file, in write order. W&B's service may still be writing the file's
+    last records when ``wandb.finish()`` returns (seen on a loaded machine): a file that ends inside a
+    record is read again, for up to ``wait_s`` seconds."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            return _parse_records(Path(path).read_bytes(), path)
+        except (DecodeError, _Truncated):
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.1)
+
+
+class _Truncated(ValueError):
+    """The file ends inside a record."""
+
+
+def _parse_records(data: bytes, path: Path) -> list[wandb_internal_pb2.Record]:
     if data[:4] != b":W&B":
         raise ValueError(f"{path} is not a W&B run file")
     records, pending, pos = [], b"", _HEADER
@@ -48,6 +65,8 @@ def read_records(path: Path) -> list[wandb_internal_pb2.Record]:
             pos += left_in_block
             continue
         length, kind = struct.unpack("<HB", data[pos + 4 : pos + 7])
+        if pos + _CHUNK_HEADER + length > len(data):
+            raise _Truncated(f"{path} ends inside a record")
         chunk = data[pos + 7 : pos + 7 + length]
         pos += _CHUNK_HEADER + length
         if kind == 0 and length == 0:
