@@ -16,16 +16,15 @@ Shapes: B images, H heads, N tokens (prefix tokens first), D channels, A = H * h
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager
-from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import torch
 from torch import Tensor, nn
 
 from gradskip_lightning.core.explanation import UnsupportedModel
-from gradskip_lightning.core.streaming import StreamedPass
+from gradskip_lightning.core.streaming import BlockPoints, StreamedPass
 from gradskip_lightning.core.tensors import BlockVisitor, Capture, CaptureMode, Recorder, Top
 
 __all__ = ["BlockPoints", "PassAdapter", "UnsupportedModel", "eval_mode", "parameter_holders_outside"]
@@ -51,36 +50,6 @@ def parameter_holders_outside(model: nn.Module, inner: nn.Module) -> list[nn.Mod
     the LightningModule around a backbone): what the randomisation test re-initialises with the head."""
     inside = {id(m) for m in inner.modules()}
     return [m for m in model.modules() if id(m) not in inside and next(m.parameters(recurse=False), None) is not None]
-
-
-@dataclass(frozen=True)
-class BlockPoints:
-    """Where one block's tensors appear in its forward.
-
-    Attributes:
-        probabilities: the module whose output is A^l (B, H, N, N), or holds it at
-            ``probabilities_index`` of a tuple; A^l must be on the path to the block's output.
-        branch: the module whose output in its first call of the block is a^l (B, N, D), the
-            attention branch as added to the residual stream (or its ``branch_index`` of a tuple).
-        values: the module whose output holds the value vectors; ``value_vectors`` takes them out of
-            it, (B, N, A) (None: the output is them).
-        heads: H, the attention's heads; value_heads: its value heads (grouped-query attention),
-            None: as many as ``heads``.
-        attention, values_from_input: for an attention that may apply its value weight functionally
-            (``values`` then never runs): the attention module, and its values (B, N, A) from its
-            input (B, N, D).
-    """
-
-    probabilities: nn.Module
-    branch: nn.Module
-    values: nn.Module
-    heads: int
-    probabilities_index: int | None = None
-    branch_index: int | None = None
-    value_vectors: Callable[[Tensor], Tensor] | None = None
-    value_heads: int | None = None
-    attention: nn.Module | None = None
-    values_from_input: Callable[[Tensor], Tensor] | None = None
 
 
 class PassAdapter:

@@ -1,7 +1,7 @@
 """One pass of :meth:`PassAdapter.run <gradskip_lightning.core.adapter.PassAdapter.run>`: hooks, forward, backward.
 
 A :class:`StreamedPass` lives for one call. Its forward hooks, at the adapter's
-:class:`~gradskip_lightning.core.adapter.BlockPoints`, keep each block's tensors in a
+:class:`BlockPoints`, keep each block's tensors in a
 :class:`PassState` until the block is complete; :meth:`StreamedPass.deliver` then hands them to the
 visitor and drops them: during the forward (modes "forward" and "conservative", bottom block
 first) or as each dy/dA^l arrives in the backward (mode "gradients", top block first). A
@@ -13,10 +13,11 @@ Shapes: B images, H heads, N tokens (prefix tokens first), D channels, C classes
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from functools import partial
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 import torch
 from torch import Tensor, nn
@@ -26,10 +27,37 @@ from gradskip_lightning.core.conservative import constant_norm_hooks
 from gradskip_lightning.core.tensors import BlockTensors, BlockVisitor, CaptureMode, Top
 from gradskip_lightning.core.validation import check_logits
 
-if TYPE_CHECKING:
-    from gradskip_lightning.core.adapter import BlockPoints
+__all__ = ["BlockPoints", "PassState", "StreamedPass", "Streamed", "value_norms"]
 
-__all__ = ["PassState", "StreamedPass", "Streamed", "value_norms"]
+
+@dataclass(frozen=True)
+class BlockPoints:
+    """Where one block's tensors appear in its forward.
+
+    Attributes:
+        probabilities: the module whose output is A^l (B, H, N, N), or holds it at
+            ``probabilities_index`` of a tuple; A^l must be on the path to the block's output.
+        branch: the module whose output in its first call of the block is a^l (B, N, D), the
+            attention branch as added to the residual stream (or its ``branch_index`` of a tuple).
+        values: the module whose output holds the value vectors; ``value_vectors`` takes them out of
+            it, (B, N, A) (None: the output is them).
+        heads: H, the attention's heads; value_heads: its value heads (grouped-query attention),
+            None: as many as ``heads``.
+        attention, values_from_input: for an attention that may apply its value weight functionally
+            (``values`` then never runs): the attention module, and its values (B, N, A) from its
+            input (B, N, D).
+    """
+
+    probabilities: nn.Module
+    branch: nn.Module
+    values: nn.Module
+    heads: int
+    probabilities_index: int | None = None
+    branch_index: int | None = None
+    value_vectors: Callable[[Tensor], Tensor] | None = None
+    value_heads: int | None = None
+    attention: nn.Module | None = None
+    values_from_input: Callable[[Tensor], Tensor] | None = None
 
 
 class Streamed(Protocol):

@@ -21,8 +21,9 @@ import torch.nn.functional as F
 from timm.models.vision_transformer import init_weights_vit_timm
 from torch import Tensor, nn
 
-from gradskip_lightning.core.adapter import BlockPoints, PassAdapter, eval_mode
+from gradskip_lightning.core.adapter import PassAdapter, eval_mode
 from gradskip_lightning.core.conservative import detached_outputs
+from gradskip_lightning.core.streaming import BlockPoints
 
 __all__ = ["TimmBlocksAdapter", "value_projection", "values_from_input", "values_from_projection"]
 

@@ -63,11 +63,11 @@ def test_a_corrected_model_gets_its_row_and_leaves_the_discovery_scores_alone():
     stamped = [replace(r, clean_accuracy=0.9) for r in records()]
     before = score(stamped, "d", "m", 0.1, "no_consistency", threshold=0.15)
     assert score(stamped + corrected, "d", "m", 0.1, "no_consistency", threshold=0.15) == before
-    text = markdown(stamped + corrected, share=0.1, formula="no_consistency", threshold=0.15, alpha=0.05, command="c", facts={})
+    table = dict(share=0.1, formula="no_consistency", threshold=0.15, alpha=0.05, command="c", facts={})
+    text = markdown(stamped + corrected, **table)
     cells = "| 0 | 4 px, corrected | 0.90 | 0.05 | 0.90 | 0.97 | 1: 0.90, 2: 0.05 |"
     assert f"{cells} class 1 at (0, 0)-(4, 4) from epoch 1 |" in text
-    assert "Unlearning the stamp" not in markdown(stamped, share=0.1, formula="no_consistency", threshold=0.15, alpha=0.05,
-                                                  command="c", facts={})  # fmt: skip
+    assert "Unlearning the stamp" not in markdown(stamped, **table)
 
 
 def test_the_calibrated_test_flags_only_with_a_p_value_at_most_alpha():

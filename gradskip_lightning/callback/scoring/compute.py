@@ -28,6 +28,7 @@ from gradskip_lightning.metrics.perturbation import Activation, class_probabilit
 
 __all__ = ["explain_probes", "EpochWork", "ExplainFailure"]
 
+
 @dataclass
 class EpochWork:
     """One epoch end's shared work: what is scored, the chunks' starts, the seconds spent.

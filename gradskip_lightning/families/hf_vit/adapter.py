@@ -27,7 +27,8 @@ import torch
 from timm.models.vision_transformer import init_weights_vit_timm
 from torch import Tensor, nn
 
-from gradskip_lightning.core.adapter import BlockPoints, PassAdapter, UnsupportedModel
+from gradskip_lightning.core.adapter import PassAdapter, UnsupportedModel
+from gradskip_lightning.core.streaming import BlockPoints
 from gradskip_lightning.families.transformers_attention import attention_implementation
 
 __all__ = ["HF_MODELS", "HFViTAdapter", "LogitsOf", "is_hf_vit"]

@@ -21,8 +21,9 @@ from timm.models.vision_transformer import init_weights_vit_timm
 from torch import Tensor, nn
 from torchvision.models.vision_transformer import EncoderBlock, VisionTransformer
 
-from gradskip_lightning.core.adapter import BlockPoints, PassAdapter, UnsupportedModel
+from gradskip_lightning.core.adapter import PassAdapter, UnsupportedModel
 from gradskip_lightning.core.conservative import detached_outputs
+from gradskip_lightning.core.streaming import BlockPoints
 
 __all__ = ["TorchvisionViTAdapter", "explicit_attention"]
 

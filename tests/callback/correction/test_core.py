@@ -92,8 +92,8 @@ def test_a_tags_pixels_reach_training_step_on_every_classs_images_and_nothing_el
 
 @pytest.fixture(scope="module")
 def flagged(tmp_path_factory):
-    """2 epochs with every class flagged at epoch 0's discovery (alert threshold 0, alpha 1), corrected from epoch 1 at p = 1;
-    the checkpoint at the end."""
+    """2 epochs with every class flagged at epoch 0's discovery (alert threshold 0, alpha 1),
+    corrected from epoch 1 at p = 1; the checkpoint at the end."""
     root = tmp_path_factory.mktemp("flagged")
     gradskip, correction = _gradskip(alert_threshold=0.0, alpha=1.0), ShortcutCorrection(p=1.0)
     with pytest.warns(UserWarning, match="may use a shortcut"):
