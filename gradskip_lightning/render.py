@@ -208,3 +208,14 @@ def annotate(image: np.ndarray, text: str, height: int = 12) -> np.ndarray:
     canvas.paste(Image.fromarray(image), (0, 0))
     ImageDraw.Draw(canvas).text((1, image.shape[0]), text, fill=(0, 0, 0))
     return np.asarray(canvas)
+
+
+def captioned_tile(image: np.ndarray, text: str, size: int) -> np.ndarray:
+    """A (H, W, 3) uint8 image enlarged by the smallest whole factor that makes it at least ``size``
+    pixels high (nearest neighbour, so a pixel stays a square), with ``text`` under it.
+
+    >>> captioned_tile(np.zeros((8, 8, 3), dtype=np.uint8), "x", 20).shape
+    (36, 24, 3)
+    """
+    scale = max(1, -(-size // image.shape[0]))
+    return annotate(np.kron(image, np.ones((scale, scale, 1), dtype=np.uint8)), text)

@@ -44,8 +44,7 @@ def _tile(
         top, left, bottom, right = (v * factor for v in box)
         tile[top:bottom, [left, right - 1]] = BOX_RGB
         tile[[top, bottom - 1], left:right] = BOX_RGB
-    scale = max(1, -(-settings.display_size // tile.shape[0]))
-    return render.annotate(np.kron(tile, np.ones((scale, scale, 1), dtype=np.uint8)), text)
+    return render.captioned_tile(tile, text, settings.display_size)
 
 
 def discovery_images(

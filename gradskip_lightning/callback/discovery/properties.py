@@ -53,11 +53,6 @@ def property_scalars(found: PropertyDiscovery, prefix: str) -> dict[str, float]:
     return scalars
 
 
-def _tile(image: np.ndarray, text: str, settings: RenderSettings) -> np.ndarray:
-    scale = max(1, -(-settings.display_size // image.shape[0]))
-    return render.annotate(np.kron(image, np.ones((scale, scale, 1), dtype=np.uint8)), text)
-
-
 def property_images(
     found: PropertyDiscovery,
     probes: ProbeSet,
@@ -82,8 +77,9 @@ def property_images(
             for row, position in enumerate(positions.tolist()):
                 truth = class_names[int(probes.labels[position])][:9]
                 text = f"{truth} pred {class_names[int(examples.before[row])][:10]}"
-                tiles.append(_tile(before[row], text, settings))
-                tiles.append(_tile(after[row], f"given: pred {class_names[int(examples.after[row])][:12]}", settings))
+                tiles.append(render.captioned_tile(before[row], text, settings.display_size))
+                given = f"given: pred {class_names[int(examples.after[row])][:12]}"
+                tiles.append(render.captioned_tile(after[row], given, settings.display_size))
             images[key("discovery", prefix, f"{name}/transfer/class_{label}")] = render.image_grid(
                 np.stack(tiles), ncols=2
             )
