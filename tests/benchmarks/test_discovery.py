@@ -1,4 +1,5 @@
-"""The discovery subcommand's scores on hand-made records, and its report rebuilt from them."""
+"""The discovery subcommand's scores on hand-made records (of the maps and of the global properties), its report
+rebuilt from them, and its property records against the discovery stage's logged values."""
 
 from __future__ import annotations
 
@@ -6,10 +7,15 @@ import math
 from dataclasses import replace
 
 import pytest
+import torch
 
+from gradskip_lightning.benchmarks.discovery.property_report import false_alarm_table, shortcut_table
 from gradskip_lightning.benchmarks.discovery.report import markdown
 from gradskip_lightning.benchmarks.discovery.scoring import FORMULAS, pair_wins, score, seed_rows
-from gradskip_lightning.benchmarks.discovery.trace import ClassRecord
+from gradskip_lightning.benchmarks.discovery.trace import ClassRecord, PropertyRecord, property_records
+from gradskip_lightning.callback.discovery.properties import property_scalars
+from gradskip_lightning.metrics.discovery_properties import discover_properties
+from gradskip_lightning.metrics.image_properties import PixelSpace
 
 BASE = ClassRecord(
     dataset="d", seed=0, variant="clean", shortcut="none", target=-1, method="m", share=0.1, epoch=1.0, label=0,
@@ -84,3 +90,84 @@ def test_the_partial_and_bar_variants_get_their_own_rows():
     text = markdown(records() + partial, share=0.1, formula="no_consistency", threshold=0.15, alpha=0.05,
                     command="c", facts={})  # fmt: skip
     assert "| partial | m | 1.00 | 2, 2 |" in text and "| 0.60 |" in text
+
+
+PROPERTY = PropertyRecord(
+    dataset="d", seed=0, variant="clean", shortcut_property="", target=-1, spurious_score=math.nan, accuracy=1.0,
+    property="colour", label=0, recipients=8, flip_rate=0.0, control_flip_rate=0.0, separability=0.5, seconds=0.1,
+    epoch=1.0, suspicion=0.0,
+)  # fmt: skip
+
+
+def property_traces() -> list[PropertyRecord]:
+    """Two epochs of colour and brightness, 2 classes: cast models (seeds 0, 1) whose class 1 is flagged for colour
+    from epoch 2 and 1, one other class flagged at the end of seed 1; clean models (seeds 0, 1) with one class
+    flagged for colour at epoch 1 only; a dim control (seed 0) with nothing flagged."""
+    found = []
+    for epoch in (1.0, 2.0):
+        for seed in (0, 1):
+            for label in (0, 1):
+                for name in ("colour", "brightness"):
+                    at = replace(PROPERTY, seed=seed, label=label, property=name, epoch=epoch)
+                    first = seed == 0 and label == 0 and name == "colour" and epoch == 1.0
+                    found.append(replace(at, suspicion=0.5, flagged=True) if first else at)
+                    if seed == 0:
+                        found.append(replace(at, variant="dim_control", shortcut_property="brightness"))
+                    cast = replace(
+                        at, variant="cast", shortcut_property="colour", target=1, spurious_score=0.5 + epoch / 4
+                    )
+                    if label == 1 and name == "colour":
+                        value = {(0, 1.0): 0.2, (0, 2.0): 0.9, (1, 1.0): 0.8, (1, 2.0): 1.0}[(seed, epoch)]
+                        cast = replace(cast, suspicion=value, flagged=value >= 0.4, spurious_score=value)
+                    elif seed == 1 and epoch == 2.0 and (label, name) == (0, "brightness"):
+                        cast = replace(cast, suspicion=0.45, flagged=True)
+                    found.append(cast)
+    return found
+
+
+def test_a_global_shortcut_is_detected_per_seed_with_its_first_fire_and_other_flags():
+    rows = shortcut_table(property_traces(), "d")
+    row = next(r for r in rows if r.startswith("| cast |"))
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    assert cells[:6] == ["cast", "colour cast (0.12, 0, -0.12)", "colour", "1.00", "2/2", "2, 1"]
+    assert cells[6].startswith("0.95 [0.90, 1.00]") and cells[8] == "0.90, 1.00"
+    assert cells[9] == "1/6 (s1 c0 brightness)"
+    assert shortcut_table([r for r in property_traces() if r.variant != "cast"], "d") == []
+
+
+def test_false_alarms_count_classes_flagged_at_the_last_epoch_and_at_any_epoch_against_the_bar():
+    text = "\n".join(false_alarm_table(property_traces(), "d"))
+    assert "| colour | clean, dim_control | 2 x 2 | 0.00 | 0.17 (1/6) | no | 0.50 (clean s0 c0, epoch 1) |" in text
+    assert "| colour | clean | 2 x 1 | 0.00 | 0.25 (1/4) | no |" in text
+    assert "| colour | dim_control | 1 x 1 | 0.00 | 0.00 (0/2) | yes |" in text
+    assert "| brightness | clean, dim_control | 2 x 2 | 0.00 | 0.00 (0/6) | yes |" in text
+    assert "cast" not in text  # a model with a shortcut on one class is no negative
+
+
+def test_the_report_adds_the_global_property_tables_and_a_run_of_properties_alone_has_them_only():
+    table = dict(share=0.1, formula="no_consistency", threshold=0.15, alpha=0.05, command="c", facts={})
+    text = markdown(records(), property_traces(), **table)
+    assert "Global shortcuts on one class" in text and "| m | 1.00 | 0.50 | 1.00 | 1.00 | 0.00 |" in text
+    alone = markdown([], property_traces(), **table)
+    assert "### d" in alone and "Global properties: false alarms" in alone and "Per method" not in alone
+    assert "Global" not in markdown(records(), **table)
+
+
+def test_the_trace_records_the_values_the_discovery_stage_logs():
+    def model(x):  # class 1 iff red exceeds blue by 0.15 on average
+        red = (x[:, 0] - x[:, 2]).mean(dim=(1, 2)) - 0.15
+        return torch.stack([-red, red], dim=1)
+
+    images = 0.2 + 0.5 * torch.rand(8, 3, 6, 6, generator=torch.Generator().manual_seed(0))
+    images[4:, 0] += 0.3
+    found = discover_properties(model, images, torch.tensor([0] * 4 + [1] * 4), 2, ["colour", "brightness"],
+                                space=PixelSpace.of(images, [0.0], [1.0]), alert_threshold=0.5)  # fmt: skip
+    traced = property_records(found, dataset="d", seed=0, variant="cast", shortcut_property="colour", target=1,
+                              spurious_score=1.0, accuracy=1.0, seconds=0.0, epoch=1.0)  # fmt: skip
+    logged = property_scalars(found, "gradskip/")
+    assert len(traced) == 4 and [r.flagged for r in traced] == [True, True, False, False]
+    for r in traced:
+        for value in ("suspicion", "flip_rate", "control_flip_rate", "separability"):
+            assert getattr(r, value) == logged[f"discovery/gradskip/{r.property}/{value}/class_{r.label}"]
+    for name in ("colour", "brightness"):
+        assert sum(r.flagged for r in traced if r.property == name) == logged[f"discovery/gradskip/{name}/flagged"]

@@ -1,45 +1,12 @@
-"""The properties subcommand: its shortcuts change only their class's pixels; its report scores hand-made records."""
+"""The properties subcommand: its report scores hand-made records."""
 
 from __future__ import annotations
 
 import math
 from dataclasses import replace
 
-import torch
-
-from gradskip_lightning.benchmarks.properties import SHORTCUTS, PropertyRecord, ShortcutDataset, report
-from gradskip_lightning.data.base import LabelledDataset
-from gradskip_lightning.metrics.image_properties import PROPERTY_NAMES
-
-MEAN, STD = (0.5, 0.5, 0.5), (0.25, 0.25, 0.25)
-
-
-class Images(LabelledDataset):
-    """Four grey images (normalised with MEAN/STD), classes 0, 1, 0, 1."""
-
-    def __init__(self) -> None:
-        self.labels = torch.tensor([0, 1, 0, 1])
-        self.images = torch.zeros(4, 3, 8, 8)
-
-    def __len__(self) -> int:
-        return 4
-
-    def __getitem__(self, index: int) -> tuple:
-        return self.images[index], self.labels[index]
-
-
-def test_a_shortcut_changes_the_pixels_of_its_class_only_or_of_every_image():
-    dim = SHORTCUTS["dim"].change
-    assert dim is not None and SHORTCUTS["dim"].property == "brightness"
-    dataset = ShortcutDataset(Images(), 1, dim, MEAN, STD)
-    assert torch.equal(dataset[0][0], torch.zeros(3, 8, 8))
-    assert torch.allclose(dataset[1][0], torch.full((3, 8, 8), -0.15 / 0.25))  # 0.15 darker, in pixels
-    everywhere = ShortcutDataset(Images(), 1, dim, MEAN, STD, everywhere=True)
-    assert torch.allclose(everywhere[0][0], everywhere[1][0]) and len(everywhere) == 4
-    noisy = ShortcutDataset(Images(), 1, SHORTCUTS["noise"].change, MEAN, STD)  # type: ignore[arg-type]
-    assert torch.equal(noisy[1][0], noisy[1][0]) and not torch.equal(noisy[1][0], noisy[3][0])  # seeded per item
-    assert all(shortcut.property in PROPERTY_NAMES for shortcut in SHORTCUTS.values())
-
+from gradskip_lightning.benchmarks.discovery.trace import PropertyRecord
+from gradskip_lightning.benchmarks.properties import report
 
 BASE = PropertyRecord(
     dataset="d", seed=0, variant="clean", shortcut_property="", target=-1, spurious_score=math.nan, accuracy=1.0,

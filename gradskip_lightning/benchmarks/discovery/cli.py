@@ -17,16 +17,18 @@ from lightning.pytorch import Callback
 
 from gradskip_lightning.methods import PASS_METHODS
 from gradskip_lightning.metrics import DiscoverySettings
+from gradskip_lightning.metrics.image_properties import PixelSpace
 
 from ..faithfulness.cli import machine
 from ..faithfulness.data import needs_data_root, train_or_load
 from ..faithfulness.peers import PEERS, available_peers
 from ..profiles import Profiles
+from ..shortcuts import SHORTCUTS
 from . import report
 from .correction import CORRECTION_MARGIN, CORRECTION_P, corrected, correction_callbacks
 from .scoring import Formula
-from .trace import ClassRecord, DiscoveryTrace, Subject, datamodule_subject, discovery_probes, token_map_fn
-from .variants import DATASETS, PLACED, VARIANTS, Variant, cast_transplanted, make_datamodule, stamp_of
+from .trace import ClassRecord, DiscoveryTrace, PropertyRecord, datamodule_subject, discovery_probes, token_map_fn
+from .variants import CONTROL_P, DATASETS, GLOBAL, MAPPED, PLACED, VARIANTS, Variant, make_datamodule, stamp_of
 
 #: The library's defaults, which the report's main tables use: the suspicion formula follows
 #: :attr:`DiscoverySettings.consistency`.
@@ -50,7 +52,7 @@ PROFILES = Profiles(
         "probes_per_class": 8,
         "shares": [0.1, 0.25],
         "ig_steps": 4,
-        "variants": ["stamped", "clean"],
+        "variants": ["stamped", "clean", "cast"],
         "max_train_batches": 16,
         "methods": ["gradskip", "rollout", "lrp"],
         "peers": ["input_x_gradient"],
@@ -86,29 +88,40 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--correction-margin", type=int, default=CORRECTION_MARGIN,
         help=f"patches the corrected variant adds around the flagged hotspot (default {CORRECTION_MARGIN})",
     )  # fmt: skip
-    parser.add_argument("--quick", action="store_true", help="planted shapes, one seed, stamped and clean: minutes")
+    parser.add_argument(
+        "--quick", action="store_true", help="planted shapes, one seed, stamped, clean and cast: minutes"
+    )
     parser.add_argument("--markdown", type=Path, default=None, help="write the tables into this file (between markers)")
     parser.add_argument(
         "--report-from", type=Path, default=None, help="rebuild the tables from this run's --json (no training)"
     )
 
 
-def train_and_trace(dataset: str, variant: Variant, seed: int, args: argparse.Namespace) -> list[ClassRecord]:
-    """Train one model of ``dataset``, ``variant`` and ``seed``, tracing what each method discovers."""
-    datamodule = make_datamodule(dataset, variant, seed, args.data_root)
-    bench, stamp = DATASETS[dataset], stamp_of(dataset, seed, variant)
+def describe(dataset: str, variant: Variant, seed: int, args: argparse.Namespace) -> str:
+    """The shortcut of ``dataset``'s model of ``variant`` and ``seed``, in words."""
+    stamp = stamp_of(dataset, seed, variant)
+    if variant in GLOBAL:
+        of = GLOBAL[variant]
+        return SHORTCUTS[of.shortcut].describe + (f" on every class at {CONTROL_P:.0%}" if of.control else "")
     corrected_at = f", corrected at p {args.correction_p:g}, margin {args.correction_margin}"
-    shortcut = {"clean": "none", "control": f"{stamp.describe()} on every class at 50 %",
-                "cast": f"colour cast {bench.cast}",
-                "corrected": f"{stamp.describe()}{corrected_at}"}.get(variant, stamp.describe())  # fmt: skip
+    return {"clean": "none", "control": f"{stamp.describe()} on every class at {CONTROL_P:.0%}",
+            "corrected": f"{stamp.describe()}{corrected_at}"}.get(variant, stamp.describe())  # fmt: skip
+
+
+def train_and_trace(
+    dataset: str, variant: Variant, seed: int, args: argparse.Namespace
+) -> tuple[list[ClassRecord], list[PropertyRecord]]:
+    """Train one model of ``dataset``, ``variant`` and ``seed``, tracing what each method (of the
+    :data:`~.variants.MAPPED` variants) and the property transplants discover."""
+    datamodule = make_datamodule(dataset, variant, seed, args.data_root)
+    bench, shortcut = DATASETS[dataset], describe(dataset, variant, seed, args)
     subject = datamodule_subject(datamodule, dataset, seed, variant, shortcut, bench.target)
-    if variant == "cast":
-        subject = Subject(dataset, seed, variant, bench.target, shortcut, None,
-                          cast_transplanted(datamodule, bench.target, bench.cast))  # fmt: skip
     datamodule.setup("fit")
     images, classes = discovery_probes(datamodule.val_dataset, args.probes_per_class)  # type: ignore[arg-type]
-    methods = {name: token_map_fn(name, args.ig_steps) for name in [*args.methods, *available_peers(args.peers)]}
-    trace = DiscoveryTrace(subject, images, classes, methods, args.shares, every_epoch=variant in PLACED)
+    names = [*args.methods, *available_peers(args.peers)] if variant in MAPPED else []
+    methods = {name: token_map_fn(name, args.ig_steps) for name in names}
+    space = PixelSpace.of(images, datamodule.mean, datamodule.std)
+    trace = DiscoveryTrace(subject, images, classes, methods, args.shares, variant in PLACED, space)
     callbacks: list[Callback] = [trace]
     correction = None
     if variant == "corrected":
@@ -125,15 +138,17 @@ def train_and_trace(dataset: str, variant: Variant, seed: int, args: argparse.Na
     records = trace.records
     if correction is not None:
         records = [replace(r, corrected=corrected(correction)) for r in records]
-    last = records[-1]
+    last = trace.property_records[-1]
+    flagged = sorted({f"class {r.label} {r.property}" for r in trace.property_records if r.flagged})
     print(
-        f"{dataset} seed {seed} {variant} ({shortcut}): {facts.epochs} epochs, "
-        f"spurious score {last.spurious_score:.2f}, clean accuracy {last.clean_accuracy:.3f}"
-        f"{'' if correction is None else ', corrected: ' + last.corrected}, "
-        f"{time.perf_counter() - start:.0f} s with the trace",
+        f"{dataset} seed {seed} {variant} ({shortcut}): {facts.epochs} epochs, spurious score "
+        f"{last.spurious_score:.2f}, probe accuracy {last.accuracy:.3f}"
+        f"{'' if not records else f', clean accuracy {records[-1].clean_accuracy:.3f}'}"
+        f"{'' if correction is None else ', corrected: ' + records[-1].corrected}, "
+        f"properties flagged: {', '.join(flagged) or 'none'}, {time.perf_counter() - start:.0f} s with the trace",
         flush=True,
     )
-    return records
+    return records, trace.property_records
 
 
 def run(args: argparse.Namespace) -> list[dict[str, Any]]:
@@ -147,23 +162,25 @@ def run(args: argparse.Namespace) -> list[dict[str, Any]]:
         saved = json.loads(args.report_from.read_text())
         records = [ClassRecord(**{**r, "box": tuple(r["box"]), "stamp": r["stamp"] and tuple(r["stamp"])})
                    for r in saved["records"]]  # fmt: skip
+        properties = [PropertyRecord(**r) for r in saved.get("property_records", [])]  # none before issue 29
         facts, command = saved["facts"], saved["command"]
     else:
-        records = []
+        records, properties = [], []
         for dataset in args.datasets:
             if needs_data_root(DATASETS[dataset].config) and args.data_root is None:
                 print(f"note: {dataset} skipped: pass --data-root, the folder holding its files")
                 continue
             for seed in args.seeds:
                 for variant in args.variants:
-                    if variant != "cast" or seed == args.seeds[0]:  # the cast once: what the maps cannot find
-                        records += train_and_trace(dataset, variant, seed, args)
+                    maps, found = train_and_trace(dataset, variant, seed, args)
+                    records, properties = records + maps, properties + found
         facts["wall_seconds"] = time.perf_counter() - start
         command = "OMP_NUM_THREADS=1 python -m gradskip_lightning.benchmarks " + " ".join(sys.argv[1:])
     formula: Formula = "full" if DEFAULTS.consistency else "no_consistency"
-    share = DEFAULTS.hotspot_share if any(r.share == DEFAULTS.hotspot_share for r in records) else records[0].share
+    shares = [r.share for r in records] or [DEFAULTS.hotspot_share]
+    share = DEFAULTS.hotspot_share if DEFAULTS.hotspot_share in shares else shares[0]
     section = report.markdown(
-        records, share=share, formula=formula, threshold=DEFAULTS.alert_threshold, alpha=DEFAULTS.alpha,
+        records, properties, share=share, formula=formula, threshold=DEFAULTS.alert_threshold, alpha=DEFAULTS.alpha,
         command=command, facts=facts,
     )  # fmt: skip
     print(section)
@@ -172,7 +189,9 @@ def run(args: argparse.Namespace) -> list[dict[str, Any]]:
         print(f"wrote the tables into {args.markdown}")
     if args.json is not None and args.report_from is None:
         args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps({"command": command, "facts": facts, "records": [asdict(r) for r in records]}))
-        print(f"wrote {len(records)} class records to {args.json}")
+        saved = {"command": command, "facts": facts, "records": [asdict(r) for r in records],
+                 "property_records": [asdict(r) for r in properties]}  # fmt: skip
+        args.json.write_text(json.dumps(saved))
+        print(f"wrote {len(records)} class records and {len(properties)} property records to {args.json}")
         args.json = None  # written here, with the facts the report needs
     return [asdict(r) for r in records]

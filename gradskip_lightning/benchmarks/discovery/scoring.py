@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, Protocol, TypeVar
 
 import torch
 
@@ -45,7 +45,23 @@ FORMULAS: dict[Formula, Callable[[ClassRecord], float]] = {
 }
 
 
-def final(records: Sequence[ClassRecord]) -> list[ClassRecord]:
+class Traced(Protocol):
+    """A record of one model at one trace point (:class:`ClassRecord`, :class:`~.trace.PropertyRecord`)."""
+
+    @property
+    def dataset(self) -> str: ...
+    @property
+    def seed(self) -> int: ...
+    @property
+    def variant(self) -> str: ...
+    @property
+    def epoch(self) -> float: ...
+
+
+T = TypeVar("T", bound=Traced)
+
+
+def final(records: Sequence[T]) -> list[T]:
     """The records at each model's last trace point."""
     last: dict[tuple, float] = {}
     for r in records:
@@ -70,12 +86,13 @@ def seed_rows(values: Sequence[tuple[int, list[float]]]) -> torch.Tensor:
     return torch.tensor([v + [math.nan] * (width - len(v)) for v in seeds.values()], dtype=torch.double)
 
 
-def by_seed(records: Sequence[ClassRecord], value: Callable[[ClassRecord], float]) -> torch.Tensor:
+def by_seed(records: Sequence[T], value: Callable[[T], float]) -> torch.Tensor:
     """(S, n) ``value`` of ``records`` per seed (:func:`seed_rows`)."""
     return seed_rows([(r.seed, [value(r)]) for r in records])
 
 
-def _interval(values: torch.Tensor) -> Interval:
+def bootstrap_interval(values: torch.Tensor) -> Interval:
+    """The mean of ``values`` (S, n) with its hierarchical bootstrap interval; all NaN without values."""
     if values.ndim != 2 or values.isnan().all():
         return Interval(math.nan, math.nan, math.nan)
     return hierarchical_bootstrap(values)
@@ -160,11 +177,11 @@ def score(
         formula=formula,
         threshold=threshold,
         alpha=alpha,
-        auroc=_interval(seed_rows(wins)),
-        iou=_interval(by_seed(stamped, lambda r: r.iou)),
-        hit=_interval(by_seed(stamped, lambda r: r.hit)),
-        detection=_interval(by_seed(stamped, flagged)),
-        false_alarms=_interval(by_seed(negatives, flagged)),
+        auroc=bootstrap_interval(seed_rows(wins)),
+        iou=bootstrap_interval(by_seed(stamped, lambda r: r.iou)),
+        hit=bootstrap_interval(by_seed(stamped, lambda r: r.hit)),
+        detection=bootstrap_interval(by_seed(stamped, flagged)),
+        false_alarms=bootstrap_interval(by_seed(negatives, flagged)),
         max_clean=max((s for s in scores if not math.isnan(s)), default=math.nan),
         min_clean_p=min((r.p_value for r in negatives if not math.isnan(r.p_value)), default=math.nan),
         first_fire=tuple(fire),

@@ -1,9 +1,13 @@
-"""What one model's maps discover, per class, at epoch ends: :class:`DiscoveryTrace` records every
-method's :func:`~gradskip_lightning.metrics.discover` result for each hotspot share as :class:`ClassRecord`s."""
+"""What one model's maps and global property transplants discover, per class, at epoch ends:
+:class:`DiscoveryTrace` records every method's :func:`~gradskip_lightning.metrics.discover` result for each
+hotspot share as :class:`ClassRecord`s, and at every epoch end the discovery stage's property transplants
+(:func:`~gradskip_lightning.metrics.discovery_properties.discover_properties` at the stage's defaults) as
+:class:`PropertyRecord`s."""
 
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -14,20 +18,26 @@ from torch import Tensor, nn
 from torch.utils.data import DataLoader
 from typing_extensions import override
 
+from gradskip_lightning.callback.discovery.stage import DiscoveryStage
 from gradskip_lightning.callback.probes import load_probes, stratified_indices
 from gradskip_lightning.data.base import ImageClassificationDataModule, LabelledDataset
 from gradskip_lightning.data.tags import spurious_score
 from gradskip_lightning.families.timm_vit import TimmViTExplainer, adapter_for
 from gradskip_lightning.methods import PASS_METHODS
 from gradskip_lightning.metrics import DiscoverySettings, discover, summarise_classes
+from gradskip_lightning.metrics.discovery_properties import PropertyDiscovery, discover_properties
+from gradskip_lightning.metrics.image_properties import PixelSpace
 
 from ..faithfulness.peers import PEERS, peer_method
-from .variants import PLACED
+from ..shortcuts import SHORTCUTS, shortcut_transplanted
+from .variants import GLOBAL, PLACED
 
 #: Maps of a method: (model, images (B, C, H, W), targets (B,)) -> token maps (B, h, w).
 TokenMapFn = Callable[[nn.Module, Tensor, Tensor], Tensor]
 #: Images per forward of the transplant test and the spurious score (the tiny ViT's fastest range on CPU).
 BATCH = 64
+#: The discovery stage at its defaults: its property transplants' properties, threshold, batch size and seed.
+STAGE = DiscoveryStage()
 
 
 def token_map_fn(name: str, ig_steps: int) -> TokenMapFn:
@@ -99,6 +109,60 @@ class ClassRecord:
     corrected: str = ""
 
 
+@dataclass(frozen=True)
+class PropertyRecord:
+    """One (class, property) of one model: the discovery stage's values of the class ``label`` and ``property``
+    (``discovery/<prefix><property>/{suspicion,flip_rate,control_flip_rate,separability}/class_<label>``, and
+    ``flagged``: counted in ``discovery/<prefix><property>/flagged``; :class:`~gradskip_lightning.metrics.
+    discovery_properties.PropertyTransfer`), the model's shortcut (the property it changes and its class; "" and
+    -1 when none, -1 when on every class), its spurious score (NaN: none), its accuracy on the probes, the
+    seconds of the whole property test of the model, and the epoch end it was taken at (NaN: after training).
+    """
+
+    dataset: str
+    seed: int
+    variant: str
+    shortcut_property: str
+    target: int
+    spurious_score: float
+    accuracy: float
+    property: str
+    label: int
+    recipients: int
+    flip_rate: float
+    control_flip_rate: float
+    separability: float
+    seconds: float
+    epoch: float = math.nan
+    suspicion: float = math.nan
+    flagged: bool = False
+
+
+def property_records(
+    found: PropertyDiscovery,
+    *,
+    dataset: str,
+    seed: int,
+    variant: str,
+    shortcut_property: str,
+    target: int,
+    spurious_score: float,
+    accuracy: float,
+    seconds: float,
+    epoch: float = math.nan,
+) -> list[PropertyRecord]:
+    """One :class:`PropertyRecord` per property and class of ``found`` (property, then class order)."""
+    return [
+        PropertyRecord(
+            dataset, seed, variant, shortcut_property, target, spurious_score, accuracy, name, label,
+            transfer.recipients, transfer.flip_rate, transfer.control_flip_rate, transfer.separability, seconds,
+            epoch, float(found.suspicion[name][label]), bool(found.flagged[name][label]),
+        )
+        for name, transfers in found.transfers.items()
+        for label, transfer in enumerate(transfers)
+    ]  # fmt: skip
+
+
 def discovery_probes(dataset: LabelledDataset, per_class: int, seed: int = 0) -> tuple[Tensor, Tensor]:
     """Images (P, C, H, W) and classes (P,): ``per_class`` images per class, drawn as the callback draws probes."""
     probes = load_probes(dataset, stratified_indices(dataset.labels, per_class * int(dataset.labels.max() + 1), seed))
@@ -137,8 +201,8 @@ def accuracy(model: nn.Module, dataset: LabelledDataset) -> float:
 class Subject:
     """What a trace knows about the model it follows: its dataset, seed, variant, the shortcut's class
     (-1: none), its description, the stamp's pixel box on that class (None: no stamp there), the
-    images of other classes carrying the shortcut (None: no spurious score) and the test split
-    without any stamp (None: no clean accuracy)."""
+    images of other classes carrying the shortcut (None: no spurious score), the test split
+    without any stamp (None: no clean accuracy) and the global property the shortcut changes ("": none)."""
 
     dataset: str
     seed: int
@@ -148,18 +212,21 @@ class Subject:
     stamp: tuple[int, int, int, int] | None
     transplanted: LabelledDataset | None
     clean: LabelledDataset | None = None
+    shortcut_property: str = ""
 
 
 class DiscoveryTrace(Callback):
     """At the end of each training epoch (``every_epoch``) or of the last one only: for every method, the
-    discovery probes' token maps, their per-class summary and transplant test for each hotspot share.
+    discovery probes' token maps, their per-class summary and transplant test for each hotspot share; at the
+    end of every training epoch, the discovery stage's property transplants (:data:`STAGE`) of the probes.
 
     Args:
         subject: the model's facts.
         images, classes: the discovery probes (P, C, H, W) and their classes (P,).
         methods: method name -> token map function.
         shares: hotspot shares to test.
-        every_epoch: trace every epoch (the first-fire point), else only the last.
+        every_epoch: trace the maps every epoch (the first-fire point), else only the last.
+        space: the probes' pixel space (the datamodule's mean and std), for the property transfers.
     """
 
     def __init__(
@@ -170,85 +237,115 @@ class DiscoveryTrace(Callback):
         methods: dict[str, TokenMapFn],
         shares: list[float],
         every_epoch: bool,
+        space: PixelSpace,
     ) -> None:
         super().__init__()
         self.subject, self.images, self.classes = subject, images, classes
-        self.methods, self.shares, self.every_epoch = methods, shares, every_epoch
+        self.methods, self.shares, self.every_epoch, self.space = methods, shares, every_epoch, space
         self.records: list[ClassRecord] = []
+        self.property_records: list[PropertyRecord] = []
 
     @override
     def on_train_epoch_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
         last = trainer.current_epoch + 1 >= (trainer.max_epochs or 0)
-        if self.every_epoch or last:
-            self.trace(pl_module, float(trainer.current_epoch + 1))
-
-    def trace(self, model: LightningModule, epoch: float) -> None:
-        """Record every method and share on ``model`` (eval mode, restored after) at ``epoch``."""
-        training = model.training
-        model.eval()
+        epoch = float(trainer.current_epoch + 1)
+        training = pl_module.training
+        pl_module.eval()
         try:
             with torch.no_grad():
-                score = clean = math.nan
+                score = math.nan
                 if self.subject.transplanted is not None:
-                    score = predicted_share(model, self.subject.transplanted, self.subject.target)
-                if self.subject.clean is not None:
-                    clean = accuracy(model, self.subject.clean)
-            num_classes = int(self.classes.max()) + 1
-            patch = adapter_for(model).patch_size
-            for method, fn in self.methods.items():
-                maps = fn(model, self.images, self.classes).detach().double()
-                for share in self.shares:
-                    summary = summarise_classes(maps, self.classes, num_classes, DiscoverySettings(hotspot_share=share))
-                    found = discover(model, self.images, self.classes, summary, patch_size=patch, batch_size=BATCH)
-                    flat = summary.mean_maps.flatten(1)
-                    tops = F.one_hot(flat.argmax(dim=1), flat.shape[1]).bool().reshape(summary.hotspots.shape)
-                    for label, test in enumerate(found.reported):
-                        transplant = test.transplant
-                        stamp = self.subject.stamp if label == self.subject.target else None
-                        iou, hit = _overlap(test.region.cpu(), tops[label].cpu(), stamp, patch[0])
-                        box = tuple(int(v) * patch[0] for v in test.box)
-                        self.records.append(
-                            ClassRecord(
-                                dataset=self.subject.dataset,
-                                seed=self.subject.seed,
-                                variant=self.subject.variant,
-                                shortcut=self.subject.shortcut,
-                                target=self.subject.target,
-                                method=method,
-                                share=share,
-                                epoch=epoch,
-                                label=label,
-                                probes=int(summary.counts[label]),
-                                flip_rate=transplant.flip_rate,
-                                random_flip_rate=transplant.random_flip_rate,
-                                other_class_flip_rate=transplant.other_class_flip_rate,
-                                constancy=transplant.constancy,
-                                concentration=test.group.concentration,
-                                consistency=test.group.consistency,
-                                strategies=len(summary.strategies[label].sizes),
-                                box=(box[0], box[1], box[2], box[3]),
-                                stamp=stamp,
-                                iou=iou,
-                                hit=hit,
-                                spurious_score=score,
-                                clean_accuracy=clean,
-                                suspicion=float(found.suspicion[label]),
-                                p_value=float(found.p_values[label]),
-                                flagged=bool(found.flagged[label]),
-                                tested_share=test.group.share,
-                                grown=test.grown,
-                            )
-                        )
+                    score = predicted_share(pl_module, self.subject.transplanted, self.subject.target)
+            self.trace_properties(pl_module, epoch, score)
+            if self.every_epoch or last:
+                self.trace(pl_module, epoch, score)
         finally:
-            model.train(training)
+            pl_module.train(training)
+
+    def trace_properties(self, model: nn.Module, epoch: float, score: float) -> None:
+        """Record the stage's property transplants of ``model`` (in eval mode) at ``epoch``, with its spurious
+        ``score``."""
+        start = time.perf_counter()
+        with torch.no_grad():
+            logits = torch.cat([model(chunk) for chunk in self.images.split(BATCH)])
+        num_classes = int(self.classes.max()) + 1
+        found = discover_properties(
+            model, self.images, self.classes, num_classes, STAGE.properties_for(self.images.shape[1]),
+            space=self.space, alert_threshold=STAGE.property_alert_threshold, batch_size=STAGE.batch_size,
+            seed=STAGE.seed, logits=logits,
+        )  # fmt: skip
+        subject = self.subject
+        self.property_records += property_records(
+            found, dataset=subject.dataset, seed=subject.seed, variant=subject.variant,
+            shortcut_property=subject.shortcut_property, target=subject.target, spurious_score=score,
+            accuracy=float((logits.argmax(dim=1) == self.classes).double().mean()),
+            seconds=time.perf_counter() - start, epoch=epoch,
+        )  # fmt: skip
+
+    def trace(self, model: nn.Module, epoch: float, score: float) -> None:
+        """Record every method and share on ``model`` (in eval mode) at ``epoch``, with its spurious ``score``."""
+        with torch.no_grad():
+            clean = math.nan if self.subject.clean is None else accuracy(model, self.subject.clean)
+        num_classes = int(self.classes.max()) + 1
+        patch = adapter_for(model).patch_size
+        for method, fn in self.methods.items():
+            maps = fn(model, self.images, self.classes).detach().double()
+            for share in self.shares:
+                summary = summarise_classes(maps, self.classes, num_classes, DiscoverySettings(hotspot_share=share))
+                found = discover(model, self.images, self.classes, summary, patch_size=patch, batch_size=BATCH)
+                flat = summary.mean_maps.flatten(1)
+                tops = F.one_hot(flat.argmax(dim=1), flat.shape[1]).bool().reshape(summary.hotspots.shape)
+                for label, test in enumerate(found.reported):
+                    transplant = test.transplant
+                    stamp = self.subject.stamp if label == self.subject.target else None
+                    iou, hit = _overlap(test.region.cpu(), tops[label].cpu(), stamp, patch[0])
+                    box = tuple(int(v) * patch[0] for v in test.box)
+                    self.records.append(
+                        ClassRecord(
+                            dataset=self.subject.dataset,
+                            seed=self.subject.seed,
+                            variant=self.subject.variant,
+                            shortcut=self.subject.shortcut,
+                            target=self.subject.target,
+                            method=method,
+                            share=share,
+                            epoch=epoch,
+                            label=label,
+                            probes=int(summary.counts[label]),
+                            flip_rate=transplant.flip_rate,
+                            random_flip_rate=transplant.random_flip_rate,
+                            other_class_flip_rate=transplant.other_class_flip_rate,
+                            constancy=transplant.constancy,
+                            concentration=test.group.concentration,
+                            consistency=test.group.consistency,
+                            strategies=len(summary.strategies[label].sizes),
+                            box=(box[0], box[1], box[2], box[3]),
+                            stamp=stamp,
+                            iou=iou,
+                            hit=hit,
+                            spurious_score=score,
+                            clean_accuracy=clean,
+                            suspicion=float(found.suspicion[label]),
+                            p_value=float(found.p_values[label]),
+                            flagged=bool(found.flagged[label]),
+                            tested_share=test.group.share,
+                            grown=test.grown,
+                        )
+                    )
 
 
 def datamodule_subject(
     datamodule: ImageClassificationDataModule, dataset: str, seed: int, variant: str, shortcut: str, target: int
 ) -> Subject:
-    """The :class:`Subject` of a stamped, corrected, control or clean model (the stamp's transplanted test set
-    for the stamped and corrected ones; the test split without any stamp)."""
+    """The :class:`Subject` of a model of ``variant`` (the stamp's transplanted test set for the stamped and
+    corrected ones, the other classes' test images given the shortcut for a global variant on one class;
+    the test split without any stamp, but for the global variants, whose test split carries their shortcut)."""
     datamodule.setup("test")
+    if variant in GLOBAL:
+        of, shortcut_of = GLOBAL[variant], SHORTCUTS[GLOBAL[variant].shortcut]
+        transplanted = None if of.control else shortcut_transplanted(datamodule, target, shortcut_of.change)
+        return Subject(dataset, seed, variant, -1 if of.control else target, shortcut, None, transplanted,
+                       shortcut_property=shortcut_of.property)  # fmt: skip
     tag = datamodule.tag
     stamped = variant in (*PLACED, "control") and tag is not None
     return Subject(

@@ -35,7 +35,8 @@ class BootstrapSettings:
 def hierarchical_bootstrap(values: Tensor, settings: BootstrapSettings = BootstrapSettings()) -> Interval:
     """Mean of ``values`` (S, n) with its hierarchical bootstrap interval (seeds, then images).
 
-    NaN entries (an image a score cannot rate) are skipped in every mean.
+    NaN entries (an image a score cannot rate, the padding of a seed with fewer) are skipped in every mean,
+    and so is a resample that drew only NaN entries.
 
     >>> hierarchical_bootstrap(torch.full((3, 5), 0.25))
     Interval(mean=0.25, low=0.25, high=0.25)
@@ -48,6 +49,7 @@ def hierarchical_bootstrap(values: Tensor, settings: BootstrapSettings = Bootstr
     drawn_seeds = torch.randint(seeds, (settings.resamples, seeds, 1), generator=generator)
     drawn_images = torch.randint(images, (settings.resamples, seeds, images), generator=generator)
     means = values[drawn_seeds, drawn_images].reshape(settings.resamples, -1).nanmean(dim=1)
+    means = means[~means.isnan()]  # a resample that drew only NaN entries (of a NaN-padded seed) has no mean
     tail = (1.0 - settings.level) / 2
     low, high = torch.quantile(means, torch.tensor([tail, 1.0 - tail], dtype=torch.double)).tolist()
     return Interval(values.nanmean().item(), low, high)

@@ -49,6 +49,13 @@ def test_the_interval_is_reproducible_and_its_level_sets_its_width():
     assert wide.low < narrow.low < narrow.high < wide.high
 
 
+def test_a_seed_padded_with_nan_gives_a_finite_interval_even_when_a_resample_draws_only_padding():
+    nan = math.nan
+    values = torch.tensor([[0.0, 1.0, 0.0, 0.0], [0.0, 0.0, nan, nan]], dtype=torch.double)  # 1 in 32 draws all NaN
+    interval = hierarchical_bootstrap(values)
+    assert interval.mean == pytest.approx(1 / 6) and interval.low == 0.0 and 0.2 < interval.high < 0.6
+
+
 def test_bad_input_is_refused():
     with pytest.raises(ValueError, match="seeds, images"):
         hierarchical_bootstrap(torch.zeros(5))
