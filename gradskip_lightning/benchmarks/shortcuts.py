@@ -38,8 +38,8 @@ class Shortcut:
 def colour_cast(shift: tuple[float, ...]) -> Change:
     """Adds ``shift`` (C,) to the pixels, in [0, 1] units.
 
-    >>> colour_cast((0.1, 0.0, -0.1))(torch.full((3, 1, 1), 0.5), 0).flatten().tolist()
-    [0.6, 0.5, 0.4]
+    >>> colour_cast((0.25, 0.0, -0.25))(torch.full((3, 1, 1), 0.5), 0).flatten().tolist()
+    [0.75, 0.5, 0.25]
     """
     offset = torch.tensor(shift).reshape(-1, 1, 1)
     return lambda pixels, index: pixels + offset

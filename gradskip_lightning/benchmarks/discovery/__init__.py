@@ -2,16 +2,23 @@
 
 For each dataset (planted shapes; BloodMNIST with ``--data-root``) and training seed it trains, from
 the dataset's config: a "stamped" model (a checkerboard stamp at a position no config uses, on one
-class; position, size and strength cycle over the seeds, :data:`~.variants.STAMPS`), a "clean" model
-(the same images, no stamp), a negative control (the stamp on every class alike) and a colour cast on
-one class (a shortcut with no location). After training (and, for the stamped models, after every
-epoch) each method's maps of fixed discovery probes (``--probes-per-class`` validation images per
-class, explained for their own class) are summarised per class and every class's hotspot is
-transplanted (:func:`gradskip_lightning.metrics.discover`), for each hotspot share of ``--shares``.
-The report (:mod:`.scoring`, :mod:`.report`) scores each suspicion formula: the AUROC of the stamped
-class of stamped models against every class of the clean models, the hotspot's overlap with the true
-stamp, the false-alarm rate over every class of the clean and control models, and the first epoch it
-fires beside the first epoch the spurious score reaches 0.85.
+class; position, size and strength cycle over the seeds, :data:`~.variants.DATASETS`), a "clean" model
+(the same images, no stamp), a negative control (the stamp on every class alike), and the global
+shortcuts (shortcuts with no location, :data:`~.variants.GLOBAL`): colour casts of three strengths, a
+darkening and a blur on one class, and their property controls (the same change on half of every
+class's images). After training (and, for the stamped models, after every epoch) each method's maps of
+fixed discovery probes (``--probes-per-class`` validation images per class, explained for their own
+class) are summarised per class and every class's hotspot is transplanted
+(:func:`gradskip_lightning.metrics.discover`), for each hotspot share of ``--shares``; the global variants
+but ``cast`` skip this. The report (:mod:`.scoring`, :mod:`.report`) scores each suspicion formula: the
+AUROC of the stamped class of stamped models against every class of the clean models, the hotspot's
+overlap with the true stamp, the false-alarm rate over every class of the clean and control models, and
+the first epoch it fires beside the first epoch the spurious score reaches 0.85.
+
+At every epoch end of every model the discovery stage's property transplants (its defaults) are recorded too,
+and :mod:`.property_report` reports, per global variant, whether its class is flagged for the right property on
+every seed, when first, and its spurious score; and per property the false alarms of the clean and control
+models against the bar of 5 % of their classes.
 
 The ``corrected`` variant (:mod:`.correction`) trains the stamped data again with the callback's discovery
 stage and a :class:`~gradskip_lightning.ShortcutCorrection` following it, and reports the spurious score and
