@@ -12,7 +12,7 @@ highest suspicion.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from gradskip_lightning.metrics.image_properties import PROPERTY_NAMES
 
@@ -41,9 +41,14 @@ DEFINITIONS = (
 )
 
 
-def _cell(records: Sequence[PropertyRecord], value: str) -> str:
+def _cell(records: Sequence[PropertyRecord], value: Callable[[PropertyRecord], float]) -> str:
     """The mean of ``value`` of ``records`` with its interval over seeds (:func:`~.tables.cell`)."""
-    return cell(bootstrap_interval(by_seed(records, lambda r: float(getattr(r, value)))))
+    return cell(bootstrap_interval(by_seed(records, value)))
+
+
+def _own(record: PropertyRecord) -> bool:
+    """Whether ``record`` is of the shortcut's class and property."""
+    return record.label == record.target and record.property == record.shortcut_property
 
 
 def _first_flag(records: Sequence[PropertyRecord]) -> float | None:
@@ -63,21 +68,16 @@ def shortcut_table(records: Sequence[PropertyRecord], dataset: str) -> list[str]
         if of.control or not trace:
             continue
         last = final(trace)
-        own = sorted(
-            (r for r in last if r.label == r.target and r.property == r.shortcut_property), key=lambda r: r.seed
-        )
-        seeds = sorted({r.seed for r in own})
-        first = [
-            _first_flag([r for r in trace if r.seed == s and r.label == r.target and r.property == r.shortcut_property])
-            for s in seeds
-        ]
-        others = [r for r in last if not (r.label == r.target and r.property == r.shortcut_property)]
+        own = sorted((r for r in last if _own(r)), key=lambda r: r.seed)
+        first = [_first_flag([r for r in trace if r.seed == seed and _own(r)]) for seed in (r.seed for r in own)]
+        others = [r for r in last if not _own(r)]
         where = sorted(f"s{r.seed} c{r.label} {r.property}" for r in others if r.flagged)
         listed = f" ({', '.join(where[:4])}{' ...' if len(where) > 4 else ''})" if where else ""
         rows.append([
-            variant, SHORTCUTS[of.shortcut].describe, own[0].shortcut_property, _cell(own, "flagged"),
-            f"{sum(r.flagged for r in own)}/{len(own)}", epochs_cell(first), _cell(own, "suspicion"),
-            _cell(own, "spurious_score"), ", ".join(f"{r.spurious_score:.2f}" for r in own),
+            variant, SHORTCUTS[of.shortcut].describe, SHORTCUTS[of.shortcut].property,
+            _cell(own, lambda r: float(r.flagged)),
+            f"{sum(r.flagged for r in own)}/{len(own)}", epochs_cell(first), _cell(own, lambda r: r.suspicion),
+            _cell(own, lambda r: r.spurious_score), ", ".join(f"{r.spurious_score:.2f}" for r in own),
             f"{len(where)}/{len(others)}{listed}",
         ])  # fmt: skip
     header = ["variant", "shortcut", "property", "detected", "seeds flagged", "first fire (epoch, per seed)",
@@ -107,9 +107,8 @@ def false_alarm_table(records: Sequence[PropertyRecord], dataset: str) -> list[s
             top = max(finite, key=lambda r: r.suspicion, default=None)
             highest = "n/a" if top is None else f"{top.suspicion:.2f} ({top.variant} s{top.seed} c{top.label}"
             rows.append([
-                name,
-                group, f"{len({r.seed for r in trace})} x {len({r.variant for r in trace})}",
-                _cell(final(trace), "flagged"), f"{ever:.2f} ({sum(classes.values())}/{len(classes)})",
+                name, group, f"{len({r.seed for r in trace})} x {len({r.variant for r in trace})}",
+                _cell(final(trace), lambda r: float(r.flagged)), f"{ever:.2f} ({sum(classes.values())}/{len(classes)})",
                 "yes" if ever <= BAR else "no",
                 highest if top is None else f"{highest}, epoch {top.epoch:g})",
             ])  # fmt: skip
