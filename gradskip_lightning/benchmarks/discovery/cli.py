@@ -93,8 +93,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--markdown", type=Path, default=None, help="write the tables into this file (between markers)")
     parser.add_argument(
-        "--report-from", type=Path, default=None, help="rebuild the tables from this run's --json (no training)"
-    )
+        "--report-from", type=Path, nargs="+", default=None,
+        help="rebuild the tables from these runs' --json (of different models), joined (no training)",
+    )  # fmt: skip
 
 
 def describe(dataset: str, variant: Variant, seed: int, args: argparse.Namespace) -> str:
@@ -159,11 +160,12 @@ def run(args: argparse.Namespace) -> list[dict[str, Any]]:
     start = time.perf_counter()
     facts: dict[str, Any] = {**machine(), "load_average": os.getloadavg()[0]}
     if args.report_from is not None:
-        saved = json.loads(args.report_from.read_text())
+        runs = [json.loads(path.read_text()) for path in args.report_from]
         records = [ClassRecord(**{**r, "box": tuple(r["box"]), "stamp": r["stamp"] and tuple(r["stamp"])})
-                   for r in saved["records"]]  # fmt: skip
-        properties = [PropertyRecord(**r) for r in saved.get("property_records", [])]  # none before issue 29
-        facts, command = saved["facts"], saved["command"]
+                   for saved in runs for r in saved["records"]]  # fmt: skip
+        properties = [PropertyRecord(**r) for saved in runs for r in saved.get("property_records", [])]
+        command = " && ".join(saved["command"] for saved in runs)
+        facts = {**runs[0]["facts"], "wall_seconds": sum(saved["facts"].get("wall_seconds", 0.0) for saved in runs)}
     else:
         records, properties = [], []
         for dataset in args.datasets:
