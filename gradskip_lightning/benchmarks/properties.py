@@ -36,7 +36,9 @@ from gradskip_lightning.metrics.discovery_properties import discover_properties,
 from gradskip_lightning.metrics.image_properties import PROPERTY_NAMES, PixelSpace
 from gradskip_lightning.training.classifier import LINKED_FROM_DATA
 
+from . import property_correction
 from .configs import config_settings, model_class
+from .discovery.correction import CORRECTION_P
 from .discovery.tables import table as table_lines
 from .discovery.trace import STAGE, PropertyRecord, discovery_probes, predicted_share, property_records
 from .discovery.variants import DATASETS, make_datamodule
@@ -253,6 +255,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--report-from", type=Path, nargs="+", default=None, help="rebuild the tables from these runs' --json, joined"
     )
     parser.add_argument("--markdown", type=Path, default=None, help="write the tables into this file (between markers)")
+    parser.add_argument(
+        "--correction", action="store_true",
+        help="instead of the transfer tests: train each shortcut variant plain and with a ShortcutCorrection "
+        "following the discovery stage; spurious score after each epoch, clean accuracy (module property_correction)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--correction-p", type=float, default=CORRECTION_P,
+        help=f"with --correction: share of every class's training images given the artifact (default {CORRECTION_P:g})",
+    )  # fmt: skip
 
 
 def _publish(text: str, markdown: Path | None) -> None:
@@ -266,6 +277,8 @@ def _publish(text: str, markdown: Path | None) -> None:
 def run(args: argparse.Namespace) -> list[dict[str, Any]]:
     """Every dataset, seed and variant; print the tables; return the records."""
     PROFILES.apply(args)
+    if args.correction:
+        return property_correction.run(args, shortcut_datamodule)
     if args.report_from is not None:
         runs = [json.loads(path.read_text()) for path in args.report_from]
         rows = [r for run in runs for r in run["records"]]

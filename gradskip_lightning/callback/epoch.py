@@ -256,7 +256,7 @@ class EpochRunner:
         )
         outcome.discovery = (found, required(self.discoverer.probes, "the discovery probes"))
         if end.trained:
-            self.discovered = Discovered(end.epoch, found, outcome.discovery[1], explainer.patch_size)
+            self.discovered = Discovered(end.epoch, found, outcome.discovery[1], explainer.patch_size, run.properties)
         outcome.properties = run.properties
         outcome.scalars[key("discovery", outcome.prefix, "time_s")] = end.work.seconds["discovery"]
         if end.host.rank_zero:

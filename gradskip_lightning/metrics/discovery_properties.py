@@ -104,12 +104,14 @@ class PropertyTransfer:
 @dataclass(frozen=True)
 class PropertyDiscovery:
     """What :func:`discover_properties` found: per property its K :class:`PropertyTransfer` (class order),
-    suspicion (K,) float64 and flagged (K,) bool (suspicion >= ``alert_threshold``)."""
+    suspicion (K,) float64 and flagged (K,) bool (suspicion >= ``alert_threshold``); and the pixel space the
+    statistics and transfers were computed in (what a correction transfers in)."""
 
     transfers: dict[PropertyName, tuple[PropertyTransfer, ...]]
     suspicion: dict[PropertyName, Tensor]
     flagged: dict[PropertyName, Tensor]
     alert_threshold: float
+    space: PixelSpace
 
 
 def property_suspicion(flip_rate: float, control_flip_rate: float) -> float:
@@ -331,4 +333,4 @@ def discover_properties(
         )  # fmt: skip
         scores = torch.tensor([t.suspicion for t in transfers[name]], dtype=torch.float64)
         suspicion[name], flagged[name] = scores, scores >= alert_threshold
-    return PropertyDiscovery(transfers, suspicion, flagged, alert_threshold)
+    return PropertyDiscovery(transfers, suspicion, flagged, alert_threshold, space)

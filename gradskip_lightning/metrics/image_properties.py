@@ -146,6 +146,10 @@ class PixelSpace:
         high = pixels.amax(dim=1).clamp(min=1.0)
         return cls(shift.to(device), scale.to(device), low.to(device), high.to(device))
 
+    def to(self, device: torch.device | str) -> PixelSpace:
+        """The same space with its tensors on ``device``."""
+        return PixelSpace(*(t.to(device) for t in (self.mean, self.std, self.low, self.high)))
+
     def pixels(self, images: Tensor) -> Tensor:
         """Pixels (B, C, H, W) float64 of model inputs."""
         return images.double() * self.std[:, None, None] + self.mean[:, None, None]

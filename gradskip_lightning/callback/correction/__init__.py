@@ -1,16 +1,23 @@
 """Unlearning a shortcut during training (augmentative ClArC): :class:`ShortcutCorrection` (:mod:`.core`) puts
-a known tag's or a discovered hotspot's artifact (:mod:`.artifacts`) on every class's training batches
-(:mod:`.batches`)."""
+a known tag's or a discovered hotspot's or global property's artifact (:mod:`.artifacts`) on every class's
+training batches (:mod:`.batches`)."""
 
 from gradskip_lightning.callback.correction.artifacts import (
     ARTIFACT_KINDS,
     Artifact,
     ArtifactKind,
     PatchPaste,
+    PropertyPaste,
     paste_share,
     restore_artifact,
 )
-from gradskip_lightning.callback.correction.core import CORRECTION_VALUES, Correction, ShortcutCorrection, artifact_for
+from gradskip_lightning.callback.correction.core import (
+    CORRECTION_VALUES,
+    Correction,
+    ShortcutCorrection,
+    artifact_for,
+    property_artifact_for,
+)
 
 __all__ = [
     "ARTIFACT_KINDS",
@@ -19,8 +26,10 @@ __all__ = [
     "CORRECTION_VALUES",
     "Correction",
     "PatchPaste",
+    "PropertyPaste",
     "ShortcutCorrection",
     "artifact_for",
     "paste_share",
+    "property_artifact_for",
     "restore_artifact",
 ]

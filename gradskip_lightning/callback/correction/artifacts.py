@@ -1,16 +1,19 @@
 """Artifacts a correction puts on training images so that they stop predicting one class (augmentative ClArC).
 
 An :class:`Artifact` is what a shortcut looks like, as something that can be put on any image:
-``apply(images, generator)`` returns the images (B, C, H, W) with it on every one. :class:`PatchPaste`
-is a located artifact (pixels at a place): a known tag's pattern (:meth:`PatchPaste.from_tag`) or a
-flagged class's discovery hotspot with the class's own pixels there (:meth:`PatchPaste.from_hotspot`).
-A shortcut with no place (colour, brightness, sharpness or noise statistics of a class) is a second
-implementation of the same protocol: it gets a kind in :data:`ArtifactKind`, its restore function in
-:data:`ARTIFACT_KINDS`, and a builder where :class:`~.core.ShortcutCorrection` turns a discovery into
-artifacts (:meth:`~.core.ShortcutCorrection.artifact_for`).
+``apply(images, generator)`` returns the images (B, C, H, W) with it on every one. Two kinds
+(:data:`ArtifactKind`, each with its restore function in :data:`ARTIFACT_KINDS`):
 
-:func:`paste_share` puts an artifact on a share ``p`` of a batch, in place, with the caller's generator
-(never the global RNG).
+- :class:`PatchPaste`, a located artifact (pixels at a place): a known tag's pattern
+  (:meth:`PatchPaste.from_tag`) or a flagged class's discovery hotspot with the class's own pixels there
+  (:meth:`PatchPaste.from_hotspot`);
+- :class:`PropertyPaste`, a shortcut with no place (a class's colour, brightness, sharpness or noise
+  statistic): each image is given a donor's statistic of the property by the very transfer the discovery
+  stage tests with (:mod:`gradskip_lightning.metrics.image_properties`), in the stage's pixel space.
+
+:class:`~.core.ShortcutCorrection` turns a discovery into artifacts (:func:`~.core.artifact_for`,
+:func:`~.core.property_artifact_for`). :func:`paste_share` puts an artifact on a share ``p`` of a batch,
+in place, with the caller's generator (never the global RNG).
 """
 
 from __future__ import annotations
@@ -24,13 +27,22 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from gradskip_lightning.callback.scoring.transplant import Transplant
-from gradskip_lightning.core.validation import check_patch_mask
+from gradskip_lightning.core.validation import check_choice, check_patch_mask
 from gradskip_lightning.data.tags import SpuriousTag
+from gradskip_lightning.metrics.image_properties import PROPERTIES, PROPERTY_NAMES, PixelSpace, PropertyName
 
-__all__ = ["ARTIFACT_KINDS", "Artifact", "ArtifactKind", "PatchPaste", "paste_share", "restore_artifact"]
+__all__ = [
+    "ARTIFACT_KINDS",
+    "Artifact",
+    "ArtifactKind",
+    "PatchPaste",
+    "PropertyPaste",
+    "paste_share",
+    "restore_artifact",
+]
 
 #: The kinds of artifact; each has its restore function in :data:`ARTIFACT_KINDS`.
-ArtifactKind = Literal["patch"]
+ArtifactKind = Literal["patch", "property"]
 
 
 @runtime_checkable
@@ -53,12 +65,21 @@ class Artifact(Protocol):
         any random choice is drawn from ``generator``."""
         ...
 
+    @property
+    def key_prefix(self) -> str:
+        """What its names in the logged keys start with: ``""`` (a located shortcut), ``"<property>/"``."""
+        ...
+
     def describe(self) -> str:
-        """What and where it is, for the log (``"shortcut at (24, 24)-(28, 28)"``)."""
+        """What and where it is, for the log (``"shortcut at (24, 24)-(28, 28)"``, ``"colour shortcut"``)."""
+        ...
+
+    def action(self, images: str) -> str:
+        """What putting it on ``images`` (words) does, for the log (``"pasting it on <images>"``)."""
         ...
 
     def scalars(self) -> dict[str, float]:
-        """Its logged values by name (``box/top``, ...), logged as ``correction/<prefix><name>/class_<k>``."""
+        """Its logged values by name (``box/top``, ...): ``correction/<prefix><key_prefix><name>/class_<k>``."""
         ...
 
     def state_dict(self) -> dict[str, Any]:
@@ -167,9 +188,16 @@ class PatchPaste:
         out[:, :, top:bottom, left:right] = torch.where(self.mask.to(images.device), donors, region)
         return out
 
+    @property
+    def key_prefix(self) -> str:
+        return ""
+
     def describe(self) -> str:
         top, left, bottom, right = self.box
         return f"shortcut at ({top}, {left})-({bottom}, {right})"
+
+    def action(self, images: str) -> str:
+        return f"pasting it on {images}"
 
     def scalars(self) -> dict[str, float]:
         return {f"box/{side}": float(v) for side, v in zip(("top", "left", "bottom", "right"), self.box, strict=True)}
@@ -189,8 +217,119 @@ class PatchPaste:
         return cls(int(state["target"]), int(state["top"]), int(state["left"]), state["mask"], state["donors"])
 
 
+def _check_applies(name: PropertyName, channels: int) -> None:
+    """Require property ``name`` to apply to images of ``channels`` channels (colour: RGB only)."""
+    needed = PROPERTIES[name].channels
+    if not PROPERTIES[name].applies(channels):
+        raise ValueError(f"{name} needs {needed}-channel images; the images have {channels}")
+
+
+@dataclass(frozen=True, eq=False)
+class PropertyPaste:
+    """A class's image-wide statistic of one property, given to other images: each image gets a donor's
+    statistic, drawn uniformly, by the property's transfer (:data:`~gradskip_lightning.metrics.image_properties.
+    PROPERTIES`) in ``space``: to pixels, transfer, back to the model's input space (clamped to the space's range).
+
+    Attributes:
+        target: the class whose statistic it is.
+        name: the property.
+        statistics: (n, S) float64 the statistic of each donor (S: the property's ``statistics``).
+        space: the pixel space of the model's inputs (the discovery stage's), its tensors on the CPU.
+
+    Example:
+        >>> space = PixelSpace.of(torch.zeros(1, 1, 1, 1), [0.0], [1.0])  # inputs are pixels
+        >>> brighter = PropertyPaste(0, "brightness", torch.tensor([[0.75]], dtype=torch.float64), space)
+        >>> brighter.apply(torch.tensor([[[[0.25, 0.5, 0.5]]]]), torch.Generator())
+        tensor([[[[0.5000, 0.7500, 0.7500]]]])
+        >>> brighter.describe(), brighter.scalars(), brighter.key_prefix
+        ('brightness shortcut', {'luminance': 0.75}, 'brightness/')
+    """
+
+    kind: ClassVar[ArtifactKind] = "property"
+    target: int
+    name: PropertyName
+    statistics: Tensor
+    space: PixelSpace
+
+    def __post_init__(self) -> None:
+        if isinstance(self.target, bool) or not isinstance(self.target, int) or self.target < 0:
+            raise ValueError(f"target must be a class index >= 0, got {self.target!r}")
+        check_choice(self.name, PROPERTY_NAMES, "name")
+        prop = PROPERTIES[self.name]
+        if self.statistics.ndim != 2 or len(self.statistics) == 0 or self.statistics.shape[1] != len(prop.statistics):
+            raise ValueError(
+                f"statistics must be (n >= 1, {len(prop.statistics)}): the {prop.statistics} of each donor; got "
+                f"{tuple(self.statistics.shape)}"
+            )
+        _check_applies(self.name, self.channels)
+
+    @property
+    def channels(self) -> int:
+        """The channels of the images it applies to (its pixel space's)."""
+        return len(self.space.mean)
+
+    @classmethod
+    def from_probes(cls, target: int, name: PropertyName, images: Tensor, space: PixelSpace) -> PropertyPaste:
+        """Class ``target``'s statistic of property ``name`` from ``images`` (n, C, H, W) in the model's input space
+        (the class's discovery probes: the donors), in ``space`` (the stage's)."""
+        if images.ndim != 4 or len(images) == 0:
+            raise ValueError(f"donor images must be (n >= 1, C, H, W); got {tuple(images.shape)}")
+        check_choice(name, PROPERTY_NAMES, "name")
+        _check_applies(name, images.shape[1])
+        space = space.to("cpu")
+        statistics = PROPERTIES[name].statistic(space.pixels(images.detach().cpu()))
+        return cls(target, name, statistics, space)
+
+    def apply(self, images: Tensor, generator: torch.Generator) -> Tensor:
+        """``images`` (B, C, H, W) each given a donor's statistic drawn from ``generator`` (a new tensor of their
+        dtype); the transfer's own draws (noise) come from it too."""
+        if images.ndim != 4 or images.shape[1] != self.channels:
+            raise ValueError(
+                f"the {self.name} artifact is for images of {self.channels} channels (B, C, H, W); the training "
+                f"images are {tuple(images.shape)}"
+            )
+        pick = torch.randint(len(self.statistics), (len(images),), generator=generator)
+        space = self.space.to(images.device)
+        targets = self.statistics[pick].to(images.device)
+        given = PROPERTIES[self.name].transfer(space.pixels(images), targets, generator)
+        return space.inputs(given, images.dtype)
+
+    @property
+    def key_prefix(self) -> str:
+        return f"{self.name}/"
+
+    def describe(self) -> str:
+        return f"{self.name} shortcut"
+
+    def action(self, images: str) -> str:
+        return f"giving {images} its {PROPERTIES[self.name].what}"
+
+    def scalars(self) -> dict[str, float]:
+        """The donors' mean of each of the property's statistics (``alpha``, ``luminance``, ...), in pixel units."""
+        means = self.statistics.mean(dim=0).tolist()
+        return dict(zip(PROPERTIES[self.name].statistics, means, strict=True))
+
+    def state_dict(self) -> dict[str, Any]:
+        space = {side: getattr(self.space, side).clone() for side in ("mean", "std", "low", "high")}
+        return {
+            "kind": self.kind,
+            "target": self.target,
+            "name": self.name,
+            "statistics": self.statistics.clone(),
+            "space": space,
+        }
+
+    @classmethod
+    def from_state(cls, state: dict[str, Any]) -> PropertyPaste:
+        space = PixelSpace(*(state["space"][side] for side in ("mean", "std", "low", "high")))
+        return cls(int(state["target"]), state["name"], state["statistics"], space)
+
+
 #: Kind -> how an artifact of that kind comes back from its :meth:`Artifact.state_dict`.
-ARTIFACT_KINDS: dict[ArtifactKind, Callable[[dict[str, Any]], Artifact]] = {"patch": PatchPaste.from_state}
+ARTIFACT_KINDS: dict[ArtifactKind, Callable[[dict[str, Any]], Artifact]] = {
+    "patch": PatchPaste.from_state,
+    "property": PropertyPaste.from_state,
+}
 
 
 def restore_artifact(state: dict[str, Any]) -> Artifact:

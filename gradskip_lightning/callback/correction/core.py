@@ -3,9 +3,10 @@
 Augmentative ClArC (Anders et al., Information Fusion 2022; Reveal-to-Revise, Pahde et al. 2023): once an
 artifact is known, paste it onto a share ``p`` of the training images of every class, so that it stops
 predicting its class and the model has to use the rest of the image. Here it runs inside the fit: the
-artifact is a tag the user names (corrected from the first batch) or a class the discovery stage of a
+artifact is a tag the user names (corrected from the first batch), a class the discovery stage of a
 :class:`~gradskip_lightning.GradSkipCallback` flagged (its hotspot, with the pixels of that class's
-discovery probes there), corrected from the next training epoch on.
+discovery probes there) or a (class, global property) it flagged (the property's statistics of that class's
+discovery probes, given to other images), the last two corrected from the next training epoch on.
 """
 
 from __future__ import annotations
@@ -29,19 +30,25 @@ from gradskip_lightning.callback.output.report import logged_step
 from gradskip_lightning.callback.settings import check_log_prefix, positive
 from gradskip_lightning.core.validation import required
 from gradskip_lightning.data.tags import SpuriousTag
+from gradskip_lightning.metrics.discovery_properties import chosen_properties
+from gradskip_lightning.metrics.image_properties import PROPERTIES, PropertyName
 
-from .artifacts import Artifact, PatchPaste, paste_share, restore_artifact
+from .artifacts import Artifact, PatchPaste, PropertyPaste, paste_share, restore_artifact
 from .batches import batch_images, batch_seed
 
-__all__ = ["CORRECTION_VALUES", "Correction", "ShortcutCorrection", "artifact_for"]
+__all__ = ["CORRECTION_VALUES", "Correction", "ShortcutCorrection", "artifact_for", "property_artifact_for"]
 
 #: Logged name -> what it is (the README's key table); ``correction/<prefix><name>``, per corrected class k
 #: ``correction/<prefix><name>/class_<k>``.
 CORRECTION_VALUES: dict[str, str] = {
     "active": "how many shortcuts are being corrected (0: none yet, the training is untouched)",
     "pasted_share": "share of the epoch's training images (every rank's) that got an artifact pasted",
-    "pasted_share/class_<k>": "share of the epoch's training images that got class k's artifact",
+    "pasted_share/class_<k>": "share of the epoch's training images that got class k's patch (its hotspot or a tag)",
     "box/top/class_<k>": "the corrected box of class k in pixels: top row (also left, bottom, right; exclusive)",
+    "<property>/pasted_share/class_<k>": "a corrected global property of class k (colour, brightness, sharpness, "
+    "noise): share of the epoch's training images given class k's statistics of it",
+    "<property>/<statistic>/class_<k>": "the statistic that correction gives, mean over class k's donors, in pixel "
+    "units (colour: `alpha` and `beta`; brightness: `luminance`; sharpness: `high_share`; noise: `sigma`)",
 }
 
 
@@ -57,11 +64,19 @@ class Correction:
 def artifact_for(discovered: Discovered, label: int, margin: int) -> Artifact:
     """The artifact of class ``label`` flagged by a discovery run: the region of its reported test (the class's
     hotspot, grown hotspot or a strategy's hotspot) grown by ``margin`` patches, with the pixels of that test's
-    discovery probes (the donors: the class's, or the strategy's members). A shortcut with no place gets its
-    artifact here once discovery reports one."""
+    discovery probes (the donors: the class's, or the strategy's members). A flagged global property gets its
+    artifact from :func:`property_artifact_for`."""
     test = discovered.found.reported[label]
     donors = discovered.probes.images[test.group.members]
     return PatchPaste.from_hotspot(label, test.region, discovered.patch_size, donors, margin)
+
+
+def property_artifact_for(discovered: Discovered, name: PropertyName, label: int) -> PropertyPaste:
+    """The artifact of class ``label`` flagged for property ``name`` by a discovery run: the statistics of the
+    class's discovery probes (the donors of the stage's transfer test), in the stage's pixel space."""
+    found = required(discovered.properties, "the discovery run's property transplants")
+    donors = discovered.probes.images[discovered.probes.labels == label]
+    return PropertyPaste.from_probes(label, name, donors, found.space)
 
 
 class ShortcutCorrection(Callback):
@@ -70,8 +85,10 @@ class ShortcutCorrection(Callback):
     Off unless added to the Trainer's callbacks; while nothing is corrected it changes nothing (the
     training is bitwise the same as without it). Once a shortcut is corrected, each training batch gets,
     in ``on_train_batch_start`` and in place (the tensors Lightning then hands to ``training_step``),
-    the artifact on each image with probability ``p``, whatever its class. Said once in the log when a
-    correction starts; logged every training epoch under ``correction/<log_prefix>...``.
+    the artifact on each image with probability ``p``, whatever its class: a patch pasted at its place, or
+    (a flagged global property) the image given one of the class's probes' statistics of that property
+    (colour, brightness, sharpness, noise). Said once in the log when a correction starts; logged every
+    training epoch under ``correction/<log_prefix>...`` (a property's under ``correction/<log_prefix><property>/...``).
 
     Args:
         tag: a known shortcut (:class:`~gradskip_lightning.data.SpuriousTag`: its pattern at its place),
@@ -79,11 +96,17 @@ class ShortcutCorrection(Callback):
         discovery: follow the discovery stage of a :class:`~gradskip_lightning.GradSkipCallback` among
             the Trainer's callbacks: True, the one with ``discovery.enabled`` (when there is one; required
             without a ``tag``); a string, the one with that ``log_prefix``; False: none. A flagged class
-            is corrected with its hotspot, the pixels taken from the class's discovery probes.
-        p: probability that a training image gets an artifact, in (0, 1].
-        classes: the classes the discovery may get corrected (None: any flagged class).
-        flagged_epochs: a class is corrected once the discovery stage flagged it at this many of its
-            runs in a row (1: at the first flag), from the next training epoch on.
+            is corrected with its hotspot, the pixels taken from the class's discovery probes; a class
+            flagged for a global property (the stage's ``properties``) with that property: each image it is
+            put on gets the statistic of one of the class's discovery probes, by the stage's own transfer.
+        p: probability that a training image gets an artifact, in (0, 1] (each artifact draws apart).
+        classes: the classes the discovery may get corrected (None: any flagged class), for hotspots and
+            properties alike.
+        properties: the global properties the discovery may get corrected (names of
+            :data:`~gradskip_lightning.metrics.image_properties.PROPERTIES`; None: any flagged one; ``()``:
+            none, hotspots only). One correction per flagged (class, property).
+        flagged_epochs: a class (or a class's property) is corrected once the discovery stage flagged it at
+            this many of its runs in a row (1: at the first flag), from the next training epoch on.
         margin: patches added on every side of a discovered hotspot before pasting (0: the hotspot
             alone). The hotspot is the smallest region holding ``hotspot_share`` of the class-mean map's
             mass and often covers only part of the artifact, whose rest then still predicts the class.
@@ -105,6 +128,7 @@ class ShortcutCorrection(Callback):
     Example::
 
         Trainer(callbacks=[GradSkipCallback(discovery=DiscoveryStage(enabled=True)), ShortcutCorrection(p=0.5)])
+        ShortcutCorrection(properties=())  # flagged hotspots only
     """
 
     def __init__(
@@ -114,6 +138,7 @@ class ShortcutCorrection(Callback):
         discovery: bool | str = True,
         p: float = 0.5,
         classes: Sequence[int] | None = None,
+        properties: Sequence[PropertyName] | None = None,
         flagged_epochs: int = 1,
         margin: int = 1,
         seed: int = 0,
@@ -137,6 +162,7 @@ class ShortcutCorrection(Callback):
                 raise ValueError(f"classes must be None or class indices >= 0, got {classes!r}")
             if len(set(classes)) != len(classes):
                 raise ValueError(f"classes names a class twice: {classes}")
+        chosen = chosen_properties(properties, option="properties")
         positive("flagged_epochs", flagged_epochs)
         if isinstance(margin, bool) or not isinstance(margin, int) or margin < 0:
             raise ValueError(f"margin must be a number of patches >= 0, got {margin!r}")
@@ -147,7 +173,7 @@ class ShortcutCorrection(Callback):
         if image_key is not None and (not isinstance(image_key, str) or not image_key):
             raise ValueError(f"image_key must be a non-empty string or None, got {image_key!r}")
         check_log_prefix(log_prefix)
-        self.tag, self.discovery, self.p, self.classes = tag, discovery, float(p), classes
+        self.tag, self.discovery, self.p, self.classes, self.properties = tag, discovery, float(p), classes, chosen
         self.flagged_epochs, self.margin, self.seed, self.mean, self.std = flagged_epochs, margin, seed, mean, std
         self.image_key, self.log_prefix = image_key, log_prefix
         self._source: GradSkipCallback | None = None
@@ -155,6 +181,7 @@ class ShortcutCorrection(Callback):
         self._normalisation: tuple[tuple[float, ...], tuple[float, ...]] | None = None  # a tag's (mean, std)
         self._corrections: list[Correction] = []
         self._streaks: dict[int, int] = {}  # class -> flagged discovery runs in a row
+        self._property_streaks: dict[tuple[str, int], int] = {}  # (property, class) -> the same
         self._last_run: int | None = None  # epoch of the last discovery run read
         self._resumed: list[Correction] = []  # restored from a checkpoint, said at the fit's start
         self._generator = torch.Generator()
@@ -179,6 +206,7 @@ class ShortcutCorrection(Callback):
             return
         if self._fit_trainer is not None and self._fit_trainer is not trainer:  # a new fit: nothing corrected yet
             self._corrections, self._streaks, self._last_run, self._resumed = [], {}, None, []
+            self._property_streaks = {}
         self._fit_trainer = trainer  # a checkpoint's state is loaded after setup
         self._source = self._followed(trainer)
         if self.tag is not None:
@@ -198,7 +226,7 @@ class ShortcutCorrection(Callback):
         for correction in self._resumed:
             self._say(correction, "continuing (from the checkpoint) to correct")
         self._resumed = []
-        if self.tag is not None and not self._corrected(self.tag.target_class, PatchPaste.kind):
+        if self.tag is not None and not self._corrected(self.tag.target_class, PatchPaste.kind, ""):
             artifact = PatchPaste.from_tag(self.tag, *required(self._normalisation, "the tag's normalisation"))
             self._start(Correction(artifact, trainer.current_epoch, "the given tag"))
 
@@ -235,10 +263,10 @@ class ShortcutCorrection(Callback):
             key("correction", self.log_prefix, "pasted_share"): share[0] if self._corrections else 0.0,
         }
         for correction, value in zip(self._corrections, share[2:], strict=True):
-            label = correction.artifact.target
-            scalars[key("correction", self.log_prefix, f"pasted_share/class_{label}")] = value
+            label, start = correction.artifact.target, correction.artifact.key_prefix
+            scalars[key("correction", self.log_prefix, f"{start}pasted_share/class_{label}")] = value
             for name, number in correction.artifact.scalars().items():
-                scalars[key("correction", self.log_prefix, f"{name}/class_{label}")] = number
+                scalars[key("correction", self.log_prefix, f"{start}{name}/class_{label}")] = number
         monitor(trainer.callback_metrics, scalars)
         if trainer.is_global_zero:
             for logger in trainer.loggers:
@@ -253,6 +281,7 @@ class ShortcutCorrection(Callback):
                 {"artifact": c.artifact.state_dict(), "epoch": c.epoch, "origin": c.origin} for c in self._corrections
             ],
             "streaks": [[label, runs] for label, runs in sorted(self._streaks.items())],
+            "property_streaks": [[name, label, runs] for (name, label), runs in sorted(self._property_streaks.items())],
             "last_run": self._last_run,
         }
 
@@ -264,6 +293,8 @@ class ShortcutCorrection(Callback):
         ]
         self._resumed = list(self._corrections)
         self._streaks = {int(label): int(runs) for label, runs in state_dict["streaks"]}
+        older = state_dict.get("property_streaks", [])  # none in a checkpoint from before the property corrections
+        self._property_streaks = {(str(name), int(label)): int(runs) for name, label, runs in older}
         self._last_run = state_dict["last_run"]
 
     # ----------------------------------------------------------------------------- helpers
@@ -298,7 +329,8 @@ class ShortcutCorrection(Callback):
         return discovering[0] if discovering else None
 
     def _follow(self, source: GradSkipCallback, epoch: int) -> None:
-        """Read the discovery stage's newest run (once) and start correcting the classes flagged long enough."""
+        """Read the discovery stage's newest run (once) and start correcting the classes, and the classes'
+        properties, flagged long enough."""
         discovered = source.discovered
         if discovered is None or discovered.epoch == self._last_run:
             return
@@ -308,7 +340,7 @@ class ShortcutCorrection(Callback):
             if self.classes is not None and label not in self.classes:
                 continue
             self._streaks[label] = self._streaks.get(label, 0) + 1 if flag else 0
-            if self._streaks[label] >= self.flagged_epochs and not self._corrected(label, PatchPaste.kind):
+            if self._streaks[label] >= self.flagged_epochs and not self._corrected(label, PatchPaste.kind, ""):
                 suspicion = float(discovered.found.suspicion[label])
                 group = discovered.found.reported[label].group
                 whose = "class's" if group.strategy is None else f"strategy {group.strategy}'s"
@@ -318,9 +350,39 @@ class ShortcutCorrection(Callback):
                     f"{len(group.members)} discovery probes"
                 )
                 self._start(Correction(artifact_for(discovered, label, self.margin), epoch, origin))
+        self._follow_properties(discovered, source.log_prefix, epoch)
 
-    def _corrected(self, label: int, kind: str) -> bool:
-        return any(c.artifact.target == label and c.artifact.kind == kind for c in self._corrections)
+    def _follow_properties(self, discovered: Discovered, followed: str, epoch: int) -> None:
+        """Start correcting the (class, property) pairs of ``discovered`` flagged long enough."""
+        found = discovered.properties
+        if found is None:
+            return
+        for name, flags in found.flagged.items():
+            if name not in self.properties:
+                continue
+            for label, flag in enumerate(flags.cpu().tolist()):
+                if self.classes is not None and label not in self.classes:
+                    continue
+                runs = self._property_streaks.get((name, label), 0) + 1 if flag else 0
+                self._property_streaks[(name, label)] = runs
+                if runs < self.flagged_epochs or self._corrected(label, PropertyPaste.kind, f"{name}/"):
+                    continue
+                transfer = found.transfers[name][label]
+                donors = int((discovered.probes.labels == label).sum())
+                origin = (
+                    f"flagged by the discovery stage of {followed!r} at epoch {discovered.epoch}, {name} suspicion "
+                    f"{float(found.suspicion[name][label]):.2f} (flip rate {transfer.flip_rate:.2f}, control "
+                    f"{transfer.control_flip_rate:.2f}); the {PROPERTIES[name].what} of the class's {donors} discovery "
+                    "probes"
+                )
+                self._start(Correction(property_artifact_for(discovered, name, label), epoch, origin))
+
+    def _corrected(self, label: int, kind: str, key_prefix: str) -> bool:
+        """Whether an artifact of ``kind`` and ``key_prefix`` (its property) of class ``label`` is corrected."""
+        return any(
+            c.artifact.target == label and c.artifact.kind == kind and c.artifact.key_prefix == key_prefix
+            for c in self._corrections
+        )
 
     def _start(self, correction: Correction) -> None:
         self._corrections.append(correction)
@@ -329,7 +391,8 @@ class ShortcutCorrection(Callback):
 
     def _say(self, correction: Correction, verb: str) -> None:
         artifact = correction.artifact
+        images = f"{self.p * 100:g} % of every class's training images"
         rank_zero_info(
-            f"ShortcutCorrection: {verb} class {artifact.target}'s {artifact.describe()}: pasting it on "
-            f"{self.p * 100:g} % of every class's training images from epoch {correction.epoch} ({correction.origin})"
+            f"ShortcutCorrection: {verb} class {artifact.target}'s {artifact.describe()}: {artifact.action(images)} "
+            f"from epoch {correction.epoch} ({correction.origin})"
         )

@@ -195,12 +195,15 @@ class Discovered:
         found: what it found (flagged classes, their hotspots).
         probes: the discovery probes it explained (the flagged class's images are its donors).
         patch_size: (ph, pw) pixels per patch of the hotspots.
+        properties: its global property transplants (flagged (class, property) pairs, the pixel space), None
+            when none are tested.
     """
 
     epoch: int
     found: Discovery
     probes: ProbeSet
     patch_size: tuple[int, int]
+    properties: PropertyDiscovery | None = None
 
 
 def _world() -> int:

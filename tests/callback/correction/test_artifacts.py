@@ -1,13 +1,23 @@
 """The artifacts of a correction: a paste puts the donor's pixels exactly in its box (its mask) on the share of a
-batch the seeded generator picks; a tag's pattern is normalised as the images are; state round trips."""
+batch the seeded generator picks; a tag's pattern is normalised as the images are; a global property's artifact
+gives each image the statistic of the donor the generator picks; state round trips."""
 
 from __future__ import annotations
 
 import pytest
 import torch
+import torch.nn.functional as F
 
-from gradskip_lightning.callback.correction import ARTIFACT_KINDS, Artifact, PatchPaste, paste_share, restore_artifact
+from gradskip_lightning.callback.correction import (
+    ARTIFACT_KINDS,
+    Artifact,
+    PatchPaste,
+    PropertyPaste,
+    paste_share,
+    restore_artifact,
+)
 from gradskip_lightning.data.tags import SpuriousTag
+from gradskip_lightning.metrics.image_properties import PROPERTIES, PROPERTY_NAMES, PixelSpace
 
 
 def _hotspot_paste() -> tuple[PatchPaste, torch.Tensor]:
@@ -23,7 +33,7 @@ def test_a_hotspot_paste_is_its_box_in_pixels_with_the_donors_pixels_there():
     assert paste.box == (2, 2, 4, 6) and paste.mask.all() and paste.describe() == "shortcut at (2, 2)-(4, 6)"
     assert torch.equal(paste.donors, donors[:, :, 2:4, 2:6])
     assert paste.scalars() == {"box/top": 2.0, "box/left": 2.0, "box/bottom": 4.0, "box/right": 6.0}
-    assert isinstance(paste, Artifact) and set(ARTIFACT_KINDS) == {"patch"}
+    assert isinstance(paste, Artifact) and set(ARTIFACT_KINDS) == {"patch", "property"}
 
 
 def test_a_paste_on_a_share_of_a_batch_puts_a_donors_pixels_exactly_in_the_box_and_nowhere_else():
@@ -135,3 +145,91 @@ def test_an_artifact_that_does_not_fit_the_images_is_refused_naming_the_box():
         paste.apply(torch.zeros(1, 2, 4, 4), torch.Generator())
     with pytest.raises(ValueError, match="the artifact has 2 channels, the training images 3"):
         paste.apply(torch.zeros(1, 3, 8, 8), torch.Generator())
+
+
+# ------------------------------------------------------------------------------------- a global property
+
+MEAN, STD = (0.5, 0.4, 0.3), (0.25, 0.2, 0.3)
+
+
+def _property_images(channels: int) -> tuple[torch.Tensor, torch.Tensor, PixelSpace]:
+    """3 donors (smooth, a reddish cast, darker, little noise) and 8 recipients (smooth, noisier), 16 x 16 px in
+    [0.2, 0.8] (no transfer below is clamped), normalised with :data:`MEAN` and :data:`STD`; the donors' space."""
+    generator = torch.Generator().manual_seed(0)
+
+    def draw(count: int, noise: float) -> torch.Tensor:
+        smooth = F.avg_pool2d(torch.rand(count, channels, 20, 20, generator=generator), 5, stride=1)
+        return 0.35 + 0.3 * smooth + noise * torch.randn(count, channels, 16, 16, generator=generator)
+
+    cast = torch.tensor([0.06, 0.0, -0.06][:channels] if channels == 3 else [0.0])[:, None, None]
+    mean, std = torch.tensor(MEAN[:channels])[:, None, None], torch.tensor(STD[:channels])[:, None, None]
+    donors, recipients = (draw(3, 0.02) + cast - 0.05 - mean) / std, (draw(8, 0.05) - mean) / std
+    return donors, recipients, PixelSpace.of(donors, MEAN[:channels], STD[:channels])
+
+
+@pytest.mark.parametrize("channels", [3, 1])
+def test_an_image_given_a_property_has_the_drawn_donors_statistic_to_rounding(channels):
+    donors, recipients, space = _property_images(channels)
+    names = [name for name in PROPERTY_NAMES if PROPERTIES[name].applies(channels)]
+    assert names == (list(PROPERTY_NAMES) if channels == 3 else ["brightness", "sharpness", "noise"])
+    for name in names:
+        statistic = PROPERTIES[name].statistic
+        paste = PropertyPaste.from_probes(2, name, donors, space)
+        assert torch.equal(paste.statistics, statistic(space.pixels(donors)))  # the stage's statistic of the donors
+        given = paste.apply(recipients, torch.Generator().manual_seed(5))
+        drawn = torch.randint(3, (8,), generator=torch.Generator().manual_seed(5))  # the generator's donors
+        assert given.dtype == recipients.dtype and drawn.unique().numel() > 1
+        wanted, before = paste.statistics[drawn], statistic(space.pixels(recipients))
+        assert (before - wanted).abs().amax() > 3e-3  # the recipients' own statistics are far from it
+        assert torch.allclose(statistic(space.pixels(given)), wanted, rtol=0, atol=1e-6), name
+
+
+def test_colour_does_not_apply_to_greyscale_images_and_an_artifact_fits_its_channels_only():
+    donors, recipients, space = _property_images(1)
+    with pytest.raises(ValueError, match="colour needs 3-channel images; the images have 1"):
+        PropertyPaste.from_probes(0, "colour", donors, space)
+    brightness = PropertyPaste.from_probes(0, "brightness", donors, space)
+    with pytest.raises(ValueError, match=r"the brightness artifact is for images of 1 channels .* \(2, 3, 16, 16\)"):
+        brightness.apply(torch.zeros(2, 3, 16, 16), torch.Generator())
+    with pytest.raises(ValueError, match=r"name must be one of \('colour'"):
+        PropertyPaste(0, "hue", brightness.statistics, space)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match=r"statistics must be \(n >= 1, 1\)"):
+        PropertyPaste(0, "brightness", torch.zeros(2, 2, dtype=torch.float64), space)
+    with pytest.raises(ValueError, match="colour needs 3-channel images; the images have 1"):
+        PropertyPaste(0, "colour", torch.zeros(2, 2, dtype=torch.float64), space)  # restored into a greyscale space
+
+
+def test_a_property_artifact_draws_from_its_generator_only():
+    donors, recipients, space = _property_images(3)
+    noise = PropertyPaste.from_probes(1, "noise", donors, space)  # draws donors and the added noise
+    rng = torch.get_rng_state()
+    first, again = (noise.apply(recipients, torch.Generator().manual_seed(9)) for _ in range(2))
+    other = noise.apply(recipients, torch.Generator().manual_seed(10))
+    assert torch.equal(torch.get_rng_state(), rng)  # the global RNG was not drawn from
+    assert torch.equal(first, again) and not torch.equal(first, other)
+    chosen = paste_share(recipients.clone(), noise, 1.0, torch.Generator().manual_seed(9))
+    assert chosen.all()
+
+
+def test_a_property_artifact_says_what_it_gives_and_logs_its_donors_mean_statistic():
+    donors, _, space = _property_images(3)
+    colour = PropertyPaste.from_probes(2, "colour", donors, space)
+    assert isinstance(colour, Artifact) and colour.kind == "property" and colour.key_prefix == "colour/"
+    assert colour.describe() == "colour shortcut"
+    assert colour.action("50 % of every class's training images") == (
+        "giving 50 % of every class's training images its colour statistics"
+    )
+    means = colour.statistics.mean(dim=0)
+    assert colour.scalars() == {"alpha": means[0].item(), "beta": means[1].item()}
+    assert means[0] > 0.04 and means[1] > 0.005  # the cast's chromaticity: yellow-blue and red-green, 0 for grey
+
+
+def test_a_property_artifact_round_trips_through_a_weights_only_checkpoint(tmp_path):
+    donors, recipients, space = _property_images(3)
+    noise = PropertyPaste.from_probes(1, "noise", donors, space)
+    torch.save({"artifact": noise.state_dict()}, tmp_path / "state.pt")
+    back = restore_artifact(torch.load(tmp_path / "state.pt", weights_only=True)["artifact"])
+    assert isinstance(back, PropertyPaste) and (back.target, back.name) == (1, "noise")
+    assert torch.equal(back.statistics, noise.statistics) and torch.equal(back.space.high, noise.space.high)
+    seeded = [artifact.apply(recipients, torch.Generator().manual_seed(3)) for artifact in (noise, back)]
+    assert torch.equal(*seeded)

@@ -1,6 +1,7 @@
 """ShortcutCorrection with real Trainers: a tag's pixels reach training_step on every class's images, a flagged
-class's hotspot is pasted from the next epoch, nothing flagged leaves the training bitwise the same, the global
-RNG is never drawn from, the correction survives a checkpoint, its keys are logged, bad settings are refused."""
+class's hotspot is pasted from the next epoch, a flagged global property is given from the next epoch, nothing
+flagged leaves the training bitwise the same, the global RNG is never drawn from, the correction survives a
+checkpoint, its keys are logged, bad settings are refused."""
 
 from __future__ import annotations
 
@@ -14,8 +15,9 @@ from lightning.pytorch import seed_everything
 from lightning.pytorch.loggers import CSVLogger
 
 from gradskip_lightning import DiscoveryStage, GradSkipCallback, ProbeSettings, ScoreSettings, ShortcutCorrection
-from gradskip_lightning.callback.correction import PatchPaste
+from gradskip_lightning.callback.correction import PatchPaste, PropertyPaste
 from gradskip_lightning.data.tags import SpuriousTag
+from gradskip_lightning.metrics.image_properties import PROPERTIES
 from tests.callback.correction.helpers import carries, recorder
 from tests.callback.helpers import tiny_data, tiny_module, tiny_trainer
 
@@ -141,6 +143,57 @@ def test_the_correction_is_in_the_checkpoint_and_a_resumed_fit_goes_on_correctin
 
 
 @pytest.mark.slow
+def test_a_flagged_colour_is_given_to_every_classs_images_from_the_next_epoch_logged_and_checkpointed(tmp_path, caplog):
+    """Every class with a colour suspicion >= 0 flagged at epoch 0 (property_alert_threshold 0; the hotspot test never
+    fires), corrected from epoch 1 at p = 1: each image then gets every corrected class's colour in turn."""
+    gradskip = _gradskip(alert_threshold=1.0, properties=["colour"], property_alert_threshold=0.0)
+    correction, logger = ShortcutCorrection(p=1.0), CSVLogger(str(tmp_path), name="colour")
+    with caplog.at_level(logging.INFO), pytest.warns(UserWarning, match="may use a colour shortcut"):
+        module, _, _ = _fit(tmp_path, [gradskip, correction], logger=logger)
+    found = _rows(logger.log_dir, "discovery/gradskip/colour/suspicion/class_0")[0]  # epoch 0's run
+    flagged = [k for k in range(4) if found.get(f"discovery/gradskip/colour/suspicion/class_{k}", -1.0) >= 0]
+    assert flagged and [(c.artifact.target, c.artifact.kind, c.epoch) for c in correction.corrections] == [
+        (k, "property", 1) for k in flagged
+    ]  # one correction per flagged (class, property), from the epoch after the flag; no hotspot
+    last = correction.corrections[-1].artifact  # given last to every image: its colour wins
+    assert isinstance(last, PropertyPaste) and last.name == "colour"
+    assert gradskip.discovered is not None
+    probes = gradskip.discovered.probes
+    donors = probes.images[probes.labels == last.target]
+    assert torch.equal(last.statistics, PROPERTIES["colour"].statistic(last.space.pixels(donors)))
+    for epoch, images, _ in module.seen:
+        colour = PROPERTIES["colour"].statistic(last.space.pixels(images))  # (B, 2)
+        nearest = (colour[:, None] - last.statistics[None]).abs().amax(dim=2).amin(dim=1)  # epoch 0: >= 9e-4
+        assert (nearest < 1e-6).all() if epoch == 1 else (nearest > 1e-4).all(), (epoch, nearest)
+    said = [r.getMessage() for r in caplog.records if "ShortcutCorrection" in r.getMessage()]
+    assert len(said) == len(flagged) and said[-1].startswith(
+        f"ShortcutCorrection: correcting class {last.target}'s colour shortcut: giving 100 % of every class's "
+        "training images its colour statistics from epoch 1 (flagged by the discovery stage of 'gradskip/' at epoch 0, "
+        "colour suspicion "
+    )
+    row = _rows(logger.log_dir, f"{C}active")[-1]
+    label = last.target
+    assert row[f"{C}active"] == len(flagged) and row[f"{C}pasted_share"] == 1.0
+    assert row[f"{C}colour/pasted_share/class_{label}"] == 1.0
+    assert row[f"{C}colour/alpha/class_{label}"] == pytest.approx(last.scalars()["alpha"])
+    assert row[f"{C}colour/beta/class_{label}"] == pytest.approx(last.scalars()["beta"])
+    assert not any(name.startswith(f"{C}box/") or name.startswith(f"{C}pasted_share/") for name in row)
+    torch.save(correction.state_dict(), tmp_path / "correction.pt")
+    fresh = ShortcutCorrection()
+    fresh.load_state_dict(torch.load(tmp_path / "correction.pt", weights_only=True))  # as a checkpoint loads
+    restored = fresh.corrections[-1].artifact
+    assert isinstance(restored, PropertyPaste) and torch.equal(restored.statistics, last.statistics)
+    assert fresh._property_streaks == {("colour", k): int(k in flagged) for k in range(4)}  # epoch 0's run only
+    assert gradskip.discovered.properties is not None
+    now = gradskip.discovered.properties.flagged["colour"].nonzero()[:, 0].tolist()  # the last run's flags
+    for options, corrected in (({"properties": ()}, []), ({"properties": ["noise"]}, []),
+                               ({"classes": now[-1:]}, now[-1:]), ({}, now)):  # fmt: skip
+        chosen = ShortcutCorrection(**options)
+        chosen._follow(gradskip, 2)  # a fresh correction reads the last run
+        assert [c.artifact.target for c in chosen.corrections] == corrected, options
+
+
+@pytest.mark.slow
 def test_with_nothing_flagged_the_training_is_bitwise_the_same_as_without_the_correction(tmp_path):
     weights = []
     for name, callbacks in (("with", [_gradskip(alert_threshold=1.0), ShortcutCorrection()]),
@@ -187,6 +240,8 @@ def test_a_new_fit_on_another_trainer_starts_with_nothing_corrected(tmp_path, ca
         (dict(tag="corner"), TypeError, "tag must be a SpuriousTag or None, got str"),
         (dict(log_prefix="../up/"), ValueError, "log_prefix '../up/' would put"),
         (dict(image_key=""), ValueError, "image_key must be a non-empty string"),
+        (dict(properties=["hue"]), ValueError, r"properties must be one of \('colour'"),
+        (dict(properties="colour"), TypeError, "properties must be None or a list of names"),
     ],
 )
 def test_settings_are_validated_when_built_naming_the_option(kwargs, error, match):
