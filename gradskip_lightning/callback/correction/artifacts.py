@@ -87,6 +87,12 @@ class Artifact(Protocol):
         ...
 
 
+def _check_target(target: object) -> None:
+    """Require an artifact's class: an int >= 0."""
+    if isinstance(target, bool) or not isinstance(target, int) or target < 0:
+        raise ValueError(f"target must be a class index >= 0, got {target!r}")
+
+
 @dataclass(frozen=True, eq=False)
 class PatchPaste:
     """Donor pixels pasted at a fixed place: a tag's pattern, or a flagged class's hotspot.
@@ -117,8 +123,7 @@ class PatchPaste:
     donors: Tensor
 
     def __post_init__(self) -> None:
-        if isinstance(self.target, bool) or not isinstance(self.target, int) or self.target < 0:
-            raise ValueError(f"target must be a class index >= 0, got {self.target!r}")
+        _check_target(self.target)
         if min(self.top, self.left) < 0:
             raise ValueError(f"the box's corner must be >= 0, got ({self.top}, {self.left})")
         check_patch_mask(self.mask, "mask")
@@ -252,8 +257,7 @@ class PropertyPaste:
     space: PixelSpace
 
     def __post_init__(self) -> None:
-        if isinstance(self.target, bool) or not isinstance(self.target, int) or self.target < 0:
-            raise ValueError(f"target must be a class index >= 0, got {self.target!r}")
+        _check_target(self.target)
         check_choice(self.name, PROPERTY_NAMES, "name")
         prop = PROPERTIES[self.name]
         if self.statistics.ndim != 2 or len(self.statistics) == 0 or self.statistics.shape[1] != len(prop.statistics):
