@@ -110,7 +110,7 @@ def measure(dataset: str, variant: Variant, seed: int, args: argparse.Namespace)
     start = time.perf_counter()
     found = discover_properties(
         model, images, classes, datamodule.num_classes, space=space, alert_threshold=STAGE.property_alert_threshold,
-        batch_size=STAGE.batch_size, seed=STAGE.seed,
+        alpha=STAGE.alpha, batch_size=STAGE.batch_size, seed=STAGE.seed,
     )  # fmt: skip
     seconds = time.perf_counter() - start
     shortcut = SHORTCUTS[variant].property if variant != "clean" else ""

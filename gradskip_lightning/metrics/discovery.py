@@ -77,7 +77,7 @@ from gradskip_lightning.core.validation import check_class_targets
 
 from .discovery_maps import ClassMaps, ClassMapSummary, DiscoverySettings, MapGroup, grown_hotspot, summarise_classes
 from .discovery_strategies import Strategies
-from .discovery_transplant import HotspotTransplant, hotspot_transplant
+from .discovery_transplant import HotspotTransplant, bonferroni, hotspot_transplant
 from .perturbation import Activation
 
 __all__ = [
@@ -187,13 +187,8 @@ def _regions(group: MapGroup, settings: DiscoverySettings) -> list[tuple[Tensor,
     return regions
 
 
-def _adjusted(p_value: float, tests_run: int) -> float:
-    """Bonferroni: ``min(1, tests_run * p_value)``; NaN stays NaN."""
-    return p_value if math.isnan(p_value) else min(1.0, p_value * tests_run)
-
-
 def _fires(test: ShortcutTest, tests_run: int, settings: DiscoverySettings) -> bool:
-    adjusted = _adjusted(test.p_value, tests_run)
+    adjusted = bonferroni(test.p_value, tests_run)
     return adjusted <= settings.alpha and test.suspicion >= settings.alert_threshold  # False when NaN
 
 
@@ -256,6 +251,6 @@ def discover(
     reported = tuple(_reported(found, run, settings) for found in tests)
     device = summary.consistency.device
     suspicion = torch.tensor([t.suspicion for t in reported], dtype=torch.float64, device=device)
-    p_values = torch.tensor([_adjusted(t.p_value, run) for t in reported], dtype=torch.float64, device=device)
+    p_values = torch.tensor([bonferroni(t.p_value, run) for t in reported], dtype=torch.float64, device=device)
     flagged = torch.tensor([any(_fires(t, run, settings) for t in found) for found in tests], device=device)
     return Discovery(summary, tuple(tests), reported, suspicion, p_values, flagged)

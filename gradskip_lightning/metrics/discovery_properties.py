@@ -20,6 +20,13 @@ Suspicion of class k for property p, in [0, 1] (NaN where a rate is undefined)::
 
     suspicion = max(0, flip_rate - control_flip_rate)
 
+The calibrated alarm, as the hotspot's (:mod:`.discovery`): ``p_value`` is the exact one-sided sign test
+of the class's flips against the control's over the recipients that flip under one arm only (both
+arms give each recipient a statistic: the control's draws are the null's); with N (class, property)
+tests of finite p-value in the run, the adjusted p-value is ``min(1, N * p)`` (Bonferroni). A class is
+flagged for p when its adjusted p-value is at most ``alpha`` and its suspicion at least
+``alert_threshold`` (the effect-size floor).
+
 Why (docs/discovery.md, *Global properties*: planted shapes and BloodMNIST, clean models and models with a
 colour cast or a darkening on one class): the flips a class's statistics cause are the evidence, as the
 hotspot's are; the control removes what any change of the property does (a default class that catches
@@ -29,7 +36,8 @@ colour), and with it the highest clean suspicion fell from 0.27 to 0.16 while ev
 classes as well as the casts do (AUROC 0.92-1.00 of BloodMNIST classes), so it told nothing apart.
 Suspicions of one property are comparable across classes and models (shares of recipients); the default
 ``property_alert_threshold`` of the stage (0.4) lies between the highest clean suspicion and the lowest
-learned shortcut's.
+learned shortcut's. The p-value says what the floor cannot: whether the excess stands out from the
+control's flips given how few recipients there are (a handful of probes flipping by chance).
 """
 
 from __future__ import annotations
@@ -43,7 +51,7 @@ from torch import Tensor
 
 from gradskip_lightning.core.validation import check_choice, check_class_targets, check_image_batch, check_logits
 
-from .discovery_transplant import predicted_as
+from .discovery_transplant import bonferroni, predicted_as, sign_test
 from .image_properties import PROPERTIES, PROPERTY_NAMES, PixelSpace, PropertyName
 from .perturbation import ACTIVATIONS, Activation
 
@@ -84,6 +92,8 @@ class PropertyTransfer:
         flip_rate: share of recipients predicted as k with a class-k probe's statistics.
         control_flip_rate: the same with a third class's probe's statistics (NaN without such a donor).
         separability: AUROC of the statistic telling class k's probes from the others' (NaN with < 2 of k).
+        p_value: exact one-sided sign test of the flips against the control's, over the recipients with a
+            control that flip under one arm only (unadjusted; NaN without recipients or control donors).
         examples: the first recipients before and after (not compared).
     """
 
@@ -93,6 +103,7 @@ class PropertyTransfer:
     flip_rate: float
     control_flip_rate: float
     separability: float
+    p_value: float = math.nan
     examples: TransferExamples | None = field(default=None, compare=False, repr=False)
 
     @property
@@ -104,13 +115,16 @@ class PropertyTransfer:
 @dataclass(frozen=True)
 class PropertyDiscovery:
     """What :func:`discover_properties` found: per property its K :class:`PropertyTransfer` (class order),
-    suspicion (K,) float64 and flagged (K,) bool (suspicion >= ``alert_threshold``); and the pixel space the
-    statistics and transfers were computed in (what a correction transfers in)."""
+    suspicion (K,) float64, p_value (K,) float64 (Bonferroni-adjusted over every test of the run; NaN where
+    undefined) and flagged (K,) bool (p_value <= ``alpha`` and suspicion >= ``alert_threshold``); and the
+    pixel space the statistics and transfers were computed in (what a correction transfers in)."""
 
     transfers: dict[PropertyName, tuple[PropertyTransfer, ...]]
     suspicion: dict[PropertyName, Tensor]
+    p_value: dict[PropertyName, Tensor]
     flagged: dict[PropertyName, Tensor]
     alert_threshold: float
+    alpha: float
     space: PixelSpace
 
 
@@ -219,11 +233,14 @@ def _transfer_test(
             if start == 0:
                 shown = min(EXAMPLES, len(chunk))
                 kept = [chunk[:shown], inputs[:shown], out[:shown].argmax(dim=1)]
-    flip_rate = float(torch.cat(flips).double().mean())
-    control_flips = torch.cat(controls)
+    test_flips, control_flips = torch.cat(flips), torch.cat(controls)
+    flip_rate = float(test_flips.double().mean())
     control_rate = float(control_flips.double().mean()) if len(control_flips) else math.nan
+    paired = test_flips[(control >= 0).to(test_flips.device)]  # the recipients with a control, in the same order
+    wins, losses = int((paired & ~control_flips).sum()), int((control_flips & ~paired).sum())
+    p_value = sign_test(wins, losses) if len(control_flips) else math.nan
     examples = TransferExamples(kept[0], kept[1], logits[kept[0]].argmax(dim=1), kept[2])
-    return PropertyTransfer(name, target, count, flip_rate, control_rate, apart, examples)
+    return PropertyTransfer(name, target, count, flip_rate, control_rate, apart, p_value, examples)
 
 
 def chosen_properties(
@@ -265,6 +282,7 @@ def discover_properties(
     *,
     space: PixelSpace,
     alert_threshold: float,
+    alpha: float = 0.05,
     batch_size: int = 64,
     activation: Activation = "softmax",
     seed: int = 0,
@@ -286,7 +304,9 @@ def discover_properties(
         properties: names from :data:`~.image_properties.PROPERTIES` that apply to the images' channels (None:
             every one that does).
         space: the images' :class:`~.image_properties.PixelSpace`.
-        alert_threshold: suspicion at or above which a class is flagged, in [0, 1].
+        alert_threshold: suspicion at or above which a class is flagged (with its p-value), in [0, 1].
+        alpha: adjusted p-value at or below which a class is flagged (with its suspicion), in (0, 1]: the
+            family-wise error rate over every (class, property) test of the run.
         batch_size: images per forward call.
         activation: "softmax" (a flip: arg-max) or "sigmoid" (multi-label: its sigmoid > 0.5).
         seed: of the noise transfer's draws.
@@ -296,14 +316,20 @@ def discover_properties(
         >>> def model(x):  # class 1 iff red exceeds blue by 0.15 on average
         ...     red = (x[:, 0] - x[:, 2]).mean(dim=(1, 2)) - 0.15
         ...     return torch.stack([-red, red], dim=1)
-        >>> images = 0.2 + 0.5 * torch.rand(8, 3, 6, 6, generator=torch.Generator().manual_seed(0))
-        >>> images[4:, 0] += 0.3  # class 1 is reddish
-        >>> found = discover_properties(model, images, torch.tensor([0] * 4 + [1] * 4), 2, ["colour", "brightness"],
+        >>> images = 0.2 + 0.5 * torch.rand(16, 3, 6, 6, generator=torch.Generator().manual_seed(0))
+        >>> images[8:, 0] += 0.4  # class 1 is reddish
+        >>> found = discover_properties(model, images, torch.tensor([0] * 8 + [1] * 8), 2, ["colour", "brightness"],
         ...                             space=PixelSpace.of(images, [0.0], [1.0]), alert_threshold=0.5)
         >>> found.transfers["colour"][1].flip_rate, found.flagged["brightness"].tolist()
         (1.0, [False, False])
+        >>> found.p_value["colour"].tolist()  # 8 of 8 flip, none under the control: 4 tests x 2 ** -8
+        [0.015625, 0.015625]
         >>> found.flagged["colour"].tolist()  # two classes: the colour rule decides both
         [True, True]
+        >>> few = discover_properties(model, images[4:12], torch.tensor([0] * 4 + [1] * 4), 2, ["colour", "brightness"],
+        ...                           space=PixelSpace.of(images, [0.0], [1.0]), alert_threshold=0.5)
+        >>> few.suspicion["colour"].tolist(), few.p_value["colour"].tolist()  # 4 flips could be chance: 4 x 2 ** -4
+        ([1.0, 1.0], [0.25, 0.25])
     """
     check_image_batch(images)
     check_class_targets(classes, len(images), num_classes)
@@ -313,6 +339,8 @@ def discover_properties(
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
     if not 0 <= alert_threshold <= 1:
         raise ValueError(f"alert_threshold must be in [0, 1]; got {alert_threshold}")
+    if not 0 < alpha <= 1:
+        raise ValueError(f"alpha must be in (0, 1]; got {alpha}")
     classes = classes.to(images.device)
     with torch.no_grad():
         if logits is None:
@@ -321,7 +349,7 @@ def discover_properties(
             )
         check_logits(model, logits, len(images))
         pixels = space.pixels(images)
-    transfers, suspicion, flagged = {}, {}, {}
+    transfers = {}
     for name in chosen:
         statistics = PROPERTIES[name].statistic(pixels)
         transfers[name] = tuple(
@@ -331,6 +359,10 @@ def discover_properties(
             )
             for label in range(num_classes)
         )  # fmt: skip
-        scores = torch.tensor([t.suspicion for t in transfers[name]], dtype=torch.float64)
-        suspicion[name], flagged[name] = scores, scores >= alert_threshold
-    return PropertyDiscovery(transfers, suspicion, flagged, alert_threshold, space)
+    tests = sum(not math.isnan(t.p_value) for row in transfers.values() for t in row)
+    suspicion, p_value, flagged = {}, {}, {}
+    for name, row in transfers.items():
+        suspicion[name] = torch.tensor([t.suspicion for t in row], dtype=torch.float64)
+        p_value[name] = torch.tensor([bonferroni(t.p_value, tests) for t in row], dtype=torch.float64)
+        flagged[name] = (suspicion[name] >= alert_threshold) & (p_value[name] <= alpha)  # False where NaN
+    return PropertyDiscovery(transfers, suspicion, p_value, flagged, alert_threshold, alpha, space)

@@ -111,8 +111,10 @@ def property_traces() -> list[PropertyRecord]:
                     at = replace(PROPERTY, seed=seed, label=label, property=name, epoch=epoch)
                     first = seed == 0 and label == 0 and name == "colour" and epoch == 1.0
                     found.append(replace(at, suspicion=0.5, flagged=True) if first else at)
-                    if seed == 0:
-                        found.append(replace(at, variant="dim_control", shortcut_property="brightness"))
+                    if seed == 0:  # class 1's brightness over the floor at epoch 2, its p-value too large
+                        loud = (label, name, epoch) == (1, "brightness", 2.0)
+                        found.append(replace(at, variant="dim_control", shortcut_property="brightness",
+                                             suspicion=0.45 if loud else at.suspicion))  # fmt: skip
                     cast = replace(
                         at, variant="cast", shortcut_property="colour", target=1, spurious_score=0.5 + epoch / 4
                     )
@@ -137,10 +139,12 @@ def test_a_global_shortcut_is_detected_per_seed_with_its_first_fire_and_other_fl
 
 def test_false_alarms_count_classes_flagged_at_the_last_epoch_and_at_any_epoch_against_the_bar():
     text = "\n".join(false_alarm_table(property_traces(), "d"))
-    assert "| colour | clean, dim_control | 2 x 2 | 0.00 | 0.17 (1/6) | no | 0.50 (clean s0 c0, epoch 1) |" in text
-    assert "| colour | clean | 2 x 1 | 0.00 | 0.25 (1/4) | no |" in text
-    assert "| colour | dim_control | 1 x 1 | 0.00 | 0.00 (0/2) | yes |" in text
-    assert "| brightness | clean, dim_control | 2 x 2 | 0.00 | 0.00 (0/6) | yes |" in text
+    row = "| colour | clean, dim_control | 2 x 2 | 0.00 | 0.17 (1/6) | no | 0.17 (1/6) | 0.50 (clean s0 c0, epoch 1) |"
+    assert row in text
+    assert "| colour | clean | 2 x 1 | 0.00 | 0.25 (1/4) | no | 0.25 (1/4) |" in text
+    assert "| colour | dim_control | 1 x 1 | 0.00 | 0.00 (0/2) | yes | 0.00 (0/2) |" in text
+    # the floor alone would have flagged the control's class 1 at epoch 2; its p-value did not
+    assert "| brightness | clean, dim_control | 2 x 2 | 0.00 | 0.00 (0/6) | yes | 0.17 (1/6) |" in text
     assert "cast" not in text  # a model with a shortcut on one class is no negative
 
 
@@ -158,16 +162,16 @@ def test_the_trace_records_the_values_the_discovery_stage_logs():
         red = (x[:, 0] - x[:, 2]).mean(dim=(1, 2)) - 0.15
         return torch.stack([-red, red], dim=1)
 
-    images = 0.2 + 0.5 * torch.rand(8, 3, 6, 6, generator=torch.Generator().manual_seed(0))
-    images[4:, 0] += 0.3
-    found = discover_properties(model, images, torch.tensor([0] * 4 + [1] * 4), 2, ["colour", "brightness"],
+    images = 0.2 + 0.5 * torch.rand(16, 3, 6, 6, generator=torch.Generator().manual_seed(0))
+    images[8:, 0] += 0.4
+    found = discover_properties(model, images, torch.tensor([0] * 8 + [1] * 8), 2, ["colour", "brightness"],
                                 space=PixelSpace.of(images, [0.0], [1.0]), alert_threshold=0.5)  # fmt: skip
     traced = property_records(found, dataset="d", seed=0, variant="cast", shortcut_property="colour", target=1,
                               spurious_score=1.0, accuracy=1.0, seconds=0.0, epoch=1.0)  # fmt: skip
     logged = property_scalars(found, "gradskip/")
     assert len(traced) == 4 and [r.flagged for r in traced] == [True, True, False, False]
     for r in traced:
-        for value in ("suspicion", "flip_rate", "control_flip_rate", "separability"):
+        for value in ("suspicion", "flip_rate", "control_flip_rate", "separability", "p_value"):
             assert getattr(r, value) == logged[f"discovery/gradskip/{r.property}/{value}/class_{r.label}"]
     for name in ("colour", "brightness"):
         assert sum(r.flagged for r in traced if r.property == name) == logged[f"discovery/gradskip/{name}/flagged"]

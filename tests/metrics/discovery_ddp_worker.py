@@ -97,13 +97,14 @@ def property_model(images: Tensor) -> Tensor:
 
 
 def property_values() -> dict[str, list]:
-    """Every property's flip rates, controls, separabilities and suspicions on :func:`property_probes`."""
+    """Every property's flip rates, controls, separabilities, p-values and suspicions on :func:`property_probes`."""
     images, classes = property_probes()
     found = discover_properties(
         property_model, images, classes, 3, space=PixelSpace.of(images, [0.0], [1.0]), alert_threshold=0.5, seed=3
     )
     return {
-        name: [[t.flip_rate, t.control_flip_rate, t.separability] for t in transfers] + [found.suspicion[name].tolist()]
+        name: [[t.flip_rate, t.control_flip_rate, t.separability, t.p_value] for t in transfers]
+        + [found.suspicion[name].tolist(), found.p_value[name].tolist()]
         for name, transfers in found.transfers.items()
     }
 

@@ -137,11 +137,35 @@ def test_with_two_classes_the_control_takes_the_recipients_own_class():
 
 def test_a_class_without_probes_or_recipients_has_nan_rates_and_is_not_flagged():
     images, classes = cast_case()
-    found = discover_properties(CastModel(), images, classes, 4, ["colour"], space=_space(images), alert_threshold=0.0)
+    found = discover_properties(CastModel(), images, classes, 4, ["colour"], space=_space(images), alert_threshold=0.0,
+                                alpha=1.0)  # fmt: skip
     empty = found.transfers["colour"][3]
     assert empty.recipients == 0 and math.isnan(empty.flip_rate) and math.isnan(empty.separability)
+    assert math.isnan(empty.p_value) and math.isnan(found.p_value["colour"][3])
     assert math.isnan(found.suspicion["colour"][3]) and not found.flagged["colour"][3]
-    assert found.flagged["colour"][:3].all()  # a threshold of 0 flags every class with a finite suspicion
+    assert found.flagged["colour"][:3].all()  # a threshold of 0 and alpha 1 flag every class with a finite suspicion
+
+
+def test_the_p_value_is_the_sign_test_of_the_flips_against_the_control_bonferroni_adjusted():
+    images, classes = cast_case()
+    found = discover_properties(CastModel(), images, classes, 3, ["colour", "brightness"], space=_space(images),
+                                alert_threshold=0.5)  # fmt: skip
+    cast = found.transfers["colour"][2]  # 16 recipients flip, none under the control: 16 wins, no loss
+    assert cast.p_value == 2.0**-16
+    assert found.p_value["colour"][2].item() == pytest.approx(6 * 2.0**-16)  # 2 properties x 3 classes
+    # class 0's colour flips 8 of class 2's probes and so does the control, on the same 8: no discordant pair
+    assert found.transfers["colour"][0].p_value == 1.0 and found.p_value["colour"][0].item() == 1.0
+    assert found.flagged["colour"].tolist() == [False, False, True]
+
+
+def test_a_large_excess_on_few_recipients_is_not_flagged():
+    images, classes = cast_case(per_class=2)  # 4 recipients of class 2's colour: 2 ** -4 x 12 tests > 0.05
+    found = discover_properties(CastModel(), images, classes, 3, space=_space(images), alert_threshold=0.5)
+    cast = found.transfers["colour"][2]
+    assert cast.recipients == 4 and cast.suspicion == 1.0 and cast.p_value == 2.0**-4
+    assert found.p_value["colour"][2].item() == pytest.approx(12 * 2.0**-4) and not found.flagged["colour"].any()
+    assert discover_properties(CastModel(), images, classes, 3, space=_space(images), alert_threshold=0.5,
+                               alpha=0.8).flagged["colour"].tolist() == [False, False, True]  # fmt: skip
 
 
 def test_multi_label_flips_are_a_sigmoid_above_one_half():
@@ -183,6 +207,7 @@ def test_the_suspicion_is_the_flip_rate_beyond_the_control():
         ({"properties": ["hue"]}, ValueError, "properties must be one of"),
         ({"properties": ["colour", "colour"]}, ValueError, "twice"),
         ({"alert_threshold": 1.5}, ValueError, "alert_threshold"),
+        ({"alpha": 0.0}, ValueError, r"alpha must be in \(0, 1\]"),
         ({"activation": "relu"}, ValueError, "activation"),
         ({"batch_size": 0}, ValueError, "batch_size"),
         ({"classes": torch.zeros(3, dtype=torch.long)}, ValueError, "targets"),

@@ -1,6 +1,6 @@
 """The global property tables of the discovery benchmark, from the :class:`~.trace.PropertyRecord`s the trace
 takes at every epoch end (the discovery stage's property transplants at its defaults; a (class, property) is
-flagged at suspicion >= ``property_alert_threshold``, 0.4).
+flagged at adjusted p-value <= ``alpha`` and suspicion >= ``property_alert_threshold``, 0.05 and 0.4).
 
 :func:`shortcut_table`: per global variant on one class, whether its class is flagged for the variant's property
 (the detection rate over seeds at the last epoch), the first epoch end it is, its suspicion and spurious score.
@@ -31,13 +31,15 @@ BAR = 0.05
 DEFINITIONS = (
     "Global properties: at every epoch end each model's discovery probes go through the discovery stage's property "
     "transplants at its defaults (docs/discovery.md, *Global properties*): a (class, property) is flagged at "
-    f"suspicion >= {STAGE.property_alert_threshold:g}. Detected: the class of a global variant flagged for the "
-    "variant's property at the last epoch (share of seeds; interval: bootstrap over seeds); first fire: the first "
-    "epoch end at which it is; spurious score: the share of the other classes' test images predicted as the class "
-    "once given the shortcut. False alarms: the share of the classes of the clean and control models (`control`: "
-    f"the stamp; `*_control`: the property change on {CONTROL_P:.0%} of every class's images) flagged, at the last "
-    "epoch (interval: hierarchical bootstrap over seeds and classes) and at any epoch end (each such class was "
-    "alerted)."
+    f"adjusted p-value <= {STAGE.alpha:g} (sign test against the control, Bonferroni over the epoch's (class, "
+    f"property) tests) and suspicion >= {STAGE.property_alert_threshold:g}. Detected: the class of a global variant "
+    "flagged for the variant's property at the last epoch (share of seeds; interval: bootstrap over seeds); first "
+    "fire: the first epoch end at which it is; spurious score: the share of the other classes' test images "
+    "predicted as the class once given the shortcut. False alarms: the share of the classes of the clean and "
+    f"control models (`control`: the stamp; `*_control`: the property change on {CONTROL_P:.0%} of every class's "
+    "images) flagged, at the last epoch (interval: hierarchical bootstrap over seeds and classes) and at any epoch "
+    "end (each such class was alerted); over the floor alone: what the fixed threshold without the p-value would "
+    "flag at any epoch end."
 )
 
 
@@ -89,7 +91,9 @@ def false_alarm_table(records: Sequence[PropertyRecord], dataset: str) -> list[s
     """Per property, for the clean and control models of ``dataset`` together (the first row, named by their
     variants) and then each variant of them (when there are several):
     the share of their classes flagged at the last epoch (with its interval) and at any epoch end, whether the
-    latter is within :data:`BAR`, and the highest suspicion at any epoch end (where). Empty without them."""
+    latter is within :data:`BAR`, the share at any epoch end over the suspicion floor alone (what the fixed
+    threshold without the p-value would flag) and the highest suspicion at any epoch end (where). Empty without
+    them."""
     mine = [r for r in records if r.dataset == dataset and r.variant in NEGATIVES]
     present = [v for v in NEGATIVES if any(r.variant == v for r in mine)]
     groups = [(", ".join(present), present)] + ([(v, [v]) for v in present] if len(present) > 1 else [])
@@ -100,20 +104,24 @@ def false_alarm_table(records: Sequence[PropertyRecord], dataset: str) -> list[s
             if not trace:
                 continue
             classes: dict[tuple, bool] = {}
+            loud: dict[tuple, bool] = {}
             for r in trace:
-                classes[(r.seed, r.variant, r.label)] = classes.get((r.seed, r.variant, r.label), False) or r.flagged
-            ever = sum(classes.values()) / len(classes)
+                at = (r.seed, r.variant, r.label)
+                classes[at] = classes.get(at, False) or r.flagged
+                loud[at] = loud.get(at, False) or r.suspicion >= STAGE.property_alert_threshold
+            ever, over = sum(classes.values()) / len(classes), sum(loud.values())
             finite = [r for r in trace if not math.isnan(r.suspicion)]
             top = max(finite, key=lambda r: r.suspicion, default=None)
             highest = "n/a" if top is None else f"{top.suspicion:.2f} ({top.variant} s{top.seed} c{top.label}"
             rows.append([
                 name, group, f"{len({r.seed for r in trace})} x {len({r.variant for r in trace})}",
                 _cell(final(trace), lambda r: float(r.flagged)), f"{ever:.2f} ({sum(classes.values())}/{len(classes)})",
-                "yes" if ever <= BAR else "no",
+                "yes" if ever <= BAR else "no", f"{over / len(loud):.2f} ({over}/{len(loud)})",
                 highest if top is None else f"{highest}, epoch {top.epoch:g})",
             ])  # fmt: skip
     header = ["property", "models", "seeds x variants", "false alarms (last epoch)", "flagged at any epoch",
-              f"within {BAR:.0%}", "highest suspicion (where, epoch)"]  # fmt: skip
+              f"within {BAR:.0%}", f"suspicion >= {STAGE.property_alert_threshold:g} at any epoch",
+              "highest suspicion (where, epoch)"]  # fmt: skip
     return table(header, rows) if rows else []
 
 
@@ -122,8 +130,9 @@ def section(records: Sequence[PropertyRecord], dataset: str) -> list[str]:
     shortcuts, alarms = shortcut_table(records, dataset), false_alarm_table(records, dataset)
     lines = []
     if shortcuts:
-        lines += ["Global shortcuts on one class (the discovery stage's property transplants, flagged at suspicion "
-                  f">= {STAGE.property_alert_threshold:g}):", "", *shortcuts]  # fmt: skip
+        lines += ["Global shortcuts on one class (the discovery stage's property transplants, flagged at adjusted "
+                  f"p-value <= {STAGE.alpha:g} and suspicion >= {STAGE.property_alert_threshold:g}):", "",
+                  *shortcuts]  # fmt: skip
     if alarms:
         lines += [f"Global properties: false alarms of the clean and control models (the bar: at most {BAR:.0%} of "
                   "their classes for every property):", "", *alarms]  # fmt: skip

@@ -112,7 +112,7 @@ class ClassRecord:
 @dataclass(frozen=True)
 class PropertyRecord:
     """One (class, property) of one model: the discovery stage's values of the class ``label`` and ``property``
-    (``discovery/<prefix><property>/{suspicion,flip_rate,control_flip_rate,separability}/class_<label>``, and
+    (``discovery/<prefix><property>/{suspicion,flip_rate,control_flip_rate,separability,p_value}/class_<label>``, and
     ``flagged``: counted in ``discovery/<prefix><property>/flagged``; :class:`~gradskip_lightning.metrics.
     discovery_properties.PropertyTransfer`), the model's shortcut (the property it changes and its class; "" and
     -1 when none, -1 when on every class), its spurious score (NaN: none), its accuracy on the probes, the
@@ -136,6 +136,7 @@ class PropertyRecord:
     epoch: float = math.nan
     suspicion: float = math.nan
     flagged: bool = False
+    p_value: float = math.nan
 
 
 def property_records(
@@ -157,6 +158,7 @@ def property_records(
             dataset, seed, variant, shortcut_property, target, spurious_score, accuracy, name, label,
             transfer.recipients, transfer.flip_rate, transfer.control_flip_rate, transfer.separability, seconds,
             epoch, float(found.suspicion[name][label]), bool(found.flagged[name][label]),
+            float(found.p_value[name][label]),
         )
         for name, transfers in found.transfers.items()
         for label, transfer in enumerate(transfers)
@@ -271,8 +273,8 @@ class DiscoveryTrace(Callback):
         num_classes = int(self.classes.max()) + 1
         found = discover_properties(
             model, self.images, self.classes, num_classes, STAGE.properties_for(self.images.shape[1]),
-            space=self.space, alert_threshold=STAGE.property_alert_threshold, batch_size=STAGE.batch_size,
-            seed=STAGE.seed, logits=logits,
+            space=self.space, alert_threshold=STAGE.property_alert_threshold, alpha=STAGE.alpha,
+            batch_size=STAGE.batch_size, seed=STAGE.seed, logits=logits,
         )  # fmt: skip
         subject = self.subject
         self.property_records += property_records(

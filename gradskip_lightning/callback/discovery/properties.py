@@ -3,7 +3,8 @@ their scalars, their pictures and their alerts.
 
 Keys, per property p of ``discovery.properties`` and class k: ``discovery/<prefix><p>/<value>/class_<k>`` for
 each value of :data:`PROPERTY_VALUES`, and per property ``discovery/<prefix><p>/max_suspicion`` and
-``discovery/<prefix><p>/flagged`` (how many classes are at or above ``property_alert_threshold``): their own
+``discovery/<prefix><p>/flagged`` (how many classes are flagged: adjusted p-value at most ``alpha`` and suspicion
+at least ``property_alert_threshold``): their own
 equivalents of the hotspot's ``max_suspicion`` and ``flagged``, which keep meaning the hotspot test alone.
 A flagged (class, property) is alerted once per fit and pictured as ``discovery/<prefix><p>/transfer/class_<k>``.
 """
@@ -30,6 +31,8 @@ PROPERTY_VALUES: dict[str, str] = {
     "rate (docs/discovery.md, *Global properties*)",
     "flip_rate": "share of other classes' probes predicted as the class once given a class probe's statistics",
     "control_flip_rate": "control: the same with the statistics of a probe of a third class",
+    "p_value": "sign test of the flips against the control's, Bonferroni-adjusted over every (class, property) test "
+    "of the epoch; flagged when at most `alpha` with the suspicion at least `property_alert_threshold`",
     "separability": "AUROC of the property's statistic telling the class's probes from the others'",
 }
 
@@ -43,6 +46,7 @@ def property_scalars(found: PropertyDiscovery, prefix: str) -> dict[str, float]:
                 "suspicion": float(found.suspicion[name][label]),
                 "flip_rate": transfer.flip_rate,
                 "control_flip_rate": transfer.control_flip_rate,
+                "p_value": float(found.p_value[name][label]),
                 "separability": transfer.separability,
             }
             for value, number in values.items():
@@ -96,7 +100,8 @@ def property_alert_text(
         f"Epoch {epoch}: class {label} ({class_names[label]}) may use a {name} shortcut: giving other classes' "
         f"probes its {what} flips {transfer.flip_rate:.0%} of them to it (control, a third class's "
         f"{what}: {transfer.control_flip_rate:.0%}); suspicion {found.suspicion[name][label].item():.2f} "
-        f"(threshold {found.alert_threshold:g}). The {name} statistic alone separates the class's probes from the "
+        f"(threshold {found.alert_threshold:g}), adjusted p-value {found.p_value[name][label].item():.2g} (alpha "
+        f"{found.alpha:g}). The {name} statistic alone separates the class's probes from the "
         f"others' with AUROC {transfer.separability:.2f}: a class that really looks different (a stain, a scanner) "
         "has that too, so check whether its images were made differently from the other classes'."
     )

@@ -64,7 +64,9 @@ class DiscoveryStage(DiscoverySettings):
         properties: the image-wide properties whose transfer each class is tested with (names of
             :data:`~gradskip_lightning.metrics.image_properties.PROPERTIES`); None: all that apply to the
             model's channels (colour needs 3); ``()``: none.
-        property_alert_threshold: property suspicion at or above which a (class, property) is flagged, in [0, 1].
+        property_alert_threshold: property suspicion at or above which a (class, property) is flagged (with its
+            p-value at most ``alpha``: the same calibrated rule as the hotspot's, Bonferroni over the epoch's
+            (class, property) tests), in [0, 1].
     """
 
     enabled: bool = False
@@ -324,7 +326,8 @@ class Discoverer:
                 properties = None if not names else discover_properties(
                     explainer.model, images, labels, explainer.num_classes, names,
                     space=PixelSpace.of(images, *display), alert_threshold=self.settings.property_alert_threshold,
-                    batch_size=self.settings.batch_size, activation=activation, seed=self.settings.seed,
+                    alpha=self.settings.alpha, batch_size=self.settings.batch_size, activation=activation,
+                    seed=self.settings.seed,
                 )  # fmt: skip
             except Exception as err:  # noqa: BLE001 - isolation, as the explanation
                 return StageRun(None, f"discovery (global properties): {type(err).__name__}: {err}")

@@ -70,6 +70,7 @@ def test_a_learned_colour_cast_is_flagged_for_colour_on_its_class_only_and_alert
     others = {(name, c): metrics[f"{D}{name}/suspicion/class_{c}"] for name in PROPERTY_NAMES for c in range(4)}
     del others[("colour", CAST_CLASS)]
     assert max(v for v in others.values() if not math.isnan(v)) < threshold, others
+    assert metrics[f"{D}colour/p_value/class_{CAST_CLASS}"] <= DiscoveryStage().alpha  # the calibrated rule's
     assert metrics[f"{D}colour/flagged"] == 1.0 and metrics[f"{D}colour/max_suspicion"] == colour
     assert metrics[f"{D}flagged"] == 0.0  # a cast has no place: the hotspot test does not see it
     alerts = [w for w in warnings if "may use a colour shortcut" in w or "may use a brightness shortcut" in w]

@@ -16,6 +16,7 @@ from lightning.pytorch.loggers import CSVLogger, WandbLogger
 from PIL import Image
 
 from gradskip_lightning import DiscoveryStage, GradSkipCallback, ProbeSettings, ScoreSettings
+from gradskip_lightning.callback.discovery.properties import PROPERTY_VALUES
 from gradskip_lightning.data.tags import SpuriousTag
 from tests.callback.helpers import tiny_data, tiny_module, tiny_trainer
 from tests.callback.wandb_files import find_runs, read_records, use_offline_wandb
@@ -149,10 +150,13 @@ def test_the_discovery_keys_and_image_reach_an_offline_wandb_run(tmp_path, monke
     assert pixels.dtype == np.uint8 and pixels.shape[2] == 3 and pixels.std() > 10
     assert row[f"{D}strategy_maps/class_0"]["_type"] == "image-file"
     for name in ("colour", "noise"):  # the global property transplants: every class flagged at threshold 0
-        for value in ("suspicion", "flip_rate", "control_flip_rate", "separability"):
+        for value in PROPERTY_VALUES:
             assert all(isinstance(row[f"{D}{name}/{value}/class_{c}"], (int, float)) for c in range(4)), (name, value)
         assert row[f"{D}{name}/flagged"] == sum(not math.isnan(row[f"{D}{name}/suspicion/class_{c}"]) for c in range(4))
         assert 0 <= row[f"{D}{name}/max_suspicion"] <= 1
+        for c in range(4):  # NaN (no recipients) where the suspicion is NaN
+            value, suspicion = row[f"{D}{name}/p_value/class_{c}"], row[f"{D}{name}/suspicion/class_{c}"]
+            assert 0 <= value <= 1 or (math.isnan(value) and math.isnan(suspicion)), (name, c, value)
     assert f"{D}brightness/suspicion/class_0" not in row  # only the properties asked for
     picture = row[f"{D}colour/transfer/class_0"]
     pixels = np.asarray(Image.open(run.root / "files" / picture["path"]))
@@ -163,6 +167,7 @@ def test_the_discovery_keys_and_image_reach_an_offline_wandb_run(tmp_path, monke
     colours = [a for a in alerts if "may use a colour shortcut" in a.title]
     assert len(stamps) == row[f"{D}flagged"] and len(colours) == row[f"{D}colour/flagged"]
     assert "giving other classes' probes its colour statistics flips" in colours[0].text
+    assert "adjusted p-value" in colours[0].text and "(alpha 1)" in colours[0].text
 
 
 class PeakSeen(Callback):
