@@ -243,6 +243,8 @@ class EpochRunner:
             )
         degenerate = key("discovery", outcome.prefix, "degenerate_maps")
         peak = self.discoverer.record_peak(found) if end.trained else None
+        properties = run.properties
+        peaks = self.discoverer.record_property_peaks(properties) if end.trained and properties is not None else None
         self._monitor(
             end.host,
             outcome,
@@ -250,7 +252,7 @@ class EpochRunner:
                 **discovery_scalars(found, explainer.patch_size, outcome.prefix, peak),
                 skipped: 0.0,
                 degenerate: float(len(run.degenerate)),
-                **(property_scalars(run.properties, outcome.prefix) if run.properties is not None else {}),
+                **(property_scalars(properties, outcome.prefix, peaks) if properties is not None else {}),
             },
             set(),
         )

@@ -2,10 +2,12 @@
 their scalars, their pictures and their alerts.
 
 Keys, per property p of ``discovery.properties`` and class k: ``discovery/<prefix><p>/<value>/class_<k>`` for
-each value of :data:`PROPERTY_VALUES`, and per property ``discovery/<prefix><p>/max_suspicion`` and
+each value of :data:`PROPERTY_VALUES` (``peak_suspicion`` in fit), and per property
+``discovery/<prefix><p>/max_suspicion``, ``discovery/<prefix><p>/peak_suspicion`` (in fit) and
 ``discovery/<prefix><p>/flagged`` (how many classes are flagged: adjusted p-value at most ``alpha`` and suspicion
 at least ``property_alert_threshold``): their own
-equivalents of the hotspot's ``max_suspicion`` and ``flagged``, which keep meaning the hotspot test alone.
+equivalents of the hotspot's ``max_suspicion``, ``peak_suspicion`` and ``flagged``, which keep meaning the hotspot
+test alone.
 A flagged (class, property) is alerted once per fit and pictured as ``discovery/<prefix><p>/transfer/class_<k>``.
 """
 
@@ -15,6 +17,7 @@ import math
 from collections.abc import Sequence
 
 import numpy as np
+from torch import Tensor
 
 from gradskip_lightning import render
 from gradskip_lightning.callback.keys import key
@@ -31,19 +34,24 @@ PROPERTY_VALUES: dict[str, str] = {
     "rate (docs/discovery.md, *Global properties*)",
     "flip_rate": "share of other classes' probes predicted as the class once given a class probe's statistics",
     "control_flip_rate": "control: the same with the statistics of a probe of a third class",
+    "peak_suspicion": "in fit: the class's highest suspicion for the property so far in this fit (kept in checkpoints)",
     "p_value": "sign test of the flips against the control's, Bonferroni-adjusted over every (class, property) test "
     "of the epoch; flagged when at most `alpha` with the suspicion at least `property_alert_threshold`",
     "separability": "AUROC of the property's statistic telling the class's probes from the others'",
 }
 
 
-def property_scalars(found: PropertyDiscovery, prefix: str) -> dict[str, float]:
-    """The scalars of one epoch's property transplants (module docstring)."""
+def property_scalars(
+    found: PropertyDiscovery, prefix: str, peaks: dict[PropertyName, Tensor] | None = None
+) -> dict[str, float]:
+    """The scalars of one epoch's property transplants (module docstring); ``peaks`` (per property (K,), in fit)
+    adds the peak suspicions."""
     scalars = {}
     for name, transfers in found.transfers.items():
         for label, transfer in enumerate(transfers):
             values = {
                 "suspicion": float(found.suspicion[name][label]),
+                **({"peak_suspicion": float(peaks[name][label])} if peaks is not None else {}),
                 "flip_rate": transfer.flip_rate,
                 "control_flip_rate": transfer.control_flip_rate,
                 "p_value": float(found.p_value[name][label]),
@@ -51,8 +59,10 @@ def property_scalars(found: PropertyDiscovery, prefix: str) -> dict[str, float]:
             }
             for value, number in values.items():
                 scalars[key("discovery", prefix, f"{name}/{value}/class_{label}")] = number
-        finite = found.suspicion[name][~found.suspicion[name].isnan()]
-        scalars[key("discovery", prefix, f"{name}/max_suspicion")] = float(finite.max()) if len(finite) else math.nan
+        totals = {"max_suspicion": found.suspicion[name], **({"peak_suspicion": peaks[name]} if peaks else {})}
+        for total, per_class in totals.items():
+            finite = per_class[~per_class.isnan()]
+            scalars[key("discovery", prefix, f"{name}/{total}")] = float(finite.max()) if len(finite) else math.nan
         scalars[key("discovery", prefix, f"{name}/flagged")] = float(found.flagged[name].sum())
     return scalars
 

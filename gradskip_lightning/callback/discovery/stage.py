@@ -213,8 +213,8 @@ def _world() -> int:
 
 
 class Discoverer:
-    """The discovery stage's state over a callback's life: its probes, the classes alerted and each class's peak
-    suspicion in this fit.
+    """The discovery stage's state over a callback's life: its probes, the classes and (property, class) pairs
+    alerted and each class's (and each property's per class) peak suspicion in this fit.
 
     Args:
         settings: the ``discovery`` group.
@@ -228,6 +228,7 @@ class Discoverer:
         self.alerted: set[int] = set()
         self.peak: list[float] = []  # per class, NaN until a finite suspicion
         self.alerted_properties: set[tuple[str, int]] = set()
+        self.property_peak: dict[str, list[float]] = {}  # per property, per class as ``peak``
 
     @property
     def probes(self) -> ProbeSet | None:
@@ -258,7 +259,7 @@ class Discoverer:
         """A new fit: draw again, alert again, peaks afresh."""
         self.source.reset()
         self.alerted, self.alerted_properties = set(), set()
-        self.peak = []
+        self.peak, self.property_peak = [], {}
 
     def run(
         self,
@@ -341,11 +342,16 @@ class Discoverer:
 
     def record_peak(self, found: Discovery) -> Tensor:
         """(K,) float64 each class's highest suspicion in this fit, ``found`` included (NaN: never finite)."""
-        current = found.suspicion.detach().cpu()
-        if len(self.peak) == len(current):
-            current = torch.fmax(current, torch.tensor(self.peak, dtype=current.dtype))
+        current = _running_max(self.peak, found.suspicion)
         self.peak = current.tolist()
         return current
+
+    def record_property_peaks(self, found: PropertyDiscovery) -> dict[PropertyName, Tensor]:
+        """Per property of ``found``, (K,) float64 each class's highest suspicion for it in this fit (as
+        :meth:`record_peak`)."""
+        peaks = {name: _running_max(self.property_peak.get(name, []), now) for name, now in found.suspicion.items()}
+        self.property_peak.update({name: peak.tolist() for name, peak in peaks.items()})
+        return peaks
 
     def newly_flagged_properties(self, found: PropertyDiscovery) -> list[tuple[PropertyName, int]]:
         """The flagged (property, class) pairs not alerted yet in this fit (then remembered)."""
@@ -365,6 +371,7 @@ class Discoverer:
             "alerted": sorted(self.alerted),
             "peak": list(self.peak),
             "alerted_properties": [[name, label] for name, label in sorted(self.alerted_properties)],
+            "property_peak": {name: list(peak) for name, peak in self.property_peak.items()},
         }
 
     def load_state_dict(self, state: dict[str, object] | None) -> None:
@@ -377,3 +384,20 @@ class Discoverer:
         self.peak = [float(v) for v in peak] if isinstance(peak, list) else []
         pairs = state.get("alerted_properties")
         self.alerted_properties = {(str(n), int(k)) for n, k in pairs} if isinstance(pairs, list) else set()
+        peaks = state.get("property_peak")
+        restored = peaks.items() if isinstance(peaks, dict) else ()
+        self.property_peak = {str(name): [float(v) for v in peak] for name, peak in restored}
+
+
+def _running_max(previous: list[float], current: Tensor) -> Tensor:
+    """(K,) float64 on the CPU: ``current`` (K,), raised to ``previous`` (K values, else ignored) where higher; NaN
+    only where both are.
+
+    Example:
+        >>> _running_max([0.7, math.nan, 0.1], torch.tensor([0.2, 0.3, math.nan], dtype=torch.float64)).tolist()
+        [0.7, 0.3, 0.1]
+    """
+    current = current.detach().cpu()
+    if len(previous) == len(current):
+        current = torch.fmax(current, torch.tensor(previous, dtype=current.dtype))
+    return current

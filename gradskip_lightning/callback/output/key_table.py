@@ -83,11 +83,13 @@ def _other_rows(prefix: str) -> list[tuple[str, str]]:
         ),
         (
             f"`{key('discovery', prefix, '<property>/max_suspicion')}`, "
+            f"`{key('discovery', prefix, '<property>/peak_suspicion')}`, "
             f"`{key('discovery', prefix, '<property>/flagged')}`, "
             f"`{key('discovery', prefix, '<property>/transfer/class_<k>')}`",
-            "with `discovery` and its `properties`: per property, the highest suspicion and how many classes are "
-            "flagged (adjusted p-value at most `alpha`, suspicion at least `property_alert_threshold`); for a "
-            "flagged class, other classes' probes before and after being given its statistics, with their predictions",
+            "with `discovery` and its `properties`: per property, the highest suspicion; in fit, the highest so far in "
+            "this fit; how many classes are flagged (adjusted p-value at most `alpha`, suspicion at least "
+            "`property_alert_threshold`); for a flagged class, other classes' probes before and after being given its "
+            "statistics, with their predictions",
         ),
         (
             f"`{key('discovery', prefix, 'class_means')}`, `{key('discovery', prefix, 'strategy_maps/class_<k>')}`",

@@ -171,20 +171,24 @@ def test_the_discovery_keys_and_image_reach_an_offline_wandb_run(tmp_path, monke
 
 
 class PeakSeen(Callback):
-    """After each explained epoch (listed after the callback): the logged suspicion and peak per class; at each
-    training epoch's start, the peaks the callback holds (restored from the checkpoint on a resume)."""
+    """After each explained epoch (listed after the callback): the logged suspicion and peak per class, of the
+    hotspot test (``logged``) and of the colour transplant (``colour``); at each training epoch's start, the peaks
+    the callback holds (restored from the checkpoint on a resume)."""
 
     def __init__(self, callback: GradSkipCallback) -> None:
-        self.callback, self.logged, self.held = callback, [], []
+        self.callback, self.logged, self.held, self.colour, self.held_colour = callback, [], [], [], []
 
     def on_train_epoch_start(self, trainer, pl_module) -> None:
-        self.held.append(list(self.callback._runner.discoverer.peak))
+        discoverer = self.callback._runner.discoverer
+        self.held.append(list(discoverer.peak))
+        self.held_colour.append(list(discoverer.property_peak.get("colour", [])))
 
     def on_validation_epoch_end(self, trainer, pl_module) -> None:
         if not trainer.sanity_checking:  # a NaN value (e.g. a class no probe is predicted away from) is left out
             values = {k: float(v) for k, v in trainer.callback_metrics.items() if k.startswith(D)}
-            suspicion = [values.get(f"{D}suspicion/class_{c}", math.nan) for c in range(4)]
-            self.logged.append((suspicion, [values.get(f"{D}peak_suspicion/class_{c}", math.nan) for c in range(4)]))
+            for prefix, seen in ((D, self.logged), (f"{D}colour/", self.colour)):
+                suspicion = [values.get(f"{prefix}suspicion/class_{c}", math.nan) for c in range(4)]
+                seen.append((suspicion, [values.get(f"{prefix}peak_suspicion/class_{c}", math.nan) for c in range(4)]))
 
 
 def test_the_peak_suspicion_survives_a_checkpoint_resume(tmp_path):
@@ -197,13 +201,18 @@ def test_the_peak_suspicion_survives_a_checkpoint_resume(tmp_path):
     trainer.fit(tiny_module(), datamodule=tiny_data())
     ((suspicion, peak),) = seen.logged
     assert np.allclose(peak, suspicion, equal_nan=True)  # the first epoch's peak is its suspicion
+    ((colour, colour_peak),) = seen.colour
+    assert np.allclose(colour_peak, colour, equal_nan=True) and not np.isnan(colour).all()
     path = tmp_path / "ckpt" / "last.ckpt"
     checkpoint = torch.load(path, weights_only=True)
     stored = checkpoint["callbacks"][first.state_key]["discovery"]
     assert np.allclose(stored["peak"], peak, equal_nan=True)
+    assert np.allclose(stored["property_peak"]["colour"], colour_peak, equal_nan=True)
     # an untrained model's suspicion is about 0: say an earlier epoch of this fit had flagged classes 0 and 3
     earlier = [0.7, peak[1], math.nan, 0.4]
     stored["peak"] = earlier
+    earlier_colour = [0.9, math.nan, colour_peak[2], 0.5]  # and class 0's colour
+    stored["property_peak"]["colour"] = earlier_colour
     torch.save(checkpoint, path)
 
     resumed = _callback()
@@ -214,6 +223,10 @@ def test_the_peak_suspicion_survives_a_checkpoint_resume(tmp_path):
     ((now, now_peak),) = later.logged
     assert np.allclose(now_peak, np.fmax(earlier, now), equal_nan=True)  # 0.7 and 0.4 kept: suspicion is now about 0
     assert resumed.state_dict()["discovery"]["peak"] == pytest.approx(now_peak, nan_ok=True)
+    assert np.allclose(later.held_colour[0], earlier_colour, equal_nan=True)
+    ((now_colour, now_colour_peak),) = later.colour
+    assert np.allclose(now_colour_peak, np.fmax(earlier_colour, now_colour), equal_nan=True)
+    assert now_colour_peak[0] == pytest.approx(0.9) and now_colour_peak[3] >= 0.5
 
 
 @pytest.mark.parametrize(
