@@ -144,9 +144,9 @@ def test_the_correction_is_in_the_checkpoint_and_a_resumed_fit_goes_on_correctin
 
 @pytest.mark.slow
 def test_a_flagged_colour_is_given_to_every_classs_images_from_the_next_epoch_logged_and_checkpointed(tmp_path, caplog):
-    """Every class with a colour suspicion >= 0 flagged at epoch 0 (property_alert_threshold 0; the hotspot test never
-    fires), corrected from epoch 1 at p = 1: each image then gets every corrected class's colour in turn."""
-    gradskip = _gradskip(alert_threshold=1.0, properties=["colour"], property_alert_threshold=0.0)
+    """Every class with a colour suspicion >= 0 flagged at epoch 0 (property_alert_threshold 0 and alpha 1; the hotspot
+    test never fires), corrected from epoch 1 at p = 1: each image then gets every corrected class's colour in turn."""
+    gradskip = _gradskip(alert_threshold=1.0, alpha=1.0, properties=["colour"], property_alert_threshold=0.0)
     correction, logger = ShortcutCorrection(p=1.0), CSVLogger(str(tmp_path), name="colour")
     with caplog.at_level(logging.INFO), pytest.warns(UserWarning, match="may use a colour shortcut"):
         module, _, _ = _fit(tmp_path, [gradskip, correction], logger=logger)
