@@ -56,6 +56,9 @@ def test_a_stamp_found_only_by_the_last_epoch_scores_as_such():
     assert result.auroc.mean == 1.0 and result.detection.mean == 1.0 and result.false_alarms.mean == 0.0
     assert result.iou.mean == 0.5 and result.hit.mean == 1.0
     assert result.first_fire == (2.0, 2.0) and result.spurious_epoch == (1.0, 1.0)
+    assert result.held == ((1, 2), (1, 2))  # learned (spurious 0.9) from epoch 1, flagged at epoch 2 only
+    unlearned = [replace(r, spurious_score=0.2) if r.epoch == 1.0 else r for r in records()]
+    assert score(unlearned, "d", "m", 0.1, "no_consistency", threshold=0.15).held == ((1, 1), (1, 1))
     text = markdown(records(), share=0.1, formula="no_consistency", threshold=0.15, alpha=0.05, command="c", facts={})
     assert "| m | 1.00 | 0.50 | 1.00 | 1.00 | 0.00 |" in text
 
@@ -89,7 +92,7 @@ def test_the_partial_and_bar_variants_get_their_own_rows():
     partial = [replace(r, variant="partial", tested_share=0.6) for r in records() if r.variant == "stamped"]
     text = markdown(records() + partial, share=0.1, formula="no_consistency", threshold=0.15, alpha=0.05,
                     command="c", facts={})  # fmt: skip
-    assert "| partial | m | 1.00 | 2, 2 |" in text and "| 0.60 |" in text
+    assert "| partial | m | 1.00 | 2, 2 |" in text and "| 0.60 |" in text and "| 1/2, 1/2 |" in text
 
 
 PROPERTY = PropertyRecord(

@@ -11,7 +11,7 @@ from typing import Any
 from ..faithfulness.report import write_section
 from ..shortcut.report import epochs_cell
 from . import property_report
-from .scoring import FORMULAS, Formula, MethodScore, excess, final, score
+from .scoring import FORMULAS, LEARNED, Formula, MethodScore, excess, final, score
 from .tables import cell, table
 from .trace import ClassRecord, PropertyRecord
 
@@ -111,9 +111,11 @@ def placed_table(
                 mean([FORMULAS[formula](r) for r in mine]), ", ".join(f"{r.p_value:.2g}" for r in mine),
                 mean([r.tested_share for r in mine]), mean([float(r.grown) for r in mine]), mean([r.iou for r in mine]),
                 mean([r.spurious_score for r in mine]), epochs_cell(list(s.spurious_epoch)),
+                ", ".join(f"{hit}/{count}" for hit, count in s.held),
             ])  # fmt: skip
     header = ["variant", "method", "detected", "first fire (per seed)", "suspicion", "p-value (per seed)",
-              "tested share", "grown", "region IoU", "spurious score", "spurious epoch"]  # fmt: skip
+              "tested share", "grown", "region IoU", "spurious score", "spurious epoch",
+              f"flagged once learned (spurious >= {LEARNED:g}; per seed)"]  # fmt: skip
     return table(header, rows) if rows else []
 
 

@@ -26,6 +26,10 @@ from ..faithfulness.bootstrap import hierarchical_bootstrap
 from ..faithfulness.records import Interval
 from .trace import ClassRecord
 
+#: The spurious score from which a shortcut counts as learned, for "flagged at every epoch after it is learned"
+#: (the issue's bar for a model that relies on a shortcut).
+LEARNED = 0.5
+
 Formula = Literal["full", "no_consistency", "excess"]
 
 
@@ -104,7 +108,8 @@ class MethodScore:
     class of those models against every class of the same seed's clean model, the tested region's IoU with the
     stamp and the top-patch hit, the detection rate (the shortcut's class flagged) and false-alarm rate (every
     class of clean and control models) at ``threshold`` and ``alpha``, the highest clean/control suspicion and
-    lowest adjusted p-value, and per seed the first epoch the class is flagged and its spurious epoch."""
+    lowest adjusted p-value, and per seed the first epoch the class is flagged, its spurious epoch and (flagged,
+    all) trace points from the first one with a spurious score of :data:`LEARNED` or more on (none: (0, 0))."""
 
     dataset: str
     method: str
@@ -121,6 +126,7 @@ class MethodScore:
     min_clean_p: float
     first_fire: tuple[float | None, ...]
     spurious_epoch: tuple[float | None, ...]
+    held: tuple[tuple[int, int], ...] = ()
 
 
 def pair_wins(positive: float, negatives: Sequence[float]) -> list[float]:
@@ -164,11 +170,14 @@ def score(
         calibrated = alpha is None or r.p_value <= alpha  # False when NaN
         return float(not math.isnan(value) and value >= threshold and calibrated)
 
-    fire, spurious = [], []
+    fire, spurious, held = [], [], []
     for seed in sorted({r.seed for r in stamped}):
-        trace = [r for r in mine if r.variant == variant and r.seed == seed and r.label == r.target]
+        trace = sorted((r for r in mine if r.variant == variant and r.seed == seed and r.label == r.target),
+                       key=lambda r: r.epoch)  # fmt: skip
         fire.append(_first([(r.epoch, bool(flagged(r))) for r in trace]))
         spurious.append(_first([(r.epoch, r.spurious_score >= SPURIOUS_THRESHOLD) for r in trace]))
+        learned = next((i for i, r in enumerate(trace) if r.spurious_score >= LEARNED), len(trace))
+        held.append((int(sum(flagged(r) for r in trace[learned:])), len(trace) - learned))
     scores = [suspicion(r) for r in negatives]
     return MethodScore(
         dataset=dataset,
@@ -186,4 +195,5 @@ def score(
         min_clean_p=min((r.p_value for r in negatives if not math.isnan(r.p_value)), default=math.nan),
         first_fire=tuple(fire),
         spurious_epoch=tuple(spurious),
+        held=tuple(held),
     )
