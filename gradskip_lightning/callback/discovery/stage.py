@@ -47,6 +47,10 @@ __all__ = ["DiscoveryStage", "Discoverer", "Discovered", "StageRun", "discovery_
 
 #: Default ``property_alert_threshold``, chosen in docs/discovery.md (*Global properties*).
 PROPERTY_ALERT_THRESHOLD = 0.4
+#: Default ``method``, chosen by the discovery benchmark (docs/discovery.md, *Which method*): Chefer and LRP
+#: found every placed shortcut GradSkip found and the one stamp on part of a class that GradSkip missed; Chefer
+#: runs on every family.
+DISCOVERY_METHOD = "chefer"
 
 
 @dataclass(frozen=True)
@@ -59,8 +63,9 @@ class DiscoveryStage(DiscoverySettings):
             at least 3 for a class's p-value (with fewer a class is scored but never flagged).
         every_n_epochs: run at every n-th explained epoch (epochs n-1, 2n-1, ...; always under ``validate()``).
         batch_size: images per forward of the transplant test.
-        method: the method whose maps the stage summarises (None: the callback's ``method``); another
-            one is explained for the discovery probes only (with its default options).
+        method: the method whose maps the stage summarises (default :data:`DISCOVERY_METHOD`; None: the
+            callback's ``method``); one other than the callback's is explained for the discovery probes only
+            (with its default options).
         properties: the image-wide properties whose transfer each class is tested with (names of
             :data:`~gradskip_lightning.metrics.image_properties.PROPERTIES`); None: all that apply to the
             model's channels (colour needs 3); ``()``: none.
@@ -73,7 +78,7 @@ class DiscoveryStage(DiscoverySettings):
     probes_per_class: int = 8
     every_n_epochs: int = 1
     batch_size: int = 64
-    method: str | None = None
+    method: str | None = DISCOVERY_METHOD
     properties: tuple[PropertyName, ...] | None = None
     property_alert_threshold: float = PROPERTY_ALERT_THRESHOLD
 

@@ -247,7 +247,15 @@ def test_bad_discovery_settings_are_a_clear_error(change, error, match):
         DiscoveryStage(**change)
 
 
-def test_the_stage_can_summarise_another_methods_maps(tmp_path, monkeypatch):
+@pytest.mark.parametrize(
+    ("chosen", "summarised", "explainers"),
+    [
+        ({"method": "lrp"}, "lrp", ["gradskip", "lrp"]),
+        ({}, "chefer", ["gradskip", "chefer"]),  # the default, chosen by the discovery benchmark
+        ({"method": None}, "gradskip", ["gradskip"]),  # the callback's own method
+    ],
+)
+def test_the_stage_can_summarise_another_methods_maps(tmp_path, monkeypatch, chosen, summarised, explainers):
     from gradskip_lightning.callback.discovery.stage import Discoverer
 
     used, run = [], Discoverer.run
@@ -258,9 +266,10 @@ def test_the_stage_can_summarise_another_methods_maps(tmp_path, monkeypatch):
 
     monkeypatch.setattr(Discoverer, "run", recorded)
     seed_everything(0)
-    callback = _callback(method="lrp")
+    callback = _callback(**chosen)
     trainer = tiny_trainer(tmp_path, logger=False, callbacks=[callback], max_epochs=2, num_sanity_val_steps=0)
     trainer.fit(tiny_module(), datamodule=tiny_data())
-    assert used == ["lrp", "lrp"] and list(callback._prepared.explainers) == ["gradskip", "lrp"]
+    assert used == [summarised, summarised] and list(callback._prepared.explainers) == explainers
     assert f"{D}suspicion/class_0" in trainer.callback_metrics
-    assert f"faithfulness/{P}insertion/lrp" not in trainer.callback_metrics  # explained for discovery only
+    if summarised != "gradskip":  # explained for discovery only, not scored
+        assert f"faithfulness/{P}insertion/{summarised}" not in trainer.callback_metrics
