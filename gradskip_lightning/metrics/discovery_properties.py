@@ -37,7 +37,9 @@ classes as well as the casts do (AUROC 0.92-1.00 of BloodMNIST classes), so it t
 Suspicions of one property are comparable across classes and models (shares of recipients); the default
 ``property_alert_threshold`` of the stage (0.4) lies between the highest clean suspicion and the lowest
 learned shortcut's. The p-value says what the floor cannot: whether the excess stands out from the
-control's flips given how few recipients there are (a handful of probes flipping by chance).
+control's flips given how few recipients there are (a handful of probes flipping by chance). On the
+discovery benchmark's models it changed no flag: the floor is what kept a clean BloodMNIST model's real
+monocyte stain (suspicion 0.37, adjusted p-value 6e-5) apart from learned casts (0.96-1.00).
 """
 
 from __future__ import annotations

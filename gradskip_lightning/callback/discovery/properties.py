@@ -5,9 +5,8 @@ Keys, per property p of ``discovery.properties`` and class k: ``discovery/<prefi
 each value of :data:`PROPERTY_VALUES` (``peak_suspicion`` in fit), and per property
 ``discovery/<prefix><p>/max_suspicion``, ``discovery/<prefix><p>/peak_suspicion`` (in fit) and
 ``discovery/<prefix><p>/flagged`` (how many classes are flagged: adjusted p-value at most ``alpha`` and suspicion
-at least ``property_alert_threshold``): their own
-equivalents of the hotspot's ``max_suspicion``, ``peak_suspicion`` and ``flagged``, which keep meaning the hotspot
-test alone.
+at least ``property_alert_threshold``): their own equivalents of the hotspot's ``max_suspicion``,
+``peak_suspicion`` and ``flagged``, which keep meaning the hotspot test alone.
 A flagged (class, property) is alerted once per fit and pictured as ``discovery/<prefix><p>/transfer/class_<k>``.
 """
 
@@ -59,7 +58,9 @@ def property_scalars(
             }
             for value, number in values.items():
                 scalars[key("discovery", prefix, f"{name}/{value}/class_{label}")] = number
-        totals = {"max_suspicion": found.suspicion[name], **({"peak_suspicion": peaks[name]} if peaks else {})}
+        totals = {"max_suspicion": found.suspicion[name]}
+        if peaks is not None:
+            totals["peak_suspicion"] = peaks[name]
         for total, per_class in totals.items():
             finite = per_class[~per_class.isnan()]
             scalars[key("discovery", prefix, f"{name}/{total}")] = float(finite.max()) if len(finite) else math.nan
