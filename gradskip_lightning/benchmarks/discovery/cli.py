@@ -89,6 +89,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help=f"patches the corrected variant adds around the flagged hotspot (default {CORRECTION_MARGIN})",
     )  # fmt: skip
     parser.add_argument(
+        "--correction-paste-only", action="store_true",
+        help="the corrected variant only pastes (ShortcutCorrection(erase=False)): the class's own images keep the stamp",
+    )  # fmt: skip
+    parser.add_argument(
         "--quick", action="store_true", help="planted shapes, one seed, stamped, clean and cast: minutes"
     )
     parser.add_argument("--markdown", type=Path, default=None, help="write the tables into this file (between markers)")
@@ -104,7 +108,8 @@ def describe(dataset: str, variant: Variant, seed: int, args: argparse.Namespace
     if variant in GLOBAL:
         of = GLOBAL[variant]
         return SHORTCUTS[of.shortcut].describe + (f" on every class at {CONTROL_P:.0%}" if of.control else "")
-    corrected_at = f", corrected at p {args.correction_p:g}, margin {args.correction_margin}"
+    how = "pasted only" if args.correction_paste_only else "taken off the class first"
+    corrected_at = f", corrected at p {args.correction_p:g}, margin {args.correction_margin}, {how}"
     return {"clean": "none", "control": f"{stamp.describe()} on every class at {CONTROL_P:.0%}",
             "corrected": f"{stamp.describe()}{corrected_at}"}.get(variant, stamp.describe())  # fmt: skip
 
@@ -127,7 +132,7 @@ def train_and_trace(
     correction = None
     if variant == "corrected":
         discovery_and_correction, correction = correction_callbacks(
-            args.probes_per_class, args.correction_p, args.correction_margin
+            args.probes_per_class, args.correction_p, args.correction_margin, not args.correction_paste_only
         )
         callbacks += discovery_and_correction
     start = time.perf_counter()

@@ -19,11 +19,13 @@ CORRECTION_P = 0.5
 CORRECTION_MARGIN = 1
 
 
-def correction_callbacks(probes_per_class: int, p: float, margin: int) -> tuple[list[Callback], ShortcutCorrection]:
+def correction_callbacks(
+    probes_per_class: int, p: float, margin: int, erase: bool = True
+) -> tuple[list[Callback], ShortcutCorrection]:
     """A GradSkipCallback with the discovery stage at its defaults (``probes_per_class`` discovery probes per
-    class; its other scores as cheap as they go) and a ShortcutCorrection following it at ``p`` and ``margin``;
-    and the latter."""
-    correction = ShortcutCorrection(p=p, margin=margin)
+    class; its other scores as cheap as they go) and a ShortcutCorrection following it at ``p``, ``margin`` and
+    ``erase``; and the latter."""
+    correction = ShortcutCorrection(p=p, margin=margin, erase=erase)
     gradskip = GradSkipCallback(
         probes=ProbeSettings(num_probes=8),
         scores=ScoreSettings(insertion_steps=2, fvt_top_k=0),

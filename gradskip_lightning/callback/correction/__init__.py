@@ -1,6 +1,6 @@
-"""Unlearning a shortcut during training (augmentative ClArC): :class:`ShortcutCorrection` (:mod:`.core`) puts
-a known tag's or a discovered hotspot's or global property's artifact (:mod:`.artifacts`) on every class's
-training batches (:mod:`.batches`)."""
+"""Unlearning a shortcut during training (augmentative ClArC): :class:`ShortcutCorrection` (:mod:`.core`) takes
+a known tag's or a discovered hotspot's or global property's artifact (:mod:`.artifacts`) off its class's images
+and puts it on every class's, in the training batches (:mod:`.batches`)."""
 
 from gradskip_lightning.callback.correction.artifacts import (
     ARTIFACT_KINDS,
@@ -8,6 +8,7 @@ from gradskip_lightning.callback.correction.artifacts import (
     ArtifactKind,
     PatchPaste,
     PropertyPaste,
+    erase_from_class,
     paste_share,
     restore_artifact,
 )
@@ -29,6 +30,7 @@ __all__ = [
     "PropertyPaste",
     "ShortcutCorrection",
     "artifact_for",
+    "erase_from_class",
     "paste_share",
     "property_artifact_for",
     "restore_artifact",

@@ -1,7 +1,9 @@
 """Artifacts a correction puts on training images so that they stop predicting one class (augmentative ClArC).
 
 An :class:`Artifact` is what a shortcut looks like, as something that can be put on any image:
-``apply(images, generator)`` returns the images (B, C, H, W) with it on every one. Two kinds
+``apply(images, generator)`` returns the images (B, C, H, W) with it on every one, and ``erase(images, others,
+generator)`` takes it off its own class's images by giving each what one of ``others`` (images of other
+classes) has there instead. Two kinds
 (:data:`ArtifactKind`, each with its restore function in :data:`ARTIFACT_KINDS`):
 
 - :class:`PatchPaste`, a located artifact (pixels at a place): a known tag's pattern
@@ -13,7 +15,8 @@ An :class:`Artifact` is what a shortcut looks like, as something that can be put
 
 :class:`~.core.ShortcutCorrection` turns a discovery into artifacts (:func:`~.core.artifact_for`,
 :func:`~.core.property_artifact_for`). :func:`paste_share` puts an artifact on a share ``p`` of a batch,
-in place, with the caller's generator (never the global RNG).
+in place, with the caller's generator (never the global RNG); :func:`erase_from_class` takes it off the
+images of its class in a batch, with the batch's other classes' images as the stand-ins.
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ __all__ = [
     "ArtifactKind",
     "PatchPaste",
     "PropertyPaste",
+    "erase_from_class",
     "paste_share",
     "restore_artifact",
 ]
@@ -63,6 +67,12 @@ class Artifact(Protocol):
     def apply(self, images: Tensor, generator: torch.Generator) -> Tensor:
         """``images`` (B, C, H, W), in the model's input space, with the artifact on every one (a new tensor);
         any random choice is drawn from ``generator``."""
+        ...
+
+    def erase(self, images: Tensor, others: Tensor, generator: torch.Generator) -> Tensor:
+        """``images`` (B, C, H, W) of the artifact's class with it taken off (a new tensor): each gets, in its
+        place, what one of ``others`` (M >= 1, C, H, W; images of other classes, drawn from ``generator``) has
+        there (a patch: their pixels at the artifact's place; a property: their statistic)."""
         ...
 
     @property
@@ -175,19 +185,36 @@ class PatchPaste:
 
     def apply(self, images: Tensor, generator: torch.Generator) -> Tensor:
         """``images`` (B, C, H, W) with a donor drawn from ``generator`` pasted on each (a new tensor)."""
+        return self._paste(images, self.donors, generator)
+
+    def erase(self, images: Tensor, others: Tensor, generator: torch.Generator) -> Tensor:
+        """``images`` (B, C, H, W) with the box's mask pixels of one of ``others`` (M, C, H, W), drawn from
+        ``generator``, in place of the artifact's (a new tensor)."""
+        top, left, bottom, right = self.box
+        self._check_fits(others)
+        return self._paste(images, others[:, :, top:bottom, left:right], generator)
+
+    def _check_fits(self, images: Tensor) -> None:
+        """Require the box to fit ``images`` (B, C, H, W)."""
         top, left, bottom, right = self.box
         if images.ndim != 4 or bottom > images.shape[2] or right > images.shape[3]:
             raise ValueError(
                 f"the artifact's box (rows {top}-{bottom}, columns {left}-{right}) does not fit images of shape "
                 f"{tuple(images.shape)}: the training images must be (B, C, H, W) of the discovery probes' size"
             )
-        if self.donors.shape[1] not in (1, images.shape[1]):
+
+    def _paste(self, images: Tensor, pool: Tensor, generator: torch.Generator) -> Tensor:
+        """``images`` (B, C, H, W) with the mask pixels of one of ``pool`` (n, C or 1, bh, bw), drawn from
+        ``generator``, pasted in the box of each (a new tensor)."""
+        self._check_fits(images)
+        if pool.shape[1] not in (1, images.shape[1]):
             raise ValueError(
-                f"the artifact has {self.donors.shape[1]} channels, the training images {images.shape[1]}: give "
+                f"the artifact has {pool.shape[1]} channels, the training images {images.shape[1]}: give "
                 "1 or C values of mean and std"
             )
-        pick = torch.randint(len(self.donors), (len(images),), generator=generator)
-        donors = self.donors[pick].to(device=images.device, dtype=images.dtype)
+        top, left, bottom, right = self.box
+        pick = torch.randint(len(pool), (len(images),), generator=generator)
+        donors = pool[pick.to(pool.device)].to(device=images.device, dtype=images.dtype)
         out = images.clone()
         region = out[:, :, top:bottom, left:right]
         out[:, :, top:bottom, left:right] = torch.where(self.mask.to(images.device), donors, region)
@@ -287,14 +314,30 @@ class PropertyPaste:
     def apply(self, images: Tensor, generator: torch.Generator) -> Tensor:
         """``images`` (B, C, H, W) each given a donor's statistic drawn from ``generator`` (a new tensor of their
         dtype); the transfer's own draws (noise) come from it too."""
+        return self._give(images, self.statistics, generator)
+
+    def erase(self, images: Tensor, others: Tensor, generator: torch.Generator) -> Tensor:
+        """``images`` (B, C, H, W) each given the statistic of one of ``others`` (M, C, H, W), drawn from
+        ``generator``, in place of the class's (a new tensor of their dtype)."""
+        self._check_channels(others)
+        space = self.space.to(others.device)
+        return self._give(images, PROPERTIES[self.name].statistic(space.pixels(others)), generator)
+
+    def _check_channels(self, images: Tensor) -> None:
+        """Require ``images`` (B, C, H, W) of the artifact's channels."""
         if images.ndim != 4 or images.shape[1] != self.channels:
             raise ValueError(
                 f"the {self.name} artifact is for images of {self.channels} channels (B, C, H, W); the training "
                 f"images are {tuple(images.shape)}"
             )
-        pick = torch.randint(len(self.statistics), (len(images),), generator=generator)
+
+    def _give(self, images: Tensor, statistics: Tensor, generator: torch.Generator) -> Tensor:
+        """``images`` (B, C, H, W) each given one of ``statistics`` (n, S), drawn from ``generator``, by the
+        property's transfer (a new tensor of their dtype)."""
+        self._check_channels(images)
+        pick = torch.randint(len(statistics), (len(images),), generator=generator)
         space = self.space.to(images.device)
-        targets = self.statistics[pick].to(images.device)
+        targets = statistics[pick.to(statistics.device)].to(images.device)
         given = PROPERTIES[self.name].transfer(space.pixels(images), targets, generator)
         return space.inputs(given, images.dtype)
 
@@ -363,3 +406,28 @@ def paste_share(images: Tensor, artifact: Artifact, p: float, generator: torch.G
         index = chosen.nonzero()[:, 0].to(images.device)
         images[index] = artifact.apply(images[index], generator)
     return chosen
+
+
+def erase_from_class(
+    images: Tensor, originals: Tensor, members: Tensor, artifact: Artifact, generator: torch.Generator
+) -> int:
+    """Take ``artifact`` off the images of its class, in place: each image ``i`` of ``images`` (B, C, H, W) with
+    ``members[i]`` gets what one of ``originals[~members]`` (the batch before any correction touched it: images of
+    the other classes) has at the artifact's place, drawn from ``generator``.
+
+    Returns how many images it was taken off: all the members, or none when the batch has no other class's image.
+
+    Example:
+        >>> paste = PatchPaste(0, 0, 0, torch.ones(1, 1, dtype=torch.bool), torch.ones(1, 1, 1, 1))
+        >>> images = torch.tensor([1.0, 1.0, 0.5]).reshape(3, 1, 1, 1)  # two of class 0 (stamped), one other
+        >>> erase_from_class(images, images.clone(), torch.tensor([True, True, False]), paste, torch.Generator())
+        2
+        >>> images.flatten().tolist()
+        [0.5, 0.5, 0.5]
+    """
+    if not members.any() or members.all():
+        return 0
+    index = members.nonzero()[:, 0].to(images.device)
+    others = originals[(~members).to(originals.device)]
+    images[index] = artifact.erase(images[index], others, generator)
+    return len(index)

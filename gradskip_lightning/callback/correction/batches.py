@@ -1,4 +1,4 @@
-"""Where a training batch holds its images, and the seed of each batch's draws."""
+"""Where a training batch holds its images and labels, and the seed of each batch's draws."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ from typing import Any
 import numpy as np
 from torch import Tensor
 
-from gradskip_lightning.callback.probes import IMAGE_KEYS
+from gradskip_lightning.callback.probes import IMAGE_KEYS, LABEL_KEYS
 
-__all__ = ["batch_images", "batch_seed"]
+__all__ = ["batch_images", "batch_seed", "class_members"]
 
 BATCH_FORMS = (
     "a tensor of images (B, C, H, W), a tuple or list whose first element is one ((images, labels, ...), what "
@@ -53,6 +53,48 @@ def batch_images(batch: Any, image_key: str | None = None) -> Tensor:
             f"got {described}. Batches are read as {BATCH_FORMS}"
         )
     return images
+
+
+def class_members(batch: Any, target: int, label_key: str | None = None) -> Tensor:
+    """(B,) bool on the CPU: which images of a training ``batch`` are of class ``target``, read from its labels:
+    the second element of a tuple or list batch, or the mapping's ``label_key`` (default: the first of
+    :data:`~gradskip_lightning.callback.probes.LABEL_KEYS`); class indices (B,), or multi-hot (B, K) (an image is
+    of every class whose entry is > 0).
+
+    Raises:
+        TypeError: a batch without labels, or labels of another form.
+        ValueError: multi-hot labels with fewer than ``target + 1`` classes.
+
+    Example:
+        >>> import torch
+        >>> class_members([torch.zeros(3, 1, 2, 2), torch.tensor([2, 0, 2])], 2).tolist()
+        [True, False, True]
+        >>> class_members({"pixel_values": torch.zeros(2, 1, 2, 2), "labels": torch.tensor([[0, 1], [1, 0]])}, 1).tolist()
+        [True, False]
+    """
+    labels: Any = None
+    if isinstance(batch, Mapping):
+        key = label_key if label_key is not None else next((k for k in LABEL_KEYS if k in batch), None)
+        labels = batch.get(key) if key is not None else None
+    elif isinstance(batch, Sequence) and not isinstance(batch, str) and len(batch) > 1:
+        labels = batch[1]
+    if not isinstance(labels, Tensor) or labels.ndim not in (1, 2) or labels.is_floating_point() and labels.ndim == 1:
+        wanted = repr(label_key) if label_key is not None else f"one of {LABEL_KEYS}"
+        described = (
+            f"labels {labels.dtype} {tuple(labels.shape)}"
+            if isinstance(labels, Tensor)
+            else f"a {type(batch).__name__} batch without labels" if labels is None else type(labels).__name__
+        )
+        raise TypeError(
+            "ShortcutCorrection(erase=True) takes the artifact off its class's own images and reads the classes from "
+            f"the batch's labels: the second element of a tuple batch, or a mapping's {wanted} (name it with "
+            f"label_key=...), as class indices (B,) or multi-hot (B, K); got {described}. Without labels, give "
+            "erase=False"
+        )
+    if labels.ndim == 2 and target >= labels.shape[1]:
+        raise ValueError(f"class {target} is not among the batch's {labels.shape[1]} multi-hot classes")
+    members = labels == target if labels.ndim == 1 else labels[:, target] > 0
+    return members.cpu()
 
 
 def batch_seed(seed: int, rank: int, epoch: int, batch_idx: int) -> int:

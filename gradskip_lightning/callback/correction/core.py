@@ -2,7 +2,10 @@
 
 Augmentative ClArC (Anders et al., Information Fusion 2022; Reveal-to-Revise, Pahde et al. 2023): once an
 artifact is known, paste it onto a share ``p`` of the training images of every class, so that it stops
-predicting its class and the model has to use the rest of the image. Here it runs inside the fit: the
+predicting its class and the model has to use the rest of the image. By default it is first taken off the
+class's own images (each gets another class's image's pixels at its place, or its statistic), so that every
+class carries it at the same rate ``p``: pasting alone leaves it on all of the class's images, and its absence
+still says "not this class", which costs the class's accuracy on images without it. Here it runs inside the fit: the
 artifact is a tag the user names (corrected from the first batch), a class the discovery stage of a
 :class:`~gradskip_lightning.GradSkipCallback` flagged (its hotspot, with the pixels of that class's
 discovery probes there) or a (class, global property) it flagged (the property's statistics of that class's
@@ -33,8 +36,8 @@ from gradskip_lightning.data.tags import SpuriousTag
 from gradskip_lightning.metrics.discovery_properties import chosen_properties
 from gradskip_lightning.metrics.image_properties import PROPERTIES, PropertyName
 
-from .artifacts import Artifact, PatchPaste, PropertyPaste, paste_share, restore_artifact
-from .batches import batch_images, batch_seed
+from .artifacts import Artifact, PatchPaste, PropertyPaste, erase_from_class, paste_share, restore_artifact
+from .batches import batch_images, batch_seed, class_members
 
 __all__ = ["CORRECTION_VALUES", "Correction", "ShortcutCorrection", "artifact_for", "property_artifact_for"]
 
@@ -44,9 +47,13 @@ CORRECTION_VALUES: dict[str, str] = {
     "active": "how many shortcuts are being corrected (0: none yet, the training is untouched)",
     "pasted_share": "share of the epoch's training images (every rank's) that got an artifact pasted",
     "pasted_share/class_<k>": "share of the epoch's training images that got class k's patch (its hotspot or a tag)",
+    "erased_share/class_<k>": "share of class k's training images of the epoch that had its patch taken off first "
+    "(`erase`; 1 unless a batch held class k only)",
     "box/top/class_<k>": "the corrected box of class k in pixels: top row (also left, bottom, right; exclusive)",
     "<property>/pasted_share/class_<k>": "a corrected global property of class k (colour, brightness, sharpness, "
     "noise): share of the epoch's training images given class k's statistics of it",
+    "<property>/erased_share/class_<k>": "the same for a corrected global property: share of class k's training "
+    "images given another class's image's statistic first (`erase`)",
     "<property>/<statistic>/class_<k>": "the statistic that correction gives, mean over class k's donors, in pixel "
     "units (colour: `alpha` and `beta`; brightness: `luminance`; sharpness: `high_share`; noise: `sigma`)",
 }
@@ -87,7 +94,10 @@ class ShortcutCorrection(Callback):
     in ``on_train_batch_start`` and in place (the tensors Lightning then hands to ``training_step``),
     the artifact on each image with probability ``p``, whatever its class: a patch pasted at its place, or
     (a flagged global property) the image given one of the class's probes' statistics of that property
-    (colour, brightness, sharpness, noise). Said once in the log when a correction starts; logged every
+    (colour, brightness, sharpness, noise). With ``erase`` (the default) the artifact is first taken off every
+    image of its class in the batch: each gets, drawn from the batch's images of other classes (as they came,
+    before any correction), one's pixels at the artifact's place or one's statistic of the property; then the
+    artifact is as common on every class (``p``) and says nothing about the class. Said once in the log when a correction starts; logged every
     training epoch under ``correction/<log_prefix>...`` (a property's under ``correction/<log_prefix><property>/...``).
 
     Args:
@@ -100,6 +110,9 @@ class ShortcutCorrection(Callback):
             flagged for a global property (the stage's ``properties``) with that property: each image it is
             put on gets the statistic of one of the class's discovery probes, by the stage's own transfer.
         p: probability that a training image gets an artifact, in (0, 1] (each artifact draws apart).
+        erase: first take the artifact off its class's own images (from the batch's other classes), so that it
+            is on a share ``p`` of every class, its own included; False: paste only (augmentative ClArC), which
+            leaves it on all of the class's images. Needs the batch's labels (``label_key``).
         classes: the classes the discovery may get corrected (None: any flagged class), for hotspots and
             properties alike.
         properties: the global properties the discovery may get corrected (names of
@@ -118,6 +131,8 @@ class ShortcutCorrection(Callback):
         std: the normalisation's standard deviation, likewise (None: the datamodule's ``std``).
         image_key: the key of the images in mapping batches (None: the first of ``image``,
             ``pixel_values``, ``img``, ``images``).
+        label_key: the key of the labels in mapping batches, for ``erase`` (None: the first of ``label``,
+            ``labels``, ``target``, ``targets``, ``class``); a tuple batch's labels are its second element.
         log_prefix: the name in the logged keys (``correction/<log_prefix>active``).
 
     The discovery stage's choice is a callback of the Trainer found by its ``log_prefix``, not an object
@@ -129,6 +144,7 @@ class ShortcutCorrection(Callback):
 
         Trainer(callbacks=[GradSkipCallback(discovery=DiscoveryStage(enabled=True)), ShortcutCorrection(p=0.5)])
         ShortcutCorrection(properties=())  # flagged hotspots only
+        ShortcutCorrection(erase=False)  # paste only: the class's own images keep the artifact
     """
 
     def __init__(
@@ -137,6 +153,7 @@ class ShortcutCorrection(Callback):
         *,
         discovery: bool | str = True,
         p: float = 0.5,
+        erase: bool = True,
         classes: Sequence[int] | None = None,
         properties: Sequence[PropertyName] | None = None,
         flagged_epochs: int = 1,
@@ -145,6 +162,7 @@ class ShortcutCorrection(Callback):
         mean: Sequence[float] | None = None,
         std: Sequence[float] | None = None,
         image_key: str | None = None,
+        label_key: str | None = None,
         log_prefix: str = "gradskip/",
     ) -> None:
         super().__init__()
@@ -170,12 +188,15 @@ class ShortcutCorrection(Callback):
             raise ValueError(f"seed must be an integer >= 0, got {seed!r}")
         if (mean is None) != (std is None):
             raise ValueError("mean and std go together: give both or neither")
-        if image_key is not None and (not isinstance(image_key, str) or not image_key):
-            raise ValueError(f"image_key must be a non-empty string or None, got {image_key!r}")
+        if not isinstance(erase, bool):
+            raise TypeError(f"erase must be True or False, got {erase!r}")
+        for name, value in (("image_key", image_key), ("label_key", label_key)):
+            if value is not None and (not isinstance(value, str) or not value):
+                raise ValueError(f"{name} must be a non-empty string or None, got {value!r}")
         check_log_prefix(log_prefix)
         self.tag, self.discovery, self.p, self.classes, self.properties = tag, discovery, float(p), classes, chosen
         self.flagged_epochs, self.margin, self.seed, self.mean, self.std = flagged_epochs, margin, seed, mean, std
-        self.image_key, self.log_prefix = image_key, log_prefix
+        self.erase, self.image_key, self.label_key, self.log_prefix = erase, image_key, label_key, log_prefix
         self._source: GradSkipCallback | None = None
         self._fit_trainer: Trainer | None = None
         self._normalisation: tuple[tuple[float, ...], tuple[float, ...]] | None = None  # a tag's (mean, std)
@@ -186,6 +207,8 @@ class ShortcutCorrection(Callback):
         self._resumed: list[Correction] = []  # restored from a checkpoint, said at the fit's start
         self._generator = torch.Generator()
         self._pasted = torch.zeros(0, dtype=torch.long)  # per correction, this epoch
+        self._erased = torch.zeros(0, dtype=torch.long)  # per correction: images of its class it was taken off
+        self._members = torch.zeros(0, dtype=torch.long)  # per correction: images of its class seen
         self._counts = [0, 0]  # images with any artifact, images seen (this epoch)
 
     @property
@@ -234,7 +257,7 @@ class ShortcutCorrection(Callback):
     def on_train_epoch_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
         if self._source is not None:
             self._follow(self._source, trainer.current_epoch)
-        self._pasted = torch.zeros(len(self._corrections), dtype=torch.long)
+        self._pasted, self._erased, self._members = torch.zeros(3, len(self._corrections), dtype=torch.long)
         self._counts = [0, 0]
 
     @override
@@ -245,6 +268,14 @@ class ShortcutCorrection(Callback):
         self._generator.manual_seed(batch_seed(self.seed, trainer.global_rank, trainer.current_epoch, batch_idx))
         pasted = torch.zeros(len(images), dtype=torch.bool)
         with torch.no_grad():
+            if self.erase:  # first off the class's own images, the stand-ins from the batch as it came
+                originals = images.clone()
+                for index, correction in enumerate(self._corrections):
+                    members = class_members(batch, correction.artifact.target, self.label_key)
+                    self._erased[index] += erase_from_class(
+                        images, originals, members, correction.artifact, self._generator
+                    )
+                    self._members[index] += int(members.sum())
             for index, correction in enumerate(self._corrections):
                 chosen = paste_share(images, correction.artifact, self.p, self._generator)
                 self._pasted[index] += int(chosen.sum())
@@ -254,17 +285,25 @@ class ShortcutCorrection(Callback):
 
     @override
     def on_train_epoch_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
-        counts = torch.tensor([*self._counts, *self._pasted.tolist()], dtype=torch.long, device=pl_module.device)
-        counts = trainer.strategy.reduce(counts, reduce_op="sum").cpu()  # every rank's images
-        seen = int(counts[1])
-        share = (counts.double() / seen).tolist() if seen else [math.nan] * len(counts)
+        per_correction = torch.stack([self._pasted, self._erased, self._members]).flatten().tolist()
+        counts = torch.tensor([*self._counts, *per_correction], dtype=torch.long, device=pl_module.device)
+        counts = trainer.strategy.reduce(counts, reduce_op="sum").cpu().double()  # every rank's images
+        seen, (pasted, erased, members) = float(counts[1]), counts[2:].reshape(3, -1)
+        share = (counts[:2] / seen).tolist() if seen else [math.nan, math.nan]
         scalars = {
             key("correction", self.log_prefix, "active"): float(len(self._corrections)),
             key("correction", self.log_prefix, "pasted_share"): share[0] if self._corrections else 0.0,
         }
-        for correction, value in zip(self._corrections, share[2:], strict=True):
+        for index, correction in enumerate(self._corrections):
             label, start = correction.artifact.target, correction.artifact.key_prefix
-            scalars[key("correction", self.log_prefix, f"{start}pasted_share/class_{label}")] = value
+            scalars[key("correction", self.log_prefix, f"{start}pasted_share/class_{label}")] = (
+                float(pasted[index]) / seen if seen else math.nan
+            )
+            if self.erase:
+                of_class = float(members[index])
+                scalars[key("correction", self.log_prefix, f"{start}erased_share/class_{label}")] = (
+                    float(erased[index]) / of_class if of_class else math.nan
+                )
             for name, number in correction.artifact.scalars().items():
                 scalars[key("correction", self.log_prefix, f"{start}{name}/class_{label}")] = number
         monitor(trainer.callback_metrics, scalars)
@@ -386,13 +425,16 @@ class ShortcutCorrection(Callback):
 
     def _start(self, correction: Correction) -> None:
         self._corrections.append(correction)
-        self._pasted = torch.cat([self._pasted, torch.zeros(1, dtype=torch.long)])
+        zero = torch.zeros(1, dtype=torch.long)
+        self._pasted, self._erased = torch.cat([self._pasted, zero]), torch.cat([self._erased, zero])
+        self._members = torch.cat([self._members, zero])
         self._say(correction, "correcting")
 
     def _say(self, correction: Correction, verb: str) -> None:
         artifact = correction.artifact
         images = f"{self.p * 100:g} % of every class's training images"
+        first = "after taking it off the class's own images (from the batch's other classes) " if self.erase else ""
         rank_zero_info(
             f"ShortcutCorrection: {verb} class {artifact.target}'s {artifact.describe()}: {artifact.action(images)} "
-            f"from epoch {correction.epoch} ({correction.origin})"
+            f"{first}from epoch {correction.epoch} ({correction.origin})"
         )

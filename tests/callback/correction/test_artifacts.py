@@ -13,6 +13,7 @@ from gradskip_lightning.callback.correction import (
     Artifact,
     PatchPaste,
     PropertyPaste,
+    erase_from_class,
     paste_share,
     restore_artifact,
 )
@@ -233,3 +234,42 @@ def test_a_property_artifact_round_trips_through_a_weights_only_checkpoint(tmp_p
     assert torch.equal(back.statistics, noise.statistics) and torch.equal(back.space.high, noise.space.high)
     seeded = [artifact.apply(recipients, torch.Generator().manual_seed(3)) for artifact in (noise, back)]
     assert torch.equal(*seeded)
+
+
+def test_erasing_a_patch_gives_each_class_image_the_masked_pixels_of_one_other_image_and_nothing_else():
+    mask = torch.tensor([[True, False], [True, True]])
+    paste = PatchPaste(0, 1, 1, mask, torch.full((1, 1, 2, 2), 9.0))
+    originals = torch.stack([torch.full((2, 4, 4), float(v)) for v in (9, 1, 9, 2)])  # class 0: images 0 and 2
+    images = originals.clone()
+    members = torch.tensor([True, False, True, False])
+    assert erase_from_class(images, originals, members, paste, torch.Generator().manual_seed(0)) == 2
+    assert torch.equal(images[~members], originals[~members])  # the other classes' images untouched
+    box = images[members][:, :, 1:3, 1:3]
+    assert set(box[:, :, mask].flatten(1).unique(dim=1).flatten().tolist()) <= {1.0, 2.0}  # an other's pixels
+    assert (box[:, :, ~mask] == 9).all() and (images[members][:, :, 0] == 9).all()  # outside the mask: theirs
+    drawn = [box[i, 0, 0, 0].item() for i in range(2)]
+    assert all(torch.equal(box[i][:, mask], torch.full((2, 3), drawn[i])) for i in range(2))  # one image each
+
+
+def test_erasing_from_a_batch_of_one_class_changes_nothing():
+    paste = PatchPaste(0, 0, 0, torch.ones(1, 1, dtype=torch.bool), torch.ones(1, 1, 1, 1))
+    images = torch.rand(3, 1, 2, 2)
+    before = images.clone()
+    for members in (torch.ones(3, dtype=torch.bool), torch.zeros(3, dtype=torch.bool)):
+        assert erase_from_class(images, before, members, paste, torch.Generator()) == 0
+        assert torch.equal(images, before)
+
+
+@pytest.mark.parametrize("name", ["colour", "brightness"])
+def test_erasing_a_property_gives_each_class_image_one_other_images_statistic(name):
+    torch.manual_seed(0)
+    images = torch.rand(6, 3, 8, 8)
+    space = PixelSpace.of(images, [0.5] * 3, [0.25] * 3)
+    others = images[3:]
+    paste = PropertyPaste.from_probes(0, name, images[:3], space)
+    erased = paste.erase(images[:3], others, torch.Generator().manual_seed(1))
+    given = PROPERTIES[name].statistic(space.pixels(erased))
+    wanted = PROPERTIES[name].statistic(space.pixels(others))  # (3, S)
+    nearest = (given[:, None] - wanted[None]).abs().amax(dim=2).amin(dim=1)
+    assert (nearest < 1e-4).all(), nearest  # each now has one of the others' statistic
+    assert not torch.allclose(given, PROPERTIES[name].statistic(space.pixels(images[:3])), atol=1e-3)

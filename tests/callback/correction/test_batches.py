@@ -1,11 +1,12 @@
-"""Where a training batch holds its images (the very tensor training_step gets), and each batch's seed."""
+"""Where a training batch holds its images (the very tensor training_step gets) and its classes, and each batch's
+seed."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from gradskip_lightning.callback.correction.batches import batch_images, batch_seed
+from gradskip_lightning.callback.correction.batches import batch_images, batch_seed, class_members
 
 
 def test_the_images_of_tensor_tuple_list_and_mapping_batches_are_the_batchs_own_tensor():
@@ -30,6 +31,30 @@ def test_the_images_of_tensor_tuple_list_and_mapping_batches_are_the_batchs_own_
 def test_a_batch_without_readable_images_is_refused_naming_the_forms(batch, key, match):
     with pytest.raises(TypeError, match=match):
         batch_images(batch, key)
+
+
+def test_the_members_of_a_class_come_from_index_or_multi_hot_labels_of_tuple_and_mapping_batches():
+    images, labels = torch.zeros(4, 3, 4, 4), torch.tensor([1, 0, 1, 2])
+    assert class_members((images, labels), 1).tolist() == [True, False, True, False]
+    assert class_members({"img": images, "target": labels}, 2).tolist() == [False, False, False, True]
+    assert class_members({"x": images, "y": labels}, 0, label_key="y").tolist() == [False, True, False, False]
+    multi_hot = torch.tensor([[1.0, 1.0], [0.0, 1.0], [0.0, 0.0], [1.0, 0.0]])
+    assert class_members([images, multi_hot], 0).tolist() == [True, False, False, True]
+
+
+@pytest.mark.parametrize(
+    "batch, key, error, match",
+    [
+        (torch.zeros(2, 3, 4, 4), None, TypeError, r"erase=True\) takes the artifact off.*got a Tensor batch without labels.*give erase=False"),
+        ({"image": torch.zeros(2, 3, 4, 4)}, None, TypeError, r"a mapping's one of \('label', .*got a dict batch without labels"),
+        ({"image": torch.zeros(2, 3, 4, 4), "y": torch.zeros(2)}, "label", TypeError, r"mapping's 'label'"),
+        ((torch.zeros(2, 3, 4, 4), torch.zeros(2)), None, TypeError, r"got labels torch.float32 \(2,\)"),
+        ((torch.zeros(2, 3, 4, 4), torch.zeros(2, 2)), None, ValueError, "class 3 is not among the batch's 2"),
+    ],
+)
+def test_a_batch_without_readable_classes_is_refused_naming_the_forms_and_the_way_out(batch, key, error, match):
+    with pytest.raises(error, match=match):
+        class_members(batch, 3, key)
 
 
 def test_seeds_differ_by_rank_epoch_and_batch_and_fit_a_generator():

@@ -1,5 +1,5 @@
 """ShortcutCorrection with real Trainers: a tag's pixels reach training_step on every class's images, a flagged
-class's hotspot is pasted from the next epoch, a flagged global property is given from the next epoch, nothing
+class's hotspot is pasted from the next epoch, a class's own images have it taken off first (erase), a flagged global property is given from the next epoch, nothing
 flagged leaves the training bitwise the same, the global RNG is never drawn from, the correction survives a
 checkpoint, its keys are logged, bad settings are refused."""
 
@@ -53,40 +53,59 @@ def _rows(log_dir: str, name: str) -> list[dict[str, float]]:
 # ------------------------------------------------------------------------------------- a known tag
 
 
+@pytest.fixture(scope="module")
+def plain(tmp_path_factory):
+    """The seeded 2-epoch fit without a correction: (module, the global RNG state after fit)."""
+    module, _, rng = _fit(tmp_path_factory.mktemp("plain"), [])
+    return module, rng
+
+
 @pytest.mark.slow
-def test_a_tags_pixels_reach_training_step_on_every_classs_images_and_nothing_else_changes(tmp_path, caplog):
-    correction = ShortcutCorrection(TAG, discovery=False, p=0.5, seed=3)
+@pytest.mark.parametrize("erase", [True, False])
+def test_a_tags_pixels_reach_training_step_on_every_classs_images_and_nothing_else_changes(
+    tmp_path, caplog, plain, erase
+):
+    correction = ShortcutCorrection(TAG, discovery=False, p=0.5, erase=erase, seed=3)
     logger = CSVLogger(str(tmp_path), name="tag")
     with caplog.at_level(logging.INFO):
         corrected, _, rng_corrected = _fit(tmp_path / "a", [correction], logger=logger)
-    plain, _, rng_plain = _fit(tmp_path / "b", [])
+    plain_module, rng_plain = plain
     paste = PatchPaste.from_tag(TAG, tiny_data().mean, tiny_data().std)
-    assert len(corrected.seen) == len(plain.seen) == 8  # 2 epochs of 4 batches
+    assert len(corrected.seen) == len(plain_module.seen) == 8  # 2 epochs of 4 batches
     inside = torch.zeros(32, 32, dtype=torch.bool)
     inside[20:24, 20:24] = True
     carried, labels = [], []
-    for (_, images, label), (_, clean, clean_label) in zip(corrected.seen, plain.seen, strict=True):
+    for (_, images, label), (_, clean, clean_label) in zip(corrected.seen, plain_module.seen, strict=True):
         assert torch.equal(label, clean_label)  # the same batches: the correction drew nothing from the global RNG
         assert torch.equal(images[:, :, ~inside], clean[:, :, ~inside])  # nothing outside the tag's box changed
         has = carries(images, paste)
-        assert torch.equal(images[~has], clean[~has])  # the others are untouched
         assert not carries(clean, paste).any()
+        own = label == TAG.target_class
+        kept = ~has & ~own if erase else ~has
+        assert torch.equal(images[kept], clean[kept])  # the others are untouched
+        if erase:  # class 1's images without the tag have another class's image's pixels in its box
+            boxes, stand_ins = images[~has & own][:, :, inside], clean[~own][:, :, inside]
+            assert len(boxes) and (boxes[:, None] == stand_ins[None]).flatten(2).all(2).any(1).all()
         carried.append(has)
         labels.append(label)
     carried_all, labels_all = torch.cat(carried), torch.cat(labels)
     assert 0.35 < carried_all.float().mean() < 0.65  # p = 0.5 of 128 images
     assert all(carried_all[labels_all == k].any() for k in range(4))  # on every class's images, not only class 1's
+    own_share = carried_all[labels_all == TAG.target_class].float().mean()
+    assert 0.2 < own_share < 0.8 if erase else own_share > 0.35  # erased: class 1 at p like the others
     assert torch.equal(rng_corrected, rng_plain)  # the global RNG state after training is the same
     said = [r.getMessage() for r in caplog.records if "ShortcutCorrection" in r.getMessage()]
+    first = "after taking it off the class's own images (from the batch's other classes) " if erase else ""
     assert said == [
         "ShortcutCorrection: correcting class 1's shortcut at (20, 20)-(24, 24): pasting it on 50 % of every class's "
-        "training images from epoch 0 (the given tag)"
+        f"training images {first}from epoch 0 (the given tag)"
     ]  # once
     rows = _rows(logger.log_dir, f"{C}active")
     assert [r[f"{C}active"] for r in rows] == [1.0, 1.0]  # every epoch
     last = torch.cat(carried[4:]).float().mean().item()
     assert rows[1][f"{C}pasted_share"] == pytest.approx(last) == rows[1][f"{C}pasted_share/class_1"]
     assert [rows[1][f"{C}box/{side}/class_1"] for side in ("top", "left", "bottom", "right")] == [20, 20, 24, 24]
+    assert rows[1].get(f"{C}erased_share/class_1") == (1.0 if erase else None)  # every class-1 image, each epoch
 
 
 # ------------------------------------------------------------------------------------- the discovery stage
@@ -168,13 +187,13 @@ def test_a_flagged_colour_is_given_to_every_classs_images_from_the_next_epoch_lo
     said = [r.getMessage() for r in caplog.records if "ShortcutCorrection" in r.getMessage()]
     assert len(said) == len(flagged) and said[-1].startswith(
         f"ShortcutCorrection: correcting class {last.target}'s colour shortcut: giving 100 % of every class's "
-        "training images its colour statistics from epoch 1 (flagged by the discovery stage of 'gradskip/' at epoch 0, "
-        "colour suspicion "
+        "training images its colour statistics after taking it off the class's own images (from the batch's other "
+        "classes) from epoch 1 (flagged by the discovery stage of 'gradskip/' at epoch 0, colour suspicion "
     )
     row = _rows(logger.log_dir, f"{C}active")[-1]
     label = last.target
     assert row[f"{C}active"] == len(flagged) and row[f"{C}pasted_share"] == 1.0
-    assert row[f"{C}colour/pasted_share/class_{label}"] == 1.0
+    assert row[f"{C}colour/pasted_share/class_{label}"] == 1.0 == row[f"{C}colour/erased_share/class_{label}"]
     assert row[f"{C}colour/alpha/class_{label}"] == pytest.approx(last.scalars()["alpha"])
     assert row[f"{C}colour/beta/class_{label}"] == pytest.approx(last.scalars()["beta"])
     assert not any(name.startswith(f"{C}box/") or name.startswith(f"{C}pasted_share/") for name in row)
@@ -240,6 +259,8 @@ def test_a_new_fit_on_another_trainer_starts_with_nothing_corrected(tmp_path, ca
         (dict(tag="corner"), TypeError, "tag must be a SpuriousTag or None, got str"),
         (dict(log_prefix="../up/"), ValueError, "log_prefix '../up/' would put"),
         (dict(image_key=""), ValueError, "image_key must be a non-empty string"),
+        (dict(label_key=""), ValueError, "label_key must be a non-empty string"),
+        (dict(erase=1), TypeError, "erase must be True or False, got 1"),
         (dict(properties=["hue"]), ValueError, r"properties must be one of \('colour'"),
         (dict(properties="colour"), TypeError, "properties must be None or a list of names"),
     ],

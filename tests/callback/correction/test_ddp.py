@@ -34,3 +34,4 @@ def test_each_rank_pastes_on_its_own_draws_and_the_logged_share_counts_every_ran
         (row,) = [r for r in csv.DictReader(handle) if r.get("correction/gradskip/active")]
     assert float(row["correction/gradskip/active"]) == 1.0
     assert float(row["correction/gradskip/pasted_share"]) == pytest.approx(sum(map(sum, flags)) / 64)
+    assert float(row["correction/gradskip/erased_share/class_1"]) == 1.0  # every class-1 image, both ranks
