@@ -90,7 +90,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )  # fmt: skip
     parser.add_argument(
         "--correction-paste-only", action="store_true",
-        help="the corrected variant only pastes (ShortcutCorrection(erase=False)): the class's own images keep the stamp",
+        help="the corrected variant only pastes (ShortcutCorrection(erase=False)): the class's images keep the stamp",
     )  # fmt: skip
     parser.add_argument(
         "--quick", action="store_true", help="planted shapes, one seed, stamped, clean and cast: minutes"

@@ -69,7 +69,8 @@ def class_members(batch: Any, target: int, label_key: str | None = None) -> Tens
         >>> import torch
         >>> class_members([torch.zeros(3, 1, 2, 2), torch.tensor([2, 0, 2])], 2).tolist()
         [True, False, True]
-        >>> class_members({"pixel_values": torch.zeros(2, 1, 2, 2), "labels": torch.tensor([[0, 1], [1, 0]])}, 1).tolist()
+        >>> multi_hot = {"pixel_values": torch.zeros(2, 1, 2, 2), "labels": torch.tensor([[0, 1], [1, 0]])}
+        >>> class_members(multi_hot, 1).tolist()
         [True, False]
     """
     labels: Any = None
@@ -83,7 +84,9 @@ def class_members(batch: Any, target: int, label_key: str | None = None) -> Tens
         described = (
             f"labels {labels.dtype} {tuple(labels.shape)}"
             if isinstance(labels, Tensor)
-            else f"a {type(batch).__name__} batch without labels" if labels is None else type(labels).__name__
+            else f"a {type(batch).__name__} batch without labels"
+            if labels is None
+            else type(labels).__name__
         )
         raise TypeError(
             "ShortcutCorrection(erase=True) takes the artifact off its class's own images and reads the classes from "

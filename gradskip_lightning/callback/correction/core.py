@@ -97,8 +97,9 @@ class ShortcutCorrection(Callback):
     (colour, brightness, sharpness, noise). With ``erase`` (the default) the artifact is first taken off every
     image of its class in the batch: each gets, drawn from the batch's images of other classes (as they came,
     before any correction), one's pixels at the artifact's place or one's statistic of the property; then the
-    artifact is as common on every class (``p``) and says nothing about the class. Said once in the log when a correction starts; logged every
-    training epoch under ``correction/<log_prefix>...`` (a property's under ``correction/<log_prefix><property>/...``).
+    artifact is as common on every class (``p``) and says nothing about the class. Said once in the log when a
+    correction starts; logged every training epoch under ``correction/<log_prefix>...`` (a property's under
+    ``correction/<log_prefix><property>/...``).
 
     Args:
         tag: a known shortcut (:class:`~gradskip_lightning.data.SpuriousTag`: its pattern at its place),

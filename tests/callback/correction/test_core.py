@@ -1,7 +1,8 @@
-"""ShortcutCorrection with real Trainers: a tag's pixels reach training_step on every class's images, a flagged
-class's hotspot is pasted from the next epoch, a class's own images have it taken off first (erase), a flagged global property is given from the next epoch, nothing
-flagged leaves the training bitwise the same, the global RNG is never drawn from, the correction survives a
-checkpoint, its keys are logged, bad settings are refused."""
+"""ShortcutCorrection with real Trainers: a tag's pixels reach training_step on every class's images (its own
+class's images have it taken off first, unless erase=False), a flagged class's hotspot is pasted from the next
+epoch, a flagged global property is given from the next epoch, nothing flagged leaves the training bitwise the
+same, the global RNG is never drawn from, the correction survives a checkpoint, its keys are logged, bad settings
+are refused."""
 
 from __future__ import annotations
 
