@@ -38,7 +38,7 @@ from gradskip_lightning.training.classifier import LINKED_FROM_DATA
 
 from . import property_correction
 from .configs import config_settings, model_class
-from .discovery.correction import CORRECTION_P
+from .discovery.correction import CORRECTION_P, add_paste_only_argument
 from .discovery.tables import table as table_lines
 from .discovery.trace import STAGE, PropertyRecord, discovery_probes, predicted_share, property_records
 from .discovery.variants import DATASETS, make_datamodule
@@ -264,6 +264,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--correction-p", type=float, default=CORRECTION_P,
         help=f"with --correction: share of every class's training images given the artifact (default {CORRECTION_P:g})",
     )  # fmt: skip
+    add_paste_only_argument(parser)
 
 
 def _publish(text: str, markdown: Path | None) -> None:

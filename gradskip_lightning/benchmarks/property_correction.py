@@ -86,7 +86,8 @@ def measure(
     callbacks: list[Callback] = [scores]
     correction = None
     if corrects:
-        followed, correction = correction_callbacks(args.probes_per_class, args.correction_p, CORRECTION_MARGIN)
+        erase = not args.correction_paste_only
+        followed, correction = correction_callbacks(args.probes_per_class, args.correction_p, CORRECTION_MARGIN, erase)
         callbacks += followed
     start = time.perf_counter()
     with tempfile.TemporaryDirectory() as root:  # the GradSkipCallback writes its files there

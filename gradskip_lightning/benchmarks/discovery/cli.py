@@ -25,7 +25,7 @@ from ..faithfulness.peers import PEERS, available_peers
 from ..profiles import Profiles
 from ..shortcuts import SHORTCUTS
 from . import report
-from .correction import CORRECTION_MARGIN, CORRECTION_P, corrected, correction_callbacks
+from .correction import CORRECTION_MARGIN, CORRECTION_P, add_paste_only_argument, corrected, correction_callbacks
 from .scoring import Formula
 from .trace import ClassRecord, DiscoveryTrace, PropertyRecord, datamodule_subject, discovery_probes, token_map_fn
 from .variants import CONTROL_P, DATASETS, GLOBAL, MAPPED, PLACED, VARIANTS, Variant, make_datamodule, stamp_of
@@ -88,10 +88,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--correction-margin", type=int, default=CORRECTION_MARGIN,
         help=f"patches the corrected variant adds around the flagged hotspot (default {CORRECTION_MARGIN})",
     )  # fmt: skip
-    parser.add_argument(
-        "--correction-paste-only", action="store_true",
-        help="the corrected variant only pastes (ShortcutCorrection(erase=False)): the class's images keep the stamp",
-    )  # fmt: skip
+    add_paste_only_argument(parser)
     parser.add_argument(
         "--quick", action="store_true", help="planted shapes, one seed, stamped, clean and cast: minutes"
     )

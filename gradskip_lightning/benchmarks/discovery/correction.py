@@ -9,6 +9,8 @@ correction starts).
 
 from __future__ import annotations
 
+import argparse
+
 from lightning.pytorch import Callback
 
 from gradskip_lightning import DiscoveryStage, GradSkipCallback, ProbeSettings, ScoreSettings, ShortcutCorrection
@@ -33,6 +35,15 @@ def correction_callbacks(
         progress=False,
     )
     return [gradskip, correction], correction
+
+
+def add_paste_only_argument(parser: argparse.ArgumentParser) -> None:
+    """The ``--correction-paste-only`` option of the subcommands that train corrected models: the correction
+    only pastes (``ShortcutCorrection(erase=False)``), the class's own images keep the shortcut."""
+    parser.add_argument(
+        "--correction-paste-only", action="store_true",
+        help="the corrected models only paste (ShortcutCorrection(erase=False)): the class's images keep the shortcut",
+    )  # fmt: skip
 
 
 def corrected(correction: ShortcutCorrection) -> str:
