@@ -207,9 +207,8 @@ class ShortcutCorrection(Callback):
         self._last_run: int | None = None  # epoch of the last discovery run read
         self._resumed: list[Correction] = []  # restored from a checkpoint, said at the fit's start
         self._generator = torch.Generator()
-        self._pasted = torch.zeros(0, dtype=torch.long)  # per correction, this epoch
-        self._erased = torch.zeros(0, dtype=torch.long)  # per correction: images of its class it was taken off
-        self._members = torch.zeros(0, dtype=torch.long)  # per correction: images of its class seen
+        # (3, corrections), this epoch: images it was pasted on, images of its class it was taken off, of its class
+        self._tallies = torch.zeros(3, 0, dtype=torch.long)
         self._counts = [0, 0]  # images with any artifact, images seen (this epoch)
 
     @property
@@ -258,7 +257,7 @@ class ShortcutCorrection(Callback):
     def on_train_epoch_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
         if self._source is not None:
             self._follow(self._source, trainer.current_epoch)
-        self._pasted, self._erased, self._members = torch.zeros(3, len(self._corrections), dtype=torch.long)
+        self._tallies = torch.zeros(3, len(self._corrections), dtype=torch.long)
         self._counts = [0, 0]
 
     @override
@@ -273,21 +272,20 @@ class ShortcutCorrection(Callback):
                 originals = images.clone()
                 for index, correction in enumerate(self._corrections):
                     members = class_members(batch, correction.artifact.target, self.label_key)
-                    self._erased[index] += erase_from_class(
-                        images, originals, members, correction.artifact, self._generator
-                    )
-                    self._members[index] += int(members.sum())
+                    erased = erase_from_class(images, originals, members, correction.artifact, self._generator)
+                    self._tallies[1:, index] += torch.tensor([erased, int(members.sum())])
             for index, correction in enumerate(self._corrections):
                 chosen = paste_share(images, correction.artifact, self.p, self._generator)
-                self._pasted[index] += int(chosen.sum())
+                self._tallies[0, index] += int(chosen.sum())
                 pasted |= chosen
         self._counts[0] += int(pasted.sum())
         self._counts[1] += len(images)
 
     @override
     def on_train_epoch_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
-        per_correction = torch.stack([self._pasted, self._erased, self._members]).flatten().tolist()
-        counts = torch.tensor([*self._counts, *per_correction], dtype=torch.long, device=pl_module.device)
+        counts = torch.tensor(
+            [*self._counts, *self._tallies.flatten().tolist()], dtype=torch.long, device=pl_module.device
+        )
         counts = trainer.strategy.reduce(counts, reduce_op="sum").cpu().double()  # every rank's images
         seen, (pasted, erased, members) = float(counts[1]), counts[2:].reshape(3, -1)
         share = (counts[:2] / seen).tolist() if seen else [math.nan, math.nan]
@@ -426,9 +424,7 @@ class ShortcutCorrection(Callback):
 
     def _start(self, correction: Correction) -> None:
         self._corrections.append(correction)
-        zero = torch.zeros(1, dtype=torch.long)
-        self._pasted, self._erased = torch.cat([self._pasted, zero]), torch.cat([self._erased, zero])
-        self._members = torch.cat([self._members, zero])
+        self._tallies = torch.cat([self._tallies, torch.zeros(3, 1, dtype=torch.long)], dim=1)
         self._say(correction, "correcting")
 
     def _say(self, correction: Correction, verb: str) -> None:
