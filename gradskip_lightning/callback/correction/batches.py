@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 from torch import Tensor
 
-from gradskip_lightning.callback.probes import IMAGE_KEYS, LABEL_KEYS
+from gradskip_lightning.callback.probes.items import IMAGE_KEYS, LABEL_KEYS, chosen_key
 
 __all__ = ["batch_images", "batch_seed", "class_members"]
 
@@ -34,7 +34,7 @@ def batch_images(batch: Any, image_key: str | None = None) -> Tensor:
     if isinstance(batch, Tensor):
         images = batch
     elif isinstance(batch, Mapping):
-        key = image_key if image_key is not None else next((k for k in IMAGE_KEYS if k in batch), None)
+        key = chosen_key(batch, image_key, IMAGE_KEYS)
         if key is None or key not in batch:
             wanted = repr(image_key) if image_key is not None else f"one of {IMAGE_KEYS}"
             raise TypeError(
@@ -75,19 +75,18 @@ def class_members(batch: Any, target: int, label_key: str | None = None) -> Tens
     """
     labels: Any = None
     if isinstance(batch, Mapping):
-        key = label_key if label_key is not None else next((k for k in LABEL_KEYS if k in batch), None)
+        key = chosen_key(batch, label_key, LABEL_KEYS)
         labels = batch.get(key) if key is not None else None
     elif isinstance(batch, Sequence) and not isinstance(batch, str) and len(batch) > 1:
         labels = batch[1]
     if not isinstance(labels, Tensor) or labels.ndim not in (1, 2) or labels.is_floating_point() and labels.ndim == 1:
         wanted = repr(label_key) if label_key is not None else f"one of {LABEL_KEYS}"
-        described = (
-            f"labels {labels.dtype} {tuple(labels.shape)}"
-            if isinstance(labels, Tensor)
-            else f"a {type(batch).__name__} batch without labels"
-            if labels is None
-            else type(labels).__name__
-        )
+        if labels is None:
+            described = f"a {type(batch).__name__} batch without labels"
+        elif isinstance(labels, Tensor):
+            described = f"labels {labels.dtype} {tuple(labels.shape)}"
+        else:
+            described = type(labels).__name__
         raise TypeError(
             "ShortcutCorrection(erase=True) takes the artifact off its class's own images and reads the classes from "
             f"the batch's labels: the second element of a tuple batch, or a mapping's {wanted} (name it with "

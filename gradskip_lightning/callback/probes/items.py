@@ -83,6 +83,18 @@ def float32_images(images: Tensor, what: str) -> Tensor:
 #: Keys of a mapping item (MONAI, HF datasets) read as the image, the label and the regions, first found first.
 IMAGE_KEYS = ("image", "pixel_values", "img", "images")
 LABEL_KEYS = ("label", "labels", "target", "targets", "class")
+
+
+def chosen_key(mapping: Mapping[str, Any], key: str | None, defaults: Sequence[str]) -> str | None:
+    """``key`` when given, else the first of ``defaults`` that ``mapping`` has (None: none).
+
+    Example:
+        >>> chosen_key({"img": 0, "target": 1}, None, LABEL_KEYS), chosen_key({}, "scan", IMAGE_KEYS)
+        ('target', 'scan')
+    """
+    return key if key is not None else next((k for k in defaults if k in mapping), None)
+
+
 REGION_KEYS = ("mask", "masks", "regions")
 
 
@@ -159,7 +171,7 @@ class ItemKeys:
         """
         found = []
         for key, option, defaults in ((self.image, "image_key", IMAGE_KEYS), (self.label, "label_key", LABEL_KEYS)):
-            chosen = key if key is not None else next((k for k in defaults if k in item), None)
+            chosen = chosen_key(item, key, defaults)
             if chosen is None:
                 raise TypeError(
                     f"GradSkipCallback reads a mapping item's image from one of {IMAGE_KEYS} and its label from one of "
