@@ -1,18 +1,18 @@
 """GradSkip explanations for Vision Transformers (timm, torchvision, HF transformers: ViT, DeiT,
 DINOv2, BEiT, Swin) and HF SegFormer segmentation models, logged from a Lightning callback."""
 
-from gradskip_lightning.callback import (
+from gradskip_lightning.callbacks import GradSkipCallback, ShortcutCorrection
+from gradskip_lightning.core.explanation import Explanation, ModelExplainer, UnsupportedModel
+from gradskip_lightning.engine import (
     DiscoveryStage,
-    GradSkipCallback,
     MethodSettings,
     ProbeImages,
     ProbeSettings,
     RenderSettings,
     ScoreSettings,
-    ShortcutCorrection,
 )
-from gradskip_lightning.core.explanation import Explanation, ModelExplainer, UnsupportedModel
 from gradskip_lightning.families import FAMILIES, explainer_for
+from gradskip_lightning.shortcuts import SpuriousTag
 
 #: The package's version, the one source (pyproject.toml reads it for the distribution's metadata).
 __version__ = "0.1.0"
@@ -29,6 +29,7 @@ __all__ = [
     "RenderSettings",
     "ScoreSettings",
     "ShortcutCorrection",
+    "SpuriousTag",
     "UnsupportedModel",
     "explainer_for",
 ]

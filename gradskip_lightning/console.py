@@ -10,9 +10,9 @@ faithfulness/gradskip/insertion=0.6123 faithfulness/gradskip/deletion=0.2011 63.
 
 The values are those of ``trainer.callback_metrics`` at the end of the training epoch: the model's
 epoch metrics (``train/loss_epoch`` shown as ``train/loss``; per-step values left out) and, for each
-:class:`~gradskip_lightning.callback.GradSkipCallback`, its main scores when computed at this epoch
+:class:`~gradskip_lightning.callbacks.GradSkipCallback`, its main scores when computed at this epoch
 (not those the time budget or ``every_n_epochs`` left for another: ``callback_metrics`` keeps their
-older values, :attr:`~gradskip_lightning.callback.GradSkipCallback.logged_keys` says which are new);
+older values, :attr:`~gradskip_lightning.callbacks.GradSkipCallback.logged_keys` says which are new);
 the time is the epoch's wall time in seconds, validation and the callback's explanation included.
 """
 
@@ -27,8 +27,8 @@ from typing import Any, TextIO
 from lightning.pytorch import Callback, LightningModule, Trainer
 from typing_extensions import override
 
-from gradskip_lightning.callback import GradSkipCallback
-from gradskip_lightning.callback.keys import Section, key
+from gradskip_lightning.callbacks import GradSkipCallback
+from gradskip_lightning.engine.keys import Section, key
 
 __all__ = ["EpochLine", "epoch_line", "line_keys"]
 

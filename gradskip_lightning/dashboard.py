@@ -6,11 +6,11 @@ Usage (needs ``pip install gradskip-lightning[dashboard]`` and a W&B login)::
     python -m gradskip_lightning.dashboard --entity E --project P --prefix gradskip/ --regions object tag
 
 The workspace groups panels by the first part of their key (faithfulness, regions, transplant,
-discovery, drift, gates, probes, heads, as the callback logs them; see :mod:`gradskip_lightning.callback.keys`)
+discovery, drift, gates, probes, heads, as the callback logs them; see :mod:`gradskip_lightning.engine.keys`)
 and has, in this order:
 
 - one line chart per score over the callback's epochs, in its section: every scalar field of
-  :class:`~gradskip_lightning.callback.scoring.record.ProbeRecord` (a per-region one for each region in
+  :class:`~gradskip_lightning.engine.scoring.record.ProbeRecord` (a per-region one for each region in
   ``--regions``), a compared score with the explained method and every compared method on one
   chart (picked by a regular expression, so any ``compare_methods`` show up); drift and the
   gates of every layer;
@@ -28,10 +28,10 @@ import argparse
 import re
 from collections.abc import Sequence
 
-from gradskip_lightning.callback.discovery.stage import CLASS_VALUES
-from gradskip_lightning.callback.keys import SECTIONS, key, score_pattern
-from gradskip_lightning.callback.output.report import HEAD_PARTS
-from gradskip_lightning.callback.scoring.record import scalar_fields
+from gradskip_lightning.engine.discovery.stage import CLASS_VALUES
+from gradskip_lightning.engine.keys import SECTIONS, key, score_pattern
+from gradskip_lightning.engine.output.report import HEAD_PARTS
+from gradskip_lightning.engine.scoring.record import scalar_fields
 
 __all__ = ["build_workspace", "main", "score_charts"]
 

@@ -30,7 +30,7 @@ from pathlib import Path
 import numpy as np
 
 from gradskip_lightning import render
-from gradskip_lightning.callback.output.files import PROBES_FILE, MapsRecord, read_maps
+from gradskip_lightning.engine.output.files import PROBES_FILE, MapsRecord, read_maps
 
 __all__ = ["find_maps_dir", "fit_text", "timeline_figure", "region_curves", "cell_title", "unscored_epochs", "main"]
 

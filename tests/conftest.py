@@ -12,7 +12,7 @@ import pytest  # noqa: E402
 import timm  # noqa: E402
 import torch  # noqa: E402
 
-from tests.callback.wandb_files import use_offline_wandb  # noqa: E402
+from tests.callbacks.wandb_files import use_offline_wandb  # noqa: E402
 
 torch.set_num_threads(1)
 

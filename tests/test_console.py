@@ -9,7 +9,7 @@ from lightning.pytorch.loggers import CSVLogger
 
 from gradskip_lightning import GradSkipCallback, ProbeSettings, ScoreSettings
 from gradskip_lightning.console import EpochLine, line_keys
-from tests.callback.helpers import tiny_data, tiny_module, tiny_trainer
+from tests.callbacks.helpers import tiny_data, tiny_module, tiny_trainer
 
 LINE = re.compile(r"epoch (\d+)/(\d+) (.*) (\d+\.\d) s")
 

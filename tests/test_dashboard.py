@@ -10,12 +10,12 @@ from lightning.pytorch import seed_everything
 from lightning.pytorch.loggers import WandbLogger
 
 from gradskip_lightning import DiscoveryStage, GradSkipCallback, MethodSettings, ProbeSettings, ScoreSettings
-from gradskip_lightning.callback.keys import SECTIONS
-from gradskip_lightning.callback.scoring.record import scalar_fields
 from gradskip_lightning.dashboard import build_workspace, main
-from gradskip_lightning.data import SpuriousTag
-from tests.callback.helpers import tiny_data, tiny_module, tiny_trainer
-from tests.callback.wandb_files import find_runs, use_offline_wandb
+from gradskip_lightning.engine.keys import SECTIONS
+from gradskip_lightning.engine.scoring.record import scalar_fields
+from gradskip_lightning.shortcuts import SpuriousTag
+from tests.callbacks.helpers import tiny_data, tiny_module, tiny_trainer
+from tests.callbacks.wandb_files import find_runs, use_offline_wandb
 
 pytest.importorskip("wandb_workspaces")
 

@@ -24,7 +24,7 @@ DOCS = ROOT / "docs"
 PAGES = [ROOT / "README.md", *sorted(DOCS.rglob("*.md"))]
 #: A ``::: target`` line of an API page and the indented YAML options under it.
 REFERENCE = re.compile(r"^::: (\S+)\n((?:[ \t]+.*\n)*)", re.M)
-#: A dotted name in the package (``gradskip_lightning.callback.output.key_table``).
+#: A dotted name in the package (``gradskip_lightning.key_table``).
 DOTTED = re.compile(r"\bgradskip_lightning(?:\.[A-Za-z_]\w*)+")
 #: A path in the repository (``gradskip_lightning/core/adapter.py``, ``tests/...``, ``configs/...``).
 REPO_PATH = re.compile(r"\b(?:gradskip_lightning|tests|configs)/[\w/.-]*\w")

@@ -92,9 +92,9 @@ def test_screen_grid_fits_the_side_and_upscales_by_an_integer():
 
 
 def test_overlay_at_the_image_size_then_upscaled_equals_the_overlay_at_display_size():
-    from gradskip_lightning.callback.output.report import _overlays, _upscaled
-    from gradskip_lightning.callback.output.sinks import ProbeSheet
-    from gradskip_lightning.callback.settings import RenderSettings
+    from gradskip_lightning.engine.output.report import _overlays, _upscaled
+    from gradskip_lightning.engine.output.sinks import ProbeSheet
+    from gradskip_lightning.engine.settings import RenderSettings
 
     rng = np.random.default_rng(1)
     native = rng.integers(0, 255, (3, 28, 28, 3), dtype=np.uint8)

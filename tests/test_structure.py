@@ -16,11 +16,13 @@ PACKAGE = Path(gradskip_lightning.__file__).parent
 #: The rooms of the package, lowest first: a module imports only from its own room or lower layers.
 LAYERS: list[set[str]] = [
     {"core"},
-    {"render", "data", "methods", "metrics"},
-    {"families", "training"},
-    {"callback"},
-    {"console", "dashboard", "timeline", "hf_trainer", "__init__"},
-    {"benchmarks"},
+    {"render", "methods", "metrics"},
+    {"shortcuts"},
+    {"data", "families"},
+    {"training"},
+    {"engine"},
+    {"callbacks", "hf_trainer"},
+    {"console", "dashboard", "timeline", "key_table", "__init__"},
 ]
 FAMILIES_DIR = PACKAGE / "families"
 LAYER = {room: level for level, rooms in enumerate(LAYERS) for room in rooms}
@@ -183,7 +185,7 @@ def test_a_family_imports_no_other_family_and_the_rest_only_its_package():
 
 
 def test_each_method_literal_names_its_registry():
-    from gradskip_lightning.callback.settings import MethodName
+    from gradskip_lightning.engine.settings import MethodName
     from gradskip_lightning.families import FAMILIES, all_methods
 
     for family in FAMILIES.values():

@@ -7,7 +7,7 @@ import pytest
 from PIL import Image
 
 from gradskip_lightning import render
-from gradskip_lightning.callback.output.files import read_maps, write_epoch, write_probes
+from gradskip_lightning.engine.output.files import read_maps, write_epoch, write_probes
 from gradskip_lightning.timeline import CHART_INCHES, HEADER_INCHES, ROW_INCHES, find_maps_dir, main, timeline_figure
 
 LONG_NAME = "immature granulocytes(myelocytes, metamyelocytes and promyelocytes)"  # BloodMNIST's class 3

@@ -18,7 +18,7 @@ import train
 from gradskip_lightning.data import PlantedShapesSegmentationDataModule
 from gradskip_lightning.training.classifier import ViTClassifier
 from gradskip_lightning.training.segmentation import SegmentationModule
-from tests.callback.wandb_files import find_runs
+from tests.callbacks.wandb_files import find_runs
 
 # pytest's own arguments are in sys.argv while the tests pass args= to LightningCLI.
 pytestmark = pytest.mark.filterwarnings("ignore:LightningCLI's args parameter")

@@ -1,5 +1,5 @@
 """LightningDataModules: any MedMNIST v2 2D dataset (BloodMNIST by default) and synthetic planted
-shapes with object masks; both can carry a spurious tag (:mod:`gradskip_lightning.data.tags`).
+shapes with object masks; both can carry a spurious tag (:mod:`gradskip_lightning.shortcuts.tags`).
 Planted shapes also come as a segmentation task (label maps of the filled squares)."""
 
 from gradskip_lightning.data.base import ImageClassificationDataModule, LabelledSubset, Task
@@ -9,7 +9,6 @@ from gradskip_lightning.data.planted_segmentation import (
     PlantedShapesSegmentationDataset,
 )
 from gradskip_lightning.data.planted_shapes import PlantedShapesDataModule, PlantedShapesDataset
-from gradskip_lightning.data.tags import SPURIOUS_THRESHOLD, SpuriousTag, spurious_score
 
 __all__ = [
     "BloodMNISTDataModule",
@@ -20,8 +19,5 @@ __all__ = [
     "PlantedShapesDataset",
     "PlantedShapesSegmentationDataModule",
     "PlantedShapesSegmentationDataset",
-    "SPURIOUS_THRESHOLD",
-    "SpuriousTag",
     "Task",
-    "spurious_score",
 ]

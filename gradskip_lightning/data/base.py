@@ -8,7 +8,7 @@ from lightning.pytorch import LightningDataModule
 from torch import Tensor
 from torch.utils.data import DataLoader, Dataset
 
-from gradskip_lightning.data.tags import SpuriousTag, TagMode
+from gradskip_lightning.shortcuts.tags import SpuriousTag, TagMode
 
 Task = Literal["multiclass", "multilabel", "segmentation"]
 SPLITS = ("train", "val", "test")
@@ -55,7 +55,7 @@ class ImageClassificationDataModule(LightningDataModule):
     (``task="segmentation"``) yield ``(image, label_map (H, W) int64)`` instead, class 0 the
     background, and their ``labels`` are (N, C) multi-hot of the classes present besides it.
 
-    With a :class:`~gradskip_lightning.data.tags.SpuriousTag`, the train, validation and test splits
+    With a :class:`~gradskip_lightning.shortcuts.tags.SpuriousTag`, the train, validation and test splits
     carry it alike, and ``setup("test")`` also builds ``clean_test_dataset`` (the test split, no tag
     at all) and ``transplanted_test_dataset`` (the test images of the other classes, every one with
     the tag pasted on): the spurious score is read on the latter.

@@ -15,7 +15,7 @@ from torch import Tensor
 from torchvision import transforms as T
 
 from gradskip_lightning.data.base import SPLITS, ImageClassificationDataModule, LabelledDataset, Task
-from gradskip_lightning.data.tags import SpuriousTag, TagMode
+from gradskip_lightning.shortcuts.tags import SpuriousTag, TagMode
 
 MedMNISTFlag = Literal[
     "pathmnist",
@@ -73,7 +73,7 @@ class MedMNISTSplit(LabelledDataset):
         normalise: the normalisation applied after the tag is pasted.
         multilabel: labels are multi-hot rows rather than one class index.
         tag: the spurious tag, or None.
-        tag_mode: which items carry the tag (see :data:`~gradskip_lightning.data.tags.TagMode`).
+        tag_mode: which items carry the tag (see :data:`~gradskip_lightning.shortcuts.tags.TagMode`).
         stream: the split's number for the tag's draws (0 train, 1 val, 2 test).
     """
 

@@ -15,7 +15,7 @@ from torch import Tensor
 
 from gradskip_lightning.data.base import LabelledDataset, Task
 from gradskip_lightning.data.planted_shapes import PlantedShapesDataModule, PlantedShapesDataset
-from gradskip_lightning.data.tags import TagMode
+from gradskip_lightning.shortcuts.tags import TagMode
 
 #: Label of the pixels outside the filled square (rings included).
 BACKGROUND_CLASS = 0

@@ -3,7 +3,7 @@
 Each image (RGB, 32 px by default) has a textured, noisy grey background, one filled square whose
 colour decides the class, and distractor hollow squares ("rings") of the same size drawn from the
 same colour palette independently of the label. The object mask is exactly the filled square's
-pixels. An optional :class:`~gradskip_lightning.data.tags.SpuriousTag` (a small fixed pattern,
+pixels. An optional :class:`~gradskip_lightning.shortcuts.tags.SpuriousTag` (a small fixed pattern,
 mostly on images of one class) is planted in the training, validation and test images alike, a
 shortcut a model can learn instead of the square; objects never cover the tag's place.
 
@@ -21,7 +21,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from gradskip_lightning.data.base import SPLITS, ImageClassificationDataModule, LabelledDataset
-from gradskip_lightning.data.tags import SpuriousTag, TagMode
+from gradskip_lightning.shortcuts.tags import SpuriousTag, TagMode
 
 #: (name, RGB in [0, 1]) of the class colours; class k is a filled square of colour k.
 PALETTE: tuple[tuple[str, tuple[float, float, float]], ...] = (
@@ -60,7 +60,7 @@ class PlantedShapesDataset(LabelledDataset):
             (pixel values in [0, 1] before normalisation).
         tag: a spurious tag, pasted after the noise; objects never cover its place (nor, without
             a tag, the default tag's place, the top-left 3 x 3 pixels).
-        tag_mode: which items carry the tag (see :data:`~gradskip_lightning.data.tags.TagMode`).
+        tag_mode: which items carry the tag (see :data:`~gradskip_lightning.shortcuts.tags.TagMode`).
         tag_stream: the split's number for the tag's draws (0 train, 1 val, 2 test).
         mean: per-channel normalisation mean.
         std: per-channel normalisation standard deviation.

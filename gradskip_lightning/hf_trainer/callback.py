@@ -2,7 +2,7 @@
 
 The front door and the hooks. Everything an epoch end does (explain, score, drift, discovery, the
 time budget, the report and its sinks) is the Lightning callback's own
-(:class:`~gradskip_lightning.callback.epoch.EpochRunner`), run through :class:`.host.TrainerHost`.
+(:class:`~gradskip_lightning.engine.epoch.EpochRunner`), run through :class:`.host.TrainerHost`.
 """
 
 from __future__ import annotations
@@ -16,21 +16,21 @@ from torch.utils.data import DataLoader, Dataset
 from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
 from typing_extensions import override
 
-from gradskip_lightning.callback import setup as checks
-from gradskip_lightning.callback.discovery.stage import DiscoveryStage
-from gradskip_lightning.callback.epoch import EpochRunner, Prepared, RunSettings
-from gradskip_lightning.callback.probes import ProbeImages
-from gradskip_lightning.callback.scoring.schedule import EpochSchedule
-from gradskip_lightning.callback.settings import (
+from gradskip_lightning.core.explanation import ModelExplainer
+from gradskip_lightning.core.validation import required
+from gradskip_lightning.engine import setup as checks
+from gradskip_lightning.engine.discovery.stage import DiscoveryStage
+from gradskip_lightning.engine.epoch import EpochRunner, Prepared, RunSettings
+from gradskip_lightning.engine.probes import ProbeImages
+from gradskip_lightning.engine.scoring.schedule import EpochSchedule
+from gradskip_lightning.engine.settings import (
     MethodSettings,
     ProbeSettings,
     RenderSettings,
     ScoreSettings,
     check_arguments,
 )
-from gradskip_lightning.callback.setup import DataSetup
-from gradskip_lightning.core.explanation import ModelExplainer
-from gradskip_lightning.core.validation import required
+from gradskip_lightning.engine.setup import DataSetup
 from gradskip_lightning.hf_trainer.host import (
     TrainerHost,
     check_best_metric,
@@ -62,7 +62,7 @@ class GradSkipTrainerCallback(TrainerCallback):
     Args:
         probe_images: explicit probes (:class:`~gradskip_lightning.ProbeImages`); None draws
             ``probes.num_probes`` from the evaluation dataset (the training one without).
-        probes, methods, scores, render: the settings groups (:mod:`gradskip_lightning.callback.settings`);
+        probes, methods, scores, render: the settings groups (:mod:`gradskip_lightning.engine.settings`);
             None: their defaults. ``render.mean``/``std`` default to the image processor's.
         discovery: the shortcut discovery stage (:class:`~gradskip_lightning.DiscoveryStage`); None: off.
         every_n_epochs: explain every n-th training epoch.

@@ -1,4 +1,4 @@
-"""A ``transformers.Trainer``'s side of the epoch-end seam (:class:`~gradskip_lightning.callback.host.Host`).
+"""A ``transformers.Trainer``'s side of the epoch-end seam (:class:`~gradskip_lightning.engine.host.Host`).
 
 Where the Lightning callback reads ``trainer.state.fn``, ``is_global_zero`` and Lightning's logged
 step, and puts monitorable values in ``callback_metrics``, :class:`TrainerHost` reads the
@@ -19,8 +19,8 @@ import torch
 from torch import Tensor, nn
 from transformers import TrainerState
 
-from gradskip_lightning.callback.discovery.images import send_alert
-from gradskip_lightning.callback.output.monitor import invalidate, monitor
+from gradskip_lightning.engine.discovery.images import send_alert
+from gradskip_lightning.engine.output.monitor import invalidate, monitor
 
 __all__ = [
     "ModelData",
@@ -36,7 +36,7 @@ __all__ = [
 
 @dataclass
 class TrainerHost:
-    """:class:`~gradskip_lightning.callback.host.Host` of one evaluation (or epoch end) of a ``transformers.Trainer``.
+    """:class:`~gradskip_lightning.engine.host.Host` of one evaluation (or epoch end) of a ``transformers.Trainer``.
 
     Attributes:
         state: the Trainer's state (rank, step, log history).
@@ -115,7 +115,7 @@ def ends_epoch(epoch: float | None) -> bool:
 
 @dataclass(frozen=True)
 class ModelData:
-    """What the callback's setup reads from a datamodule (:func:`~gradskip_lightning.callback.setup.data_setup`),
+    """What the callback's setup reads from a datamodule (:func:`~gradskip_lightning.engine.setup.data_setup`),
     taken from a ``transformers`` model's config and its image processor."""
 
     class_names: list[str] | None = None

@@ -5,7 +5,7 @@ and the images as PNGs (``<output_dir>/<folder>/images``); with ``"wandb"`` one 
 epoch in the run the Trainer's ``WandbCallback`` started (``wandb.run``), charted against
 ``train/global_step`` as the Trainer's own rows are, and the maps as an artifact at the end of
 training; with ``"tensorboard"`` images, histograms and scalars. The loggers here give the sinks of
-:mod:`gradskip_lightning.callback.output.sinks` the interfaces Lightning's loggers have.
+:mod:`gradskip_lightning.engine.output.sinks` the interfaces Lightning's loggers have.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from lightning.pytorch.utilities import rank_zero_warn
 
-from gradskip_lightning.callback.output.sinks import Sink, TensorBoardSink, ordered_sinks
+from gradskip_lightning.engine.output.sinks import Sink, TensorBoardSink, ordered_sinks
 
 if TYPE_CHECKING:
     from torch.utils.tensorboard import SummaryWriter
@@ -33,7 +33,7 @@ WRITTEN = ("wandb", "tensorboard")
 
 @dataclass
 class RunWandb:
-    """A W&B run as the sinks' :class:`~gradskip_lightning.callback.output.sinks.WandbRunLogger`:
+    """A W&B run as the sinks' :class:`~gradskip_lightning.engine.output.sinks.WandbRunLogger`:
     each row carries the Trainer's ``train/global_step`` (W&B's own step counts rows)."""
 
     run: Any  # a wandb.Run

@@ -9,7 +9,6 @@ left as it is and it is run under ``torch.no_grad()``. For a segmentation model 
 (B, K, h, w)) they also take ``regions`` (B, h, w) bool and score the mean region logit.
 """
 
-from .discovery import ClassMapSummary, Discovery, DiscoverySettings, discover, summarise_classes
 from .drift import ExplanationDrift, average_ranks, drift, spearman, topk_iou
 from .insertion_deletion import InsertionDeletion, insertion_deletion, trapezoid_auc
 from .perturbation import (
@@ -34,11 +33,8 @@ from .sensitivity import ClassSensitivity, class_sensitivity, explain_class_sens
 from .violation import FaithfulnessViolation, faithfulness_violation
 
 __all__ = [
-    "ClassMapSummary",
-    "Discovery",
     "ClassSensitivity",
     "CountingModel",
-    "DiscoverySettings",
     "ExplanationDrift",
     "FaithfulnessViolation",
     "InsertionDeletion",
@@ -70,6 +66,4 @@ __all__ = [
     "spearman",
     "topk_iou",
     "trapezoid_auc",
-    "discover",
-    "summarise_classes",
 ]

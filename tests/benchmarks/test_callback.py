@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from gradskip_lightning.benchmarks.callback import PARTS, _callback, _HookTimer
+from benchmarks.callback import PARTS, _callback, _HookTimer
 
 
 def _args(**overrides) -> argparse.Namespace:
@@ -23,7 +23,7 @@ def test_the_main_configs_callback_is_measured_with_its_discovery_stage_and_budg
 
 def test_the_parts_are_the_callbacks_own_timings_and_add_up_under_the_hook(tmp_path):
     from gradskip_lightning import GradSkipCallback, MethodSettings, ProbeSettings, ScoreSettings
-    from tests.callback.helpers import tiny_data, tiny_module, tiny_trainer
+    from tests.callbacks.helpers import tiny_data, tiny_module, tiny_trainer
 
     callback = GradSkipCallback(
         probes=ProbeSettings(num_probes=8), scores=ScoreSettings(insertion_steps=4),

@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from gradskip_lightning.benchmarks.__main__ import main
-from gradskip_lightning.benchmarks.cost import peak_mib
+from benchmarks.__main__ import main
+from benchmarks.cost import peak_mib
 from gradskip_lightning.families.segformer import SEGFORMER_METHODS
 
 
@@ -70,7 +70,7 @@ def test_peak_mib_sees_a_transient_allocation():
 
 def test_segformer_record_counts_the_forward_and_a_ratio_per_method():
     pytest.importorskip("transformers")
-    from gradskip_lightning.benchmarks.cost import measure, methods_of
+    from benchmarks.cost import measure, methods_of
 
     assert methods_of("segformer_tiny_64", None) == [*SEGFORMER_METHODS, "floor"]
     assert methods_of("segformer_tiny_64", ["lrp", "gradskip"]) == ["gradskip"]  # lrp is ViT-only
@@ -85,6 +85,6 @@ def test_segformer_record_counts_the_forward_and_a_ratio_per_method():
 
 def test_segformer_gradskip_map_costs_at_most_2_2_forwards():
     pytest.importorskip("transformers")
-    from gradskip_lightning.benchmarks.cost import measure
+    from benchmarks.cost import measure
 
     assert measure("segformer_tiny_64", "gradskip", 1)["ratio_to_forward"] <= 2.2  # measured 1.73

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from gradskip_lightning.benchmarks.__main__ import main
+from benchmarks.__main__ import main
 
 NAMES = ["vit_tiny_patch16_224", "deit_tiny_patch16_224", "vit_small_patch16_18x2_224", "vit_base_patch16_xp_224"]
 

@@ -9,13 +9,13 @@ from dataclasses import replace
 import pytest
 import torch
 
-from gradskip_lightning.benchmarks.discovery.property_report import false_alarm_table, shortcut_table
-from gradskip_lightning.benchmarks.discovery.report import markdown
-from gradskip_lightning.benchmarks.discovery.scoring import FORMULAS, pair_wins, score, seed_rows
-from gradskip_lightning.benchmarks.discovery.trace import ClassRecord, PropertyRecord, property_records
-from gradskip_lightning.callback.discovery.properties import property_scalars
-from gradskip_lightning.metrics.discovery_properties import discover_properties
-from gradskip_lightning.metrics.image_properties import PixelSpace
+from benchmarks.discovery.property_report import false_alarm_table, shortcut_table
+from benchmarks.discovery.report import markdown
+from benchmarks.discovery.scoring import FORMULAS, pair_wins, score, seed_rows
+from benchmarks.discovery.trace import ClassRecord, PropertyRecord, property_records
+from gradskip_lightning.engine.discovery.properties import property_scalars
+from gradskip_lightning.shortcuts.discovery_properties import discover_properties
+from gradskip_lightning.shortcuts.image_properties import PixelSpace
 
 BASE = ClassRecord(
     dataset="d", seed=0, variant="clean", shortcut="none", target=-1, method="m", share=0.1, epoch=1.0, label=0,

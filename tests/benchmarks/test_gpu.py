@@ -7,8 +7,8 @@ import json
 import pytest
 import torch
 
-from gradskip_lightning.benchmarks import gpu
-from gradskip_lightning.benchmarks.__main__ import main
+from benchmarks import gpu
+from benchmarks.__main__ import main
 
 
 def test_without_cuda_nothing_runs_and_every_record_says_so(tmp_path, capsys, monkeypatch):

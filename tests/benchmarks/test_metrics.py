@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import math
 
-from gradskip_lightning.benchmarks import metrics as benchmark
+from benchmarks import metrics as benchmark
 
 
 def test_run_sweeps_batch_sizes_and_returns_one_record_each(capsys):

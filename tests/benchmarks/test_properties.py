@@ -5,8 +5,8 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 
-from gradskip_lightning.benchmarks.discovery.trace import PropertyRecord
-from gradskip_lightning.benchmarks.properties import report
+from benchmarks.discovery.trace import PropertyRecord
+from benchmarks.properties import report
 
 BASE = PropertyRecord(
     dataset="d", seed=0, variant="clean", shortcut_property="", target=-1, spurious_score=math.nan, accuracy=1.0,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from gradskip_lightning.benchmarks.property_correction import CorrectionRecord, report
+from benchmarks.property_correction import CorrectionRecord, report
 
 CAST = CorrectionRecord("d", 0, "cast", "cast", 1, 1.0, 0.75, "")
 

@@ -9,9 +9,9 @@ import math
 import pytest
 import torch
 
-from gradskip_lightning.benchmarks.__main__ import main
-from gradskip_lightning.benchmarks.faithfulness.bootstrap import BootstrapSettings
-from gradskip_lightning.benchmarks.segmentation.methods import (
+from benchmarks.__main__ import main
+from benchmarks.faithfulness.bootstrap import BootstrapSettings
+from benchmarks.segmentation.methods import (
     METHODS,
     POOLED,
     SCORES,
@@ -19,10 +19,10 @@ from gradskip_lightning.benchmarks.segmentation.methods import (
     grad_cam,
     grad_cam_layer,
 )
-from gradskip_lightning.benchmarks.segmentation.models import make_datamodule, square_subset
-from gradskip_lightning.benchmarks.segmentation.records import SegmentationScoreRecord
-from gradskip_lightning.benchmarks.segmentation.report import BEGIN, END
-from gradskip_lightning.benchmarks.segmentation.summary import SeedScores, interval_records, paired_differences
+from benchmarks.segmentation.models import make_datamodule, square_subset
+from benchmarks.segmentation.records import SegmentationScoreRecord
+from benchmarks.segmentation.report import BEGIN, END
+from benchmarks.segmentation.summary import SeedScores, interval_records, paired_differences
 from gradskip_lightning.training.segmentation import SegmentationModule
 from tests.families.segformer.conftest import tiny_segformer
 

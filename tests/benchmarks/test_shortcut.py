@@ -9,15 +9,15 @@ from dataclasses import fields
 import pytest
 import torch
 
-from gradskip_lightning.benchmarks.__main__ import main
-from gradskip_lightning.benchmarks.shortcut.detection import (
+from benchmarks.__main__ import main
+from benchmarks.shortcut.detection import (
     detection_auroc,
     first_flag_epoch,
     flag_threshold,
     spurious_epoch,
 )
-from gradskip_lightning.benchmarks.shortcut.records import DetectionRecord
-from gradskip_lightning.benchmarks.shortcut.report import BEGIN, END
+from benchmarks.shortcut.records import DetectionRecord
+from benchmarks.shortcut.report import BEGIN, END
 from gradskip_lightning.methods import PASS_METHODS
 
 PEERS = {"integrated_gradients", "input_x_gradient", "grad_cam"}

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import torch
 
-from gradskip_lightning.benchmarks.shortcuts import SHORTCUTS, ShortcutDataset
+from benchmarks.shortcuts import SHORTCUTS, ShortcutDataset
 from gradskip_lightning.data.base import LabelledDataset
-from gradskip_lightning.metrics.image_properties import PROPERTY_NAMES
+from gradskip_lightning.shortcuts.image_properties import PROPERTY_NAMES
 
 MEAN, STD = (0.5, 0.5, 0.5), (0.25, 0.25, 0.25)
 

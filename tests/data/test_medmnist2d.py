@@ -7,8 +7,9 @@ import numpy as np
 import pytest
 import torch
 
-from gradskip_lightning.data import BloodMNISTDataModule, MedMNISTDataModule, SpuriousTag
+from gradskip_lightning.data import BloodMNISTDataModule, MedMNISTDataModule
 from gradskip_lightning.data.medmnist2d import BLOODMNIST_MEAN, BLOODMNIST_STD, SIZES, medmnist_filename
+from gradskip_lightning.shortcuts import SpuriousTag
 from tests.data.conftest import SPLIT_SIZES, chest_labels, synthetic_bloodmnist_images, synthetic_gray_images
 
 

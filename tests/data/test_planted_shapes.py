@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from gradskip_lightning.data import PlantedShapesDataModule, PlantedShapesDataset, SpuriousTag
+from gradskip_lightning.data import PlantedShapesDataModule, PlantedShapesDataset
+from gradskip_lightning.shortcuts import SpuriousTag
 
 
 def _is_colour(image: torch.Tensor, colour: torch.Tensor) -> torch.Tensor:

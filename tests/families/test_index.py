@@ -118,7 +118,7 @@ def test_the_callback_refuses_a_bad_backbone_path_at_init():
 
 
 def test_the_callback_builds_every_explainer_on_the_backbone_and_names_the_candidates():
-    from gradskip_lightning.callback.setup import explainers_for
+    from gradskip_lightning.engine.setup import explainers_for
 
     model = _pair()
     with pytest.raises(TypeError, match=r"GradSkipCallback: Cannot explain TeacherStudent: .*'teacher'.*'student'"):

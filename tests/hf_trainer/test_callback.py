@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from gradskip_lightning import DiscoveryStage, MethodSettings, ProbeImages, ProbeSettings, ScoreSettings
-from gradskip_lightning.callback.output.files import read_maps
+from gradskip_lightning.engine.output.files import read_maps
 from gradskip_lightning.hf_trainer import GradSkipTrainerCallback
 from tests.hf_trainer.helpers import IMAGE_SIZE, PATCH, SquareItems, tiny_trainer, tiny_vit
 

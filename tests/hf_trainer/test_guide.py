@@ -7,7 +7,7 @@ import re
 import runpy
 from pathlib import Path
 
-from gradskip_lightning.callback.output.files import read_maps
+from gradskip_lightning.engine.output.files import read_maps
 
 GUIDE = Path(__file__).resolve().parents[2] / "docs" / "guides" / "hf-trainer.md"
 

@@ -14,7 +14,7 @@ from PIL import Image
 from gradskip_lightning import MethodSettings, ProbeSettings, ScoreSettings
 from gradskip_lightning.hf_trainer import GradSkipTrainerCallback
 from gradskip_lightning.hf_trainer.loggers import trainer_outputs
-from tests.callback.wandb_files import find_runs
+from tests.callbacks.wandb_files import find_runs
 from tests.hf_trainer.helpers import tiny_trainer
 
 FAST = dict(probes=ProbeSettings(num_probes=6), scores=ScoreSettings(insertion_steps=4), progress=False)

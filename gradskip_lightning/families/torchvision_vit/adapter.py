@@ -143,7 +143,7 @@ class TorchvisionViTAdapter(PassAdapter):
         """timm's ViT init of every Linear; an ``nn.MultiheadAttention``'s in_proj by its own reset.
 
         Private API, kept on purpose: ``MultiheadAttention._reset_parameters`` is torch's own init of
-        the fused in_proj (no public method re-runs it); tests/callback/test_private_apis.py fails if it goes.
+        the fused in_proj (no public method re-runs it); tests/callbacks/test_private_apis.py fails if it goes.
         """
         for module in layer.modules():
             if isinstance(module, nn.MultiheadAttention):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gradskip_lightning.benchmarks.faithfulness.ablations import SETTINGS, ablation_rows, gradskip_overrides
+from benchmarks.faithfulness.ablations import SETTINGS, ablation_rows, gradskip_overrides
 from gradskip_lightning.methods import GradSkipOptions
 
 

@@ -7,8 +7,8 @@ import math
 import pytest
 import torch
 
-from gradskip_lightning.benchmarks.faithfulness.bootstrap import BootstrapSettings, hierarchical_bootstrap, verdict
-from gradskip_lightning.benchmarks.faithfulness.records import Interval
+from benchmarks.faithfulness.bootstrap import BootstrapSettings, hierarchical_bootstrap, verdict
+from benchmarks.faithfulness.records import Interval
 
 
 def test_a_constant_difference_gives_a_zero_width_interval_at_that_value():

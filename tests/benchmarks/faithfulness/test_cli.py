@@ -8,11 +8,11 @@ import math
 
 import pytest
 
-from gradskip_lightning.benchmarks.__main__ import main
-from gradskip_lightning.benchmarks.faithfulness.ablations import SETTINGS
-from gradskip_lightning.benchmarks.faithfulness.cli import PROFILES
-from gradskip_lightning.benchmarks.faithfulness.report import BEGIN, END
-from gradskip_lightning.benchmarks.faithfulness.scores import SCORES
+from benchmarks.__main__ import main
+from benchmarks.faithfulness.ablations import SETTINGS
+from benchmarks.faithfulness.cli import PROFILES
+from benchmarks.faithfulness.report import BEGIN, END
+from benchmarks.faithfulness.scores import SCORES
 from gradskip_lightning.methods import PASS_METHODS
 
 ENGINE = set(PASS_METHODS.names)  # every registered method is benchmarked

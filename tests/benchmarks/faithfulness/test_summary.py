@@ -6,11 +6,11 @@ import math
 
 import torch
 
-from gradskip_lightning.benchmarks.faithfulness.bootstrap import BootstrapSettings
-from gradskip_lightning.benchmarks.faithfulness.records import ModelRecord, Row, ScoreRecord
-from gradskip_lightning.benchmarks.faithfulness.report import BEGIN, END, dataset_section, write_markdown
-from gradskip_lightning.benchmarks.faithfulness.scores import SCORES
-from gradskip_lightning.benchmarks.faithfulness.summary import (
+from benchmarks.faithfulness.bootstrap import BootstrapSettings
+from benchmarks.faithfulness.records import ModelRecord, Row, ScoreRecord
+from benchmarks.faithfulness.report import BEGIN, END, dataset_section, write_markdown
+from benchmarks.faithfulness.scores import SCORES
+from benchmarks.faithfulness.summary import (
     SeedScores,
     comparisons,
     floor_comparisons,

@@ -4,7 +4,7 @@ import pytest
 import torch
 from transformers import SegformerConfig, SegformerForSemanticSegmentation
 
-from gradskip_lightning.benchmarks.cost import TINY_SEGFORMER
+from benchmarks.cost import TINY_SEGFORMER
 
 
 def tiny_segformer(seed: int = 0) -> SegformerForSemanticSegmentation:

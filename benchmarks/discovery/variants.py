@@ -1,0 +1,152 @@
+"""The models of the discovery benchmark: stamps at positions no config uses, a stamp on part of a class, a
+dark bar across a patch boundary, the clean model, the negative control, and the global shortcuts (colour
+casts of three strengths, a darkening, a blur on one class, and their property controls); each as a
+datamodule of the dataset's config."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Literal, get_args
+
+from benchmarks.configs import build_datamodule, config_settings
+from gradskip_lightning.data.base import ImageClassificationDataModule
+from gradskip_lightning.shortcuts.tags import SpuriousTag
+
+from ..faithfulness.data import needs_data_root
+from ..shortcuts import SHORTCUTS, ShortcutName, add_shortcut
+
+#: stamped: the stamp on (a share of) one class; clean: no stamp; control: the stamp on every class alike;
+#: partial: the stamp on :data:`PARTIAL_P` of one class's images; bar: a dark bar across a patch boundary on one
+#: class; corrected: the stamped data trained with the discovery stage and a
+#: :class:`~gradskip_lightning.ShortcutCorrection` following it (the stamped model, unlearning its stamp); the
+#: global variants (:data:`GLOBAL`, no stamp): cast, cast_weak, cast_strong, dim and blur on one class, and the
+#: property controls cast_control, dim_control and blur_control (the same change on every class alike).
+Variant = Literal[
+    "stamped", "clean", "control", "cast", "partial", "bar", "corrected", "cast_weak", "cast_strong", "dim", "blur",
+    "cast_control", "dim_control", "blur_control",
+]  # fmt: skip
+VARIANTS: tuple[Variant, ...] = get_args(Variant)
+#: The variants whose class carries a shortcut with a place (the transplant's targets).
+PLACED: tuple[Variant, ...] = ("stamped", "partial", "bar", "corrected")
+#: The variants whose maps are traced (the hotspot tables'); the other global variants trace their property
+#: transplants only (every model does).
+MAPPED: tuple[Variant, ...] = (*PLACED, "clean", "control", "cast")
+#: Share of every class's images stamped in the negative control (and given the change in a property control).
+CONTROL_P = 0.5
+
+
+@dataclass(frozen=True)
+class GlobalVariant:
+    """A variant with a shortcut of :data:`~benchmarks.shortcuts.SHORTCUTS`: on the
+    dataset's class, or (``control``) on :data:`CONTROL_P` of every class's images alike."""
+
+    shortcut: ShortcutName
+    control: bool = False
+
+
+#: The global variants. ``cast`` keeps its meaning since its first version: (0.12, 0, -0.12) added to the RGB
+#: pixel values in [0, 1] units (it was added as that shift divided by the std to the normalised images: the same).
+GLOBAL: dict[Variant, GlobalVariant] = {
+    "cast_weak": GlobalVariant("cast_weak"),
+    "cast": GlobalVariant("cast"),
+    "cast_strong": GlobalVariant("cast_strong"),
+    "dim": GlobalVariant("dim"),
+    "blur": GlobalVariant("blur"),
+    "cast_control": GlobalVariant("cast", control=True),
+    "dim_control": GlobalVariant("dim", control=True),
+    "blur_control": GlobalVariant("blur", control=True),
+}
+#: Share of the class's images stamped in the ``partial`` variant.
+PARTIAL_P = 0.6
+
+
+@dataclass(frozen=True)
+class Stamp:
+    """A checkerboard stamp of ``size`` px at ``position`` (row, column) on ``strength`` of one class's images;
+    with ``bar`` (height, width) a black bar of that many px instead."""
+
+    size: int
+    position: tuple[int, int]
+    strength: float = 1.0
+    bar: tuple[int, int] | None = None
+
+    @property
+    def pattern(self) -> tuple[tuple[float, ...], ...]:
+        """(size, size) black-and-white checkerboard, or the (height, width) black bar."""
+        if self.bar is not None:
+            return ((0.0,) * self.bar[1],) * self.bar[0]
+        return tuple(tuple(float((row + col) % 2) for col in range(self.size)) for row in range(self.size))
+
+    def tag(self, target: int, p_in: float, p_out: float) -> SpuriousTag:
+        """The stamp as a :class:`SpuriousTag` of class ``target``, on the shares ``p_in`` and ``p_out``."""
+        return SpuriousTag(target_class=target, p_in=p_in, p_out=p_out, pattern=self.pattern, position=self.position)
+
+    def describe(self) -> str:
+        shape = f"{self.size} px" if self.bar is None else f"{self.bar[0]} x {self.bar[1]} px dark bar"
+        return f"{shape} at {self.position}, {self.strength:.0%}"
+
+
+@dataclass(frozen=True)
+class BenchData:
+    """A dataset of the benchmark: its config, the shortcut's class (every variant's), the stamps (seed i uses
+    stamp ``i % len(stamps)``) and the bar (across a boundary of the config's 4 px patches)."""
+
+    config: str
+    target: int
+    stamps: tuple[Stamp, ...]
+    bar: Stamp
+
+
+#: Planted shapes (32 px, objects kept clear of the stamp, which must end by 23 px) and BloodMNIST (28 px).
+#: The configs and tests use the top-left corner and class 0; these stamps use neither.
+DATASETS: dict[str, BenchData] = {
+    "planted_shapes": BenchData(
+        "planted_shapes",
+        target=2,
+        stamps=(Stamp(4, (14, 14)), Stamp(6, (0, 13)), Stamp(4, (13, 0), strength=0.8)),
+        bar=Stamp(0, (17, 13), bar=(2, 6)),  # columns 13-18: patches 3 and 4
+    ),
+    "bloodmnist": BenchData(
+        "bloodmnist",
+        target=5,
+        stamps=(Stamp(4, (24, 24)), Stamp(6, (0, 22)), Stamp(4, (12, 12), strength=0.8)),
+        bar=Stamp(0, (25, 9), bar=(2, 6)),  # columns 9-14: patches 2 and 3
+    ),
+}
+
+
+def stamp_of(dataset: str, seed: int, variant: Variant = "stamped") -> Stamp:
+    """The stamp of ``dataset``'s models of ``variant`` under training ``seed``: the seed's (at :data:`PARTIAL_P`
+    for ``partial``), or the dataset's bar."""
+    bench = DATASETS[dataset]
+    if variant == "bar":
+        return bench.bar
+    stamp = bench.stamps[seed % len(bench.stamps)]
+    return replace(stamp, strength=PARTIAL_P) if variant == "partial" else stamp
+
+
+def make_datamodule(dataset: str, variant: Variant, seed: int, data_root: Path | None) -> ImageClassificationDataModule:
+    """The datamodule of ``dataset``'s config for ``variant`` under ``seed``: every variant carries the
+    seed's stamp as its tag (none stamped for clean and the global variants), so the images are otherwise the same;
+    a global variant's splits carry its shortcut (:func:`~benchmarks.shortcuts.add_shortcut`)."""
+    bench = DATASETS[dataset]
+    _, data, _ = config_settings(bench.config)
+    stamp = stamp_of(dataset, seed, variant)
+    shares: dict[Variant, tuple[float, float]] = {
+        "stamped": (stamp.strength, 0.0),
+        "partial": (stamp.strength, 0.0),
+        "bar": (stamp.strength, 0.0),
+        "corrected": (stamp.strength, 0.0),
+        "control": (CONTROL_P, CONTROL_P),
+    }  # clean and the global variants: none
+    data = {**data, "tag": stamp.tag(bench.target, *shares.get(variant, (0.0, 0.0)))}
+    if needs_data_root(bench.config):
+        if data_root is None:
+            raise ValueError(f"{dataset} needs --data-root, the folder holding its files")
+        data = {**data, "root": str(data_root), "download": False}
+    datamodule = build_datamodule(bench.config, ImageClassificationDataModule, **data)
+    if variant in GLOBAL:
+        shortcut = GLOBAL[variant]
+        add_shortcut(datamodule, bench.target, SHORTCUTS[shortcut.shortcut].change, shortcut.control, CONTROL_P)
+    return datamodule

@@ -1,0 +1,269 @@
+"""GradSkipCallback: explain a fixed probe set at epoch ends and log maps, head importance and scores.
+
+The front door, the hooks and the state. What the arguments mean is in :mod:`.settings`, what setup
+checks in :mod:`.setup`, the probes in :mod:`.probes`, and one epoch end in :mod:`.epoch`.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+from lightning.pytorch import Callback, LightningModule, Trainer
+from lightning.pytorch.trainer.states import TrainerFn
+from lightning.pytorch.utilities import rank_zero_warn
+from typing_extensions import override
+
+from gradskip_lightning.callbacks.averaging import Hook
+from gradskip_lightning.callbacks.host import LightningHost
+from gradskip_lightning.callbacks.sinks import make_sinks
+from gradskip_lightning.callbacks.trainer_setup import check_precision, loader_dataset
+from gradskip_lightning.core.explanation import ModelExplainer
+from gradskip_lightning.core.validation import required
+from gradskip_lightning.engine import setup as checks
+from gradskip_lightning.engine.discovery.stage import Discovered, DiscoveryStage
+from gradskip_lightning.engine.epoch import EpochRunner, Prepared, RunSettings
+from gradskip_lightning.engine.output.sinks import Sink
+from gradskip_lightning.engine.probes import ProbeImages
+from gradskip_lightning.engine.scoring.schedule import EpochSchedule
+from gradskip_lightning.engine.settings import (
+    MethodSettings,
+    ProbeSettings,
+    RenderSettings,
+    ScoreSettings,
+    check_arguments,
+)
+from gradskip_lightning.shortcuts.tags import SpuriousTag
+
+__all__ = ["GradSkipCallback"]
+
+
+class GradSkipCallback(Callback):
+    r"""Explain a fixed set of probe images at epoch ends and log what the model looks at.
+
+    Every ``every_n_epochs`` epochs (at the end of validation, or of the training epoch without
+    it, and once at the end of fit) the probes are explained with ``methods.method`` (and each of
+    ``methods.compare``), scored, and logged as one row at the step of Lightning's epoch metrics;
+    every scalar is also monitorable (``EarlyStopping``, ``ModelCheckpoint``). A failing epoch warns
+    and is skipped; training does not see the callback.
+
+    Args:
+        probe_images: explicit probes (:class:`~.probes.ProbeImages`); None draws ``probes.num_probes``
+            from the datamodule's validation set.
+        probes: which probes and how many at once (:class:`~.settings.ProbeSettings`); None: the defaults.
+        methods: the explaining and compared methods (:class:`~.settings.MethodSettings`); None: GradSkip alone.
+        scores: how maps are scored (:class:`~.settings.ScoreSettings`); None: the defaults.
+        render: how overlays look (:class:`~.settings.RenderSettings`); None: the defaults.
+        discovery: the shortcut discovery stage (:class:`~.discovery.DiscoveryStage`); None: off.
+        every_n_epochs: explain every n-th epoch.
+        log_prefix: the callback's name in every key (``<section>/<log_prefix><name>``).
+        transplant: the live transplant test: a ``SpuriousTag``, True (the datamodule's tag) or False.
+        backbone: the module path (``pl_module.get_submodule``: ``"student"``, ``"nets.student"``) of the
+            network to explain when the LightningModule holds several (a teacher and a student, an EMA
+            copy); that submodule's forward must return the network's logits. None: the LightningModule.
+        progress: a progress bar while explaining takes several chunks.
+
+    Example::
+
+        GradSkipCallback(probes=ProbeSettings(num_probes=32), methods=MethodSettings(compare=["rollout"]))
+    """
+
+    def __init__(
+        self,
+        probe_images: ProbeImages | None = None,
+        *,
+        probes: ProbeSettings | None = None,
+        methods: MethodSettings | None = None,
+        scores: ScoreSettings | None = None,
+        render: RenderSettings | None = None,
+        discovery: DiscoveryStage | None = None,
+        every_n_epochs: int = 1,
+        log_prefix: str = "gradskip/",
+        transplant: SpuriousTag | bool = False,
+        backbone: str | None = None,
+        progress: bool = True,
+    ) -> None:
+        super().__init__()
+        check_arguments(every_n_epochs, log_prefix, transplant, backbone)
+        settings = RunSettings.given((probes, methods, scores, render, discovery), log_prefix, progress)
+        self.probes, self.methods, self.scores = settings.probes, settings.methods, settings.scores
+        self.render, self.discovery = settings.render, settings.discovery
+        self.log_prefix, self.transplant, self.backbone = log_prefix, transplant, backbone
+        self._source = settings.probe_source(probe_images)
+        self._schedule = EpochSchedule(every_n_epochs)
+        self._runner = EpochRunner(settings)
+        self._pending: tuple[dict[str, ModelExplainer], checks.DataSetup, list[Sink]] | None = None  # setup's parts
+        self._prepared: Prepared | None = None
+        self._fit_trainer: Trainer | None = None
+        self._sinks_for: Trainer | None = None
+        self._resumed: dict[str, Any] | None = None  # the checkpoint's probe state, checked once probes are known
+        self._said_mid_epoch = False
+
+    @property
+    def method(self) -> str:
+        """The explained method's name."""
+        return self.methods.method
+
+    @property
+    def logged_keys(self) -> frozenset[str]:
+        """The keys the last explanation put in ``callback_metrics`` (a score the time budget left out
+        of that epoch keeps its older value there, and is not in it)."""
+        return self._runner.logged_keys
+
+    @property
+    def discovered(self) -> Discovered | None:
+        """The discovery stage's last successful run of this fit (what it flagged, the discovery probes); None
+        before one, or with the stage off. A :class:`~.correction.ShortcutCorrection` acts on it."""
+        return self._runner.discovered
+
+    @property
+    def epoch_seconds(self) -> dict[str, float]:
+        """Wall seconds of the last epoch end's parts (see :attr:`.epoch.EpochRunner.seconds`)."""
+        return dict(self._runner.seconds)
+
+    @property
+    @override
+    def state_key(self) -> str:
+        return self._generate_state_key(method=self.method, log_prefix=self.log_prefix)  # Lightning's documented helper
+
+    @override
+    def setup(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
+        callbacks: list[Callback] = trainer.callbacks  # type: ignore[attr-defined]  # set by the Trainer
+        others = [c.log_prefix for c in callbacks if c is not self and isinstance(c, GradSkipCallback)]
+        checks.refuse_shared_folder(self.log_prefix, others)
+        check_precision(trainer)
+        names = self._runner.settings.explained
+        explainers = checks.explainers_for(pl_module, names, dict(self.methods.options), self.backbone)
+        if trainer.state.fn == TrainerFn.FITTING:
+            if self._fit_trainer is not None and self._fit_trainer is not trainer:
+                self._reset()
+            self._fit_trainer = trainer
+        datamodule = getattr(trainer, "datamodule", None)
+        data = checks.data_setup(explainers[self.method], datamodule, self.render, self.transplant)
+        sinks = self._prepared.sinks if self._prepared is not None and self._sinks_for is trainer else []
+        log_dir = trainer.log_dir  # on every rank: it broadcasts
+        if trainer.is_global_zero and self._sinks_for is not trainer:  # once per Trainer (fit, then validate)
+            out_dir = Path(log_dir or trainer.default_root_dir) / checks.folder(self.log_prefix)
+            sinks, self._sinks_for = make_sinks(trainer, self.log_prefix, out_dir), trainer
+        checks.check_discovery(explainers[self.method], self.discovery.enabled)
+        self._pending = (explainers, data, sinks)
+        dataset = getattr(datamodule, "val_dataset", None) or getattr(datamodule, "train_dataset", None)
+        if dataset is not None or self._source.probes is not None:
+            self._prepare(dataset)
+
+    def _prepare(self, dataset: Any | None) -> None:
+        """Draw the probes (and the discovery probes) from ``dataset`` once, check them against the
+        model and build what the epoch ends need (before any epoch)."""
+        explainers, data, sinks = required(self._pending, "the callback's setup")
+        explainer = explainers[self.method]
+        probes = self._source.probes or self._source.draw(required(dataset, "a dataset to draw the probes from"))
+        if dataset is not None and explainer.task == "classification":
+            self._runner.discoverer.draw(dataset, explainer)
+        sheet = checks.prepared_sheet(explainer, probes, data, self.scores, self.render)
+        self._prepared = Prepared(explainers, probes, sheet, data, sinks)
+        self._check_resumed()
+
+    def _reset(self) -> None:
+        """A new fit on another Trainer: draw probes again, forget drift and the schedule."""
+        self._source.reset()
+        self._runner.reset()
+        self._schedule.reset()
+        self._prepared = None
+        self._resumed = None
+
+    def _ensure_probes(self, trainer: Trainer) -> None:
+        """Draw the probes from the Trainer's dataloaders when setup had no datamodule dataset."""
+        discovery_drawn = not self.discovery.enabled or self._runner.discoverer.probes is not None
+        if self._prepared is None or not discovery_drawn:
+            self._prepare(loader_dataset(trainer))
+
+    @override
+    def on_train_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        self._ensure_probes(trainer)
+
+    @override
+    def on_train_epoch_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        self._runner.budget.train_started()
+        self._runner.logged_keys = frozenset()
+
+    @override
+    def on_validation_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        self._runner.budget.train_ended()
+        self._ensure_probes(trainer)
+
+    @override
+    def on_validation_epoch_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        if trainer.sanity_checking:
+            return
+        epoch, fitting = trainer.current_epoch, trainer.state.fn == TrainerFn.FITTING
+        if fitting and self._mid_epoch(trainer):
+            return
+        if trainer.state.fn == TrainerFn.VALIDATING or (fitting and self._schedule.due(epoch)):
+            self._explain(trainer, pl_module, epoch, "validation")
+
+    def _mid_epoch(self, trainer: Trainer) -> bool:
+        """Whether this fit validation runs before the epoch's last batch (``val_check_interval`` < 1):
+        the epoch end explains instead (the weights the epoch ends with); said once."""
+        batches = trainer.num_training_batches
+        if math.isinf(batches) or trainer.fit_loop.epoch_loop.batch_idx + 1 >= batches:
+            return False
+        if not self._said_mid_epoch:
+            self._said_mid_epoch = True
+            rank_zero_warn(
+                f"GradSkipCallback: with val_check_interval={trainer.val_check_interval!r} validation also runs within "
+                "epochs; the callback explains at the end of each epoch only (the weights the epoch ends with), "
+                "not at the validations before it"
+            )
+        return True
+
+    @override
+    def on_train_epoch_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        self._schedule.last_trained = trainer.current_epoch
+        self._runner.budget.train_ended()
+        if self._schedule.due(trainer.current_epoch):
+            self._explain(trainer, pl_module, trainer.current_epoch, "train")
+
+    @override
+    def on_fit_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        epoch = self._schedule.left_at_fit_end()
+        if epoch is not None:
+            self._explain(trainer, pl_module, epoch, "fit_end")
+        for sink in self._prepared.sinks if self._prepared is not None else []:
+            sink.finish()
+
+    def _explain(self, trainer: Trainer, pl_module: LightningModule, epoch: int, hook: Hook) -> None:
+        if trainer.state.fn == TrainerFn.FITTING:
+            self._schedule.last_explained = epoch
+        self._ensure_probes(trainer)
+        assert self._prepared is not None  # drawn above
+        self._runner.run(LightningHost(trainer, pl_module, self, hook), pl_module, epoch, self._prepared)
+
+    @override
+    def state_dict(self) -> dict[str, Any]:
+        probes = self._source.probes
+        return {
+            "probe_ids": None if probes is None else probes.ids.clone(),
+            "probe_fingerprint": None if probes is None else probes.fingerprint(),
+            "drift": self._runner.drift.state_dict(),
+            "last_explained": self._schedule.last_explained,
+            "discovery": self._runner.discoverer.state_dict(),
+        }
+
+    @override
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self._runner.drift.load_state_dict(state_dict["drift"])
+        self._schedule.last_explained = state_dict["last_explained"]
+        self._resumed = {"ids": state_dict["probe_ids"], "fingerprint": state_dict.get("probe_fingerprint")}
+        before = self._source.probes
+        self._source.restore(state_dict["probe_ids"])
+        self._runner.discoverer.load_state_dict(state_dict.get("discovery"))
+        if self._source.probes is not before and self._source.probes is not None and self._prepared is not None:
+            self._prepare(self._source.dataset)
+        self._check_resumed()
+
+    def _check_resumed(self) -> None:
+        """Once the probes are known after a resume: drift restarts (see :meth:`.DriftTracker.resume`)."""
+        if self._resumed is not None and self._source.probes is not None:
+            self._runner.drift.resume(self._resumed["fingerprint"], self._source.probes)
+            self._resumed = None

@@ -1,0 +1,443 @@
+"""ShortcutCorrection: unlearn a shortcut during training by putting its artifact on every class's images.
+
+Augmentative ClArC (Anders et al., Information Fusion 2022; Reveal-to-Revise, Pahde et al. 2023): once an
+artifact is known, paste it onto a share ``p`` of the training images of every class, so that it stops
+predicting its class and the model has to use the rest of the image. By default it is first taken off the
+class's own images (each gets another class's image's pixels at its place, or its statistic), so that every
+class carries it at the same rate ``p``: pasting alone leaves it on all of the class's images, and its absence
+still says "not this class", which costs the class's accuracy on images without it. Here it runs inside the fit: the
+artifact is a tag the user names (corrected from the first batch), a class the discovery stage of a
+:class:`~gradskip_lightning.GradSkipCallback` flagged (its hotspot, with the pixels of that class's
+discovery probes there) or a (class, global property) it flagged (the property's statistics of that class's
+discovery probes, given to other images), the last two corrected from the next training epoch on.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from lightning.pytorch import Callback, LightningModule, Trainer
+from lightning.pytorch.trainer.states import TrainerFn
+from lightning.pytorch.utilities import rank_zero_info
+from typing_extensions import override
+
+from gradskip_lightning.callbacks.gradskip import GradSkipCallback
+from gradskip_lightning.callbacks.host import logged_step
+from gradskip_lightning.callbacks.training_batches import batch_images, batch_seed, class_members
+from gradskip_lightning.core.validation import required
+from gradskip_lightning.engine.discovery.stage import Discovered
+from gradskip_lightning.engine.keys import key
+from gradskip_lightning.engine.output.monitor import monitor
+from gradskip_lightning.engine.settings import check_log_prefix, positive
+from gradskip_lightning.shortcuts.artifacts import (
+    Artifact,
+    PatchPaste,
+    PropertyPaste,
+    erase_from_class,
+    paste_share,
+    restore_artifact,
+)
+from gradskip_lightning.shortcuts.discovery_properties import chosen_properties
+from gradskip_lightning.shortcuts.image_properties import PROPERTIES, PropertyName
+from gradskip_lightning.shortcuts.tags import SpuriousTag
+
+__all__ = ["CORRECTION_VALUES", "Correction", "ShortcutCorrection", "artifact_for", "property_artifact_for"]
+
+#: Logged name -> what it is (the README's key table); ``correction/<prefix><name>``, per corrected class k
+#: ``correction/<prefix><name>/class_<k>``.
+CORRECTION_VALUES: dict[str, str] = {
+    "active": "how many shortcuts are being corrected (0: none yet, the training is untouched)",
+    "pasted_share": "share of the epoch's training images (every rank's) that got an artifact pasted",
+    "pasted_share/class_<k>": "share of the epoch's training images that got class k's patch (its hotspot or a tag)",
+    "erased_share/class_<k>": "share of class k's training images of the epoch that had its patch taken off first "
+    "(`erase`; 1 unless a batch held class k only)",
+    "box/top/class_<k>": "the corrected box of class k in pixels: top row (also left, bottom, right; exclusive)",
+    "<property>/pasted_share/class_<k>": "a corrected global property of class k (colour, brightness, sharpness, "
+    "noise): share of the epoch's training images given class k's statistics of it",
+    "<property>/erased_share/class_<k>": "the same for a corrected global property: share of class k's training "
+    "images given another class's image's statistic first (`erase`)",
+    "<property>/<statistic>/class_<k>": "the statistic that correction gives, mean over class k's donors, in pixel "
+    "units (colour: `alpha` and `beta`; brightness: `luminance`; sharpness: `high_share`; noise: `sigma`)",
+}
+
+
+@dataclass(frozen=True)
+class Correction:
+    """One shortcut being corrected: its artifact, the epoch it started at, and where it came from."""
+
+    artifact: Artifact
+    epoch: int
+    origin: str
+
+
+def artifact_for(discovered: Discovered, label: int, margin: int) -> Artifact:
+    """The artifact of class ``label`` flagged by a discovery run: the region of its reported test (the class's
+    hotspot, grown hotspot or a strategy's hotspot) grown by ``margin`` patches, with the pixels of that test's
+    discovery probes (the donors: the class's, or the strategy's members). A flagged global property gets its
+    artifact from :func:`property_artifact_for`."""
+    test = discovered.found.reported[label]
+    donors = discovered.probes.images[test.group.members]
+    return PatchPaste.from_hotspot(label, test.region, discovered.patch_size, donors, margin)
+
+
+def property_artifact_for(discovered: Discovered, name: PropertyName, label: int) -> PropertyPaste:
+    """The artifact of class ``label`` flagged for property ``name`` by a discovery run: the statistics of the
+    class's discovery probes (the donors of the stage's transfer test), in the stage's pixel space."""
+    found = required(discovered.properties, "the discovery run's property transplants")
+    donors = discovered.probes.images[discovered.probes.labels == label]
+    return PropertyPaste.from_probes(label, name, donors, found.space)
+
+
+class ShortcutCorrection(Callback):
+    r"""Paste a known or discovered shortcut onto every class's training images so the model unlearns it.
+
+    Off unless added to the Trainer's callbacks; while nothing is corrected it changes nothing (the
+    training is bitwise the same as without it). Once a shortcut is corrected, each training batch gets,
+    in ``on_train_batch_start`` and in place (the tensors Lightning then hands to ``training_step``),
+    the artifact on each image with probability ``p``, whatever its class: a patch pasted at its place, or
+    (a flagged global property) the image given one of the class's probes' statistics of that property
+    (colour, brightness, sharpness, noise). With ``erase`` (the default) the artifact is first taken off every
+    image of its class in the batch: each gets, drawn from the batch's images of other classes (as they came,
+    before any correction), one's pixels at the artifact's place or one's statistic of the property; then the
+    artifact is as common on every class (``p``) and says nothing about the class. Said once in the log when a
+    correction starts; logged every training epoch under ``correction/<log_prefix>...`` (a property's under
+    ``correction/<log_prefix><property>/...``).
+
+    Args:
+        tag: a known shortcut (:class:`~gradskip_lightning.shortcuts.SpuriousTag`: its pattern at its place),
+            corrected from the first training batch; its pixel values are normalised with ``mean`` and ``std``.
+        discovery: follow the discovery stage of a :class:`~gradskip_lightning.GradSkipCallback` among
+            the Trainer's callbacks: True, the one with ``discovery.enabled`` (when there is one; required
+            without a ``tag``); a string, the one with that ``log_prefix``; False: none. A flagged class
+            is corrected with its hotspot, the pixels taken from the class's discovery probes; a class
+            flagged for a global property (the stage's ``properties``) with that property: each image it is
+            put on gets the statistic of one of the class's discovery probes, by the stage's own transfer.
+        p: probability that a training image gets an artifact, in (0, 1] (each artifact draws apart).
+        erase: first take the artifact off its class's own images (from the batch's other classes), so that it
+            is on a share ``p`` of every class, its own included; False: paste only (augmentative ClArC), which
+            leaves it on all of the class's images. Needs the batch's labels (``label_key``).
+        classes: the classes the discovery may get corrected (None: any flagged class), for hotspots and
+            properties alike.
+        properties: the global properties the discovery may get corrected (names of
+            :data:`~gradskip_lightning.shortcuts.image_properties.PROPERTIES`; None: any flagged one; ``()``:
+            none, hotspots only). One correction per flagged (class, property).
+        flagged_epochs: a class (or a class's property) is corrected once the discovery stage flagged it at
+            this many of its runs in a row (1: at the first flag), from the next training epoch on.
+        margin: patches added on every side of a discovered hotspot before pasting (0: the hotspot
+            alone). The hotspot is the smallest region holding ``hotspot_share`` of the class-mean map's
+            mass and often covers only part of the artifact, whose rest then still predicts the class.
+        seed: seed of the draws (which images, which donor). Batch ``i`` of epoch ``e`` on rank ``r`` draws
+            from a generator of its own seeded by (seed, r, e, i): ranks draw apart, a resumed fit draws as
+            the uninterrupted one, the global RNG is never used.
+        mean: the images' per-channel normalisation mean, to put a tag's pixel values into the model's
+            input space (None: the datamodule's ``mean``).
+        std: the normalisation's standard deviation, likewise (None: the datamodule's ``std``).
+        image_key: the key of the images in mapping batches (None: the first of ``image``,
+            ``pixel_values``, ``img``, ``images``).
+        label_key: the key of the labels in mapping batches, for ``erase`` (None: the first of ``label``,
+            ``labels``, ``target``, ``targets``, ``class``); a tuple batch's labels are its second element.
+        log_prefix: the name in the logged keys (``correction/<log_prefix>active``).
+
+    The discovery stage's choice is a callback of the Trainer found by its ``log_prefix``, not an object
+    given here: that is how a LightningCLI config names it, and a checkpoint holds no reference to it.
+    Under DDP every rank runs the same discovery on the same probes, so every rank corrects the same
+    artifacts, each on its own batches with its own draws.
+
+    Example::
+
+        Trainer(callbacks=[GradSkipCallback(discovery=DiscoveryStage(enabled=True)), ShortcutCorrection(p=0.5)])
+        ShortcutCorrection(properties=())  # flagged hotspots only
+        ShortcutCorrection(erase=False)  # paste only: the class's own images keep the artifact
+    """
+
+    def __init__(
+        self,
+        tag: SpuriousTag | None = None,
+        *,
+        discovery: bool | str = True,
+        p: float = 0.5,
+        erase: bool = True,
+        classes: Sequence[int] | None = None,
+        properties: Sequence[PropertyName] | None = None,
+        flagged_epochs: int = 1,
+        margin: int = 1,
+        seed: int = 0,
+        mean: Sequence[float] | None = None,
+        std: Sequence[float] | None = None,
+        image_key: str | None = None,
+        label_key: str | None = None,
+        log_prefix: str = "gradskip/",
+    ) -> None:
+        super().__init__()
+        if tag is not None and not isinstance(tag, SpuriousTag):
+            raise TypeError(f"tag must be a SpuriousTag or None, got {type(tag).__name__}")
+        if not isinstance(discovery, (bool, str)) or discovery == "":
+            raise TypeError(f"discovery must be True, False or a GradSkipCallback's log_prefix; got {discovery!r}")
+        if tag is None and discovery is False:
+            raise ValueError("ShortcutCorrection has nothing to correct: give a tag, or follow a discovery stage")
+        if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0 < p <= 1:
+            raise ValueError(f"p must be a probability in (0, 1], got {p!r}")
+        if classes is not None:
+            classes = list(classes)
+            if not classes or any(isinstance(c, bool) or not isinstance(c, int) or c < 0 for c in classes):
+                raise ValueError(f"classes must be None or class indices >= 0, got {classes!r}")
+            if len(set(classes)) != len(classes):
+                raise ValueError(f"classes names a class twice: {classes}")
+        chosen = chosen_properties(properties, option="properties")
+        positive("flagged_epochs", flagged_epochs)
+        if isinstance(margin, bool) or not isinstance(margin, int) or margin < 0:
+            raise ValueError(f"margin must be a number of patches >= 0, got {margin!r}")
+        if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+            raise ValueError(f"seed must be an integer >= 0, got {seed!r}")
+        if (mean is None) != (std is None):
+            raise ValueError("mean and std go together: give both or neither")
+        if not isinstance(erase, bool):
+            raise TypeError(f"erase must be True or False, got {erase!r}")
+        for name, value in (("image_key", image_key), ("label_key", label_key)):
+            if value is not None and (not isinstance(value, str) or not value):
+                raise ValueError(f"{name} must be a non-empty string or None, got {value!r}")
+        check_log_prefix(log_prefix)
+        self.tag, self.discovery, self.p, self.classes, self.properties = tag, discovery, float(p), classes, chosen
+        self.flagged_epochs, self.margin, self.seed, self.mean, self.std = flagged_epochs, margin, seed, mean, std
+        self.erase, self.image_key, self.label_key, self.log_prefix = erase, image_key, label_key, log_prefix
+        self._source: GradSkipCallback | None = None
+        self._fit_trainer: Trainer | None = None
+        self._normalisation: tuple[tuple[float, ...], tuple[float, ...]] | None = None  # a tag's (mean, std)
+        self._corrections: list[Correction] = []
+        self._streaks: dict[int, int] = {}  # class -> flagged discovery runs in a row
+        self._property_streaks: dict[tuple[str, int], int] = {}  # (property, class) -> the same
+        self._last_run: int | None = None  # epoch of the last discovery run read
+        self._resumed: list[Correction] = []  # restored from a checkpoint, said at the fit's start
+        self._generator = torch.Generator()
+        # (3, corrections), this epoch: images it was pasted on, images of its class it was taken off, of its class
+        self._tallies = torch.zeros(3, 0, dtype=torch.long)
+        self._counts = [0, 0]  # images with any artifact, images seen (this epoch)
+
+    @property
+    def corrections(self) -> tuple[Correction, ...]:
+        """The shortcuts being corrected, in the order they started."""
+        return tuple(self._corrections)
+
+    @property
+    @override
+    def state_key(self) -> str:
+        return self._generate_state_key(log_prefix=self.log_prefix)
+
+    # ----------------------------------------------------------------------------- hooks
+
+    @override
+    def setup(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
+        if trainer.state.fn != TrainerFn.FITTING:
+            return
+        if self._fit_trainer is not None and self._fit_trainer is not trainer:  # a new fit: nothing corrected yet
+            self._corrections, self._streaks, self._last_run, self._resumed = [], {}, None, []
+            self._property_streaks = {}
+        self._fit_trainer = trainer  # a checkpoint's state is loaded after setup
+        self._source = self._followed(trainer)
+        if self.tag is not None:
+            datamodule = getattr(trainer, "datamodule", None)
+            mean, std = self.mean, self.std
+            if mean is None:
+                mean, std = getattr(datamodule, "mean", None), getattr(datamodule, "std", None)
+            if mean is None or std is None:
+                raise ValueError(
+                    "ShortcutCorrection puts the tag's pixel values into the model's input space and needs the images' "
+                    "normalisation: give mean and std, or use a datamodule with mean/std attributes"
+                )
+            self._normalisation = (tuple(mean), tuple(std))
+
+    @override
+    def on_train_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        for correction in self._resumed:
+            self._say(correction, "continuing (from the checkpoint) to correct")
+        self._resumed = []
+        if self.tag is not None and not self._corrected(self.tag.target_class, PatchPaste.kind, ""):
+            artifact = PatchPaste.from_tag(self.tag, *required(self._normalisation, "the tag's normalisation"))
+            self._start(Correction(artifact, trainer.current_epoch, "the given tag"))
+
+    @override
+    def on_train_epoch_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        if self._source is not None:
+            self._follow(self._source, trainer.current_epoch)
+        self._tallies = torch.zeros(3, len(self._corrections), dtype=torch.long)
+        self._counts = [0, 0]
+
+    @override
+    def on_train_batch_start(self, trainer: Trainer, pl_module: LightningModule, batch: Any, batch_idx: int) -> None:
+        if not self._corrections:
+            return  # nothing corrected: the batch, the RNGs and the training are untouched
+        images = batch_images(batch, self.image_key)
+        self._generator.manual_seed(batch_seed(self.seed, trainer.global_rank, trainer.current_epoch, batch_idx))
+        pasted = torch.zeros(len(images), dtype=torch.bool)
+        with torch.no_grad():
+            if self.erase:  # first off the class's own images, the stand-ins from the batch as it came
+                originals = images.clone()
+                for index, correction in enumerate(self._corrections):
+                    members = class_members(batch, correction.artifact.target, self.label_key)
+                    erased = erase_from_class(images, originals, members, correction.artifact, self._generator)
+                    self._tallies[1:, index] += torch.tensor([erased, int(members.sum())])
+            for index, correction in enumerate(self._corrections):
+                chosen = paste_share(images, correction.artifact, self.p, self._generator)
+                self._tallies[0, index] += int(chosen.sum())
+                pasted |= chosen
+        self._counts[0] += int(pasted.sum())
+        self._counts[1] += len(images)
+
+    @override
+    def on_train_epoch_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        counts = torch.tensor(
+            [*self._counts, *self._tallies.flatten().tolist()], dtype=torch.long, device=pl_module.device
+        )
+        counts = trainer.strategy.reduce(counts, reduce_op="sum").cpu().double()  # every rank's images
+        seen, (pasted, erased, members) = float(counts[1]), counts[2:].reshape(3, -1)
+        share = (counts[:2] / seen).tolist() if seen else [math.nan, math.nan]
+        scalars = {
+            key("correction", self.log_prefix, "active"): float(len(self._corrections)),
+            key("correction", self.log_prefix, "pasted_share"): share[0] if self._corrections else 0.0,
+        }
+        for index, correction in enumerate(self._corrections):
+            label, start = correction.artifact.target, correction.artifact.key_prefix
+            scalars[key("correction", self.log_prefix, f"{start}pasted_share/class_{label}")] = (
+                float(pasted[index]) / seen if seen else math.nan
+            )
+            if self.erase:
+                of_class = float(members[index])
+                scalars[key("correction", self.log_prefix, f"{start}erased_share/class_{label}")] = (
+                    float(erased[index]) / of_class if of_class else math.nan
+                )
+            for name, number in correction.artifact.scalars().items():
+                scalars[key("correction", self.log_prefix, f"{start}{name}/class_{label}")] = number
+        monitor(trainer.callback_metrics, scalars)
+        if trainer.is_global_zero:
+            for logger in trainer.loggers:
+                logger.log_metrics(scalars, step=logged_step(trainer))
+
+    # ----------------------------------------------------------------------------- state
+
+    @override
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "corrections": [
+                {"artifact": c.artifact.state_dict(), "epoch": c.epoch, "origin": c.origin} for c in self._corrections
+            ],
+            "streaks": [[label, runs] for label, runs in sorted(self._streaks.items())],
+            "property_streaks": [[name, label, runs] for (name, label), runs in sorted(self._property_streaks.items())],
+            "last_run": self._last_run,
+        }
+
+    @override
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self._corrections = [
+            Correction(restore_artifact(c["artifact"]), int(c["epoch"]), str(c["origin"]))
+            for c in state_dict["corrections"]
+        ]
+        self._resumed = list(self._corrections)
+        self._streaks = {int(label): int(runs) for label, runs in state_dict["streaks"]}
+        older = state_dict.get("property_streaks", [])  # none in a checkpoint from before the property corrections
+        self._property_streaks = {(str(name), int(label)): int(runs) for name, label, runs in older}
+        self._last_run = state_dict["last_run"]
+
+    # ----------------------------------------------------------------------------- helpers
+
+    def _followed(self, trainer: Trainer) -> GradSkipCallback | None:
+        """The GradSkipCallback whose discovery stage is followed (None: none)."""
+        if self.discovery is False:
+            return None
+        callbacks: list[Callback] = trainer.callbacks  # type: ignore[attr-defined]  # set by the Trainer
+        gradskips = [c for c in callbacks if isinstance(c, GradSkipCallback)]
+        if isinstance(self.discovery, str):
+            named = [c for c in gradskips if c.log_prefix == self.discovery]
+            if not named or not named[0].discovery.enabled:
+                raise ValueError(
+                    f"ShortcutCorrection(discovery={self.discovery!r}) follows the GradSkipCallback with that "
+                    f"log_prefix and its discovery stage on; the Trainer's GradSkipCallbacks: "
+                    f"{[(c.log_prefix, c.discovery.enabled) for c in gradskips]} (log_prefix, discovery on)"
+                )
+            return named[0]
+        discovering = [c for c in gradskips if c.discovery.enabled]
+        if len(discovering) > 1:
+            raise ValueError(
+                f"ShortcutCorrection(discovery=True) follows the one GradSkipCallback with discovery on; there are "
+                f"{len(discovering)} (log_prefix {[c.log_prefix for c in discovering]}): name one, "
+                "ShortcutCorrection(discovery='<log_prefix>')"
+            )
+        if not discovering and self.tag is None:
+            raise ValueError(
+                "ShortcutCorrection has nothing to correct: give a tag, or add "
+                "GradSkipCallback(discovery=DiscoveryStage(enabled=True)) to the Trainer's callbacks"
+            )
+        return discovering[0] if discovering else None
+
+    def _follow(self, source: GradSkipCallback, epoch: int) -> None:
+        """Read the discovery stage's newest run (once) and start correcting the classes, and the classes'
+        properties, flagged long enough."""
+        discovered = source.discovered
+        if discovered is None or discovered.epoch == self._last_run:
+            return
+        self._last_run = discovered.epoch
+        flagged = discovered.found.flagged.cpu().tolist()
+        for label, flag in enumerate(flagged):
+            if self.classes is not None and label not in self.classes:
+                continue
+            self._streaks[label] = self._streaks.get(label, 0) + 1 if flag else 0
+            if self._streaks[label] >= self.flagged_epochs and not self._corrected(label, PatchPaste.kind, ""):
+                suspicion = float(discovered.found.suspicion[label])
+                group = discovered.found.reported[label].group
+                whose = "class's" if group.strategy is None else f"strategy {group.strategy}'s"
+                origin = (
+                    f"flagged by the discovery stage of {source.log_prefix!r} at epoch {discovered.epoch}, suspicion "
+                    f"{suspicion:.2f}; its tested region grown by {self.margin} patches, the pixels from the {whose} "
+                    f"{len(group.members)} discovery probes"
+                )
+                self._start(Correction(artifact_for(discovered, label, self.margin), epoch, origin))
+        self._follow_properties(discovered, source.log_prefix, epoch)
+
+    def _follow_properties(self, discovered: Discovered, followed: str, epoch: int) -> None:
+        """Start correcting the (class, property) pairs of ``discovered`` flagged long enough."""
+        found = discovered.properties
+        if found is None:
+            return
+        for name, flags in found.flagged.items():
+            if name not in self.properties:
+                continue
+            for label, flag in enumerate(flags.cpu().tolist()):
+                if self.classes is not None and label not in self.classes:
+                    continue
+                runs = self._property_streaks.get((name, label), 0) + 1 if flag else 0
+                self._property_streaks[(name, label)] = runs
+                if runs < self.flagged_epochs or self._corrected(label, PropertyPaste.kind, f"{name}/"):
+                    continue
+                transfer = found.transfers[name][label]
+                donors = int((discovered.probes.labels == label).sum())
+                origin = (
+                    f"flagged by the discovery stage of {followed!r} at epoch {discovered.epoch}, {name} suspicion "
+                    f"{float(found.suspicion[name][label]):.2f} (flip rate {transfer.flip_rate:.2f}, control "
+                    f"{transfer.control_flip_rate:.2f}); the {PROPERTIES[name].what} of the class's {donors} discovery "
+                    "probes"
+                )
+                self._start(Correction(property_artifact_for(discovered, name, label), epoch, origin))
+
+    def _corrected(self, label: int, kind: str, key_prefix: str) -> bool:
+        """Whether an artifact of ``kind`` and ``key_prefix`` (its property) of class ``label`` is corrected."""
+        return any(
+            c.artifact.target == label and c.artifact.kind == kind and c.artifact.key_prefix == key_prefix
+            for c in self._corrections
+        )
+
+    def _start(self, correction: Correction) -> None:
+        self._corrections.append(correction)
+        self._tallies = torch.cat([self._tallies, torch.zeros(3, 1, dtype=torch.long)], dim=1)
+        self._say(correction, "correcting")
+
+    def _say(self, correction: Correction, verb: str) -> None:
+        artifact = correction.artifact
+        images = f"{self.p * 100:g} % of every class's training images"
+        first = "after taking it off the class's own images (from the batch's other classes) " if self.erase else ""
+        rank_zero_info(
+            f"ShortcutCorrection: {verb} class {artifact.target}'s {artifact.describe()}: {artifact.action(images)} "
+            f"{first}from epoch {correction.epoch} ({correction.origin})"
+        )

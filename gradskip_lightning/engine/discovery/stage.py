@@ -1,0 +1,409 @@
+"""The callback's discovery stage: find a shortcut nobody named (:mod:`gradskip_lightning.shortcuts.discovery`).
+
+Every ``every_n_epochs``-th explained epoch, the discovery probes (``probes_per_class`` per class,
+drawn like the probes and kept in checkpoints) are explained for their own class with the
+callback's method; the maps are summarised per class (:class:`~gradskip_lightning.metrics.ClassMapSummary`),
+each class's hotspot (and grown hotspot, and each SpRAy strategy's) is transplanted onto the other
+classes' probes and every class gets a suspicion score and a p-value. The scalars go in the
+``discovery`` section (:func:`discovery_scalars`, monitorable like the others; in fit also each
+class's peak suspicion so far, kept in checkpoints), the class-mean map grid and a flagged class's
+strategies are images (:mod:`.images`), and a newly flagged class raises an alert. The global property
+transplants (``properties``: :mod:`.properties`) give the other classes' probes each class's colour,
+brightness, sharpness and noise statistics, with their own suspicion, keys, pictures and alerts.
+
+DDP: each rank explains its shard (:func:`~.distributed.shard_positions`, padded so every rank runs
+as many forwards), the summary syncs in ``compute()`` (sums and every map, so strategies see the
+union), and every rank runs the same transplant on the same probes: the figures equal one process's
+on every rank, and no rank enters a collective alone (errors are gathered first).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+from lightning.pytorch.utilities.seed import isolate_rng
+from torch import Tensor, nn
+from torch.utils.data import Dataset
+
+from gradskip_lightning.core.adapter import eval_mode
+from gradskip_lightning.core.explanation import ModelExplainer
+from gradskip_lightning.engine.keys import key
+from gradskip_lightning.engine.probes import ItemKeys, ProbeSet, ProbeSource, check_probes
+from gradskip_lightning.engine.scoring.distributed import shard_positions
+from gradskip_lightning.engine.settings import positive
+from gradskip_lightning.families import all_methods
+from gradskip_lightning.metrics.perturbation import Activation
+from gradskip_lightning.shortcuts import ClassMapSummary, Discovery, DiscoverySettings, discover
+from gradskip_lightning.shortcuts.discovery_properties import PropertyDiscovery, chosen_properties, discover_properties
+from gradskip_lightning.shortcuts.image_properties import PixelSpace, PropertyName
+
+__all__ = ["DiscoveryStage", "Discoverer", "Discovered", "StageRun", "discovery_scalars", "usable_maps", "CLASS_VALUES"]
+
+
+#: Default ``property_alert_threshold``, chosen in docs/discovery.md (*Global properties*).
+PROPERTY_ALERT_THRESHOLD = 0.4
+#: Default ``method``, chosen by the discovery benchmark (docs/discovery.md, *Which method*): the three
+#: candidates tied on stamps and bars at the last epoch; Chefer and LRP flagged a stamp on part of a class at 7 of
+#: the 8 epochs a model relied on it (GradSkip 4), Chefer had the lowest clean suspicion on BloodMNIST, and it
+#: runs on every family.
+DISCOVERY_METHOD = "chefer"
+
+
+@dataclass(frozen=True)
+class DiscoveryStage(DiscoverySettings):
+    """The callback's ``discovery`` group: the analysis knobs (:class:`DiscoverySettings`) and when and on what it runs.
+
+    Attributes:
+        enabled: run the discovery stage.
+        probes_per_class: discovery probes drawn per class (stratified, ``probe_seed``), explained for their class;
+            at least 3 for a class's p-value (with fewer a class is scored but never flagged).
+        every_n_epochs: run at every n-th explained epoch (epochs n-1, 2n-1, ...; always under ``validate()``).
+        batch_size: images per forward of the transplant test.
+        method: the method whose maps the stage summarises (default :data:`DISCOVERY_METHOD`; None: the
+            callback's ``method``); one other than the callback's is explained for the discovery probes only
+            (with its default options).
+        properties: the image-wide properties whose transfer each class is tested with (names of
+            :data:`~gradskip_lightning.shortcuts.image_properties.PROPERTIES`); None: all that apply to the
+            model's channels (colour needs 3); ``()``: none.
+        property_alert_threshold: property suspicion at or above which a (class, property) is flagged (with its
+            p-value at most ``alpha``: the same calibrated rule as the hotspot's, Bonferroni over the epoch's
+            (class, property) tests), in [0, 1].
+    """
+
+    enabled: bool = False
+    probes_per_class: int = 8
+    every_n_epochs: int = 1
+    batch_size: int = 64
+    method: str | None = DISCOVERY_METHOD
+    properties: tuple[PropertyName, ...] | None = None
+    property_alert_threshold: float = PROPERTY_ALERT_THRESHOLD
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.properties is not None:  # a YAML list becomes a tuple
+            object.__setattr__(self, "properties", chosen_properties(self.properties, option="discovery.properties"))
+        threshold = self.property_alert_threshold
+        if isinstance(threshold, bool) or not isinstance(threshold, (int, float)) or not 0 <= threshold <= 1:
+            raise ValueError(f"property_alert_threshold must be a number in [0, 1]; got {threshold!r}")
+        if not isinstance(self.enabled, bool):
+            raise TypeError(f"enabled must be a bool; got {type(self.enabled).__name__}")
+        positive("probes_per_class", self.probes_per_class)
+        positive("every_n_epochs", self.every_n_epochs)
+        positive("batch_size", self.batch_size)
+        if self.method is not None and self.method not in all_methods():
+            raise ValueError(f"discovery method must be None or one of {all_methods()}, got {self.method!r}")
+
+    def properties_for(self, channels: int) -> tuple[PropertyName, ...]:
+        """The properties tested on images of ``channels`` channels; a named one that does not apply is a ValueError."""
+        return chosen_properties(self.properties, channels, "discovery.properties")
+
+    @property
+    def analysis(self) -> DiscoverySettings:
+        """The :class:`DiscoverySettings` part."""
+        return DiscoverySettings(**{f.name: getattr(self, f.name) for f in dataclasses.fields(DiscoverySettings)})
+
+
+#: Per-class scalar name -> what it is (for docs/logged-keys.md); logged as ``discovery/<prefix><name>/class_<k>``.
+#: The class's values are those of its reported test: of its hotspot, grown hotspot and SpRAy strategies'
+#: hotspots, the most suspicious test that fires, else the most suspicious.
+CLASS_VALUES: dict[str, str] = {
+    "suspicion": "suspicion score in [0, 1] of the class's reported test (of its hotspot, grown hotspot and "
+    "strategies' hotspots, the most suspicious that fires, else the most suspicious): flip excess x square root of "
+    "concentration x constancy",
+    "p_value": "the reported test's p-value (the larger of the flips' sign test and the pixels' agreement test), "
+    "Bonferroni-adjusted over every test of the epoch; flagged when at most `alpha` with the suspicion at least "
+    "`alert_threshold`",
+    "peak_suspicion": "in fit: the class's highest suspicion so far in this fit (kept in checkpoints)",
+    "tested_share": "share of the class's discovery probes in the reported test's group (1: the whole class; less: "
+    "a SpRAy strategy)",
+    "flip_rate": "share of other classes' probes predicted as the class with the tested region pasted in",
+    "random_flip_rate": "control: a region of the tested region's shape at a random place of the same probes",
+    "other_class_flip_rate": "control: the tested region's place taken from other classes' probes",
+    "constancy": "how much more the tested region's pixels agree across the group's probes than within other "
+    "classes (1: a stamp on every probe, s^2 on a share s)",
+    "consistency": "mean pairwise Spearman correlation of the group's maps",
+    "concentration": "1 - the group's hotspot patches / (share x all patches)",
+    "strategies": "SpRAy strategies (eigengap) among the class's maps",
+    "hotspot/top": "the tested region's box in pixels: top row (also left, bottom, right; bottom and right exclusive)",
+}
+BOX_SIDES = ("top", "left", "bottom", "right")
+
+
+def discovery_scalars(
+    found: Discovery, patch_size: tuple[int, int], prefix: str, peak: Tensor | None = None
+) -> dict[str, float]:
+    """The ``discovery`` scalars of one epoch: per class k the :data:`CLASS_VALUES` (``peak_suspicion`` with
+    ``peak`` (K,), in fit) and the hotspot box in pixels, plus ``max_suspicion``, ``peak_suspicion`` (with
+    ``peak``) and ``flagged`` (how many classes a test fires for)."""
+    summary, scalars = found.summary, dict[str, float]()
+    for label, test in enumerate(found.reported):
+        transplant = test.transplant
+        per_class: dict[str, float] = {
+            "suspicion": float(found.suspicion[label]),
+            "p_value": float(found.p_values[label]),
+            "tested_share": test.group.share,
+            "flip_rate": transplant.flip_rate,
+            "random_flip_rate": transplant.random_flip_rate,
+            "other_class_flip_rate": transplant.other_class_flip_rate,
+            "constancy": transplant.constancy,
+            "consistency": test.group.consistency,
+            "concentration": test.group.concentration,
+            "strategies": float(len(summary.strategies[label].sizes)),
+        }
+        if peak is not None:
+            per_class["peak_suspicion"] = float(peak[label])
+        for side, patches in zip(BOX_SIDES, test.box, strict=True):
+            per_class[f"hotspot/{side}"] = float(patches * patch_size[side in ("left", "right")])
+        for name, value in per_class.items():
+            scalars[key("discovery", prefix, f"{name}/class_{label}")] = value
+    for name, values in (("max_suspicion", found.suspicion), ("peak_suspicion", peak)):
+        if values is not None:
+            finite = values[~values.isnan()]
+            scalars[key("discovery", prefix, name)] = float(finite.max()) if len(finite) else math.nan
+    scalars[key("discovery", prefix, "flagged")] = float(found.flagged.sum())
+    return scalars
+
+
+def usable_maps(maps: Tensor) -> Tensor:
+    """(P,) bool: which token maps (P, h, w) a class summary can use: finite and not all zero (the
+    explainer zeroes a probe whose relevance overflowed inside the model; an all-zero map says nothing).
+
+    Example:
+        >>> usable_maps(torch.tensor([[[1.0, 0.0]], [[0.0, 0.0]], [[float("inf"), 1.0]]])).tolist()
+        [True, False, False]
+    """
+    flat = maps.flatten(1)
+    return torch.isfinite(flat).all(dim=1) & (flat != 0).any(dim=1)
+
+
+@dataclass(frozen=True)
+class StageRun:
+    """One run of the stage: its discovery (None when it failed), the first rank's error, the ids of
+    the probes whose maps were degenerate and left out of their class's summary, and the global property
+    transplants (None when none are tested)."""
+
+    found: Discovery | None
+    error: str | None
+    degenerate: list[int] = dataclasses.field(default_factory=list)
+    properties: PropertyDiscovery | None = None
+
+
+@dataclass(frozen=True)
+class Discovered:
+    """A successful run of the stage during fit, kept for what acts on it (a
+    :class:`~gradskip_lightning.callbacks.shortcut_correction.ShortcutCorrection`).
+
+    Attributes:
+        epoch: the epoch it ran at.
+        found: what it found (flagged classes, their hotspots).
+        probes: the discovery probes it explained (the flagged class's images are its donors).
+        patch_size: (ph, pw) pixels per patch of the hotspots.
+        properties: its global property transplants (flagged (class, property) pairs, the pixel space), None
+            when none are tested.
+    """
+
+    epoch: int
+    found: Discovery
+    probes: ProbeSet
+    patch_size: tuple[int, int]
+    properties: PropertyDiscovery | None = None
+
+
+def _world() -> int:
+    return dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
+
+
+class Discoverer:
+    """The discovery stage's state over a callback's life: its probes, the classes and (property, class) pairs
+    alerted and each class's (and each property's per class) peak suspicion in this fit.
+
+    Args:
+        settings: the ``discovery`` group.
+        seed: seed of the probe draw (the callback's ``probe_seed``).
+        keys: where mapping dataset items hold the image, the label and the masks (the callback's probes').
+    """
+
+    def __init__(self, settings: DiscoveryStage, seed: int, keys: ItemKeys = ItemKeys()) -> None:
+        self.settings = settings
+        self.source = ProbeSource(None, settings.probes_per_class, seed, keys, "discovery.probes_per_class")
+        self.alerted: set[int] = set()
+        self.peak: list[float] = []  # per class, NaN until a finite suspicion
+        self.alerted_properties: set[tuple[str, int]] = set()
+        self.property_peak: dict[str, list[float]] = {}  # per property, per class as ``peak``
+
+    @property
+    def probes(self) -> ProbeSet | None:
+        return self.source.probes
+
+    def draw(self, dataset: Dataset, explainer: ModelExplainer) -> None:
+        """Draw ``probes_per_class`` x the model's classes probes from ``dataset`` (unless drawn or off) and
+        check them against ``explainer`` as the probes are, before any epoch (:func:`~.probes.check_probes`)."""
+        if self.settings.enabled and self.source.probes is None:
+            per_class, num_classes = self.settings.probes_per_class, explainer.num_classes
+            self.source.num_probes = per_class * num_classes
+            self.source.setting = f"discovery.probes_per_class={per_class} (x {num_classes} classes)"
+            probes = self.source.draw(dataset)
+            check_probes(probes, explainer.in_chans, explainer.img_size, num_classes, "discovery probe")
+            explainer.check_images(probes.images)
+        if self.settings.enabled:
+            self.settings.properties_for(explainer.in_chans)
+
+    def due(self, epoch: int, fitting: bool) -> bool:
+        """Whether the explained ``epoch`` runs the stage (always outside fit)."""
+        return (
+            self.settings.enabled
+            and self.probes is not None
+            and (not fitting or (epoch + 1) % self.settings.every_n_epochs == 0)
+        )
+
+    def reset(self) -> None:
+        """A new fit: draw again, alert again, peaks afresh."""
+        self.source.reset()
+        self.alerted, self.alerted_properties = set(), set()
+        self.peak, self.property_peak = [], {}
+
+    def run(
+        self,
+        module: nn.Module,
+        explainer: ModelExplainer,
+        *,
+        batch_size: int,
+        activation: Activation,
+        display: tuple[Sequence[float] | None, Sequence[float] | None] = (None, None),
+    ) -> StageRun:
+        """Explain, summarise and transplant on every rank (the same :class:`StageRun` on each).
+
+        ``module``: the module ``explainer`` explains (a LightningModule, a ``transformers`` model). A probe
+        whose map is degenerate (:func:`usable_maps`) is left out of its class's summary. ``display`` (the
+        probes' mean and std) takes the probes to pixels for the property transfers. Every rank must call
+        it. Isolated like the callback's explanation (RNG, modes, no parameter gradients).
+        """
+        probes = self.probes
+        if probes is None:
+            return StageRun(None, "no discovery probes")
+        shard = shard_positions(len(probes))
+        device = next(explainer.model.parameters()).device
+        error, maps, usable = None, None, None
+        with isolate_rng(include_cuda=True), torch.inference_mode(False), eval_mode(module):
+            try:
+                chunks = []
+                for start in range(0, len(shard.positions), batch_size):
+                    index = shard.positions[start : start + batch_size]
+                    images = probes.images[index].clone().to(device)
+                    chunks.append(explainer.explain(images, probes.labels[index].to(device)).token_maps.detach())
+                maps = torch.cat(chunks)[: shard.count]
+                usable = usable_maps(maps)
+            except Exception as err:  # noqa: BLE001 - isolation, as the callback's explanation
+                error = f"{type(err).__name__}: {err}"
+            own = shard.positions[: shard.count]
+            left_out = [] if usable is None else own[~usable.cpu()].tolist()
+            parts: list[tuple[str | None, list[int]]] = [(error, left_out)]
+            if _world() > 1:
+                parts = [(None, [])] * _world()
+                dist.all_gather_object(parts, (error, left_out))
+            failed = next((e for e, _ in parts if e is not None), None)
+            if failed is not None:
+                return StageRun(None, f"discovery: {failed}")
+            degenerate = sorted(int(probes.ids[p]) for _, positions in parts for p in positions)
+            assert maps is not None and usable is not None
+            metric = ClassMapSummary(
+                explainer.num_classes, (maps.shape[1], maps.shape[2]), settings=self.settings.analysis
+            )
+            metric = metric.to(device)
+            if usable.any():  # a class whose every map is degenerate is a class without maps (NaN suspicion)
+                metric.update(maps[usable].double(), probes.labels[own].to(device)[usable], own[usable.cpu()])
+            summary = metric.compute()  # syncs across processes
+            images, labels = probes.images.clone().to(device), probes.labels.to(device)
+            found = discover(
+                explainer.model,
+                images,
+                labels,
+                summary,
+                patch_size=explainer.patch_size,
+                batch_size=self.settings.batch_size,
+                activation=activation,
+            )
+            names = self.settings.properties_for(explainer.in_chans)
+            try:  # the same probes and seed on every rank: it fails on all or none, with no collective inside
+                properties = None if not names else discover_properties(
+                    explainer.model, images, labels, explainer.num_classes, names,
+                    space=PixelSpace.of(images, *display), alert_threshold=self.settings.property_alert_threshold,
+                    alpha=self.settings.alpha, batch_size=self.settings.batch_size, activation=activation,
+                    seed=self.settings.seed,
+                )  # fmt: skip
+            except Exception as err:  # noqa: BLE001 - isolation, as the explanation
+                return StageRun(None, f"discovery (global properties): {type(err).__name__}: {err}")
+        return StageRun(found, None, degenerate, properties)
+
+    def newly_flagged(self, found: Discovery) -> list[int]:
+        """The flagged classes not alerted yet in this fit (then remembered)."""
+        new = [int(c) for c in found.flagged.nonzero()[:, 0].tolist() if int(c) not in self.alerted]
+        self.alerted.update(new)
+        return new
+
+    def record_peak(self, found: Discovery) -> Tensor:
+        """(K,) float64 each class's highest suspicion in this fit, ``found`` included (NaN: never finite)."""
+        current = _running_max(self.peak, found.suspicion)
+        self.peak = current.tolist()
+        return current
+
+    def record_property_peaks(self, found: PropertyDiscovery) -> dict[PropertyName, Tensor]:
+        """Per property of ``found``, (K,) float64 each class's highest suspicion for it in this fit (as
+        :meth:`record_peak`)."""
+        peaks = {name: _running_max(self.property_peak.get(name, []), now) for name, now in found.suspicion.items()}
+        self.property_peak.update({name: peak.tolist() for name, peak in peaks.items()})
+        return peaks
+
+    def newly_flagged_properties(self, found: PropertyDiscovery) -> list[tuple[PropertyName, int]]:
+        """The flagged (property, class) pairs not alerted yet in this fit (then remembered)."""
+        new = [
+            (name, int(label))
+            for name, flagged in found.flagged.items()
+            for label in flagged.nonzero()[:, 0].tolist()
+            if (name, int(label)) not in self.alerted_properties
+        ]
+        self.alerted_properties.update(new)
+        return new
+
+    def state_dict(self) -> dict[str, object]:
+        probes = self.source.probes
+        return {
+            "ids": None if probes is None else probes.ids.clone(),
+            "alerted": sorted(self.alerted),
+            "peak": list(self.peak),
+            "alerted_properties": [[name, label] for name, label in sorted(self.alerted_properties)],
+            "property_peak": {name: list(peak) for name, peak in self.property_peak.items()},
+        }
+
+    def load_state_dict(self, state: dict[str, object] | None) -> None:
+        if not state:
+            return
+        ids = state.get("ids")
+        self.source.restore(ids if isinstance(ids, Tensor) else None)
+        alerted, peak = state.get("alerted"), state.get("peak")
+        self.alerted = set(alerted) if isinstance(alerted, list) else set()
+        self.peak = [float(v) for v in peak] if isinstance(peak, list) else []
+        pairs = state.get("alerted_properties")
+        self.alerted_properties = {(str(n), int(k)) for n, k in pairs} if isinstance(pairs, list) else set()
+        peaks = state.get("property_peak")
+        restored = peaks.items() if isinstance(peaks, dict) else ()
+        self.property_peak = {str(name): [float(v) for v in peak] for name, peak in restored}
+
+
+def _running_max(previous: list[float], current: Tensor) -> Tensor:
+    """(K,) float64 on the CPU: ``current`` (K,), raised to ``previous`` (K values, else ignored) where higher; NaN
+    only where both are.
+
+    Example:
+        >>> _running_max([0.7, math.nan, 0.1], torch.tensor([0.2, 0.3, math.nan], dtype=torch.float64)).tolist()
+        [0.7, 0.3, 0.1]
+    """
+    current = current.detach().cpu()
+    if len(previous) == len(current):
+        current = torch.fmax(current, torch.tensor(previous, dtype=current.dtype))
+    return current

@@ -1,0 +1,213 @@
+"""The callback's time budget: its own time at epoch ends against the training epoch's.
+
+With ``max_overhead`` (e.g. 0.02: 2 % of the training epoch) the callback measures each training
+epoch (first batch start to validation start, or to the epoch end without validation) and its own
+time at the epoch end (explaining, scoring, discovery, rendering, logging, files). When over budget
+it thins the work, cheapest loss first: the compared methods are explained every n-th explained
+epoch, then the explained method's perturbation scores (insertion/deletion, the violation test) are
+computed every m-th explained epoch and the discovery stage run at every d-th of its epochs, m = d
+(the scores are the trend, discovery the alarm: neither starves); the explained method's maps,
+drift and overlays stay every epoch. A thinned part runs on an epoch of its own where it can (the
+most valuable due part first, :data:`PARTS` reversed), so no epoch end carries them all. It says so
+once in the log and every explained epoch in ``<prefix>budget/...`` scalars, never silently.
+``trainer.validate()`` always does everything.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+from lightning.pytorch.utilities import rank_zero_warn
+
+from gradskip_lightning.engine.keys import key
+
+__all__ = ["MAX_STRIDE", "PARTS", "Part", "Plan", "TimeBudget"]
+
+#: The most epochs apart the budget puts a part of the work.
+MAX_STRIDE = 16
+
+#: A part of the epoch end's work that the budget can put on fewer epochs.
+Part = Literal["compared", "scores", "discovery"]
+#: The parts, from the least valuable: when several thinned parts are due, the last runs first.
+PARTS: tuple[Part, ...] = ("compared", "scores", "discovery")
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What one epoch end computes.
+
+    Attributes:
+        methods: the methods explained (the explained one first).
+        scored: the methods whose perturbation scores are computed.
+        discovery: whether the discovery stage runs.
+        discovery_due: whether its own schedule had it at this epoch (its stride counts these epochs).
+    """
+
+    methods: tuple[str, ...]
+    scored: frozenset[str]
+    discovery: bool = False
+    discovery_due: bool = False
+
+
+class TimeBudget:
+    """Plans each epoch's work so the callback's time stays at or under ``max_overhead`` of the training epoch.
+
+    Args:
+        max_overhead: the callback's time at an epoch end as a fraction of the training epoch's
+            (None: no budget, everything every epoch).
+        method: the explained method; compared: the comparison methods.
+        discovery_every: the discovery stage's own period in explained epochs (None: the stage is off).
+
+    The costs are the last measured seconds of each part (:meth:`record`): ``fixed`` (the explained
+    method's maps, rendering, logging, files), ``scores`` (its perturbation scores), ``compared``
+    (the compared methods' maps and scores) and ``discovery``. The strides (:attr:`every`) fit
+    fixed + scores / m + compared / n + discovery / (discovery_every x d) <= max_overhead x training
+    seconds: n raised first (up to :data:`MAX_STRIDE`), then m = d together, each the smallest that fits.
+    """
+
+    def __init__(
+        self, max_overhead: float | None, method: str, compared: Sequence[str], discovery_every: int | None = None
+    ) -> None:
+        if max_overhead is not None and not 0 < max_overhead:
+            raise ValueError(f"max_overhead must be a fraction > 0 of the training epoch or None, got {max_overhead}")
+        self.max_overhead = max_overhead
+        self.method, self.compared, self.discovery_every = method, tuple(compared), discovery_every
+        #: The parts this callback has: the compared methods if any, discovery if on, the scores always.
+        self.parts: tuple[Part, ...] = tuple(
+            part
+            for part in PARTS
+            if (part != "compared" or self.compared) and (part != "discovery" or discovery_every is not None)
+        )
+        self.reset()
+
+    def reset(self) -> None:
+        """Forget the measurements and strides (a new fit)."""
+        self.every: dict[Part, int] = dict.fromkeys(self.parts, 1)
+        self.overhead = float("nan")  # the last explained epoch's callback seconds / training seconds
+        self._train: list[float] = []
+        self._epoch_start: float | None = None
+        self._costs: dict[str, float] = {}
+        # epochs since each part last ran (discovery: its own epochs): every part is due at once
+        self._since: dict[Part, int] = dict.fromkeys(self.parts, MAX_STRIDE)
+        self._said = False
+
+    @property
+    def compared_every(self) -> int:
+        """Every how many explained epochs the compared methods are explained."""
+        return self.every.get("compared", 1)
+
+    @property
+    def scores_every(self) -> int:
+        """Every how many explained epochs the explained method's perturbation scores are computed."""
+        return self.every["scores"]
+
+    # ------------------------------------------------------------------ training time
+
+    def train_started(self) -> None:
+        """The training epoch starts (``on_train_epoch_start``)."""
+        self._epoch_start = time.perf_counter()
+
+    def train_ended(self) -> None:
+        """The training epoch's batches are done (validation starts, or the epoch end); once per epoch."""
+        if self._epoch_start is not None:
+            self._train = [*self._train[-2:], time.perf_counter() - self._epoch_start]
+            self._epoch_start = None
+
+    @property
+    def train_seconds(self) -> float:
+        """Median of the last three training epochs' seconds (NaN before the first)."""
+        return statistics.median(self._train) if self._train else float("nan")
+
+    # ------------------------------------------------------------------ plan and record
+
+    def plan(self, fitting: bool, discovery_due: bool = False) -> Plan:
+        """The work of this epoch end: everything without a budget, outside fit, or before costs are known.
+
+        ``discovery_due``: the discovery stage's own schedule has it at this epoch."""
+        every = (self.method, *self.compared)
+        if self.max_overhead is None or not fitting:
+            return Plan(every, frozenset(every), discovery_due, discovery_due)
+        offered = [p for p in self.parts if p != "discovery" or discovery_due]
+        due = [p for p in offered if self._since[p] + 1 >= self.every[p]]
+        thinned = [p for p in due if self.every[p] > 1]
+        runs = {p for p in due if self.every[p] == 1} | set(thinned[-1:])  # one thinned part: the most valuable
+        compared = self.compared if "compared" in runs else ()
+        scored = {*compared, *((self.method,) if "scores" in runs else ())}
+        return Plan((self.method, *compared), frozenset(scored), "discovery" in runs, discovery_due)
+
+    def record(self, plan: Plan, total: float, seconds: dict[str, float]) -> None:
+        """The epoch end's ``total`` seconds and its parts' (:attr:`~.compute.EpochWork.seconds`:
+        ``"<method>/maps"``, ``"<method>/scores"``, ``"discovery"``); re-plan the strides and say so once."""
+        if self.max_overhead is None:
+            return
+        ran: dict[Part, bool] = {
+            "compared": any(name in plan.methods for name in self.compared),
+            "discovery": plan.discovery,
+            "scores": self.method in plan.scored,
+        }
+        parts: dict[str, float] = {}
+        if ran["compared"]:
+            parts["compared"] = sum(
+                seconds.get(f"{name}/maps", 0.0) + seconds.get(f"{name}/scores", 0.0) for name in self.compared
+            )
+        if ran["discovery"]:
+            parts["discovery"] = seconds.get("discovery", 0.0)
+        if ran["scores"]:
+            parts["scores"] = seconds.get(f"{self.method}/scores", 0.0)
+        for part in self.parts:
+            if ran[part]:
+                self._since[part] = 0
+            elif part != "discovery" or plan.discovery_due:
+                self._since[part] += 1
+        self._costs.update(parts)
+        self._costs["fixed"] = max(0.0, total - sum(parts.values()))  # maps, rendering, logging, files
+        train = self.train_seconds
+        self.overhead = total / train if train > 0 else float("nan")
+        if not train > 0 or any(part not in self._costs for part in self.parts):
+            return
+        self.every = self._strides(self.max_overhead * train)
+        if any(stride > 1 for stride in self.every.values()) and not self._said:
+            self._said = True
+            rank_zero_warn(
+                f"GradSkipCallback: the epoch end took {total:.2f} s, {100 * self.overhead:.1f} % of the "
+                f"{train:.1f} s training epoch, over max_overhead={self.max_overhead}: from now on {self._described()} "
+                "(logged as budget/...; raise max_overhead or set it to None to do everything every epoch)"
+            )
+
+    def _per_epoch(self, part: Part, stride: int) -> float:
+        """The seconds per explained epoch of ``part`` run every ``stride``-th time it is offered."""
+        own = (self.discovery_every or 1) if part == "discovery" else 1
+        return self._costs[part] / (own * stride)
+
+    def _strides(self, allowance: float) -> dict[Part, int]:
+        """The strides that fit ``allowance`` seconds: the compared methods thinned first, up to :data:`MAX_STRIDE`;
+        then the scores and discovery together, at the smallest common stride (neither starves the other);
+        all at most when even that does not fit."""
+        shared = [part for part in self.parts if part != "compared"]
+        for level in range(1, MAX_STRIDE + 1):
+            for compared in range(1, MAX_STRIDE + 1) if "compared" in self.parts else (1,):
+                every: dict[Part, int] = dict.fromkeys(shared, level)
+                if "compared" in self.parts:
+                    every["compared"] = compared
+                if self._costs["fixed"] + sum(self._per_epoch(p, s) for p, s in every.items()) <= allowance:
+                    return {part: every[part] for part in self.parts}
+        return dict.fromkeys(self.parts, MAX_STRIDE)
+
+    def _described(self) -> str:
+        what = {
+            "compared": f"the compared methods {list(self.compared)} are explained every {{}} explained epoch(s)",
+            "discovery": "the discovery stage runs at every {} of its epochs",
+            "scores": f"{self.method}'s perturbation scores are computed every {{}} explained epoch(s)",
+        }
+        return ", ".join(what[part].format(self.every[part]) for part in self.parts)
+
+    def scalars(self, prefix: str) -> dict[str, float]:
+        """The budget's logged scalars (none without a budget): the last epoch end's overhead, the strides."""
+        if self.max_overhead is None:
+            return {}
+        strides = {f"budget/{part}_every": float(self.every[part]) for part in self.parts}
+        return {key(None, prefix, name): value for name, value in {"budget/overhead": self.overhead, **strides}.items()}

@@ -1,0 +1,256 @@
+"""Finding a shortcut nobody named: per-class summaries of token maps, hotspot transplant tests, a suspicion
+score and a calibrated alarm.
+
+Token maps (P, h, w) of probes of classes (P,) are summarised per class (:mod:`.discovery_maps`:
+:func:`summarise_classes`, or :class:`ClassMapSummary` over batches and processes): the mean of the
+normalised maps, its hotspot (the fewest patches holding ``hotspot_share`` of the mean's mass), the
+consistency of the maps and their SpRAy strategies (:mod:`.discovery_strategies`). :func:`discover`
+then tests groups of probes (:class:`~.discovery_maps.MapGroup`: each class and, for a class with two
+SpRAy strategies or more, each strategy: a shortcut used by part of a class) at one or two regions
+each (the group's hotspot and, with ``neighbour_relevance``, the hotspot grown by its relevant
+neighbouring patches: an artefact across a patch boundary), pasting the region onto the other
+classes' probes (:mod:`.discovery_transplant`). This module gathers the public names.
+
+Suspicion of one test, in [0, 1] (NaN where a term is undefined)::
+
+    suspicion = excess * (concentration * constancy) ** (1 / 2)                     (the default)
+    suspicion = excess * (concentration * constancy * max(0, consistency)) ** (1 / 3)  (consistency=True)
+    excess = max(0, flip_rate - max(random_flip_rate, other_class_flip_rate))
+    concentration = clamp(1 - hotspot_patches / (hotspot_share * h * w), 0, 1)       (the group's hotspot)
+    constancy = clamp((a - a_o) / (1 - a_o), 0, 1)                                  (the region's pixels)
+
+with ``a`` the share of the group's image pairs whose region pixels agree and ``a_o`` that share
+within the other classes (chance): s^2 for a stamp on a share s of the group
+(:func:`~.discovery_transplant.constancy_test`), so a stamp on 60 % of a class still counts (0.36;
+the suspicion's square root makes it 0.6), and its strategy, when SpRAy separates it, counts fully.
+
+The calibrated alarm. Each test has a p-value, the larger of two (an intersection-union test: a
+shortcut needs both): the flips' exact sign test against each control, whose pasted copies are the
+null's draws (a region of the same shape at a random place, the same place from another class; no
+forward beyond the controls'), and the constancy's one-sided jackknife z-test of ``a - a_o > 0``
+(pixels only). With N tests of finite p-value in the run, a test's adjusted p-value is
+``min(1, N * p)`` (Bonferroni over classes x groups x regions); it fires when the adjusted p-value is
+at most ``alpha`` and its suspicion at least ``alert_threshold`` (the effect-size floor). A class is
+flagged when one of its tests fires; the class's reported test is the most suspicious test that fires,
+else its most suspicious test: its suspicion and adjusted p-value are the class's (so a class's
+suspicion is the max over the class and its strategies unless a less suspicious test alone fires).
+
+Why: maps alone cannot tell a shortcut from an object part the model rightly relies on (both can
+be focused and alike across images), so the causal evidence, the flips the region's own pixels
+cause beyond both controls, scales the score and bounds it. The three map cues say how much the
+hotspot looks like an artefact; their geometric mean stays in [0, 1], weighs them alike (nothing to
+tune) and is 0 if any is: a region that differs from image to image (constancy 0, an object), a
+hotspot as large as a uniform map's (concentration 0) or maps that disagree (consistency <= 0).
+The p-value says whether the flips and the agreement stand out from what the controls and the other
+classes give on this model, data and method, given how many probes there are; the floor says what a
+p-value cannot, how large the effect is (with many recipients a tiny excess is significant).
+
+Measured: docs/discovery.md (planted shapes and BloodMNIST, 9 methods; the defaults come from there).
+
+Design note: which controls should separate a stamped class from a clean one.
+
+- The excess over control (b), the hotspot taken from other classes' probes, is the main separator.
+  On a clean model with centred objects the hotspot is "where objects are"; pasting any probe's
+  centre there destroys the recipient's object and may already produce c (a default class), which
+  (b) measures. A stamp exists only on class c, so (b) stays near 0 while the test flips.
+- Control (a), a random place of class-c probes, removes class-wide cues (colour, stain, blur) that
+  any region of a class-c image carries; a local stamp flips it only when the place hits the stamp.
+- Constancy tells a stamp (the same pixels in every image) from a discriminative object part that
+  transplants too (a basophil's granules): expected to be the strongest cue after the excess for a
+  burnt-in stamp, weak for artefacts that vary (a ruler at different places).
+- Concentration and consistency separate little where objects are centred (a clean model's maps
+  are focused and alike too), hence they only modulate the score. Consistency ranks every patch, so
+  the part of the maps off the stamp (the object, wherever it is) dominates it: a stamped class whose
+  objects move scores low there (0.07 in the known-answer test: a factor 0.4 on the suspicion).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from gradskip_lightning.core.validation import check_class_targets
+from gradskip_lightning.metrics.perturbation import Activation
+
+from .discovery_maps import ClassMaps, ClassMapSummary, DiscoverySettings, MapGroup, grown_hotspot, summarise_classes
+from .discovery_strategies import Strategies
+from .discovery_transplant import HotspotTransplant, bonferroni, hotspot_transplant
+
+__all__ = [
+    "ClassMapSummary",
+    "ClassMaps",
+    "Discovery",
+    "DiscoverySettings",
+    "HotspotTransplant",
+    "MapGroup",
+    "ShortcutTest",
+    "Strategies",
+    "discover",
+    "hotspot_transplant",
+    "summarise_classes",
+    "suspicion_score",
+]
+
+
+@dataclass(frozen=True, eq=False)
+class ShortcutTest:
+    """One test: a group's region pasted onto the other classes' probes.
+
+    Attributes:
+        group: the :class:`MapGroup` (a class, or one of its strategies) whose probes gave the region.
+        region: (h, w) bool the patches pasted: the group's hotspot, or that hotspot grown.
+        grown: whether ``region`` is the grown hotspot.
+        transplant: the :class:`HotspotTransplant` of the region.
+        suspicion: in [0, 1] (module docstring); NaN where a term is undefined.
+        p_value: ``transplant.p_value``, not adjusted; NaN where undefined.
+    """
+
+    group: MapGroup
+    region: Tensor
+    grown: bool
+    transplant: HotspotTransplant
+    suspicion: float
+    p_value: float
+
+    @property
+    def box(self) -> tuple[int, int, int, int]:
+        """The region's bounding box in patches: top, left, bottom, right (exclusive); zeros when empty."""
+        if not self.region.any():
+            return (0, 0, 0, 0)
+        rows, cols = self.region.any(dim=1).nonzero()[:, 0], self.region.any(dim=0).nonzero()[:, 0]
+        return (int(rows[0]), int(cols[0]), int(rows[-1]) + 1, int(cols[-1]) + 1)
+
+
+@dataclass(frozen=True)
+class Discovery:
+    """What :func:`discover` found, per class (K classes).
+
+    Attributes:
+        summary: the :class:`ClassMaps` the groups and hotspots came from.
+        tests: per class its :class:`ShortcutTest` s (the class's hotspot first, then grown, then each
+            strategy's).
+        reported: K tests, one per class: the most suspicious test that fires, else the most suspicious one
+            (the class's hotspot test when none is defined).
+        suspicion: (K,) float64 the reported tests' suspicion; NaN where undefined.
+        p_values: (K,) float64 the reported tests' p-values adjusted for every test run: ``min(1, N * p)``.
+        flagged: (K,) bool a test of the class fires: adjusted p-value <= ``alpha`` and suspicion >=
+            ``alert_threshold``.
+    """
+
+    summary: ClassMaps
+    tests: tuple[tuple[ShortcutTest, ...], ...]
+    reported: tuple[ShortcutTest, ...]
+    suspicion: Tensor
+    p_values: Tensor
+    flagged: Tensor
+
+    @property
+    def transplants(self) -> tuple[HotspotTransplant, ...]:
+        """The reported tests' transplants, one per class."""
+        return tuple(test.transplant for test in self.reported)
+
+    @property
+    def tests_run(self) -> int:
+        """N: the tests with a finite p-value (the Bonferroni factor)."""
+        return sum(not math.isnan(t.p_value) for tests in self.tests for t in tests)
+
+
+def suspicion_score(excess: float, concentration: float, constancy: float, consistency: float | None = None) -> float:
+    """Suspicion in [0, 1] of one test (module docstring): ``excess`` times the geometric mean of concentration,
+    constancy and, when given, ``max(0, consistency)``; NaN when a term is.
+
+    Example:
+        >>> round(suspicion_score(0.5, 1 - 1 / 4.5, 1.0), 4), suspicion_score(0.5, 0.8, 0.0)
+        (0.441, 0.0)
+        >>> round(suspicion_score(0.6, 0.8, 1.0, consistency=-0.2), 4), math.isnan(suspicion_score(math.nan, 1.0, 1.0))
+        (0.0, True)
+    """
+    cues = [concentration, constancy] + ([] if consistency is None else [consistency])
+    if math.isnan(excess) or any(math.isnan(c) for c in cues):
+        return math.nan
+    if consistency is not None:
+        cues[-1] = max(0.0, consistency)
+    return excess * math.prod(cues) ** (1 / len(cues))
+
+
+def _regions(group: MapGroup, settings: DiscoverySettings) -> list[tuple[Tensor, bool]]:
+    """The regions a group is tested at: its hotspot, and grown when that adds a patch."""
+    regions = [(group.hotspot, False)]
+    if settings.neighbour_relevance is not None:
+        grown = grown_hotspot(group.hotspot, group.mean_map, settings.neighbour_relevance)
+        if not torch.equal(grown, group.hotspot):
+            regions.append((grown, True))
+    return regions
+
+
+def _fires(test: ShortcutTest, tests_run: int, settings: DiscoverySettings) -> bool:
+    adjusted = bonferroni(test.p_value, tests_run)
+    return adjusted <= settings.alpha and test.suspicion >= settings.alert_threshold  # False when NaN
+
+
+def _reported(tests: tuple[ShortcutTest, ...], tests_run: int, settings: DiscoverySettings) -> ShortcutTest:
+    """The most suspicious test that fires, else the most suspicious (ties: the first), else the first."""
+    firing = [t for t in tests if _fires(t, tests_run, settings)]
+    defined = [t for t in firing or tests if not math.isnan(t.suspicion)]
+    return max(defined, key=lambda t: t.suspicion) if defined else tests[0]
+
+
+def discover(
+    model: Callable[[Tensor], Tensor],
+    images: Tensor,
+    classes: Tensor,
+    summary: ClassMaps,
+    *,
+    patch_size: int | tuple[int, int],
+    batch_size: int = 256,
+    activation: Activation = "softmax",
+) -> Discovery:
+    """Test every group of ``summary`` at its regions on the probes (P, C, H, W) of classes (P,), score and flag.
+
+    ``summary`` is :func:`summarise_classes` of these probes' token maps (or a :class:`ClassMapSummary`) with
+    the probes' positions (its groups' members are positions among ``images``); its settings give the seed,
+    ``alpha``, the floor and the growth. A class without probes or without a hotspot gets NaN rates and NaN
+    suspicion; a group of fewer than 3 probes has no p-value (it never fires), so a strategy that small is
+    not tested. See
+    :func:`hotspot_transplant` for ``model``, ``batch_size`` and ``activation``; the unchanged probes go
+    through ``model`` once, then each test pastes 3 copies of each recipient.
+    """
+    check_class_targets(classes, len(images), len(summary.counts))
+    settings = summary.settings
+    with torch.no_grad():
+        logits = torch.cat([model(images[start : start + batch_size]) for start in range(0, len(images), batch_size)])
+    tests = []
+    for groups in summary.groups:
+        found = []
+        for group in groups:
+            if group.strategy is not None and len(group.members) < 3:
+                continue
+            for region, grown in _regions(group, settings):
+                transplant = hotspot_transplant(
+                    model,
+                    images,
+                    classes,
+                    region,
+                    group.label,
+                    patch_size=patch_size,
+                    donors=group.members,
+                    seed=settings.seed,
+                    batch_size=batch_size,
+                    activation=activation,
+                    logits=logits,
+                )
+                consistency = group.consistency if settings.consistency else None
+                score = suspicion_score(transplant.excess, group.concentration, transplant.constancy, consistency)
+                found.append(ShortcutTest(group, region, grown, transplant, score, transplant.p_value))
+        tests.append(tuple(found))
+    run = sum(not math.isnan(t.p_value) for found in tests for t in found)
+    reported = tuple(_reported(found, run, settings) for found in tests)
+    device = summary.consistency.device
+    suspicion = torch.tensor([t.suspicion for t in reported], dtype=torch.float64, device=device)
+    p_values = torch.tensor([bonferroni(t.p_value, run) for t in reported], dtype=torch.float64, device=device)
+    flagged = torch.tensor([any(_fires(t, run, settings) for t in found) for found in tests], device=device)
+    return Discovery(summary, tuple(tests), reported, suspicion, p_values, flagged)

@@ -1,0 +1,370 @@
+"""Global property transplants: a shortcut with no place (a colour cast, a blur, noise) found by giving
+other classes' probes one class's image-wide statistics.
+
+For a class k and a property p of :mod:`.image_properties`, the recipients are the probes of the other
+classes that the model does not already predict as k. Each is given, by p's transfer in pixel space
+(:class:`~.image_properties.PixelSpace`), the statistics of
+
+- a class-k probe (donors in turn: recipient i gets class-k probe i mod n_k): ``flip_rate``, the share
+  of recipients then predicted as k;
+- (control) a probe of a third class, neither k nor the recipient's (in turn over those probes; with two
+  classes, another probe of the recipient's own class): ``control_flip_rate``, how much changing p
+  at all flips to k.
+
+``separability`` is how well p's statistic alone tells class k's probes from the others': the AUROC of
+minus each probe's distance to the class-k probes' mean statistic (leaving the probe out of that mean
+for class k's own), every statistic divided by its pooled within-class standard deviation. A flip is
+a prediction of k: its arg-max (softmax) or its sigmoid above 0.5 (multi-label).
+
+Suspicion of class k for property p, in [0, 1] (NaN where a rate is undefined)::
+
+    suspicion = max(0, flip_rate - control_flip_rate)
+
+The calibrated alarm, as the hotspot's (:mod:`.discovery`): ``p_value`` is the exact one-sided sign test
+of the class's flips against the control's over the recipients that flip under one arm only (both
+arms give each recipient a statistic: the control's draws are the null's); with N (class, property)
+tests of finite p-value in the run, the adjusted p-value is ``min(1, N * p)`` (Bonferroni). A class is
+flagged for p when its adjusted p-value is at most ``alpha`` and its suspicion at least
+``alert_threshold`` (the effect-size floor).
+
+Why (docs/discovery.md, *Global properties*: planted shapes and BloodMNIST, clean models and models with a
+colour cast or a darkening on one class): the flips a class's statistics cause are the evidence, as the
+hotspot's are; the control removes what any change of the property does (a default class that catches
+every odd image: up to 0.40 of the recipients flip to a BloodMNIST neutrophil with a third class's
+colour), and with it the highest clean suspicion fell from 0.27 to 0.16 while every learned shortcut kept
+0.50 or more. The separability is logged but not in the score: real colour differences separate the
+classes as well as the casts do (AUROC 0.92-1.00 of BloodMNIST classes), so it told nothing apart.
+Suspicions of one property are comparable across classes and models (shares of recipients); the default
+``property_alert_threshold`` of the stage (0.4) lies between the highest clean suspicion and the lowest
+learned shortcut's. The p-value says what the floor cannot: whether the excess stands out from the
+control's flips given how few recipients there are (a handful of probes flipping by chance). On the
+discovery benchmark's models it changed no flag: the floor is what kept a clean BloodMNIST model's real
+monocyte stain (suspicion 0.37, adjusted p-value 6e-5) apart from learned casts (0.96-1.00).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import torch
+from torch import Tensor
+
+from gradskip_lightning.core.validation import check_choice, check_class_targets, check_image_batch, check_logits
+from gradskip_lightning.metrics.perturbation import ACTIVATIONS, Activation
+
+from .discovery_transplant import bonferroni, predicted_as, sign_test
+from .image_properties import PROPERTIES, PROPERTY_NAMES, PixelSpace, PropertyName
+
+__all__ = [
+    "chosen_properties",
+    "PropertyDiscovery",
+    "PropertyTransfer",
+    "TransferExamples",
+    "discover_properties",
+    "property_suspicion",
+    "separability",
+]
+
+#: Recipients kept per class and property as pictures (before and after the transfer).
+EXAMPLES = 4
+
+
+@dataclass(frozen=True)
+class TransferExamples:
+    """The first few recipients of a transfer test: their probe positions (n,), their images after the
+    transfer from class-k donors (n, C, H, W) in the model's input space, and their predicted classes
+    (arg-max) before and after (n,)."""
+
+    positions: Tensor
+    images: Tensor
+    before: Tensor
+    after: Tensor
+
+
+@dataclass(frozen=True)
+class PropertyTransfer:
+    """The transfer test of one class's value of one property; rates are NaN without recipients.
+
+    Attributes:
+        name: the property.
+        target: the class k whose statistics were given.
+        recipients: probes of other classes not predicted as k before (the rates' denominator).
+        flip_rate: share of recipients predicted as k with a class-k probe's statistics.
+        control_flip_rate: the same with a third class's probe's statistics (NaN without such a donor).
+        separability: AUROC of the statistic telling class k's probes from the others' (NaN with < 2 of k).
+        p_value: exact one-sided sign test of the flips against the control's, over the recipients with a
+            control that flip under one arm only (unadjusted; NaN without recipients or control donors).
+        examples: the first recipients before and after (not compared).
+    """
+
+    name: PropertyName
+    target: int
+    recipients: int
+    flip_rate: float
+    control_flip_rate: float
+    separability: float
+    p_value: float = math.nan
+    examples: TransferExamples | None = field(default=None, compare=False, repr=False)
+
+    @property
+    def suspicion(self) -> float:
+        """:func:`property_suspicion` of its rates."""
+        return property_suspicion(self.flip_rate, self.control_flip_rate)
+
+
+@dataclass(frozen=True)
+class PropertyDiscovery:
+    """What :func:`discover_properties` found: per property its K :class:`PropertyTransfer` (class order),
+    suspicion (K,) float64, p_value (K,) float64 (Bonferroni-adjusted over every test of the run; NaN where
+    undefined) and flagged (K,) bool (p_value <= ``alpha`` and suspicion >= ``alert_threshold``); and the
+    pixel space the statistics and transfers were computed in (what a correction transfers in)."""
+
+    transfers: dict[PropertyName, tuple[PropertyTransfer, ...]]
+    suspicion: dict[PropertyName, Tensor]
+    p_value: dict[PropertyName, Tensor]
+    flagged: dict[PropertyName, Tensor]
+    alert_threshold: float
+    alpha: float
+    space: PixelSpace
+
+
+def property_suspicion(flip_rate: float, control_flip_rate: float) -> float:
+    """The suspicion of one class and property, ``max(0, flip_rate - control_flip_rate)`` (module docstring);
+    NaN when a rate is.
+
+    Example:
+        >>> property_suspicion(0.9, 0.1), property_suspicion(0.2, 0.3)
+        (0.8, 0.0)
+    """
+    if math.isnan(flip_rate) or math.isnan(control_flip_rate):
+        return math.nan
+    return max(0.0, flip_rate - control_flip_rate)
+
+
+def separability(statistics: Tensor, classes: Tensor, target: int) -> float:
+    """AUROC (ties one half) of minus the distance of each probe's statistics (P, S) to class ``target``'s mean
+    (leave one out for its own probes), in units of the pooled within-class deviation, telling class
+    ``target`` from the rest; NaN with fewer than 2 probes of the class or none of another.
+
+    Example:
+        >>> statistics = torch.tensor([[0.0], [0.1], [1.0], [1.2], [0.05]], dtype=torch.float64)
+        >>> separability(statistics, torch.tensor([0, 0, 1, 1, 1]), 0)  # probe 4 lies on class 0's mean
+        0.6666666666666666
+    """
+    inside = classes == target
+    count = int(inside.sum())
+    if count < 2 or count == len(classes):
+        return math.nan
+    labels, group = classes.unique(return_inverse=True)
+    sizes = torch.bincount(group, minlength=len(labels)).to(statistics)
+    means = statistics.new_zeros(len(labels), statistics.shape[1]).index_add_(0, group, statistics) / sizes[:, None]
+    dof = int((sizes - 1).sum())
+    spread = ((statistics - means[group]).square().sum(dim=0) / max(dof, 1)).sqrt()
+    scaled = statistics / torch.where(spread > 0, spread, 1.0)
+    total = scaled[inside].sum(dim=0)
+    centres = total.expand_as(scaled).clone()
+    centres[inside] = (total - scaled[inside]) / (count - 1)
+    centres[~inside] = total / count
+    score = -(scaled - centres).norm(dim=1)
+    difference = score[inside][:, None] - score[~inside][None, :]
+    return float(((difference > 0).double() + 0.5 * (difference == 0).double()).mean())
+
+
+def _control_donors(classes: Tensor, recipients: Tensor, target: int) -> Tensor:
+    """(n,) the control donor (a position) of each recipient (n,), -1 where there is none: the i-th recipient takes
+    the (i mod m)-th of the m probes of a third class, or (none: two classes) of its own class but itself.
+
+    Example:
+        >>> _control_donors(torch.tensor([0, 0, 1, 2, 2]), torch.tensor([0, 1, 2]), 2).tolist()
+        [2, 2, 0]
+    """
+    own = classes[recipients]
+    third = (classes[None] != target) & (classes[None] != own[:, None])  # (n, P)
+    positions = torch.arange(len(classes), device=classes.device)
+    same = (classes[None] == own[:, None]) & (positions[None] != recipients[:, None])
+    candidates = torch.where(third.any(dim=1, keepdim=True), third, same)
+    counts = candidates.sum(dim=1)
+    turn = torch.arange(len(recipients), device=classes.device) % counts.clamp(min=1) + 1
+    chosen = (candidates & (candidates.cumsum(dim=1) == turn[:, None])).int().argmax(dim=1)
+    return torch.where(counts > 0, chosen, -1)
+
+
+def _transfer_test(
+    model: Callable[[Tensor], Tensor],
+    images: Tensor,
+    classes: Tensor,
+    target: int,
+    name: PropertyName,
+    *,
+    space: PixelSpace,
+    pixels: Tensor,
+    statistics: Tensor,
+    logits: Tensor,
+    batch_size: int,
+    activation: Activation,
+    seed: int,
+) -> PropertyTransfer:
+    """One class's transfer test of one property, with the probes' pixels and statistics computed once."""
+    transfer = PROPERTIES[name].transfer
+    device = images.device
+    apart = separability(statistics, classes, target)
+    donors, others = (classes == target).nonzero()[:, 0], (classes != target).nonzero()[:, 0]
+    eligible = others[~predicted_as(logits[others], target, activation)] if len(donors) else others[:0]
+    count = len(eligible)
+    if not count:
+        return PropertyTransfer(name, target, 0, math.nan, math.nan, apart)
+    donor = donors[torch.arange(count, device=device) % len(donors)]
+    control = _control_donors(classes, eligible, target)
+    generator = torch.Generator().manual_seed(seed * 1_000_003 + target)
+    flips, controls, kept = [], [], []
+    step = max(1, batch_size // 2)  # the two arms of a chunk go through one forward
+    with torch.no_grad():
+        for start in range(0, count, step):
+            chunk, has_control = eligible[start : start + step], control[start : start + step] >= 0
+            given = transfer(pixels[chunk], statistics[donor[start : start + step]], generator)
+            checked = chunk[has_control]
+            controlled = transfer(pixels[checked], statistics[control[start : start + step][has_control]], generator)
+            inputs = space.inputs(torch.cat([given, controlled]), images.dtype)
+            out = model(inputs)
+            check_logits(model, out, len(inputs))
+            flipped = predicted_as(out, target, activation)
+            flips.append(flipped[: len(chunk)])
+            controls.append(flipped[len(chunk) :])
+            if start == 0:
+                shown = min(EXAMPLES, len(chunk))
+                kept = [chunk[:shown], inputs[:shown], out[:shown].argmax(dim=1)]
+    test_flips, control_flips = torch.cat(flips), torch.cat(controls)
+    flip_rate = float(test_flips.double().mean())
+    control_rate = float(control_flips.double().mean()) if len(control_flips) else math.nan
+    paired = test_flips[(control >= 0).to(test_flips.device)]  # the recipients with a control, in the same order
+    wins, losses = int((paired & ~control_flips).sum()), int((control_flips & ~paired).sum())
+    p_value = sign_test(wins, losses) if len(control_flips) else math.nan
+    examples = TransferExamples(kept[0], kept[1], logits[kept[0]].argmax(dim=1), kept[2])
+    return PropertyTransfer(name, target, count, flip_rate, control_rate, apart, p_value, examples)
+
+
+def chosen_properties(
+    properties: Sequence[str] | None, channels: int | None = None, option: str = "properties"
+) -> tuple[PropertyName, ...]:
+    """The names of ``properties``, each known and named once, as :data:`~.image_properties.PropertyName`; None:
+    every property that applies to ``channels`` (all without). With ``channels``, a named property that does not
+    apply to images of that many channels is a ValueError; messages name ``option``.
+
+    Example:
+        >>> chosen_properties(None, 1), chosen_properties(["noise"], 3)
+        (('brightness', 'sharpness', 'noise'), ('noise',))
+    """
+    if properties is None:
+        return tuple(name for name in PROPERTY_NAMES if channels is None or PROPERTIES[name].applies(channels))
+    if isinstance(properties, str) or not isinstance(properties, Sequence):
+        raise TypeError(f"{option} must be None or a list of names from {PROPERTY_NAMES}; got {properties!r}")
+    chosen: list[PropertyName] = []
+    for given in properties:
+        check_choice(given, PROPERTY_NAMES, option)
+        name: PropertyName = PROPERTY_NAMES[PROPERTY_NAMES.index(given)]
+        if name in chosen:
+            raise ValueError(f"{option} names {name!r} twice; got {list(properties)}")
+        if channels is not None and not PROPERTIES[name].applies(channels):
+            raise ValueError(
+                f"{option} has {name!r}, which needs {PROPERTIES[name].channels}-channel images; the images have "
+                f"{channels}: leave it out (None: every property that applies)"
+            )
+        chosen.append(name)
+    return tuple(chosen)
+
+
+def discover_properties(
+    model: Callable[[Tensor], Tensor],
+    images: Tensor,
+    classes: Tensor,
+    num_classes: int,
+    properties: Sequence[str] | None = None,
+    *,
+    space: PixelSpace,
+    alert_threshold: float,
+    alpha: float = 0.05,
+    batch_size: int = 64,
+    activation: Activation = "softmax",
+    seed: int = 0,
+    logits: Tensor | None = None,
+) -> PropertyDiscovery:
+    """Every class's transfer test of every property in ``properties``, its suspicion and flag.
+
+    All images go through ``model`` in chunks of ``batch_size`` under ``torch.no_grad()``: the probes
+    once unchanged (unless ``logits`` gives them), then per property and class two transferred copies
+    of each recipient (P + 2 x properties x sum over classes of recipients images). The noise transfer's
+    draws come from a generator seeded by ``seed`` and the class: the result is the same on every
+    process for the same probes, seed and ``batch_size``.
+
+    Args:
+        model: images (B, C, H, W) -> logits (B, K), in eval mode (the mode is left as it is).
+        images: (P, C, H, W) probe images, normalised as the model expects.
+        classes: (P,) their classes in [0, num_classes).
+        num_classes: K.
+        properties: names from :data:`~.image_properties.PROPERTIES` that apply to the images' channels (None:
+            every one that does).
+        space: the images' :class:`~.image_properties.PixelSpace`.
+        alert_threshold: suspicion at or above which a class is flagged (with its p-value), in [0, 1].
+        alpha: adjusted p-value at or below which a class is flagged (with its suspicion), in (0, 1]: the
+            family-wise error rate over every (class, property) test of the run.
+        batch_size: images per forward call.
+        activation: "softmax" (a flip: arg-max) or "sigmoid" (multi-label: its sigmoid > 0.5).
+        seed: of the noise transfer's draws.
+        logits: (P, K) the model's logits of the unchanged ``images``, when known.
+
+    Example:
+        >>> def model(x):  # class 1 iff red exceeds blue by 0.15 on average
+        ...     red = (x[:, 0] - x[:, 2]).mean(dim=(1, 2)) - 0.15
+        ...     return torch.stack([-red, red], dim=1)
+        >>> images = 0.2 + 0.5 * torch.rand(16, 3, 6, 6, generator=torch.Generator().manual_seed(0))
+        >>> images[8:, 0] += 0.4  # class 1 is reddish
+        >>> found = discover_properties(model, images, torch.tensor([0] * 8 + [1] * 8), 2, ["colour", "brightness"],
+        ...                             space=PixelSpace.of(images, [0.0], [1.0]), alert_threshold=0.5)
+        >>> found.transfers["colour"][1].flip_rate, found.flagged["brightness"].tolist()
+        (1.0, [False, False])
+        >>> found.p_value["colour"].tolist()  # 8 of 8 flip, none under the control: 4 tests x 2 ** -8
+        [0.015625, 0.015625]
+        >>> found.flagged["colour"].tolist()  # two classes: the colour rule decides both
+        [True, True]
+        >>> few = discover_properties(model, images[4:12], torch.tensor([0] * 4 + [1] * 4), 2, ["colour", "brightness"],
+        ...                           space=PixelSpace.of(images, [0.0], [1.0]), alert_threshold=0.5)
+        >>> few.suspicion["colour"].tolist(), few.p_value["colour"].tolist()  # 4 flips could be chance: 4 x 2 ** -4
+        ([1.0, 1.0], [0.25, 0.25])
+    """
+    check_image_batch(images)
+    check_class_targets(classes, len(images), num_classes)
+    check_choice(activation, ACTIVATIONS, "activation")
+    chosen = chosen_properties(properties, images.shape[1])
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    if not 0 <= alert_threshold <= 1:
+        raise ValueError(f"alert_threshold must be in [0, 1]; got {alert_threshold}")
+    if not 0 < alpha <= 1:
+        raise ValueError(f"alpha must be in (0, 1]; got {alpha}")
+    classes = classes.to(images.device)
+    with torch.no_grad():
+        if logits is None:
+            logits = torch.cat(
+                [model(images[start : start + batch_size]) for start in range(0, len(images), batch_size)]
+            )
+        check_logits(model, logits, len(images))
+        pixels = space.pixels(images)
+    transfers = {}
+    for name in chosen:
+        statistics = PROPERTIES[name].statistic(pixels)
+        transfers[name] = tuple(
+            _transfer_test(
+                model, images, classes, label, name, space=space, pixels=pixels, statistics=statistics,
+                logits=logits, batch_size=batch_size, activation=activation, seed=seed,
+            )
+            for label in range(num_classes)
+        )  # fmt: skip
+    tests = sum(not math.isnan(t.p_value) for row in transfers.values() for t in row)
+    suspicion, p_value, flagged = {}, {}, {}
+    for name, row in transfers.items():
+        suspicion[name] = torch.tensor([t.suspicion for t in row], dtype=torch.float64)
+        p_value[name] = torch.tensor([bonferroni(t.p_value, tests) for t in row], dtype=torch.float64)
+        flagged[name] = (suspicion[name] >= alert_threshold) & (p_value[name] <= alpha)  # False where NaN
+    return PropertyDiscovery(transfers, suspicion, p_value, flagged, alert_threshold, alpha, space)

@@ -1,0 +1,38 @@
+"""What the correction tests share: the tiny classifier that records the batches its training_step gets, and a
+test of which images carry an artifact."""
+
+from __future__ import annotations
+
+import torch
+
+from gradskip_lightning.callbacks.shortcut_correction import PatchPaste
+from gradskip_lightning.training.classifier import ViTClassifier
+from tests.callbacks.helpers import tiny_module
+
+
+class Recorder(ViTClassifier):
+    """The tiny classifier, keeping a copy of every batch its training_step gets: (epoch, images, labels)."""
+
+    def __init__(self, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.seen: list[tuple[int, torch.Tensor, torch.Tensor]] = []
+
+    def training_step(self, batch, batch_idx):
+        self.seen.append((self.current_epoch, batch[0].detach().clone(), batch[1].clone()))
+        return super().training_step(batch, batch_idx)
+
+
+def recorder(seed: int = 0) -> Recorder:
+    """:func:`tiny_module` (same settings, same initial weights) that records its batches."""
+    settings = dict(tiny_module(seed).hparams)
+    torch.manual_seed(seed)
+    return Recorder(**settings)
+
+
+def carries(images: torch.Tensor, paste: PatchPaste) -> torch.Tensor:
+    """(B,) bool: images whose pasted pixels are exactly one of the artifact's donors'."""
+    top, left, bottom, right = paste.box
+    region = images[:, :, top:bottom, left:right][:, None]  # (B, 1, C, bh, bw)
+    donors = paste.donors[None].expand(len(images), -1, images.shape[1], -1, -1)
+    same = (region == donors) | ~paste.mask
+    return same.flatten(2).all(dim=2).any(dim=1)

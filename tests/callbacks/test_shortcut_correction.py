@@ -1,0 +1,302 @@
+"""ShortcutCorrection with real Trainers: a tag's pixels reach training_step on every class's images (its own
+class's images have it taken off first, unless erase=False), a flagged class's hotspot is pasted from the next
+epoch, a flagged global property is given from the next epoch, nothing flagged leaves the training bitwise the
+same, the global RNG is never drawn from, the correction survives a checkpoint, its keys are logged, bad settings
+are refused."""
+
+from __future__ import annotations
+
+import csv
+import logging
+from pathlib import Path
+
+import pytest
+import torch
+from lightning.pytorch import seed_everything
+from lightning.pytorch.loggers import CSVLogger
+
+from gradskip_lightning import DiscoveryStage, GradSkipCallback, ProbeSettings, ScoreSettings, ShortcutCorrection
+from gradskip_lightning.callbacks.shortcut_correction import PatchPaste, PropertyPaste
+from gradskip_lightning.shortcuts.image_properties import PROPERTIES
+from gradskip_lightning.shortcuts.tags import SpuriousTag
+from tests.callbacks.correction_helpers import carries, recorder
+from tests.callbacks.helpers import tiny_data, tiny_module, tiny_trainer
+
+C = "correction/gradskip/"
+#: A 4 x 4 checkerboard at (20, 20) on class 1: a place and a pattern the planted shapes never draw.
+TAG = SpuriousTag(target_class=1, pattern=tuple(tuple(float((r + c) % 2) for c in range(4)) for r in range(4)),
+                  position=(20, 20))  # fmt: skip
+
+
+def _gradskip(**discovery) -> GradSkipCallback:
+    return GradSkipCallback(
+        probes=ProbeSettings(num_probes=4),
+        scores=ScoreSettings(insertion_steps=2, fvt_top_k=0),
+        discovery=DiscoveryStage(**{"enabled": True, "probes_per_class": 4, **discovery}),
+        progress=False,
+    )
+
+
+def _fit(root: Path, callbacks: list, *, epochs: int = 2, logger=False, ckpt_path=None, module=None) -> tuple:
+    """Seeded fit of the recording tiny ViT; returns (module, trainer, the global RNG state after fit)."""
+    seed_everything(0)
+    module = module or recorder()
+    trainer = tiny_trainer(root, logger=logger, callbacks=callbacks, max_epochs=epochs, num_sanity_val_steps=0)
+    trainer.fit(module, datamodule=tiny_data(), ckpt_path=ckpt_path)
+    return module, trainer, torch.get_rng_state()
+
+
+def _rows(log_dir: str, name: str) -> list[dict[str, float]]:
+    with open(Path(log_dir) / "metrics.csv") as handle:
+        return [{k: float(v) for k, v in r.items() if v} for r in csv.DictReader(handle) if r.get(name)]
+
+
+# ------------------------------------------------------------------------------------- a known tag
+
+
+@pytest.fixture(scope="module")
+def plain(tmp_path_factory):
+    """The seeded 2-epoch fit without a correction: (module, the global RNG state after fit)."""
+    module, _, rng = _fit(tmp_path_factory.mktemp("plain"), [])
+    return module, rng
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("erase", [True, False])
+def test_a_tags_pixels_reach_training_step_on_every_classs_images_and_nothing_else_changes(
+    tmp_path, caplog, plain, erase
+):
+    correction = ShortcutCorrection(TAG, discovery=False, p=0.5, erase=erase, seed=3)
+    logger = CSVLogger(str(tmp_path), name="tag")
+    with caplog.at_level(logging.INFO):
+        corrected, _, rng_corrected = _fit(tmp_path / "a", [correction], logger=logger)
+    plain_module, rng_plain = plain
+    paste = PatchPaste.from_tag(TAG, tiny_data().mean, tiny_data().std)
+    assert len(corrected.seen) == len(plain_module.seen) == 8  # 2 epochs of 4 batches
+    inside = torch.zeros(32, 32, dtype=torch.bool)
+    inside[20:24, 20:24] = True
+    carried, labels = [], []
+    for (_, images, label), (_, clean, clean_label) in zip(corrected.seen, plain_module.seen, strict=True):
+        assert torch.equal(label, clean_label)  # the same batches: the correction drew nothing from the global RNG
+        assert torch.equal(images[:, :, ~inside], clean[:, :, ~inside])  # nothing outside the tag's box changed
+        has = carries(images, paste)
+        assert not carries(clean, paste).any()
+        own = label == TAG.target_class
+        kept = ~has & ~own if erase else ~has
+        assert torch.equal(images[kept], clean[kept])  # the others are untouched
+        if erase:  # class 1's images without the tag have another class's image's pixels in its box
+            boxes, stand_ins = images[~has & own][:, :, inside], clean[~own][:, :, inside]
+            assert len(boxes) and (boxes[:, None] == stand_ins[None]).flatten(2).all(2).any(1).all()
+        carried.append(has)
+        labels.append(label)
+    carried_all, labels_all = torch.cat(carried), torch.cat(labels)
+    assert 0.35 < carried_all.float().mean() < 0.65  # p = 0.5 of 128 images
+    assert all(carried_all[labels_all == k].any() for k in range(4))  # on every class's images, not only class 1's
+    own_share = carried_all[labels_all == TAG.target_class].float().mean()
+    assert 0.2 < own_share < 0.8 if erase else own_share > 0.35  # erased: class 1 at p like the others
+    assert torch.equal(rng_corrected, rng_plain)  # the global RNG state after training is the same
+    said = [r.getMessage() for r in caplog.records if "ShortcutCorrection" in r.getMessage()]
+    first = "after taking it off the class's own images (from the batch's other classes) " if erase else ""
+    assert said == [
+        "ShortcutCorrection: correcting class 1's shortcut at (20, 20)-(24, 24): pasting it on 50 % of every class's "
+        f"training images {first}from epoch 0 (the given tag)"
+    ]  # once
+    rows = _rows(logger.log_dir, f"{C}active")
+    assert [r[f"{C}active"] for r in rows] == [1.0, 1.0]  # every epoch
+    last = torch.cat(carried[4:]).float().mean().item()
+    assert rows[1][f"{C}pasted_share"] == pytest.approx(last) == rows[1][f"{C}pasted_share/class_1"]
+    assert [rows[1][f"{C}box/{side}/class_1"] for side in ("top", "left", "bottom", "right")] == [20, 20, 24, 24]
+    assert rows[1].get(f"{C}erased_share/class_1") == (1.0 if erase else None)  # every class-1 image, each epoch
+
+
+# ------------------------------------------------------------------------------------- the discovery stage
+
+
+@pytest.fixture(scope="module")
+def flagged(tmp_path_factory):
+    """2 epochs with every class flagged at epoch 0's discovery (alert threshold 0, alpha 1),
+    corrected from epoch 1 at p = 1; the checkpoint at the end."""
+    root = tmp_path_factory.mktemp("flagged")
+    gradskip, correction = _gradskip(alert_threshold=0.0, alpha=1.0), ShortcutCorrection(p=1.0)
+    with pytest.warns(UserWarning, match="may use a shortcut"):
+        module, trainer, _ = _fit(root, [gradskip, correction])
+    trainer.save_checkpoint(root / "last.ckpt")
+    return module, gradskip, correction, root / "last.ckpt"
+
+
+@pytest.mark.slow
+def test_a_flagged_classs_hotspot_is_pasted_from_the_next_epoch_with_its_discovery_probes_pixels(flagged):
+    module, gradskip, correction, _ = flagged
+    discovered = gradskip.discovered
+    assert discovered is not None and discovered.epoch == 1  # the last run; the corrections started from epoch 0's
+    assert correction.corrections and all(c.epoch == 1 for c in correction.corrections)
+    assert all("flagged by the discovery stage of 'gradskip/' at epoch 0" in c.origin for c in correction.corrections)
+    last = correction.corrections[-1].artifact  # pasted last on every image: its pixels win in its mask
+    assert isinstance(last, PatchPaste)
+    donors = discovered.probes.images[discovered.probes.labels == last.target]
+    top, left, bottom, right = last.box
+    assert torch.equal(last.donors, donors[:, :, top:bottom, left:right])
+    for epoch, images, _ in module.seen:
+        pasted = carries(images, last)
+        assert pasted.all() if epoch == 1 else not pasted.any()
+
+
+@pytest.mark.slow
+def test_the_correction_is_in_the_checkpoint_and_a_resumed_fit_goes_on_correcting(flagged, tmp_path, caplog):
+    _, _, correction, checkpoint = flagged
+    state = torch.load(checkpoint, weights_only=True)["callbacks"][correction.state_key]
+    assert len(state["corrections"]) == len(correction.corrections)
+    assert state["last_run"] == 0  # epoch 1's run was never read: no epoch came after it
+    fresh = ShortcutCorrection(p=1.0)
+    with caplog.at_level(logging.INFO):
+        module, _, _ = _fit(tmp_path, [_gradskip(alert_threshold=1.0), fresh], epochs=3, ckpt_path=checkpoint)
+    assert [(c.artifact.target, c.artifact.box, c.epoch) for c in fresh.corrections] == [
+        (c.artifact.target, c.artifact.box, c.epoch) for c in correction.corrections
+    ]
+    for restored, saved in zip(fresh.corrections, correction.corrections, strict=True):
+        assert isinstance(restored.artifact, PatchPaste) and isinstance(saved.artifact, PatchPaste)
+        assert torch.equal(restored.artifact.donors, saved.artifact.donors)
+    assert [epoch for epoch, _, _ in module.seen] == [2] * 4  # the resumed epoch only
+    assert all(carries(images, fresh.corrections[-1].artifact).all() for _, images, _ in module.seen)
+    said = [r.getMessage() for r in caplog.records if "ShortcutCorrection" in r.getMessage()]
+    assert len(said) == len(fresh.corrections) and all("continuing (from the checkpoint)" in m for m in said)
+
+
+@pytest.mark.slow
+def test_a_flagged_colour_is_given_to_every_classs_images_from_the_next_epoch_logged_and_checkpointed(tmp_path, caplog):
+    """Every class with a colour suspicion >= 0 flagged at epoch 0 (property_alert_threshold 0 and alpha 1; the hotspot
+    test never fires), corrected from epoch 1 at p = 1: each image then gets every corrected class's colour in turn."""
+    gradskip = _gradskip(alert_threshold=1.0, alpha=1.0, properties=["colour"], property_alert_threshold=0.0)
+    correction, logger = ShortcutCorrection(p=1.0), CSVLogger(str(tmp_path), name="colour")
+    with caplog.at_level(logging.INFO), pytest.warns(UserWarning, match="may use a colour shortcut"):
+        module, _, _ = _fit(tmp_path, [gradskip, correction], logger=logger)
+    found = _rows(logger.log_dir, "discovery/gradskip/colour/suspicion/class_0")[0]  # epoch 0's run
+    flagged = [k for k in range(4) if found.get(f"discovery/gradskip/colour/suspicion/class_{k}", -1.0) >= 0]
+    assert flagged and [(c.artifact.target, c.artifact.kind, c.epoch) for c in correction.corrections] == [
+        (k, "property", 1) for k in flagged
+    ]  # one correction per flagged (class, property), from the epoch after the flag; no hotspot
+    last = correction.corrections[-1].artifact  # given last to every image: its colour wins
+    assert isinstance(last, PropertyPaste) and last.name == "colour"
+    assert gradskip.discovered is not None
+    probes = gradskip.discovered.probes
+    donors = probes.images[probes.labels == last.target]
+    assert torch.equal(last.statistics, PROPERTIES["colour"].statistic(last.space.pixels(donors)))
+    for epoch, images, _ in module.seen:
+        colour = PROPERTIES["colour"].statistic(last.space.pixels(images))  # (B, 2)
+        nearest = (colour[:, None] - last.statistics[None]).abs().amax(dim=2).amin(dim=1)  # epoch 0: >= 9e-4
+        assert (nearest < 1e-6).all() if epoch == 1 else (nearest > 1e-4).all(), (epoch, nearest)
+    said = [r.getMessage() for r in caplog.records if "ShortcutCorrection" in r.getMessage()]
+    assert len(said) == len(flagged) and said[-1].startswith(
+        f"ShortcutCorrection: correcting class {last.target}'s colour shortcut: giving 100 % of every class's "
+        "training images its colour statistics after taking it off the class's own images (from the batch's other "
+        "classes) from epoch 1 (flagged by the discovery stage of 'gradskip/' at epoch 0, colour suspicion "
+    )
+    row = _rows(logger.log_dir, f"{C}active")[-1]
+    label = last.target
+    assert row[f"{C}active"] == len(flagged) and row[f"{C}pasted_share"] == 1.0
+    assert row[f"{C}colour/pasted_share/class_{label}"] == 1.0 == row[f"{C}colour/erased_share/class_{label}"]
+    assert row[f"{C}colour/alpha/class_{label}"] == pytest.approx(last.scalars()["alpha"])
+    assert row[f"{C}colour/beta/class_{label}"] == pytest.approx(last.scalars()["beta"])
+    assert not any(name.startswith(f"{C}box/") or name.startswith(f"{C}pasted_share/") for name in row)
+    torch.save(correction.state_dict(), tmp_path / "correction.pt")
+    fresh = ShortcutCorrection()
+    fresh.load_state_dict(torch.load(tmp_path / "correction.pt", weights_only=True))  # as a checkpoint loads
+    restored = fresh.corrections[-1].artifact
+    assert isinstance(restored, PropertyPaste) and torch.equal(restored.statistics, last.statistics)
+    assert fresh._property_streaks == {("colour", k): int(k in flagged) for k in range(4)}  # epoch 0's run only
+    assert gradskip.discovered.properties is not None
+    now = gradskip.discovered.properties.flagged["colour"].nonzero()[:, 0].tolist()  # the last run's flags
+    for options, corrected in (({"properties": ()}, []), ({"properties": ["noise"]}, []),
+                               ({"classes": now[-1:]}, now[-1:]), ({}, now)):  # fmt: skip
+        chosen = ShortcutCorrection(**options)
+        chosen._follow(gradskip, 2)  # a fresh correction reads the last run
+        assert [c.artifact.target for c in chosen.corrections] == corrected, options
+
+
+@pytest.mark.slow
+def test_with_nothing_flagged_the_training_is_bitwise_the_same_as_without_the_correction(tmp_path):
+    weights = []
+    for name, callbacks in (("with", [_gradskip(alert_threshold=1.0), ShortcutCorrection()]),
+                            ("without", [_gradskip(alert_threshold=1.0)])):  # fmt: skip
+        module, trainer, rng = _fit(tmp_path / name, callbacks)
+        assert float(trainer.callback_metrics["discovery/gradskip/flagged"]) == 0.0
+        grads = {n: p.grad.clone() for n, p in module.named_parameters() if p.grad is not None}
+        weights.append((module.state_dict(), grads, rng, [images for _, images, _ in module.seen]))
+        if name == "with":
+            assert callbacks[1].corrections == () and float(trainer.callback_metrics[f"{C}active"]) == 0.0
+    (w1, g1, r1, s1), (w2, g2, r2, s2) = weights
+    assert w1.keys() == w2.keys() and all(torch.equal(w1[k], w2[k]) for k in w1)
+    assert g1.keys() == g2.keys() and all(torch.equal(g1[k], g2[k]) for k in g1)
+    assert torch.equal(r1, r2) and all(torch.equal(a, b) for a, b in zip(s1, s2, strict=True))
+
+
+def test_a_new_fit_on_another_trainer_starts_with_nothing_corrected(tmp_path, caplog):
+    correction = ShortcutCorrection(TAG, discovery=False)
+    with caplog.at_level(logging.INFO):
+        _fit(tmp_path / "a", [correction], epochs=1)
+        first = correction.corrections
+        _fit(tmp_path / "b", [correction], epochs=1)
+    assert len(correction.corrections) == 1 and correction.corrections[0] is not first[0]  # started again
+    assert sum("ShortcutCorrection: correcting class 1's" in r.getMessage() for r in caplog.records) == 2
+
+
+# ------------------------------------------------------------------------------------- settings
+
+
+@pytest.mark.parametrize(
+    "kwargs, error, match",
+    [
+        (dict(p=0.0), ValueError, r"p must be a probability in \(0, 1\], got 0.0"),
+        (dict(p=1.5), ValueError, "p must be a probability"),
+        (dict(classes=[]), ValueError, "classes must be None or class indices"),
+        (dict(classes=[1, 1]), ValueError, "classes names a class twice"),
+        (dict(classes=[-1]), ValueError, "classes must be None or class indices >= 0"),
+        (dict(flagged_epochs=0), ValueError, "flagged_epochs must be a positive integer, got 0"),
+        (dict(seed=-1), ValueError, "seed must be an integer >= 0"),
+        (dict(margin=-1), ValueError, "margin must be a number of patches >= 0, got -1"),
+        (dict(mean=(0.5,)), ValueError, "mean and std go together"),
+        (dict(discovery=False), ValueError, "nothing to correct: give a tag, or follow a discovery stage"),
+        (dict(discovery=""), TypeError, "discovery must be True, False or a GradSkipCallback's log_prefix"),
+        (dict(tag="corner"), TypeError, "tag must be a SpuriousTag or None, got str"),
+        (dict(log_prefix="../up/"), ValueError, "log_prefix '../up/' would put"),
+        (dict(image_key=""), ValueError, "image_key must be a non-empty string"),
+        (dict(label_key=""), ValueError, "label_key must be a non-empty string"),
+        (dict(erase=1), TypeError, "erase must be True or False, got 1"),
+        (dict(properties=["hue"]), ValueError, r"properties must be one of \('colour'"),
+        (dict(properties="colour"), TypeError, "properties must be None or a list of names"),
+    ],
+)
+def test_settings_are_validated_when_built_naming_the_option(kwargs, error, match):
+    with pytest.raises(error, match=match):
+        ShortcutCorrection(**kwargs)
+
+
+@pytest.mark.parametrize(
+    "callbacks, match",
+    [
+        ([], r"nothing to correct: give a tag, or add GradSkipCallback\(discovery=DiscoveryStage\(enabled=True\)\)"),
+        ([GradSkipCallback()], "nothing to correct"),
+        ([_gradskip(), GradSkipCallback(log_prefix="lrp/", discovery=DiscoveryStage(enabled=True))],
+         r"there are 2 \(log_prefix \['gradskip/', 'lrp/'\]\): name one, "
+         r"ShortcutCorrection\(discovery='<log_prefix>'\)"),
+    ],
+)  # fmt: skip
+def test_the_discovery_to_follow_must_be_one_the_trainer_has(tmp_path, callbacks, match):
+    trainer = tiny_trainer(tmp_path, logger=False, callbacks=[*callbacks, ShortcutCorrection()], max_epochs=1)
+    with pytest.raises(ValueError, match=match):
+        trainer.fit(tiny_module(), datamodule=tiny_data())
+
+
+def test_a_tag_without_the_images_normalisation_is_refused_naming_the_fix(tmp_path):
+    data = tiny_data()
+    data.setup("fit")
+    trainer = tiny_trainer(tmp_path, logger=False, callbacks=[ShortcutCorrection(TAG, discovery=False)])
+    with pytest.raises(ValueError, match="needs the images' normalisation: give mean and std"):
+        trainer.fit(tiny_module(), train_dataloaders=data.train_dataloader())
+
+
+def test_a_named_discovery_must_be_on(tmp_path):
+    callbacks = [GradSkipCallback(), ShortcutCorrection(discovery="gradskip/")]
+    trainer = tiny_trainer(tmp_path, logger=False, callbacks=callbacks)
+    with pytest.raises(ValueError, match=r"\[\('gradskip/', False\)\] \(log_prefix, discovery on\)"):
+        trainer.fit(tiny_module(), datamodule=tiny_data())

@@ -1,0 +1,236 @@
+"""Known answers of the global property transplants: a model that reads a colour cast is flagged for colour on
+that class only, its controls stay low, a model that reads the object is not flagged, and the bookkeeping
+(recipients, forwards, NaN, two classes, multi-label, bad input) is what the module docstring says."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from torch import Tensor
+
+from gradskip_lightning.metrics import CountingModel
+from gradskip_lightning.shortcuts.discovery_properties import (
+    PropertyTransfer,
+    discover_properties,
+    property_suspicion,
+    separability,
+)
+from gradskip_lightning.shortcuts.image_properties import PROPERTY_NAMES, PixelSpace
+
+#: The probes' normalisation: pixels = inputs * STD + MEAN.
+MEAN, STD = (0.5, 0.5, 0.5), (0.25, 0.25, 0.25)
+SIDE = 16
+
+
+class CastModel:
+    """Class 2 iff the mean red exceeds the mean blue by 0.1 (pixels); otherwise class 0 if the left half is
+    brighter than the right, else class 1. Inputs are normalised with MEAN and STD."""
+
+    def __call__(self, images: Tensor) -> Tensor:
+        pixels = images * STD[0] + MEAN[0]
+        red = (pixels[:, 0] - pixels[:, 2]).mean(dim=(1, 2)) > 0.1
+        left = pixels[:, :, :, : SIDE // 2].mean(dim=(1, 2, 3)) > pixels[:, :, :, SIDE // 2 :].mean(dim=(1, 2, 3))
+        scores = torch.stack([~red & left, ~red & ~left, red], dim=1)
+        return torch.where(scores, 5.0, -5.0).to(images.dtype)
+
+
+class ObjectModel(CastModel):
+    """The left/right rule alone (class 2: the image's top half brighter than its bottom): no global property."""
+
+    def __call__(self, images: Tensor) -> Tensor:
+        pixels = images * STD[0] + MEAN[0]
+        half = SIDE // 2
+        top = pixels[:, :, :half].mean(dim=(1, 2, 3)) - pixels[:, :, half:].mean(dim=(1, 2, 3)) > 0.1
+        left = pixels[:, :, :, :half].mean(dim=(1, 2, 3)) > pixels[:, :, :, half:].mean(dim=(1, 2, 3))
+        scores = torch.stack([~top & left, ~top & ~left, top], dim=1)
+        return torch.where(scores, 5.0, -5.0).to(images.dtype)
+
+
+def cast_case(per_class: int = 8, cast: bool = True) -> tuple[Tensor, Tensor]:
+    """Probes (3n, 3, 16, 16) normalised with MEAN/STD and classes: class 0 brighter on the left, class 1 on the
+    right, class 2 brighter on top and (``cast``) reddish; textured grey otherwise."""
+    generator = torch.Generator().manual_seed(0)
+    classes = torch.arange(3).repeat_interleave(per_class)
+    pixels = 0.35 + 0.2 * torch.rand(len(classes), 1, SIDE, SIDE, generator=generator)
+    pixels = pixels.expand(-1, 3, -1, -1).clone() + 0.03 * torch.rand(len(classes), 3, 1, 1, generator=generator)
+    half = SIDE // 2
+    pixels[classes == 0, :, :, :half] += 0.15
+    pixels[classes == 1, :, :, half:] += 0.15
+    pixels[classes == 2, :, :half] += 0.2
+    pixels[classes == 2, :, :, :half] += 0.04 * torch.rand(per_class, 1, 1, 1, generator=generator)
+    if cast:
+        pixels[classes == 2, 0] += 0.12
+        pixels[classes == 2, 2] -= 0.12
+    return (pixels - MEAN[0]) / STD[0], classes
+
+
+def _space(images: Tensor) -> PixelSpace:
+    return PixelSpace.of(images, MEAN, STD)
+
+
+def test_a_model_reading_a_colour_cast_is_flagged_for_colour_on_that_class_only():
+    images, classes = cast_case()
+    model = CastModel()
+    assert (model(images).argmax(dim=1) == classes).all()
+    found = discover_properties(model, images, classes, 3, space=_space(images), alert_threshold=0.5)
+    colour = found.transfers["colour"][2]
+    assert colour.recipients == 16 and colour.flip_rate == 1.0 and colour.control_flip_rate == 0.0
+    assert colour.separability == 1.0  # the cast alone separates class 2
+    assert found.flagged["colour"].tolist() == [False, False, True]
+    for name in ("brightness", "sharpness", "noise"):  # they leave red minus blue alone
+        assert found.transfers[name][2].flip_rate == 0.0 and not found.flagged[name].any(), name
+    # class 2's recipients given class 0's colour lose the cast and, brighter on the left, flip to 0; given class
+    # 1's (the control), too: the test and the control agree
+    assert found.transfers["colour"][0].flip_rate == found.transfers["colour"][0].control_flip_rate == 0.5
+
+
+def test_a_model_reading_the_objects_is_not_flagged():
+    images, classes = cast_case()
+    found = discover_properties(ObjectModel(), images, classes, 3, space=_space(images), alert_threshold=0.3)
+    assert found.transfers["colour"][2].separability == 1.0  # the data still has the cast ...
+    for name in PROPERTY_NAMES:  # ... but the model does not read it
+        assert not found.flagged[name].any(), (name, found.suspicion[name])
+        assert max(t.flip_rate for t in found.transfers[name]) < 0.2, name
+
+
+def test_recipients_and_forwards_are_counted_and_examples_kept():
+    images, classes = cast_case()
+    model = CountingModel(CastModel())
+    found = discover_properties(model, images, classes, 3, ["colour", "brightness"], space=_space(images),
+                                alert_threshold=0.5, batch_size=10)  # fmt: skip
+    recipients = sum(t.recipients for name in ("colour", "brightness") for t in found.transfers[name])
+    assert recipients == 2 * 3 * 16  # no probe is predicted as another class
+    assert model.images == len(images) + 2 * recipients  # the probes once, then two arms per recipient
+    assert model.calls == math.ceil(24 / 10) + 2 * 3 * math.ceil(16 / 5)  # 5 recipients (10 images) a forward
+    examples = found.transfers["colour"][2].examples
+    assert examples is not None and examples.positions.tolist() == [0, 1, 2, 3]
+    assert examples.before.tolist() == [0] * 4 and examples.after.tolist() == [2] * 4
+    assert examples.images.shape == (4, 3, SIDE, SIDE) and examples.images.dtype == images.dtype
+    with pytest.raises(ValueError, match="logits"):
+        discover_properties(model, images, classes, 3, space=_space(images), alert_threshold=0.5,
+                            logits=torch.zeros(3, 3))  # fmt: skip
+
+
+def test_known_logits_skip_the_unchanged_forward_and_the_result_is_reproducible():
+    images, classes = cast_case()
+    first = discover_properties(CastModel(), images, classes, 3, space=_space(images), alert_threshold=0.5, seed=1)
+    model = CountingModel(CastModel())
+    given = discover_properties(model, images, classes, 3, space=_space(images), alert_threshold=0.5, seed=1,
+                                logits=CastModel()(images))  # fmt: skip
+    assert first.transfers == given.transfers and model.images == 2 * 4 * 3 * 16
+
+
+def test_with_two_classes_the_control_takes_the_recipients_own_class():
+    images, classes = cast_case()
+    keep = classes != 1
+    images, classes = images[keep], torch.where(classes[keep] == 2, 1, 0)
+
+    def model(x: Tensor) -> Tensor:
+        return CastModel()(x)[:, [0, 2]]
+
+    found = discover_properties(model, images, classes, 2, ["colour"], space=_space(images), alert_threshold=0.5)
+    cast = found.transfers["colour"][1]
+    assert cast.flip_rate == 1.0 and cast.control_flip_rate == 0.0  # class 0's colour from another class-0 probe
+
+
+def test_a_class_without_probes_or_recipients_has_nan_rates_and_is_not_flagged():
+    images, classes = cast_case()
+    found = discover_properties(CastModel(), images, classes, 4, ["colour"], space=_space(images), alert_threshold=0.0,
+                                alpha=1.0)  # fmt: skip
+    empty = found.transfers["colour"][3]
+    assert empty.recipients == 0 and math.isnan(empty.flip_rate) and math.isnan(empty.separability)
+    assert math.isnan(empty.p_value) and math.isnan(found.p_value["colour"][3])
+    assert math.isnan(found.suspicion["colour"][3]) and not found.flagged["colour"][3]
+    assert found.flagged["colour"][:3].all()  # a threshold of 0 and alpha 1 flag every class with a finite suspicion
+
+
+def test_the_p_value_is_the_sign_test_of_the_flips_against_the_control_bonferroni_adjusted():
+    images, classes = cast_case()
+    found = discover_properties(CastModel(), images, classes, 3, ["colour", "brightness"], space=_space(images),
+                                alert_threshold=0.5)  # fmt: skip
+    cast = found.transfers["colour"][2]  # 16 recipients flip, none under the control: 16 wins, no loss
+    assert cast.p_value == 2.0**-16
+    assert found.p_value["colour"][2].item() == pytest.approx(6 * 2.0**-16)  # 2 properties x 3 classes
+    # class 0's colour flips 8 of class 2's probes and so does the control, on the same 8: no discordant pair
+    assert found.transfers["colour"][0].p_value == 1.0 and found.p_value["colour"][0].item() == 1.0
+    assert found.flagged["colour"].tolist() == [False, False, True]
+
+
+def test_a_large_excess_on_few_recipients_is_not_flagged():
+    images, classes = cast_case(per_class=2)  # 4 recipients of class 2's colour: 2 ** -4 x 12 tests > 0.05
+    found = discover_properties(CastModel(), images, classes, 3, space=_space(images), alert_threshold=0.5)
+    cast = found.transfers["colour"][2]
+    assert cast.recipients == 4 and cast.suspicion == 1.0 and cast.p_value == 2.0**-4
+    assert found.p_value["colour"][2].item() == pytest.approx(12 * 2.0**-4) and not found.flagged["colour"].any()
+    assert discover_properties(CastModel(), images, classes, 3, space=_space(images), alert_threshold=0.5,
+                               alpha=0.8).flagged["colour"].tolist() == [False, False, True]  # fmt: skip
+
+
+def test_multi_label_flips_are_a_sigmoid_above_one_half():
+    images, classes = cast_case()
+
+    def model(x: Tensor) -> Tensor:  # the cast switches label 2 on; labels 0 and 1 stay off
+        logits = CastModel()(x)
+        return torch.cat([logits[:, :2] * 0 - 5, logits[:, 2:]], dim=1)
+
+    found = discover_properties(model, images, classes, 3, ["colour"], space=_space(images), alert_threshold=0.5,
+                                activation="sigmoid")  # fmt: skip
+    assert found.transfers["colour"][2].flip_rate == 1.0 and found.transfers["colour"][0].recipients == 16
+
+
+def test_separability_is_one_for_separated_classes_and_about_one_half_for_the_same_distribution():
+    generator = torch.Generator().manual_seed(0)
+    classes = torch.arange(2).repeat_interleave(200)
+    same = torch.randn(400, 2, generator=generator, dtype=torch.float64)
+    shifted = same + 10 * classes[:, None]
+    assert separability(shifted, classes, 1) == 1.0 and separability(shifted, classes, 0) == 1.0
+    assert abs(separability(same, classes, 1) - 0.5) < 0.1
+    assert separability(same * torch.tensor([1.0, 1e6], dtype=torch.float64), classes, 1) == pytest.approx(
+        separability(same, classes, 1)
+    )  # in units of each statistic's within-class spread
+    assert math.isnan(separability(same[:201], classes[:201], 1))  # one probe of class 1
+    assert math.isnan(separability(same[:200], classes[:200], 0))  # no other class
+
+
+def test_the_suspicion_is_the_flip_rate_beyond_the_control():
+    assert PropertyTransfer("colour", 0, 10, 0.9, 0.25, 1.0).suspicion == 0.65
+    assert property_suspicion(0.3, 0.5) == 0.0 and property_suspicion(0.5, 0.0) == 0.5
+    assert math.isnan(PropertyTransfer("colour", 0, 0, math.nan, math.nan, 1.0).suspicion)
+    assert math.isnan(property_suspicion(0.5, math.nan))  # no third-class donor
+
+
+@pytest.mark.parametrize(
+    ("change", "error", "match"),
+    [
+        ({"properties": ["hue"]}, ValueError, "properties must be one of"),
+        ({"properties": ["colour", "colour"]}, ValueError, "twice"),
+        ({"alert_threshold": 1.5}, ValueError, "alert_threshold"),
+        ({"alpha": 0.0}, ValueError, r"alpha must be in \(0, 1\]"),
+        ({"activation": "relu"}, ValueError, "activation"),
+        ({"batch_size": 0}, ValueError, "batch_size"),
+        ({"classes": torch.zeros(3, dtype=torch.long)}, ValueError, "targets"),
+        ({"num_classes": 2}, ValueError, r"\[0, 2\)"),
+    ],
+)
+def test_bad_input_is_a_clear_error(change, error, match):
+    images, classes = cast_case(per_class=2)
+    arguments = {"images": images, "classes": classes, "num_classes": 3, "space": _space(images),
+                 "alert_threshold": 0.5, **change}  # fmt: skip
+    with pytest.raises(error, match=match):
+        discover_properties(CastModel(), **arguments)
+
+
+def test_colour_on_greyscale_probes_is_refused_when_named_and_left_out_by_default():
+    images, classes = cast_case(per_class=3)
+    grey = images.mean(dim=1, keepdim=True)
+    space = PixelSpace.of(grey, MEAN[:1], STD[:1])
+
+    def model(x: Tensor) -> Tensor:
+        return CastModel()(x.expand(-1, 3, -1, -1))
+
+    with pytest.raises(ValueError, match="properties has 'colour', which needs 3-channel images; the images have 1"):
+        discover_properties(model, grey, classes, 3, ["colour", "noise"], space=space, alert_threshold=0.5)
+    found = discover_properties(model, grey, classes, 3, space=space, alert_threshold=0.5)
+    assert tuple(found.transfers) == ("brightness", "sharpness", "noise")

@@ -1,0 +1,204 @@
+"""Known answers of the image-wide properties: every transfer reaches its target statistics, a blur scales
+the high frequencies by a known factor, noise of a known deviation is measured as such, the pixel space
+maps inputs to [0, 1] and back."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from gradskip_lightning.metrics import image_properties as ip
+from gradskip_lightning.shortcuts.image_properties import (
+    PROPERTIES,
+    PROPERTY_NAMES,
+    PixelSpace,
+    brightness_transfer,
+    colour_statistic,
+    colour_transfer,
+    luminance,
+    noise_statistic,
+    noise_transfer,
+    sharpness_statistic,
+    sharpness_transfer,
+)
+
+
+def textured(count: int, channels: int = 3, side: int = 28, seed: int = 0) -> Tensor:
+    """Pixels (count, channels, side, side) float64 in [0.25, 0.75]: smoothed noise of different tints and grain."""
+    generator = torch.Generator().manual_seed(seed)
+    raw = torch.rand(count, channels, side, side, generator=generator, dtype=torch.float64)
+    smooth = F.avg_pool2d(F.pad(raw, (1, 1, 1, 1), mode="reflect"), 3, 1)
+    grain = torch.linspace(0.2, 0.8, count, dtype=torch.float64)[:, None, None, None]
+    tint = torch.rand(count, channels, 1, 1, generator=generator, dtype=torch.float64) * 0.2
+    return 0.25 + 0.3 * (grain * raw + (1 - grain) * smooth) + tint
+
+
+def test_the_registry_matches_the_literal_and_every_statistic_has_its_names():
+    assert tuple(PROPERTIES) == PROPERTY_NAMES == ("colour", "brightness", "sharpness", "noise")
+    pixels = textured(3)
+    for name, prop in PROPERTIES.items():
+        assert prop.name == name and prop.statistic(pixels).shape == (3, len(prop.statistics))
+
+
+@pytest.mark.parametrize(
+    ("name", "channels"), [(n, c) for n in PROPERTY_NAMES for c in (3, 1) if PROPERTIES[n].applies(c)]
+)
+def test_every_transfer_gives_the_recipients_the_donors_statistics(name, channels):
+    prop = PROPERTIES[name]
+    pixels = textured(6, channels)
+    recipients, donors = pixels[:3], pixels[3:]
+    targets = prop.statistic(donors)
+    given = prop.transfer(recipients, targets, torch.Generator().manual_seed(0))
+    assert given.shape == recipients.shape
+    assert torch.allclose(prop.statistic(given), targets, atol=1e-4, rtol=0)
+    assert given.min() > -0.1 and given.max() < 1.1  # in range, so no clamping interferes in practice
+    assert not torch.allclose(prop.statistic(recipients), targets, atol=1e-3, rtol=0)  # they did differ
+
+
+def test_a_transfer_to_its_own_statistics_changes_nothing():
+    pixels = textured(4)
+    for name in ("colour", "brightness", "sharpness"):
+        prop = PROPERTIES[name]
+        assert torch.allclose(prop.transfer(pixels, prop.statistic(pixels), None), pixels, atol=1e-10), name
+    unchanged = noise_transfer(pixels, noise_statistic(pixels), torch.Generator().manual_seed(0))
+    assert torch.allclose(unchanged, pixels, atol=1e-10)  # t = 0: no noise added
+
+
+def test_colour_is_the_chromaticity_most_pixels_share_and_its_transfer_tints_a_grey_image_keeping_its_pattern():
+    grey = textured(1, channels=1).expand(1, 3, 28, 28).clone()
+    assert colour_statistic(grey).abs().max() < 2e-3  # grey: α and β near 0 (Reinhard's LMS rows sum to ~1)
+    red = grey.clone()
+    red[:, 0] += 0.15
+    red[:, 2] -= 0.1
+    alpha, beta = colour_statistic(red)[0].tolist()
+    assert alpha > 0.05 and beta > 0.01  # α: yellow (+) to blue (-), β: red (+) to green (-)
+    given = colour_transfer(grey, colour_statistic(red))
+    tint = (given - grey).mean(dim=(0, 2, 3))
+    assert torch.allclose(tint, torch.tensor([0.15, 0.0, -0.1], dtype=torch.float64), atol=0.03)  # lαβ is not RGB
+    assert torch.corrcoef(torch.stack([luminance(given).flatten(), luminance(grey).flatten()]))[0, 1] > 0.99
+    l_before, l_after = (_lightness(image) for image in (grey, given))
+    assert torch.allclose(l_before, l_after, atol=1e-12)  # l untouched: brightness is its own property
+
+
+def test_brightness_is_the_median_luminance_and_its_transfer_adds_the_change_to_every_channel():
+    pixels = torch.tensor([0.2, 0.6, 0.3], dtype=torch.float64).expand(1, 3, 1, 3)  # grey: Y = the value
+    assert torch.allclose(PROPERTIES["brightness"].statistic(pixels), torch.tensor([[0.3]], dtype=torch.float64))
+    brighter = brightness_transfer(pixels, torch.tensor([[0.5]], dtype=torch.float64))
+    assert torch.allclose(brighter, torch.tensor([0.4, 0.8, 0.5], dtype=torch.float64).expand(1, 3, 1, 3))
+    tinted = pixels.clone()
+    tinted[:, 0] += 0.1  # a colour difference between channels stays, and so does the contrast
+    shifted = brightness_transfer(tinted, PROPERTIES["brightness"].statistic(tinted) + 0.1)
+    assert torch.allclose(shifted - tinted, torch.full_like(tinted, 0.1))
+
+
+def test_colour_and_brightness_follow_what_most_pixels_share_not_a_small_object():
+    background = textured(1)
+    square = background.clone()
+    square[:, :, 10:18, 10:18] = torch.tensor([0.1, 0.2, 0.95], dtype=torch.float64)[:, None, None]  # 8 % of it, blue
+    cast = background + torch.tensor([0.12, 0.0, -0.12], dtype=torch.float64)[:, None, None]
+    moved = (colour_statistic(square) - colour_statistic(background)).abs().max().item()
+    assert moved < 0.01 < (colour_statistic(cast) - colour_statistic(background)).abs().max().item() / 3
+    white = background.clone()
+    white[:, :, 10:18, 10:18] = 1.0
+    brightness = PROPERTIES["brightness"].statistic
+    assert (brightness(white) - brightness(background)).abs().item() < 0.01
+    assert (brightness(background - 0.1) - brightness(background)).item() == pytest.approx(-0.1)
+
+
+def _lightness(pixels: Tensor) -> Tensor:
+    """(B, H, W) Reinhard's l of RGB pixels: (log10 L + log10 M + log10 S) / sqrt(3)."""
+    lms = torch.einsum("ij,bjhw->bihw", ip._RGB_TO_LMS, pixels)
+    return lms.log10().sum(dim=1) / math.sqrt(3)
+
+
+def cosine_and_checkerboard(side: int = 32, fine: float = 0.1) -> Tensor:
+    """Pixels (1, 1, side, side): 0.5 + 0.2 cos(2 pi x / 16) (low frequency) + ``fine`` x a +-1 checkerboard
+    (the Nyquist frequency)."""
+    columns = torch.arange(side, dtype=torch.float64)
+    wave = 0.2 * torch.cos(2 * math.pi * columns / 16).expand(side, side)
+    checkerboard = 1 - 2 * ((columns[:, None] + columns[None, :]) % 2)
+    return (0.5 + wave + fine * checkerboard)[None, None]
+
+
+def test_sharpness_is_the_high_frequency_share_and_a_blur_scales_the_high_frequencies_by_a_known_factor():
+    image = cosine_and_checkerboard()
+    # energies: the cosine's 0.2^2 / 2, the checkerboard's 0.1^2 per pixel: a third at high frequency
+    assert sharpness_statistic(image).item() == pytest.approx(1 / 3, abs=1e-12)
+    # a ninth needs a^2 = (1/9 * 0.02) / (8/9 * 0.01) = 1/4: the checkerboard at half its amplitude
+    blurred = sharpness_transfer(image, torch.tensor([[1 / 9]], dtype=torch.float64))
+    assert torch.allclose(blurred, cosine_and_checkerboard(fine=0.05), atol=1e-12)
+    sharpened = sharpness_transfer(image, torch.tensor([[2 / 3]], dtype=torch.float64))  # a^2 = 4: twice
+    assert torch.allclose(sharpened, cosine_and_checkerboard(fine=0.2), atol=1e-12)
+    capped = sharpness_transfer(image, torch.tensor([[1.0]], dtype=torch.float64))  # infinite gain, capped at 4
+    assert torch.allclose(capped, cosine_and_checkerboard(fine=0.4), atol=1e-12)
+    flat = torch.full((1, 3, 8, 8), 0.3, dtype=torch.float64)
+    assert sharpness_statistic(flat).item() == 0.0
+    assert torch.equal(sharpness_transfer(flat, torch.tensor([[0.5]], dtype=torch.float64)), flat)
+
+
+def test_noise_measures_white_noise_and_ignores_planes():
+    rows, cols = torch.meshgrid(*[torch.arange(64, dtype=torch.float64)] * 2, indexing="ij")
+    plane = (0.3 + 0.004 * rows + 0.002 * cols)[None, None].expand(1, 3, 64, 64)
+    assert noise_statistic(plane).item() == pytest.approx(0.0, abs=1e-12)
+    noise = torch.randn(1, 1, 64, 64, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    assert noise_statistic(plane + 0.05 * noise).item() == pytest.approx(0.05, rel=0.05)
+    noisy = noise_transfer(plane, torch.tensor([[0.08]], dtype=torch.float64), torch.Generator().manual_seed(1))
+    assert noise_statistic(noisy).item() == pytest.approx(0.08, abs=1e-9)
+    added = noisy - plane
+    assert abs(torch.corrcoef(added[0].flatten(1))[0, 1]) < 0.1  # independent per channel
+    weights = torch.tensor([0.299, 0.587, 0.114], dtype=torch.float64)
+    assert added.std().item() == pytest.approx(0.08 / weights.norm().item(), rel=0.05)  # the luminance's is 0.08
+
+
+def test_lowering_the_noise_blends_towards_the_smoothed_image_and_stops_there():
+    noise = torch.randn(1, 1, 32, 32, generator=torch.Generator().manual_seed(2), dtype=torch.float64)
+    noisy = 0.5 + 0.1 * noise.expand(1, 3, 32, 32)
+    before = noise_statistic(noisy).item()
+    calmer = noise_transfer(noisy, torch.tensor([[before / 2]], dtype=torch.float64), None)
+    assert noise_statistic(calmer).item() == pytest.approx(before / 2, abs=1e-9)
+    floor = noise_transfer(noisy, torch.tensor([[0.0]], dtype=torch.float64), None)  # unreachable: u = 1 at most
+    assert 0 < noise_statistic(floor).item() < before / 2
+    assert torch.allclose(floor[:, :1], floor[:, 1:2])  # the smoothing is the same in every channel
+
+
+def test_the_noise_transfer_is_seeded():
+    pixels = textured(2)
+    targets = torch.tensor([[0.2], [0.2]], dtype=torch.float64)
+    first, again = (noise_transfer(pixels, targets, torch.Generator().manual_seed(3)) for _ in range(2))
+    other = noise_transfer(pixels, targets, torch.Generator().manual_seed(4))
+    assert torch.equal(first, again) and not torch.allclose(first, other)
+
+
+def test_colour_needs_three_channels_and_the_others_take_any():
+    assert not PROPERTIES["colour"].applies(1) and PROPERTIES["colour"].applies(3)
+    assert all(PROPERTIES[name].applies(1) and PROPERTIES[name].applies(4) for name in PROPERTY_NAMES[1:])
+    with pytest.raises(ValueError, match="colour needs RGB images"):
+        colour_statistic(textured(1, channels=1))
+    assert torch.equal(luminance(textured(1, channels=1)), textured(1, channels=1)[:, 0])
+
+
+def test_the_pixel_space_undoes_the_normalisation_and_clamps_transfers_to_the_pixels_range():
+    mean, std = (0.5, 0.4, 0.3), (0.2, 0.25, 0.5)
+    pixels = textured(2)
+    images = ((pixels - torch.tensor(mean)[:, None, None]) / torch.tensor(std)[:, None, None]).float()
+    space = PixelSpace.of(images, mean, std)
+    assert torch.allclose(space.pixels(images), pixels, atol=1e-6)
+    assert torch.allclose(space.inputs(space.pixels(images), torch.float32), images, atol=1e-6)
+    assert space.low.tolist() == [0.0] * 3 and space.high.tolist() == [1.0] * 3
+    out = space.inputs(torch.full((1, 3, 1, 1), 2.0, dtype=torch.float64), torch.float32)
+    assert torch.allclose(space.pixels(out), torch.ones(1, 3, 1, 1, dtype=torch.float64))  # clamped to 1
+    cast = images.clone()
+    cast[:, 0] = (1.1 - mean[0]) / std[0]  # a cast past white stays reachable
+    assert PixelSpace.of(cast, mean, std).high[0].item() == pytest.approx(1.1)
+
+
+def test_without_a_normalisation_each_channels_range_becomes_zero_to_one():
+    images = torch.tensor([[[[-2.0, 2.0]], [[1.0, 3.0]]]])
+    space = PixelSpace.of(images, None, None)
+    assert space.pixels(images).tolist() == [[[[0.0, 1.0]], [[0.0, 1.0]]]]
+    with pytest.raises(ValueError, match="both mean and std"):
+        PixelSpace.of(images, [0.5], None)
