@@ -141,11 +141,11 @@ def _callback(args: argparse.Namespace) -> GradSkipCallback:
     if args.compare is not None:
         methods["compare"] = args.compare
     init["progress"] = False
-    discovery = dict(init.pop("discovery", {}) or {})
+    discovery = init.pop("discovery", None)
     if args.discovery > 0:
-        discovery.update(enabled=True, probes_per_class=args.discovery)
+        discovery = {**(discovery or {}), "probes_per_class": args.discovery}
     return GradSkipCallback(
-        discovery=DiscoveryStage(**discovery),
+        discovery=None if discovery is None else DiscoveryStage(**discovery),
         methods=MethodSettings(**methods),
         probes=ProbeSettings(**probes),
         scores=ScoreSettings(**scores),

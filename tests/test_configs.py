@@ -19,8 +19,8 @@ from gradskip_lightning.data import (
     MedMNISTDataModule,
     PlantedShapesDataModule,
     PlantedShapesSegmentationDataModule,
-    SpuriousTag,
 )
+from gradskip_lightning.shortcuts import SpuriousTag
 from gradskip_lightning.training.classifier import ViTClassifier
 from gradskip_lightning.training.segmentation import SegmentationModule
 from tests.data.conftest import write_medmnist_file
@@ -91,7 +91,7 @@ def test_bloodmnist_root_override_and_download_default():
     assert cli.datamodule.download and cli.datamodule.img_size == 28
     (callback,) = [cb for cb in cli.trainer.callbacks if isinstance(cb, GradSkipCallback)]
     # the main config finds shortcuts nobody named, within its 2 % time budget (docs/benchmarks.md)
-    assert callback.discovery.enabled and callback.discovery.probes_per_class == 8
+    assert callback.discovery is not None and callback.discovery.probes_per_class == 8
     assert callback.probes.max_overhead == 0.02
 
 

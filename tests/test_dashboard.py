@@ -32,7 +32,7 @@ def logged_keys(tmp_path_factory) -> set[str]:
         callback = GradSkipCallback(
             scores=ScoreSettings(class_sensitivity=True, insertion_steps=4),
             transplant=True,
-            discovery=DiscoveryStage(enabled=True, probes_per_class=4),
+            discovery=DiscoveryStage(probes_per_class=4),
             probes=ProbeSettings(num_probes=8),
             methods=MethodSettings(compare=["rollout"]),
         )

@@ -29,7 +29,7 @@ from tests.data.conftest import write_medmnist_file
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
 #: The test command: the README and CI run exactly this.
-TEST_COMMAND = "python -m pytest -q -n 2 --doctest-modules gradskip_lightning tests"
+TEST_COMMAND = "python -m pytest -q -n 2 --doctest-modules gradskip_lightning benchmarks tests"
 #: Appended to every training command: one epoch of two training and one validation batch.
 FEW_STEPS = ["--trainer.max_epochs", "1", "--trainer.limit_train_batches", "2", "--trainer.limit_val_batches", "1"]
 #: README commands this test does not run, and why.

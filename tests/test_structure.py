@@ -5,6 +5,8 @@ own family, one name per registered choice, no deprecation shim."""
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from collections import defaultdict
 from pathlib import Path
 from typing import get_args
@@ -193,12 +195,46 @@ def test_each_method_literal_names_its_registry():
     assert set(get_args(MethodName)) == set(all_methods())  # the callback's method choices
 
 
-def test_the_family_index_lists_every_family_with_its_explainers_methods():
-    from gradskip_lightning.families import FAMILIES
+#: Lightning's training-loop modules: the engine runs under either door and imports none of them.
+LIGHTNING_LOOP = ("lightning.pytorch.trainer", "lightning.pytorch.callbacks", "lightning.pytorch.loggers")
 
-    assert FAMILIES.names == ("timm_vit", "torchvision_vit", "hf_vit", "timm_swin", "segformer")
-    for name, family in FAMILIES.items():
-        assert family.name == name and family.methods == family.explainer.methods
+
+def _all_imports(path: Path) -> list[str]:
+    """Every module ``path`` imports (absolute names, any package), anywhere in the file."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found += [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            found += [node.module] + [f"{node.module}.{alias.name}" for alias in node.names]
+    return found
+
+
+def test_the_engine_imports_no_lightning_trainer_callback_or_logger():
+    found = [
+        f"{_module(p)} imports {name}"
+        for p in (PACKAGE / "engine").rglob("*.py")
+        for name in _all_imports(p)
+        if name.startswith(LIGHTNING_LOOP) or name in ("lightning.pytorch.Trainer", "lightning.pytorch.Callback")
+    ]
+    assert not found, found
+
+
+def test_the_hf_trainer_door_holds_the_engine_not_the_lightning_door():
+    found = [
+        f"{_module(p)} imports {name}"
+        for p in (PACKAGE / "hf_trainer").rglob("*.py")
+        for name in _imports(p)
+        if _room(name) == "callbacks"
+    ]
+    assert not found, found
+
+
+def test_importing_the_package_loads_no_dataset_library():
+    """A spurious tag is the shortcuts' own: ``import gradskip_lightning`` does not load medmnist."""
+    code = "import sys, gradskip_lightning; print('medmnist' in sys.modules)"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.stdout.strip() == "False", done.stdout + done.stderr[-2000:]
 
 
 def test_the_package_has_no_deprecation_shim():

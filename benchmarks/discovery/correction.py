@@ -31,7 +31,7 @@ def correction_callbacks(
     gradskip = GradSkipCallback(
         probes=ProbeSettings(num_probes=8),
         scores=ScoreSettings(insertion_steps=2, fvt_top_k=0),
-        discovery=DiscoveryStage(enabled=True, probes_per_class=probes_per_class),
+        discovery=DiscoveryStage(probes_per_class=probes_per_class),
         progress=False,
     )
     return [gradskip, correction], correction

@@ -146,7 +146,7 @@ class GradSkipCallback(Callback):
         if trainer.is_global_zero and self._sinks_for is not trainer:  # once per Trainer (fit, then validate)
             out_dir = Path(log_dir or trainer.default_root_dir) / checks.folder(self.log_prefix)
             sinks, self._sinks_for = make_sinks(trainer, self.log_prefix, out_dir), trainer
-        checks.check_discovery(explainers[self.method], self.discovery.enabled)
+        checks.check_discovery(explainers[self.method], self.discovery)
         self._pending = (explainers, data, sinks)
         dataset = getattr(datamodule, "val_dataset", None) or getattr(datamodule, "train_dataset", None)
         if dataset is not None or self._source.probes is not None:
@@ -174,7 +174,7 @@ class GradSkipCallback(Callback):
 
     def _ensure_probes(self, trainer: Trainer) -> None:
         """Draw the probes from the Trainer's dataloaders when setup had no datamodule dataset."""
-        discovery_drawn = not self.discovery.enabled or self._runner.discoverer.probes is not None
+        discovery_drawn = self._runner.discoverer.drawn
         if self._prepared is None or not discovery_drawn:
             self._prepare(loader_dataset(trainer))
 

@@ -111,7 +111,7 @@ class ShortcutCorrection(Callback):
         tag: a known shortcut (:class:`~gradskip_lightning.shortcuts.SpuriousTag`: its pattern at its place),
             corrected from the first training batch; its pixel values are normalised with ``mean`` and ``std``.
         discovery: follow the discovery stage of a :class:`~gradskip_lightning.GradSkipCallback` among
-            the Trainer's callbacks: True, the one with ``discovery.enabled`` (when there is one; required
+            the Trainer's callbacks: True, the one with a ``discovery`` stage (when there is one; required
             without a ``tag``); a string, the one with that ``log_prefix``; False: none. A flagged class
             is corrected with its hotspot, the pixels taken from the class's discovery probes; a class
             flagged for a global property (the stage's ``properties``) with that property: each image it is
@@ -149,7 +149,7 @@ class ShortcutCorrection(Callback):
 
     Example::
 
-        Trainer(callbacks=[GradSkipCallback(discovery=DiscoveryStage(enabled=True)), ShortcutCorrection(p=0.5)])
+        Trainer(callbacks=[GradSkipCallback(discovery=DiscoveryStage()), ShortcutCorrection(p=0.5)])
         ShortcutCorrection(properties=())  # flagged hotspots only
         ShortcutCorrection(erase=False)  # paste only: the class's own images keep the artifact
     """
@@ -351,14 +351,14 @@ class ShortcutCorrection(Callback):
         gradskips = [c for c in callbacks if isinstance(c, GradSkipCallback)]
         if isinstance(self.discovery, str):
             named = [c for c in gradskips if c.log_prefix == self.discovery]
-            if not named or not named[0].discovery.enabled:
+            if not named or named[0].discovery is None:
                 raise ValueError(
                     f"ShortcutCorrection(discovery={self.discovery!r}) follows the GradSkipCallback with that "
                     f"log_prefix and its discovery stage on; the Trainer's GradSkipCallbacks: "
-                    f"{[(c.log_prefix, c.discovery.enabled) for c in gradskips]} (log_prefix, discovery on)"
+                    f"{[(c.log_prefix, c.discovery is not None) for c in gradskips]} (log_prefix, discovery on)"
                 )
             return named[0]
-        discovering = [c for c in gradskips if c.discovery.enabled]
+        discovering = [c for c in gradskips if c.discovery is not None]
         if len(discovering) > 1:
             raise ValueError(
                 f"ShortcutCorrection(discovery=True) follows the one GradSkipCallback with discovery on; there are "
@@ -368,7 +368,7 @@ class ShortcutCorrection(Callback):
         if not discovering and self.tag is None:
             raise ValueError(
                 "ShortcutCorrection has nothing to correct: give a tag, or add "
-                "GradSkipCallback(discovery=DiscoveryStage(enabled=True)) to the Trainer's callbacks"
+                "GradSkipCallback(discovery=DiscoveryStage()) to the Trainer's callbacks"
             )
         return discovering[0] if discovering else None
 

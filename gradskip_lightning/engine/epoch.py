@@ -55,17 +55,17 @@ class RunSettings:
     methods: MethodSettings
     scores: ScoreSettings
     render: RenderSettings
-    discovery: DiscoveryStage
+    discovery: DiscoveryStage | None
     log_prefix: str
     progress: bool
 
     @classmethod
     def given(cls, groups: GivenGroups, log_prefix: str, progress: bool) -> RunSettings:
-        """The settings of a front door's arguments: each group given, or its defaults."""
+        """The settings of a front door's arguments: each group given, or its defaults (the discovery stage: off)."""
         probes, methods, scores, render, discovery = groups
         return cls(
             probes or ProbeSettings(), methods or MethodSettings(), scores or ScoreSettings(),
-            render or RenderSettings(), discovery or DiscoveryStage(), log_prefix, progress,
+            render or RenderSettings(), discovery, log_prefix, progress,
         )  # fmt: skip
 
     def probe_source(self, probe_images: ProbeImages | None) -> ProbeSource:
@@ -82,7 +82,7 @@ class RunSettings:
         """The methods explained: the callback's, then the discovery stage's when it is another
         (explained for the discovery probes only)."""
         names, stage = list(self.methods.names), self.discovery
-        return names + [stage.method] if stage.enabled and stage.method and stage.method not in names else names
+        return names + [stage.method] if stage is not None and stage.method and stage.method not in names else names
 
 
 @dataclass
@@ -130,7 +130,7 @@ class EpochRunner:
         self.settings = settings
         self.drift = DriftTracker(top_k=settings.scores.drift_top_k)
         self.discoverer = Discoverer(settings.discovery, settings.probes.probe_seed, settings.probes.item_keys)
-        own = settings.discovery.every_n_epochs if settings.discovery.enabled else None
+        own = None if settings.discovery is None else settings.discovery.every_n_epochs
         self.budget = TimeBudget(
             settings.probes.max_overhead, settings.methods.method, settings.methods.compare, discovery_every=own
         )
@@ -210,9 +210,9 @@ class EpochRunner:
     def _discover(self, end: EpochEnd, prepared: Prepared, outcome: EpochOutcome) -> None:
         """The discovery stage when the plan has it: its scalars, or (failed) its keys NaN and its
         ``skipped`` flag; alerts for newly flagged classes (rank zero)."""
-        if not end.plan.discovery:
-            return
         stage = self.settings.discovery
+        if not end.plan.discovery or stage is None:
+            return
         explainer = prepared.explainers[stage.method or self.settings.methods.method]
         began = time.perf_counter()
         run = self.discoverer.run(

@@ -13,6 +13,7 @@ from typing import Any
 from torch import nn
 
 from gradskip_lightning.core.explanation import ModelExplainer
+from gradskip_lightning.engine.discovery.stage import DiscoveryStage
 from gradskip_lightning.engine.output.report import probe_sheet
 from gradskip_lightning.engine.output.sinks import ProbeSheet
 from gradskip_lightning.engine.probes import ProbeSet, check_probes
@@ -191,11 +192,11 @@ def prepared_sheet(
     return probe_sheet(probes, names, mean, std, render.display_size)
 
 
-def check_discovery(explainer: ModelExplainer, enabled: bool) -> None:
+def check_discovery(explainer: ModelExplainer, stage: DiscoveryStage | None) -> None:
     """Refuse the discovery stage on a model it does not analyse (it summarises a classifier's maps per class)."""
-    if enabled and explainer.task != "classification":
+    if stage is not None and explainer.task != "classification":
         raise ValueError(
-            f"discovery=DiscoveryStage(enabled=True) finds a classifier's shortcuts; this is a {explainer.task} "
+            f"discovery=DiscoveryStage() finds a classifier's shortcuts; this is a {explainer.task} "
             f"model ({explainer.family}): per-class region summaries are not built for it. Leave discovery off "
-            "(DiscoveryStage(enabled=False), the default)"
+            "(discovery=None, the default)"
         )

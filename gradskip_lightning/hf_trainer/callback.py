@@ -230,7 +230,7 @@ class GradSkipTrainerCallback(TrainerCallback):
             check_weights(model)
             explainers = checks.explainers_for(model, self._runner.settings.explained, dict(self.methods.options))
             explainer = explainers[self.method]
-            checks.check_discovery(explainer, self.discovery.enabled)
+            checks.check_discovery(explainer, self.discovery)
             data = checks.data_setup(explainer, read_model_data(model, processing_class), self.render, False)
             self._explainers, self._prepared = (model, explainers, data), None
         return self._explainers[1], self._explainers[2]
@@ -239,7 +239,7 @@ class GradSkipTrainerCallback(TrainerCallback):
         """What the epoch ends need: :meth:`_model_setup`, the probes (drawn from ``dataset`` once) and the
         discovery probes, checked against the model; built once per training run, again for another model."""
         explainers, data = self._model_setup(model, processing_class)
-        discovery_drawn = not self.discovery.enabled or self._runner.discoverer.probes is not None
+        discovery_drawn = self._runner.discoverer.drawn
         if self._prepared is not None and discovery_drawn:
             return self._prepared
         explainer = explainers[self.method]

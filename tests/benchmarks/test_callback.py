@@ -15,9 +15,9 @@ def _args(**overrides) -> argparse.Namespace:
 def test_the_main_configs_callback_is_measured_with_its_discovery_stage_and_budget():
     callback = _callback(_args())
     assert callback.methods.compare == ("rollout",) and callback.probes.max_overhead == 0.02
-    assert callback.discovery.enabled and callback.discovery.probes_per_class == 8
+    assert callback.discovery is not None and callback.discovery.probes_per_class == 8
     override = _callback(_args(discovery=4, max_overhead=None))
-    assert override.discovery.enabled and override.discovery.probes_per_class == 4
+    assert override.discovery is not None and override.discovery.probes_per_class == 4
     assert override.probes.max_overhead is None
 
 

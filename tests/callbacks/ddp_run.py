@@ -37,7 +37,7 @@ CALLBACK = dict(
     progress=False,
 )
 #: The discovery stage, on the ViT (it analyses classifiers).
-DISCOVERY = DiscoveryStage(enabled=True, probes_per_class=3, alert_threshold=0.0)
+DISCOVERY = DiscoveryStage(probes_per_class=3, alert_threshold=0.0)
 
 
 def main(out: Path, devices: int, family: str = "vit") -> None:

@@ -74,7 +74,7 @@ def test_the_student_of_a_teacher_student_module_is_explained_and_logged(tmp_pat
         backbone="student",
         probes=ProbeSettings(num_probes=4, **keys),
         scores=ScoreSettings(insertion_steps=4),
-        discovery=DiscoveryStage(enabled=True, probes_per_class=2, batch_size=16),
+        discovery=DiscoveryStage(probes_per_class=2, batch_size=16),
     )
     logger = WandbLogger(save_dir=str(tmp_path), offline=True, project="gradskip-backbone")
     trainer = tiny_trainer(tmp_path, logger=logger, callbacks=[callback], max_epochs=1, limit_train_batches=2)

@@ -32,7 +32,7 @@ def _gradskip(**discovery) -> GradSkipCallback:
     return GradSkipCallback(
         probes=ProbeSettings(num_probes=4),
         scores=ScoreSettings(insertion_steps=2, fvt_top_k=0),
-        discovery=DiscoveryStage(**{"enabled": True, "probes_per_class": 4, **discovery}),
+        discovery=DiscoveryStage(**{"probes_per_class": 4, **discovery}),
         progress=False,
     )
 
@@ -274,9 +274,9 @@ def test_settings_are_validated_when_built_naming_the_option(kwargs, error, matc
 @pytest.mark.parametrize(
     "callbacks, match",
     [
-        ([], r"nothing to correct: give a tag, or add GradSkipCallback\(discovery=DiscoveryStage\(enabled=True\)\)"),
+        ([], r"nothing to correct: give a tag, or add GradSkipCallback\(discovery=DiscoveryStage\(\)\)"),
         ([GradSkipCallback()], "nothing to correct"),
-        ([_gradskip(), GradSkipCallback(log_prefix="lrp/", discovery=DiscoveryStage(enabled=True))],
+        ([_gradskip(), GradSkipCallback(log_prefix="lrp/", discovery=DiscoveryStage())],
          r"there are 2 \(log_prefix \['gradskip/', 'lrp/'\]\): name one, "
          r"ShortcutCorrection\(discovery='<log_prefix>'\)"),
     ],

@@ -10,8 +10,8 @@ from gradskip_lightning.data import (
     PlantedShapesDataset,
     PlantedShapesSegmentationDataModule,
     PlantedShapesSegmentationDataset,
-    SpuriousTag,
 )
+from gradskip_lightning.shortcuts import SpuriousTag
 
 
 def test_label_maps_are_the_filled_squares_of_the_classification_items():

@@ -27,7 +27,7 @@ CALLBACK = dict(
     probes=ProbeSettings(num_probes=9, explain_batch_size=2),
     scores=ScoreSettings(insertion_steps=4),
     methods=MethodSettings(compare=["rollout"]),
-    discovery=DiscoveryStage(enabled=True, probes_per_class=3),
+    discovery=DiscoveryStage(probes_per_class=3),
     progress=False,
 )
 

@@ -125,7 +125,7 @@ def test_evaluations_inside_epochs_are_not_explained_the_epoch_ends_are(tmp_path
 def test_given_probes_and_the_discovery_stage(tmp_path):
     data = SquareItems(6, seed=5)
     probes = ProbeImages(data.images, data.labels)
-    discovery = DiscoveryStage(enabled=True, probes_per_class=2)
+    discovery = DiscoveryStage(probes_per_class=2)
     callback = GradSkipTrainerCallback(probes, **FAST, discovery=discovery)
     trainer = tiny_trainer(tmp_path, [callback], num_train_epochs=1)
     trainer.train()

@@ -58,8 +58,9 @@ DISCOVERY_METHOD = "chefer"
 class DiscoveryStage(DiscoverySettings):
     """The callback's ``discovery`` group: the analysis knobs (:class:`DiscoverySettings`) and when and on what it runs.
 
+    Given, the stage runs (``GradSkipCallback(discovery=DiscoveryStage())``); None turns it off.
+
     Attributes:
-        enabled: run the discovery stage.
         probes_per_class: discovery probes drawn per class (stratified, ``probe_seed``), explained for their class;
             at least 3 for a class's p-value (with fewer a class is scored but never flagged).
         every_n_epochs: run at every n-th explained epoch (epochs n-1, 2n-1, ...; always under ``validate()``).
@@ -75,7 +76,6 @@ class DiscoveryStage(DiscoverySettings):
             (class, property) tests), in [0, 1].
     """
 
-    enabled: bool = False
     probes_per_class: int = 8
     every_n_epochs: int = 1
     batch_size: int = 64
@@ -90,8 +90,6 @@ class DiscoveryStage(DiscoverySettings):
         threshold = self.property_alert_threshold
         if isinstance(threshold, bool) or not isinstance(threshold, (int, float)) or not 0 <= threshold <= 1:
             raise ValueError(f"property_alert_threshold must be a number in [0, 1]; got {threshold!r}")
-        if not isinstance(self.enabled, bool):
-            raise TypeError(f"enabled must be a bool; got {type(self.enabled).__name__}")
         positive("probes_per_class", self.probes_per_class)
         positive("every_n_epochs", self.every_n_epochs)
         positive("batch_size", self.batch_size)
@@ -228,9 +226,10 @@ class Discoverer:
         keys: where mapping dataset items hold the image, the label and the masks (the callback's probes').
     """
 
-    def __init__(self, settings: DiscoveryStage, seed: int, keys: ItemKeys = ItemKeys()) -> None:
+    def __init__(self, settings: DiscoveryStage | None, seed: int, keys: ItemKeys = ItemKeys()) -> None:
         self.settings = settings
-        self.source = ProbeSource(None, settings.probes_per_class, seed, keys, "discovery.probes_per_class")
+        per_class = 0 if settings is None else settings.probes_per_class
+        self.source = ProbeSource(None, per_class, seed, keys, "discovery.probes_per_class")
         self.alerted: set[int] = set()
         self.peak: list[float] = []  # per class, NaN until a finite suspicion
         self.alerted_properties: set[tuple[str, int]] = set()
@@ -240,23 +239,29 @@ class Discoverer:
     def probes(self) -> ProbeSet | None:
         return self.source.probes
 
+    @property
+    def drawn(self) -> bool:
+        """Whether the stage has what it needs before an epoch: off, or its probes drawn."""
+        return self.settings is None or self.source.probes is not None
+
     def draw(self, dataset: Dataset, explainer: ModelExplainer) -> None:
         """Draw ``probes_per_class`` x the model's classes probes from ``dataset`` (unless drawn or off) and
         check them against ``explainer`` as the probes are, before any epoch (:func:`~.probes.check_probes`)."""
-        if self.settings.enabled and self.source.probes is None:
+        if self.settings is None:
+            return
+        if self.source.probes is None:
             per_class, num_classes = self.settings.probes_per_class, explainer.num_classes
             self.source.num_probes = per_class * num_classes
             self.source.setting = f"discovery.probes_per_class={per_class} (x {num_classes} classes)"
             probes = self.source.draw(dataset)
             check_probes(probes, explainer.in_chans, explainer.img_size, num_classes, "discovery probe")
             explainer.check_images(probes.images)
-        if self.settings.enabled:
-            self.settings.properties_for(explainer.in_chans)
+        self.settings.properties_for(explainer.in_chans)
 
     def due(self, epoch: int, fitting: bool) -> bool:
         """Whether the explained ``epoch`` runs the stage (always outside fit)."""
         return (
-            self.settings.enabled
+            self.settings is not None
             and self.probes is not None
             and (not fitting or (epoch + 1) % self.settings.every_n_epochs == 0)
         )
@@ -284,7 +289,7 @@ class Discoverer:
         it. Isolated like the callback's explanation (RNG, modes, no parameter gradients).
         """
         probes = self.probes
-        if probes is None:
+        if probes is None or self.settings is None:
             return StageRun(None, "no discovery probes")
         shard = shard_positions(len(probes))
         device = next(explainer.model.parameters()).device

@@ -30,7 +30,7 @@ def _callback(**discovery) -> GradSkipCallback:
     return GradSkipCallback(
         probes=ProbeSettings(num_probes=4),
         scores=ScoreSettings(insertion_steps=2, fvt_top_k=0),
-        discovery=DiscoveryStage(**{"enabled": True, "probes_per_class": 4, **discovery}),
+        discovery=DiscoveryStage(**{"probes_per_class": 4, **discovery}),
         progress=False,
     )
 
@@ -81,9 +81,7 @@ def test_a_discovery_failure_alone_makes_its_values_nan_for_that_epoch_and_the_n
 
 def test_discovery_on_a_segmentation_model_is_refused_at_setup(tmp_path):
     trainer = tiny_trainer(tmp_path, logger=False, callbacks=[_callback()], max_epochs=1)
-    with pytest.raises(
-        ValueError, match=r"DiscoveryStage\(enabled=True\) finds a classifier's shortcuts; .*segmentation"
-    ):
+    with pytest.raises(ValueError, match=r"DiscoveryStage\(\) finds a classifier's shortcuts; .*segmentation"):
         trainer.fit(tiny_segmentation_module(), datamodule=tiny_segmentation_data())
 
 
@@ -150,7 +148,7 @@ def test_the_stage_summarises_only_the_usable_maps():
     data, overflowing = _data_altered_at_a_discovery_probe(1e30)
     module = tiny_module()
     explainer = explainer_for(module)
-    discoverer = Discoverer(DiscoveryStage(enabled=True, probes_per_class=4), seed=0)
+    discoverer = Discoverer(DiscoveryStage(probes_per_class=4), seed=0)
     discoverer.draw(data.val_dataset, explainer)
     run = discoverer.run(module, explainer, batch_size=8, activation="softmax")
     assert run.error is None and run.degenerate == [overflowing]

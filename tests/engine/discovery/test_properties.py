@@ -34,7 +34,7 @@ def _callback(**discovery) -> GradSkipCallback:
     return GradSkipCallback(
         probes=ProbeSettings(num_probes=4),
         scores=ScoreSettings(insertion_steps=2, fvt_top_k=0),
-        discovery=DiscoveryStage(**{"enabled": True, "probes_per_class": 8, **discovery}),
+        discovery=DiscoveryStage(**{"probes_per_class": 8, **discovery}),
         progress=False,
     )
 

@@ -38,7 +38,7 @@ def _callback(**discovery) -> GradSkipCallback:
     return GradSkipCallback(
         probes=ProbeSettings(num_probes=4),
         scores=ScoreSettings(insertion_steps=2, fvt_top_k=0),
-        discovery=DiscoveryStage(**{"enabled": True, "probes_per_class": 8, **discovery}),
+        discovery=DiscoveryStage(**{"probes_per_class": 8, **discovery}),
         progress=False,
     )
 
@@ -234,7 +234,6 @@ def test_the_peak_suspicion_survives_a_checkpoint_resume(tmp_path):
     [
         ({"probes_per_class": 0}, ValueError, "probes_per_class"),
         ({"every_n_epochs": 1.5}, ValueError, "every_n_epochs"),
-        ({"enabled": 1}, TypeError, "enabled"),
         ({"hotspot_share": 2.0}, ValueError, "hotspot_share"),
         ({"consistency": 1}, TypeError, "consistency"),
         ({"method": "lrp2"}, ValueError, "discovery method"),

@@ -66,7 +66,7 @@ def run(tmp_path_factory, store):
         probes=ProbeSettings(num_probes=NUM_PROBES),
         scores=ScoreSettings(insertion_steps=4),
         render=RenderSettings(probe_overlays=True),
-        discovery=DiscoveryStage(enabled=True, probes_per_class=2, batch_size=16),
+        discovery=DiscoveryStage(probes_per_class=2, batch_size=16),
         progress=False,
     )
     trainer = tiny_trainer(root, logger=logger, callbacks=[callback])

@@ -35,7 +35,7 @@ def _fit(
     callback = GradSkipCallback(
         probes=ProbeSettings(num_probes=8, max_overhead=max_overhead),
         scores=ScoreSettings(insertion_steps=4),
-        discovery=DiscoveryStage(enabled=discovery, probes_per_class=2),
+        discovery=DiscoveryStage(probes_per_class=2) if discovery else None,
         progress=False,
         methods=MethodSettings(compare=["rollout"]),
     )
