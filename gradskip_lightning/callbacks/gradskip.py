@@ -23,10 +23,9 @@ from gradskip_lightning.core.explanation import ModelExplainer
 from gradskip_lightning.core.validation import required
 from gradskip_lightning.engine import setup as checks
 from gradskip_lightning.engine.discovery.stage import Discovered, DiscoveryStage
-from gradskip_lightning.engine.epoch import EpochRunner, Prepared, RunSettings
+from gradskip_lightning.engine.monitor import EpochMonitor
 from gradskip_lightning.engine.output.sinks import Sink
 from gradskip_lightning.engine.probes import ProbeImages
-from gradskip_lightning.engine.scoring.schedule import EpochSchedule
 from gradskip_lightning.engine.settings import (
     MethodSettings,
     ProbeSettings,
@@ -86,18 +85,15 @@ class GradSkipCallback(Callback):
     ) -> None:
         super().__init__()
         check_arguments(every_n_epochs, log_prefix, transplant, backbone)
-        settings = RunSettings.given((probes, methods, scores, render, discovery), log_prefix, progress)
+        groups = (probes, methods, scores, render, discovery)
+        self.monitor = EpochMonitor(probe_images, groups, every_n_epochs, log_prefix, progress)
+        settings = self.monitor.settings
         self.probes, self.methods, self.scores = settings.probes, settings.methods, settings.scores
         self.render, self.discovery = settings.render, settings.discovery
         self.log_prefix, self.transplant, self.backbone = log_prefix, transplant, backbone
-        self._source = settings.probe_source(probe_images)
-        self._schedule = EpochSchedule(every_n_epochs)
-        self._runner = EpochRunner(settings)
         self._pending: tuple[dict[str, ModelExplainer], checks.DataSetup, list[Sink]] | None = None  # setup's parts
-        self._prepared: Prepared | None = None
         self._fit_trainer: Trainer | None = None
         self._sinks_for: Trainer | None = None
-        self._resumed: dict[str, Any] | None = None  # the checkpoint's probe state, checked once probes are known
         self._said_mid_epoch = False
 
     @property
@@ -109,18 +105,18 @@ class GradSkipCallback(Callback):
     def logged_keys(self) -> frozenset[str]:
         """The keys the last explanation put in ``callback_metrics`` (a score the time budget left out
         of that epoch keeps its older value there, and is not in it)."""
-        return self._runner.logged_keys
+        return self.monitor.runner.logged_keys
 
     @property
     def discovered(self) -> Discovered | None:
         """The discovery stage's last successful run of this fit (what it flagged, the discovery probes); None
         before one, or with the stage off. A :class:`~.correction.ShortcutCorrection` acts on it."""
-        return self._runner.discovered
+        return self.monitor.discovered
 
     @property
     def epoch_seconds(self) -> dict[str, float]:
         """Wall seconds of the last epoch end's parts (see :attr:`.epoch.EpochRunner.seconds`)."""
-        return dict(self._runner.seconds)
+        return dict(self.monitor.runner.seconds)
 
     @property
     @override
@@ -133,7 +129,7 @@ class GradSkipCallback(Callback):
         others = [c.log_prefix for c in callbacks if c is not self and isinstance(c, GradSkipCallback)]
         checks.refuse_shared_folder(self.log_prefix, others)
         check_precision(trainer)
-        names = self._runner.settings.explained
+        names = self.monitor.settings.explained
         explainers = checks.explainers_for(pl_module, names, dict(self.methods.options), self.backbone)
         if trainer.state.fn == TrainerFn.FITTING:
             if self._fit_trainer is not None and self._fit_trainer is not trainer:
@@ -141,7 +137,8 @@ class GradSkipCallback(Callback):
             self._fit_trainer = trainer
         datamodule = getattr(trainer, "datamodule", None)
         data = checks.data_setup(explainers[self.method], datamodule, self.render, self.transplant)
-        sinks = self._prepared.sinks if self._prepared is not None and self._sinks_for is trainer else []
+        prepared = self.monitor.prepared
+        sinks = prepared.sinks if prepared is not None and self._sinks_for is trainer else []
         log_dir = trainer.log_dir  # on every rank: it broadcasts
         if trainer.is_global_zero and self._sinks_for is not trainer:  # once per Trainer (fit, then validate)
             out_dir = Path(log_dir or trainer.default_root_dir) / checks.folder(self.log_prefix)
@@ -149,33 +146,22 @@ class GradSkipCallback(Callback):
         checks.check_discovery(explainers[self.method], self.discovery)
         self._pending = (explainers, data, sinks)
         dataset = getattr(datamodule, "val_dataset", None) or getattr(datamodule, "train_dataset", None)
-        if dataset is not None or self._source.probes is not None:
+        if dataset is not None or self.monitor.probes is not None:
             self._prepare(dataset)
 
     def _prepare(self, dataset: Any | None) -> None:
         """Draw the probes (and the discovery probes) from ``dataset`` once, check them against the
         model and build what the epoch ends need (before any epoch)."""
         explainers, data, sinks = required(self._pending, "the callback's setup")
-        explainer = explainers[self.method]
-        probes = self._source.probes or self._source.draw(required(dataset, "a dataset to draw the probes from"))
-        if dataset is not None and explainer.task == "classification":
-            self._runner.discoverer.draw(dataset, explainer)
-        sheet = checks.prepared_sheet(explainer, probes, data, self.scores, self.render)
-        self._prepared = Prepared(explainers, probes, sheet, data, sinks)
-        self._check_resumed()
+        self.monitor.prepare(explainers, data, dataset, sinks)
 
     def _reset(self) -> None:
         """A new fit on another Trainer: draw probes again, forget drift and the schedule."""
-        self._source.reset()
-        self._runner.reset()
-        self._schedule.reset()
-        self._prepared = None
-        self._resumed = None
+        self.monitor.reset()
 
     def _ensure_probes(self, trainer: Trainer) -> None:
         """Draw the probes from the Trainer's dataloaders when setup had no datamodule dataset."""
-        discovery_drawn = self._runner.discoverer.drawn
-        if self._prepared is None or not discovery_drawn:
+        if not self.monitor.ready:
             self._prepare(loader_dataset(trainer))
 
     @override
@@ -184,12 +170,12 @@ class GradSkipCallback(Callback):
 
     @override
     def on_train_epoch_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
-        self._runner.budget.train_started()
-        self._runner.logged_keys = frozenset()
+        self.monitor.runner.budget.train_started()
+        self.monitor.runner.logged_keys = frozenset()
 
     @override
     def on_validation_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
-        self._runner.budget.train_ended()
+        self.monitor.runner.budget.train_ended()
         self._ensure_probes(trainer)
 
     @override
@@ -199,7 +185,7 @@ class GradSkipCallback(Callback):
         epoch, fitting = trainer.current_epoch, trainer.state.fn == TrainerFn.FITTING
         if fitting and self._mid_epoch(trainer):
             return
-        if trainer.state.fn == TrainerFn.VALIDATING or (fitting and self._schedule.due(epoch)):
+        if trainer.state.fn == TrainerFn.VALIDATING or (fitting and self.monitor.schedule.due(epoch)):
             self._explain(trainer, pl_module, epoch, "validation")
 
     def _mid_epoch(self, trainer: Trainer) -> bool:
@@ -219,51 +205,27 @@ class GradSkipCallback(Callback):
 
     @override
     def on_train_epoch_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
-        self._schedule.last_trained = trainer.current_epoch
-        self._runner.budget.train_ended()
-        if self._schedule.due(trainer.current_epoch):
+        self.monitor.schedule.last_trained = trainer.current_epoch
+        self.monitor.runner.budget.train_ended()
+        if self.monitor.schedule.due(trainer.current_epoch):
             self._explain(trainer, pl_module, trainer.current_epoch, "train")
 
     @override
     def on_fit_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
-        epoch = self._schedule.left_at_fit_end()
+        epoch = self.monitor.schedule.left_at_fit_end()
         if epoch is not None:
             self._explain(trainer, pl_module, epoch, "fit_end")
-        for sink in self._prepared.sinks if self._prepared is not None else []:
+        for sink in self.monitor.prepared.sinks if self.monitor.prepared is not None else []:
             sink.finish()
 
     def _explain(self, trainer: Trainer, pl_module: LightningModule, epoch: int, hook: Hook) -> None:
-        if trainer.state.fn == TrainerFn.FITTING:
-            self._schedule.last_explained = epoch
         self._ensure_probes(trainer)
-        assert self._prepared is not None  # drawn above
-        self._runner.run(LightningHost(trainer, pl_module, self, hook), pl_module, epoch, self._prepared)
+        self.monitor.run(LightningHost(trainer, pl_module, self, hook), pl_module, epoch)
 
     @override
     def state_dict(self) -> dict[str, Any]:
-        probes = self._source.probes
-        return {
-            "probe_ids": None if probes is None else probes.ids.clone(),
-            "probe_fingerprint": None if probes is None else probes.fingerprint(),
-            "drift": self._runner.drift.state_dict(),
-            "last_explained": self._schedule.last_explained,
-            "discovery": self._runner.discoverer.state_dict(),
-        }
+        return self.monitor.state_dict()
 
     @override
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        self._runner.drift.load_state_dict(state_dict["drift"])
-        self._schedule.last_explained = state_dict["last_explained"]
-        self._resumed = {"ids": state_dict["probe_ids"], "fingerprint": state_dict.get("probe_fingerprint")}
-        before = self._source.probes
-        self._source.restore(state_dict["probe_ids"])
-        self._runner.discoverer.load_state_dict(state_dict.get("discovery"))
-        if self._source.probes is not before and self._source.probes is not None and self._prepared is not None:
-            self._prepare(self._source.dataset)
-        self._check_resumed()
-
-    def _check_resumed(self) -> None:
-        """Once the probes are known after a resume: drift restarts (see :meth:`.DriftTracker.resume`)."""
-        if self._resumed is not None and self._source.probes is not None:
-            self._runner.drift.resume(self._resumed["fingerprint"], self._source.probes)
-            self._resumed = None
+        self.monitor.load_state_dict(state_dict)

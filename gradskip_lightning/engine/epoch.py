@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any, TypeVar
 
 from lightning.pytorch.utilities import rank_zero_warn
 from torch import nn
@@ -47,6 +49,14 @@ GivenGroups = tuple[
 ]
 
 
+Group = TypeVar("Group")
+
+
+def _group(kind: type[Group], given: Group | Mapping[str, Any] | None) -> Group | None:
+    """A settings group given as itself or as a mapping of its fields (None: not given)."""
+    return kind(**given) if isinstance(given, Mapping) else given
+
+
 @dataclass(frozen=True)
 class RunSettings:
     """The callback's settings an epoch end reads."""
@@ -61,8 +71,15 @@ class RunSettings:
 
     @classmethod
     def given(cls, groups: GivenGroups, log_prefix: str, progress: bool) -> RunSettings:
-        """The settings of a front door's arguments: each group given, or its defaults (the discovery stage: off)."""
+        """The settings of a front door's arguments: each group given, or its defaults (the discovery stage:
+        off). A group given as a mapping of its fields (a checkpoint's JSON) is built from it."""
         probes, methods, scores, render, discovery = groups
+        probes, methods, scores = (
+            _group(ProbeSettings, probes),
+            _group(MethodSettings, methods),
+            _group(ScoreSettings, scores),
+        )
+        render, discovery = _group(RenderSettings, render), _group(DiscoveryStage, discovery)
         return cls(
             probes or ProbeSettings(), methods or MethodSettings(), scores or ScoreSettings(),
             render or RenderSettings(), discovery, log_prefix, progress,

@@ -7,6 +7,7 @@ time budget, the report and its sinks) is the Lightning callback's own
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any
 
@@ -14,15 +15,16 @@ from lightning.pytorch.utilities import rank_zero_warn
 from torch import Tensor, nn
 from torch.utils.data import DataLoader, Dataset
 from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
+from transformers.trainer_callback import ExportableState
 from typing_extensions import override
 
 from gradskip_lightning.core.explanation import ModelExplainer
 from gradskip_lightning.core.validation import required
 from gradskip_lightning.engine import setup as checks
 from gradskip_lightning.engine.discovery.stage import DiscoveryStage
-from gradskip_lightning.engine.epoch import EpochRunner, Prepared, RunSettings
+from gradskip_lightning.engine.epoch import Prepared
+from gradskip_lightning.engine.monitor import EpochMonitor, json_state, state_from_json
 from gradskip_lightning.engine.probes import ProbeImages
-from gradskip_lightning.engine.scoring.schedule import EpochSchedule
 from gradskip_lightning.engine.settings import (
     MethodSettings,
     ProbeSettings,
@@ -45,7 +47,7 @@ from gradskip_lightning.hf_trainer.loggers import TrainerOutputs, trainer_output
 __all__ = ["GradSkipTrainerCallback"]
 
 
-class GradSkipTrainerCallback(TrainerCallback):
+class GradSkipTrainerCallback(TrainerCallback, ExportableState):
     r"""Explain a fixed set of probe images at epoch ends of a ``transformers.Trainer`` and log what the
     model looks at: the :class:`~gradskip_lightning.GradSkipCallback`'s work, with the same settings.
 
@@ -89,17 +91,19 @@ class GradSkipTrainerCallback(TrainerCallback):
         progress: bool = True,
     ) -> None:
         check_arguments(every_n_epochs, log_prefix, False, None)
-        settings = RunSettings.given((probes, methods, scores, render, discovery), log_prefix, progress)
+        groups = (probes, methods, scores, render, discovery)
+        self.monitor = EpochMonitor(probe_images, groups, every_n_epochs, log_prefix, progress)
+        settings = self.monitor.settings
         self.probes, self.methods, self.scores = settings.probes, settings.methods, settings.scores
         self.render, self.discovery, self.log_prefix = settings.render, settings.discovery, log_prefix
-        self._source = settings.probe_source(probe_images)
-        self._schedule = EpochSchedule(every_n_epochs)
-        self._runner = EpochRunner(settings)
+        self.progress = progress
         self._explainers: tuple[nn.Module, dict[str, ModelExplainer], DataSetup] | None = None  # of this model
-        self._prepared: Prepared | None = None
         self._outputs: TrainerOutputs | None = None  # rank zero, per training run
         self._monitored: dict[bool, dict[str, Tensor]] = {True: {}, False: {}}  # by fitting, as callback_metrics
         self._training = self._epoch_ended = self._said_mid_epoch = False
+        #: the checkpoint's state to resume (JSON values), set by the Trainer's callback restore or read from
+        #: its state at train begin; applied once the model is known
+        self.resume_state: dict[str, Any] | None = None
 
     @property
     def method(self) -> str:
@@ -109,12 +113,12 @@ class GradSkipTrainerCallback(TrainerCallback):
     @property
     def logged_keys(self) -> frozenset[str]:
         """The keys the last explanation made monitorable (see :attr:`.GradSkipCallback.logged_keys`)."""
-        return self._runner.logged_keys
+        return self.monitor.runner.logged_keys
 
     @property
     def epoch_seconds(self) -> dict[str, float]:
         """Wall seconds of the last epoch end's parts (:attr:`.EpochRunner.seconds`)."""
-        return dict(self._runner.seconds)
+        return dict(self.monitor.runner.seconds)
 
     # ----------------------------------------------------------------------------- hooks
 
@@ -124,14 +128,16 @@ class GradSkipTrainerCallback(TrainerCallback):
     ) -> None:
         """A new training run: probes drawn again, drift, the schedule and the budget forgotten; the
         model (and given probes) checked before the first step."""
-        self._source.reset()
-        self._runner.reset()
-        self._schedule.reset()
-        self._prepared, self._outputs, self._monitored[True] = None, None, {}
+        self.monitor.reset()
+        self._outputs, self._monitored[True] = None, {}
         self._training, self._epoch_ended = True, False
         self._explainers = None
-        check_best_metric(args.metric_for_best_model, self.log_prefix, self._schedule.every_n_epochs)
-        if self._source.probes is not None:  # given probes: checked against the model now
+        check_best_metric(args.metric_for_best_model, self.log_prefix, self.monitor.schedule.every_n_epochs)
+        saved = self.resume_state or _saved_state(state, type(self).__name__)
+        if saved is not None and state.global_step > 0:  # resumed from a checkpoint (a fresh run saves no state)
+            self.monitor.load_state_dict(state_from_json(saved))
+        self.resume_state = None
+        if self.monitor.probes is not None:  # given probes: checked against the model now
             self._prepare(kwargs["model"], kwargs.get("processing_class"), None)
         else:
             self._model_setup(kwargs["model"], kwargs.get("processing_class"))
@@ -140,8 +146,8 @@ class GradSkipTrainerCallback(TrainerCallback):
     def on_epoch_begin(
         self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any
     ) -> None:
-        self._runner.budget.train_started()
-        self._runner.logged_keys = frozenset()
+        self.monitor.runner.budget.train_started()
+        self.monitor.runner.logged_keys = frozenset()
         self._epoch_ended = False
 
     @override
@@ -150,11 +156,11 @@ class GradSkipTrainerCallback(TrainerCallback):
     ) -> None:
         """The epoch's training is done: the evaluation that follows explains (``control.should_evaluate``,
         set by the Trainer's flow callback before this one), else the epoch end itself."""
-        self._runner.budget.train_ended()
+        self.monitor.runner.budget.train_ended()
         epoch = epoch_index(state.epoch)
-        self._schedule.last_trained = epoch
+        self.monitor.schedule.last_trained = epoch
         self._epoch_ended = True
-        if not control.should_evaluate and self._schedule.due(epoch):
+        if not control.should_evaluate and self.monitor.schedule.due(epoch):
             self._explain(self._host(args, state, True, None), kwargs, _dataset(kwargs.get("train_dataloader")), epoch)
 
     @override
@@ -168,14 +174,14 @@ class GradSkipTrainerCallback(TrainerCallback):
     ) -> None:
         """Explain at the evaluation that ends a due epoch (every evaluation outside training), then put
         the monitored values into ``metrics`` (as Lightning's ``callback_metrics`` keep them)."""
-        self._runner.budget.train_ended()
+        self.monitor.runner.budget.train_ended()
         host = self._host(args, state, self._training, metrics)
         dataset = _dataset(kwargs.get("eval_dataloader"))
         if not self._training:
             self._explain(host, kwargs, dataset, epoch_index(state.epoch))
         elif self._epoch_ended or ends_epoch(state.epoch):
             epoch = epoch_index(state.epoch)
-            if self._schedule.due(epoch):
+            if self.monitor.schedule.due(epoch):
                 self._explain(host, kwargs, dataset, epoch)
         elif state.epoch and not self._said_mid_epoch:  # not eval_on_start (epoch 0): before any training
             self._said_mid_epoch = True
@@ -191,7 +197,7 @@ class GradSkipTrainerCallback(TrainerCallback):
         self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any
     ) -> None:
         """The last trained epoch when it was not explained (``every_n_epochs``), then the outputs' end."""
-        epoch = self._schedule.left_at_fit_end()
+        epoch = self.monitor.schedule.left_at_fit_end()
         if epoch is not None:
             self._explain(self._host(args, state, True, None), kwargs, _dataset(kwargs.get("train_dataloader")), epoch)
         if self._outputs is not None:
@@ -213,14 +219,12 @@ class GradSkipTrainerCallback(TrainerCallback):
 
     def _explain(self, host: TrainerHost, hook_args: dict[str, Any], dataset: Dataset | None, epoch: int) -> None:
         """Run one epoch end on the hook's ``model`` (every rank) and record its row in the log history."""
-        if host.fitting:
-            self._schedule.last_explained = epoch
         model = hook_args["model"]
         prepared = self._prepare(model, hook_args.get("processing_class"), dataset)
         if host.rank_zero and self._outputs is not None:
             prepared.sinks = self._outputs.sinks
-        self._runner.run(host, model, epoch, prepared)
-        host.record(sorted(self._runner.logged_keys))
+        self.monitor.run(host, model, epoch)
+        host.record(sorted(self.monitor.runner.logged_keys))
 
     def _model_setup(
         self, model: nn.Module, processing_class: Any | None
@@ -228,27 +232,41 @@ class GradSkipTrainerCallback(TrainerCallback):
         """The explainers of ``model`` and what its config and image processor say, checked (once per model)."""
         if self._explainers is None or self._explainers[0] is not model:
             check_weights(model)
-            explainers = checks.explainers_for(model, self._runner.settings.explained, dict(self.methods.options))
+            explainers = checks.explainers_for(model, self.monitor.settings.explained, dict(self.methods.options))
             explainer = explainers[self.method]
             checks.check_discovery(explainer, self.discovery)
             data = checks.data_setup(explainer, read_model_data(model, processing_class), self.render, False)
-            self._explainers, self._prepared = (model, explainers, data), None
+            self._explainers, self.monitor.prepared = (model, explainers, data), None
         return self._explainers[1], self._explainers[2]
 
     def _prepare(self, model: nn.Module, processing_class: Any | None, dataset: Dataset | None) -> Prepared:
         """What the epoch ends need: :meth:`_model_setup`, the probes (drawn from ``dataset`` once) and the
         discovery probes, checked against the model; built once per training run, again for another model."""
         explainers, data = self._model_setup(model, processing_class)
-        discovery_drawn = self._runner.discoverer.drawn
-        if self._prepared is not None and discovery_drawn:
-            return self._prepared
-        explainer = explainers[self.method]
-        probes = self._source.probes or self._source.draw(required(dataset, "a dataset to draw the probes from"))
-        if dataset is not None and explainer.task == "classification" and not discovery_drawn:
-            self._runner.discoverer.draw(dataset, explainer)
-        sheet = checks.prepared_sheet(explainer, probes, data, self.scores, self.render)
-        self._prepared = Prepared(explainers, probes, sheet, data)
-        return self._prepared
+        if self.monitor.ready:
+            return required(self.monitor.prepared, "the monitor's prepare")
+        return self.monitor.prepare(explainers, data, dataset)
+
+    def state(self) -> dict[str, Any]:
+        """What ``transformers`` keeps of this callback in a checkpoint's ``trainer_state.json``
+        (``ExportableState``): the settings that rebuild it, and the monitor's state as JSON values."""
+        groups: dict[str, Any] = {"probes": self.probes, "methods": self.methods, "scores": self.scores}
+        groups["render"] = self.render
+        args: dict[str, Any] = {name: dataclasses.asdict(group) for name, group in groups.items()}
+        args["discovery"] = None if self.discovery is None else dataclasses.asdict(self.discovery)
+        args.update(
+            every_n_epochs=self.monitor.schedule.every_n_epochs, log_prefix=self.log_prefix, progress=self.progress
+        )
+        return {"args": json_state(args), "attributes": {"resume_state": json_state(self.monitor.state_dict())}}
+
+
+def _saved_state(state: TrainerState, name: str) -> dict[str, Any] | None:
+    """The monitor state a checkpoint's ``trainer_state.json`` holds for the callback class ``name``
+    (the first one of that class), or None."""
+    stored = state.stateful_callbacks  # a dict once read from a checkpoint's JSON
+    saved = stored.get(name) if isinstance(stored, dict) else None
+    first = saved[0] if isinstance(saved, list) and saved else saved
+    return first.get("attributes", {}).get("resume_state") if isinstance(first, dict) else None
 
 
 def _dataset(loader: DataLoader | None) -> Dataset | None:

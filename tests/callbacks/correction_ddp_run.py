@@ -11,7 +11,7 @@ import json
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from lightning.pytorch import seed_everything  # noqa: E402
 from lightning.pytorch.loggers import CSVLogger  # noqa: E402

@@ -12,14 +12,14 @@ from pathlib import Path
 
 import pytest
 
-from . import ddp_run
+from . import correction_ddp_run as ddp_run
 
 
 @pytest.mark.slow
 def test_each_rank_pastes_on_its_own_draws_and_the_logged_share_counts_every_ranks_images(tmp_path):
     done = subprocess.run(
         [sys.executable, str(Path(ddp_run.__file__)), str(tmp_path), "2"],
-        env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[3])},
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])},
         capture_output=True,
         text=True,
         timeout=240,

@@ -8,7 +8,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from gradskip_lightning.callbacks.shortcut_correction import (
+from gradskip_lightning.shortcuts.artifacts import (
     ARTIFACT_KINDS,
     Artifact,
     PatchPaste,
