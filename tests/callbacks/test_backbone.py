@@ -81,8 +81,8 @@ def test_the_student_of_a_teacher_student_module_is_explained_and_logged(tmp_pat
     module = TeacherStudent()
     trainer.fit(module, datamodule=datamodule)
     wandb.finish()
-    assert callback._prepared.explainers["gradskip"].model is module.student
-    probes, found = callback._source.probes, callback._runner.discoverer.probes
+    assert callback.monitor.prepared.explainers["gradskip"].model is module.student
+    probes, found = callback.monitor.source.probes, callback.monitor.runner.discoverer.probes
     for drawn in (probes, found):  # both read "img", "target" and "seg" (as the object region), nothing else
         assert drawn is not None and list(drawn.regions) == ["object"]
         assert torch.equal(drawn.labels, data.val_dataset.labels[drawn.ids])
@@ -97,7 +97,7 @@ def test_the_student_of_a_teacher_student_module_is_explained_and_logged(tmp_pat
     # the maps written at that epoch end are the trained student's, not the teacher's
     (written,) = tmp_path.rglob("epoch_0000.npz")
     maps = torch.from_numpy(np.load(written)["token_maps"])
-    student = callback._prepared.explainers["gradskip"].explain(probes.images, probes.labels).token_maps
+    student = callback.monitor.prepared.explainers["gradskip"].explain(probes.images, probes.labels).token_maps
     teacher = explainer_for(module, backbone="teacher").explain(probes.images, probes.labels).token_maps
     torch.testing.assert_close(maps, student, rtol=1e-5, atol=1e-7)
     assert (maps - teacher).abs().max() > 0.1 * maps.abs().max()

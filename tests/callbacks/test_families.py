@@ -100,7 +100,7 @@ def test_each_family_trains_with_the_callback_and_logs_to_wandb(label, tmp_path,
     trainer = tiny_trainer(tmp_path, logger=logger, callbacks=[callback], max_epochs=1, limit_train_batches=2)
     trainer.fit(Classifier(net, hf_output), datamodule=tiny_data())
     wandb.finish()
-    assert callback._prepared.explainers["gradskip"].family == FAMILY[label]
+    assert callback.monitor.prepared.explainers["gradskip"].family == FAMILY[label]
     (run,) = find_runs(tmp_path / "wandb")
     (row,) = run.rows_with(f"faithfulness/{P}insertion")
     for name in ("insertion", "deletion", "insertion/rollout"):
@@ -134,7 +134,7 @@ def test_a_datamodule_of_dict_items_works_without_explicit_probes(tmp_path):
     callback = GradSkipCallback(probes=ProbeSettings(num_probes=4), scores=ScoreSettings(insertion_steps=4))
     trainer = tiny_trainer(tmp_path, logger=False, callbacks=[callback], max_epochs=1, limit_train_batches=2)
     trainer.fit(Classifier(NETWORKS["torchvision_vit"]()[0], False), datamodule=module)
-    probes = callback._source.probes
+    probes = callback.monitor.source.probes
     assert probes is not None and probes.regions is None  # the id and the path were not read as masks
     assert torch.equal(probes.labels, data.val_dataset.labels[probes.ids])
     assert torch.isfinite(trainer.callback_metrics[f"faithfulness/{P}insertion"])

@@ -87,7 +87,7 @@ def test_the_same_probes_on_resume_keep_drift_without_a_warning(tmp_path, checkp
 def test_the_checkpoints_probe_count_overriding_num_probes_is_said_once(tmp_path, checkpoint):
     callback = GradSkipCallback(probes=ProbeSettings(num_probes=12), scores=FAST["scores"], progress=False)
     (row,), caught = _resume(tmp_path, checkpoint, callback, tiny_data())
-    assert len(_ours(caught, "probes.num_probes=12")) == 1 and len(callback._source.probes) == 8
+    assert len(_ours(caught, "probes.num_probes=12")) == 1 and len(callback.monitor.source.probes) == 8
 
 
 def test_an_oversized_num_probes_is_trimmed_with_one_warning(tmp_path):
@@ -95,7 +95,7 @@ def test_an_oversized_num_probes_is_trimmed_with_one_warning(tmp_path):
     trainer = tiny_trainer(tmp_path, logger=False, callbacks=[callback], max_epochs=1, limit_train_batches=1)
     with pytest.warns(UserWarning, match=r"probes.num_probes=100 .* 32") as caught:
         trainer.fit(tiny_module(), datamodule=tiny_data())
-    assert len(_ours(caught, "num_probes=100")) == 1 and len(callback._source.probes) == 32
+    assert len(_ours(caught, "num_probes=100")) == 1 and len(callback.monitor.source.probes) == 32
 
 
 # ------------------------------------------------------------------------------------- skipped epochs
@@ -263,8 +263,8 @@ def test_with_ema_the_averaged_weights_are_explained_whatever_the_order(tmp_path
     module = tiny_module()
     trainer.fit(module, datamodule=tiny_data())  # the averaged weights are in the module after fit
     explained = read_maps(Path(logger.log_dir) / "gradskip" / "maps").epochs[-1]["token_maps"]
-    probes = ours._source.probes
-    expected = ours._prepared.explainers["gradskip"].explain(probes.images, probes.labels).token_maps
+    probes = ours.monitor.source.probes
+    expected = ours.monitor.prepared.explainers["gradskip"].explain(probes.images, probes.labels).token_maps
     np.testing.assert_allclose(explained, expected.detach().numpy(), atol=1e-5)
 
 

@@ -397,7 +397,7 @@ def test_plain_dataloaders_draw_probes_from_the_validation_set_before_training(t
         train_dataloaders=DataLoader(data.train_dataset, batch_size=16),
         val_dataloaders=DataLoader(data.val_dataset, batch_size=16),
     )
-    assert callback._source.dataset is data.val_dataset
+    assert callback.monitor.source.dataset is data.val_dataset
     assert (tmp_path / "gradskip" / "maps" / "epoch_0000.npz").is_file()
 
 
@@ -420,13 +420,13 @@ def test_a_new_fit_on_another_trainer_draws_probes_again_and_forgets_drift(tmp_p
     callback = GradSkipCallback(**FAST)
     first = CSVLogger(save_dir=str(tmp_path), name="fold", version=0)
     tiny_trainer(tmp_path, logger=first, callbacks=[callback], max_epochs=2).fit(tiny_module(), datamodule=tiny_data())
-    ids_first = callback._source.probes.ids.clone()
+    ids_first = callback.monitor.source.probes.ids.clone()
     second = CSVLogger(save_dir=str(tmp_path), name="fold", version=1)
     fold_two = tiny_data(seed=5, val_size=48)  # another fold: other validation images
     tiny_trainer(tmp_path, logger=second, callbacks=[callback], max_epochs=1).fit(tiny_module(), datamodule=fold_two)
     fold_two_labels = fold_two.val_dataset.labels
-    assert torch.equal(callback._source.probes.labels, fold_two_labels[callback._source.probes.ids])
-    assert not torch.equal(callback._source.probes.ids, ids_first)
+    assert torch.equal(callback.monitor.source.probes.labels, fold_two_labels[callback.monitor.source.probes.ids])
+    assert not torch.equal(callback.monitor.source.probes.ids, ids_first)
     (row,) = _csv_rows(second.log_dir, "faithfulness/gradskip/insertion")
     assert row["gradskip/epoch"] == 0.0 and "drift/gradskip/prev/spearman" not in row  # no reference from fold one
 
@@ -470,9 +470,9 @@ def test_validate_after_fit_neither_writes_maps_nor_moves_drift(tmp_path):
     trainer.fit(module, datamodule=tiny_data())
     maps = Path(logger.log_dir) / "gradskip" / "maps"
     files = sorted(p.name for p in maps.iterdir())
-    previous = callback._runner.drift.previous.clone()
+    previous = callback.monitor.runner.drift.previous.clone()
     trainer.validate(module, datamodule=tiny_data())
     assert sorted(p.name for p in maps.iterdir()) == files == ["epoch_0000.npz", "epoch_0001.npz", "probes.npz"]
-    assert torch.equal(callback._runner.drift.previous, previous)
+    assert torch.equal(callback.monitor.runner.drift.previous, previous)
     (row,) = _csv_rows(logger.log_dir, "faithfulness/gradskip/validate/insertion")
     assert row["drift/gradskip/validate/prev/spearman"] == pytest.approx(1.0)  # same weights as the last epoch

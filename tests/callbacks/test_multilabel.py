@@ -74,7 +74,7 @@ def test_a_multi_label_model_trains_to_the_end_with_maps_scored_by_sigmoid(tmp_p
     trainer = tiny_trainer(tmp_path, logger=False, callbacks=[callback], max_epochs=2)
     trainer.fit(module, datamodule=MultiHotData())
     assert trainer.current_epoch == 2
-    probes = callback._source.probes
+    probes = callback.monitor.source.probes
     assert probes.multi_hot.shape == (8, 4) and sorted(probes.regions) == ["background", "object"]
     assert sorted(set(probes.labels.tolist())) == [0, 1, 2, 3]  # stratified over the explained labels
     assert all(probes.multi_hot[i, c] == 1 for i, c in enumerate(probes.labels.tolist()))  # a positive label
@@ -89,7 +89,7 @@ def test_a_multi_label_model_trains_to_the_end_with_maps_scored_by_sigmoid(tmp_p
 def test_explicit_multi_hot_probe_labels_explain_a_positive_label():
     labels = torch.tensor([[1.0, 0, 0, 1], [1.0, 0, 0, 0], [0, 1.0, 0, 0]])
     callback = GradSkipCallback(ProbeImages(images=torch.zeros(3, 3, 32, 32), labels=labels))
-    probes = callback._source.probes
+    probes = callback.monitor.source.probes
     assert probes.labels.tolist() == [3, 0, 1]  # the rarest positive label among the probes
     assert torch.equal(probes.multi_hot, labels)  # explained per label: the probabilities are sigmoids
 
@@ -106,7 +106,7 @@ def test_explicit_named_regions_feed_the_pointing_game_from_object_and_each_get_
         ProbeImages(images=torch.stack(images), labels=torch.stack(labels), masks=masks),
         scores=ScoreSettings(insertion_steps=4),
     )
-    assert sorted(callback._source.probes.regions) == ["background", "object"]
+    assert sorted(callback.monitor.source.probes.regions) == ["background", "object"]
     logger = CSVLogger(save_dir=str(tmp_path), name="regions")
     tiny_trainer(tmp_path, logger=logger, callbacks=[callback]).validate(MultiLabelViT(), datamodule=MultiHotData())
     with open(tmp_path / "regions" / "version_0" / "metrics.csv") as handle:

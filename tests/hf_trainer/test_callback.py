@@ -48,7 +48,7 @@ def test_maps_files_are_written_per_trained_epoch(fitted):
     record = read_maps(out / "gradskip" / "maps")
     assert [int(e["epoch"]) for e in record.epochs] == [0, 1]  # not the evaluation outside training
     assert [int(e["step"]) for e in record.epochs] == [3, 6]  # the Trainer's global_step at each evaluation
-    probes = callback._source.probes
+    probes = callback.monitor.source.probes
     np.testing.assert_array_equal(record.probe_ids, probes.ids.numpy())
     assert sorted(record.labels.tolist()) == [0, 0, 1, 1, 2, 2]  # stratified over the 3 classes
     for epoch in record.epochs:

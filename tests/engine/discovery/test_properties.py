@@ -93,16 +93,16 @@ def test_the_flagged_class_is_pictured_before_and_after_the_transfer(cast):
 
 def test_the_property_alerts_survive_a_checkpoint(tmp_path):
     callback = _callback()
-    callback._runner.discoverer.alerted_properties = {("colour", 2), ("noise", 0)}
+    callback.monitor.runner.discoverer.alerted_properties = {("colour", 2), ("noise", 0)}
     state = callback.state_dict()
     assert state["discovery"]["alerted_properties"] == [["colour", 2], ["noise", 0]]
     torch.save(state, tmp_path / "callback.pt")
     restored = _callback()
     restored.load_state_dict(torch.load(tmp_path / "callback.pt", weights_only=True))  # as a checkpoint loads
-    assert restored._runner.discoverer.alerted_properties == {("colour", 2), ("noise", 0)}
+    assert restored.monitor.runner.discoverer.alerted_properties == {("colour", 2), ("noise", 0)}
     older = {**state, "discovery": {k: v for k, v in state["discovery"].items() if k != "alerted_properties"}}
     restored.load_state_dict(older)  # a checkpoint from before the property transplants
-    assert restored._runner.discoverer.alerted_properties == set()
+    assert restored.monitor.runner.discoverer.alerted_properties == set()
 
 
 def test_properties_off_logs_no_property_key(tmp_path):

@@ -113,10 +113,10 @@ def test_the_discovery_probes_are_kept_in_the_checkpoint_and_restored(stamped):
     assert len(state["discovery"]["peak"]) == 4 and all(isinstance(v, float) for v in state["discovery"]["peak"])
     fresh = _callback()
     fresh.load_state_dict(state)
-    assert torch.equal(fresh._runner.discoverer.source.restored_ids, ids) and fresh._runner.discoverer.alerted == {
+    assert torch.equal(fresh.monitor.runner.discoverer.source.restored_ids, ids) and fresh.monitor.runner.discoverer.alerted == {
         STAMP_CLASS
     }
-    assert fresh._runner.discoverer.peak == state["discovery"]["peak"]
+    assert fresh.monitor.runner.discoverer.peak == state["discovery"]["peak"]
     fresh.load_state_dict({k: v for k, v in state.items() if k != "discovery"})  # a checkpoint from before
 
 
@@ -179,7 +179,7 @@ class PeakSeen(Callback):
         self.callback, self.logged, self.held, self.colour, self.held_colour = callback, [], [], [], []
 
     def on_train_epoch_start(self, trainer, pl_module) -> None:
-        discoverer = self.callback._runner.discoverer
+        discoverer = self.callback.monitor.runner.discoverer
         self.held.append(list(discoverer.peak))
         self.held_colour.append(list(discoverer.property_peak.get("colour", [])))
 
@@ -268,7 +268,7 @@ def test_the_stage_can_summarise_another_methods_maps(tmp_path, monkeypatch, cho
     callback = _callback(**chosen)
     trainer = tiny_trainer(tmp_path, logger=False, callbacks=[callback], max_epochs=2, num_sanity_val_steps=0)
     trainer.fit(tiny_module(), datamodule=tiny_data())
-    assert used == [summarised, summarised] and list(callback._prepared.explainers) == explainers
+    assert used == [summarised, summarised] and list(callback.monitor.prepared.explainers) == explainers
     assert f"{D}suspicion/class_0" in trainer.callback_metrics
     if summarised != "gradskip":  # explained for discovery only, not scored
         assert f"faithfulness/{P}insertion/{summarised}" not in trainer.callback_metrics

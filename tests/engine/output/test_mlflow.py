@@ -97,7 +97,7 @@ def test_the_scalars_reach_mlflow_once_at_lightnings_epoch_steps(run):
 
 
 def test_every_image_and_histogram_is_a_stepwise_image_under_its_key(run):
-    probe_ids = run.callback._source.probes.ids.tolist()
+    probe_ids = run.callback.monitor.source.probes.ids.tolist()
     expected = {f"probes/{P}overlays", f"discovery/{P}class_means"}
     expected |= {f"probes/{P}overlay/probe_{i}" for i in probe_ids}
     for part in ("omega", "grad_flow", "sparsity"):
@@ -109,7 +109,7 @@ def test_every_image_and_histogram_is_a_stepwise_image_under_its_key(run):
 
 
 def test_the_overlay_carries_its_caption_and_the_class_means_grid_its_tiles(run, tmp_path):
-    probe_id = run.callback._source.probes.ids[0].item()
+    probe_id = run.callback.monitor.source.probes.ids[0].item()
     overlay = _png(run, run.images[f"probes/{P}overlay/probe_{probe_id}"][7], tmp_path)
     assert overlay.shape == (DISPLAY + 12, DISPLAY, 3)  # the caption strip under the overlay
     assert (overlay[DISPLAY:] < 128).any() and overlay[:DISPLAY].std() > 10  # caption text, a coloured map
@@ -128,7 +128,7 @@ def test_the_maps_files_are_the_runs_artifacts_and_read_back(run, tmp_path):
         assert (int(epoch["epoch"]), int(epoch["step"])) == (1, 7)
         assert epoch["maps"].shape == (NUM_PROBES, 32, 32) and np.isfinite(epoch["maps"]).all()
         assert epoch["token_maps"].shape == (NUM_PROBES, PATCHES, PATCHES)
-        np.testing.assert_array_equal(epoch["probe_ids"], run.callback._source.probes.ids.numpy())
+        np.testing.assert_array_equal(epoch["probe_ids"], run.callback.monitor.source.probes.ids.numpy())
     record = read_maps(folder)  # what the timeline command reads
     assert [int(e["epoch"]) for e in record.epochs] == [0, 1] and not record.skipped
 

@@ -32,7 +32,7 @@ def test_images_histograms_and_scalars_reach_the_event_file(tmp_path):
     events = EventAccumulator(logger.log_dir, size_guidance={"images": 0, "histograms": 0, "scalars": 0})
     events.Reload()
     tags = events.Tags()
-    probe_ids = callback._source.probes.ids.tolist()
+    probe_ids = callback.monitor.source.probes.ids.tolist()
     expected_images = {"probes/gradskip/overlays", "probes/gradskip/overlays/rollout"}
     expected_images |= {f"heads/gradskip/{part}" for part in ("omega", "grad_flow", "sparsity")}
     expected_images |= {f"probes/gradskip/overlay/probe_{i}" for i in probe_ids}

@@ -118,7 +118,7 @@ def test_yaml_spells_the_keys_and_the_backbone_as_lightningcli_parses_them():
     yaml = "callback: {backbone: student, probes: {image_key: img, label_key: target, mask_keys: {seg: object}}}"
     callback = parser.instantiate(parser.parse_string(yaml)).callback
     assert callback.backbone == "student"
-    assert callback.probes.item_keys.regions == {"seg": "object"} and callback._source.keys.image == "img"
+    assert callback.probes.item_keys.regions == {"seg": "object"} and callback.monitor.source.keys.image == "img"
     listed = parser.instantiate(parser.parse_string("callback: {probes: {mask_keys: [seg, roi]}}")).callback
     assert listed.probes.item_keys.regions == {"seg": "seg", "roi": "roi"}
 

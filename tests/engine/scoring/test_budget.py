@@ -48,7 +48,7 @@ def _fit(
 
         def setup(self, trainer, pl_module, stage):  # count each explainer's explain calls
             original(self, trainer, pl_module, stage)
-            for name, explainer in self._prepared.explainers.items():
+            for name, explainer in self.monitor.prepared.explainers.items():
                 explain = explainer.explain
 
                 def counted(*args, _name=name, _explain=explain, **kwargs):
