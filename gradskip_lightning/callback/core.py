@@ -18,7 +18,7 @@ from gradskip_lightning.callback.averaging import Hook
 from gradskip_lightning.callback.discovery.stage import Discovered, DiscoveryStage
 from gradskip_lightning.callback.epoch import EpochRunner, Prepared, RunSettings
 from gradskip_lightning.callback.host import LightningHost
-from gradskip_lightning.callback.output.sinks import Sink, make_sinks
+from gradskip_lightning.callback.output.sinks import Sink, finish_sinks, make_sinks
 from gradskip_lightning.callback.probes import ProbeImages
 from gradskip_lightning.callback.scoring.schedule import EpochSchedule
 from gradskip_lightning.callback.settings import (
@@ -209,8 +209,7 @@ class GradSkipCallback(Callback):
         epoch = self._schedule.left_at_fit_end()
         if epoch is not None:
             self._explain(trainer, pl_module, epoch, "fit_end")
-        for sink in self._prepared.sinks if self._prepared is not None else []:
-            sink.finish()
+        finish_sinks(self._prepared.sinks if self._prepared is not None else [])
 
     def _explain(self, trainer: Trainer, pl_module: LightningModule, epoch: int, hook: Hook) -> None:
         if trainer.state.fn == TrainerFn.FITTING:
