@@ -31,8 +31,10 @@ from gradskip_lightning.callback.keys import key
 from gradskip_lightning.callback.output.monitor import monitor
 from gradskip_lightning.callback.output.report import logged_step
 from gradskip_lightning.callback.settings import check_log_prefix, positive
+from gradskip_lightning.core.explanation import UnsupportedModel
 from gradskip_lightning.core.validation import required
 from gradskip_lightning.data.tags import SpuriousTag
+from gradskip_lightning.families import explainer_for
 from gradskip_lightning.metrics.discovery_properties import chosen_properties
 from gradskip_lightning.metrics.image_properties import PROPERTIES, PropertyName
 
@@ -245,6 +247,28 @@ class ShortcutCorrection(Callback):
                     "normalisation: give mean and std, or use a datamodule with mean/std attributes"
                 )
             self._normalisation = (tuple(mean), tuple(std))
+        self._check_model(pl_module)
+
+    def _check_model(self, pl_module: LightningModule) -> None:
+        """Refuse a tag or ``classes`` the trained network does not have (a class out of its range), before the first
+        step. A network of no family the explainers know (the followed GradSkipCallback's ``backbone``, else the
+        module itself) is not checked."""
+        try:
+            explainer = explainer_for(pl_module, backbone=self._source.backbone if self._source is not None else None)
+        except UnsupportedModel:
+            return
+        count = explainer.num_classes
+        if self.tag is not None and not 0 <= self.tag.target_class < count:
+            raise ValueError(
+                f"ShortcutCorrection's tag goes with class {self.tag.target_class}, but the model has {count} classes "
+                f"(0 to {count - 1}): give the tag's class, SpuriousTag(target_class=<0 to {count - 1}>)"
+            )
+        missing = [label for label in self.classes or [] if label >= count]
+        if missing:
+            raise ValueError(
+                f"ShortcutCorrection(classes={self.classes}) names classes the model does not have ({missing}; it has "
+                f"{count}, 0 to {count - 1}): give classes in that range, or classes=None for any flagged class"
+            )
 
     @override
     def on_train_start(self, trainer: Trainer, pl_module: LightningModule) -> None:

@@ -332,6 +332,26 @@ def test_the_discovery_to_follow_must_be_one_the_trainer_has(tmp_path, callbacks
         trainer.fit(tiny_module(), datamodule=tiny_data())
 
 
+@pytest.mark.parametrize(
+    "callbacks, match",
+    [
+        (lambda: [ShortcutCorrection(SpuriousTag(target_class=7), discovery=False)],
+         r"^ShortcutCorrection's tag goes with class 7, but the model has 4 classes \(0 to 3\): give the tag's class, "
+         r"SpuriousTag\(target_class=<0 to 3>\)$"),
+        (lambda: [_gradskip(), ShortcutCorrection(classes=[1, 9])],
+         r"^ShortcutCorrection\(classes=\[1, 9\]\) names classes the model does not have \(\[9\]; it has 4, 0 to 3\): "
+         r"give classes in that range, or classes=None for any flagged class$"),
+    ],
+    ids=["tag_class", "classes"],
+)  # fmt: skip
+def test_a_tag_or_class_the_model_does_not_have_is_refused_before_the_first_step(tmp_path, callbacks, match):
+    module = recorder()
+    trainer = tiny_trainer(tmp_path, logger=False, callbacks=callbacks(), max_epochs=1, num_sanity_val_steps=0)
+    with pytest.raises(ValueError, match=match):
+        trainer.fit(module, datamodule=tiny_data())
+    assert module.seen == []  # no training step
+
+
 def test_a_tag_without_the_images_normalisation_is_refused_naming_the_fix(tmp_path):
     data = tiny_data()
     data.setup("fit")
