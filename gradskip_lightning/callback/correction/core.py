@@ -250,9 +250,10 @@ class ShortcutCorrection(Callback):
         self._check_model(pl_module)
 
     def _check_model(self, pl_module: LightningModule) -> None:
-        """Refuse a tag or ``classes`` the trained network does not have (a class out of its range), before the first
-        step. A network of no family the explainers know (the followed GradSkipCallback's ``backbone``, else the
-        module itself) is not checked."""
+        """Refuse a tag or ``classes`` the trained network does not have (a class out of its range, a tag outside
+        its images), before the first step. A network of no family the explainers know (the followed
+        GradSkipCallback's ``backbone``, else the module itself) is not checked: a tag outside the images is then
+        refused at the first batch."""
         try:
             explainer = explainer_for(pl_module, backbone=self._source.backbone if self._source is not None else None)
         except UnsupportedModel:
@@ -269,6 +270,11 @@ class ShortcutCorrection(Callback):
                 f"ShortcutCorrection(classes={self.classes}) names classes the model does not have ({missing}; it has "
                 f"{count}, 0 to {count - 1}): give classes in that range, or classes=None for any flagged class"
             )
+        if self.tag is not None and explainer.img_size is not None:
+            try:
+                self.tag.check_fits(*explainer.img_size)
+            except ValueError as err:
+                raise ValueError(f"ShortcutCorrection's tag: {err}") from None
 
     @override
     def on_train_start(self, trainer: Trainer, pl_module: LightningModule) -> None:

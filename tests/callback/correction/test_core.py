@@ -341,8 +341,11 @@ def test_the_discovery_to_follow_must_be_one_the_trainer_has(tmp_path, callbacks
         (lambda: [_gradskip(), ShortcutCorrection(classes=[1, 9])],
          r"^ShortcutCorrection\(classes=\[1, 9\]\) names classes the model does not have \(\[9\]; it has 4, 0 to 3\): "
          r"give classes in that range, or classes=None for any flagged class$"),
+        (lambda: [ShortcutCorrection(SpuriousTag(target_class=1, position=(30, 28)), discovery=False)],
+         r"^ShortcutCorrection's tag: the tag \(pattern 3 x 3 px at \(30, 28\)\) does not fit in 32 x 32 px images: "
+         r"move its position or use a smaller pattern$"),
     ],
-    ids=["tag_class", "classes"],
+    ids=["tag_class", "classes", "tag_outside_the_images"],
 )  # fmt: skip
 def test_a_tag_or_class_the_model_does_not_have_is_refused_before_the_first_step(tmp_path, callbacks, match):
     module = recorder()
