@@ -264,13 +264,24 @@ def timeline_figure(
     return figure
 
 
+def _count(text: str) -> int:
+    """An argparse type: an integer >= 1 (a count of columns or rows)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be an integer >= 1, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be an integer >= 1, got {value}")
+    return value
+
+
 def main(argv: Sequence[str] | None = None) -> Path:
     """Command-line entry point; returns the PNG path written."""
     parser = argparse.ArgumentParser(prog="python -m gradskip_lightning.timeline", description=__doc__.split("\n\n")[0])
     parser.add_argument("source", help="maps folder, a folder above it (log dir, W&B run dir), or a W&B artifact name")
     parser.add_argument("-o", "--output", default="timeline.png", help="PNG to write (default: timeline.png)")
-    parser.add_argument("--max-epochs", type=int, default=12, help="columns: epochs spread evenly over the run")
-    parser.add_argument("--max-probes", type=int, default=32, help="rows: probes spread evenly over the set")
+    parser.add_argument("--max-epochs", type=_count, default=12, help="columns: epochs spread over the run")
+    parser.add_argument("--max-probes", type=_count, default=32, help="rows: probes spread evenly over the set")
     parser.add_argument("--cmap", default="inferno", help="matplotlib colour map")
     args = parser.parse_args(argv)
     record = read_maps(find_maps_dir(args.source))

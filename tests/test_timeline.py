@@ -149,6 +149,31 @@ def test_damaged_epoch_files_are_skipped_and_named(tmp_path):
         read_maps(folder)
 
 
+def test_an_epoch_file_of_the_wrong_shape_is_skipped_and_named_and_the_others_drawn(tmp_path, capsys):
+    folder = _maps_folder(tmp_path / "maps")
+    wrong = {"probe_ids": np.arange(2), "labels": np.zeros(2), "maps": np.random.rand(2, 5, 32).astype(np.float32)}
+    write_epoch(folder, 1, 10, "gradskip", wrong)  # another run's maps copied in: not (2, 8 / f, 8 / f)
+    few = {"probe_ids": np.arange(1), "labels": np.zeros(1), "maps": np.random.rand(1, 4, 4).astype(np.float32)}
+    write_epoch(folder, 2, 20, "gradskip", few)  # another probe set's
+    out = main([str(folder), "-o", str(tmp_path / "timeline.png")])
+    assert Image.open(out).size[0] == int(1.5 * 2 * 100)  # the probe images and epoch 0
+    err = capsys.readouterr().err
+    assert (
+        f"skipped {folder / 'epoch_0001.npz'}: wrong shape: maps (2, 5, 32) and 2 probe ids do not fit the probes' "
+        "images (2, 8, 8) (maps (P, H / f, W / f) for an integer f)"
+    ) in err
+    assert f"skipped {folder / 'epoch_0002.npz'}: wrong shape: maps (1, 4, 4) and 1 probe ids" in err
+
+
+@pytest.mark.parametrize("option, value", [("--max-epochs", "0"), ("--max-probes", "-1"), ("--max-epochs", "two")])
+def test_counts_below_one_are_refused_by_argparse_naming_the_option(tmp_path, capsys, option, value):
+    folder = _maps_folder(tmp_path / "maps")
+    with pytest.raises(SystemExit) as exit_info:
+        main([str(folder), "-o", str(tmp_path / "timeline.png"), option, value])
+    assert exit_info.value.code == 2 and not (tmp_path / "timeline.png").exists()
+    assert f"error: argument {option}: must be an integer >= 1, got " in capsys.readouterr().err
+
+
 def test_a_failed_write_leaves_the_previous_file_and_no_temporary(tmp_path, monkeypatch):
     folder = _maps_folder(tmp_path / "maps", epochs=(0,))
     before = (folder / "epoch_0000.npz").read_bytes()

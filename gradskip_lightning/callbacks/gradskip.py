@@ -24,7 +24,7 @@ from gradskip_lightning.core.validation import required
 from gradskip_lightning.engine import setup as checks
 from gradskip_lightning.engine.discovery.stage import Discovered, DiscoveryStage
 from gradskip_lightning.engine.monitor import EpochMonitor
-from gradskip_lightning.engine.output.sinks import Sink
+from gradskip_lightning.engine.output.sinks import Sink, finish_sinks
 from gradskip_lightning.engine.probes import ProbeImages
 from gradskip_lightning.engine.settings import (
     MethodSettings,
@@ -215,8 +215,7 @@ class GradSkipCallback(Callback):
         epoch = self.monitor.schedule.left_at_fit_end()
         if epoch is not None:
             self._explain(trainer, pl_module, epoch, "fit_end")
-        for sink in self.monitor.prepared.sinks if self.monitor.prepared is not None else []:
-            sink.finish()
+        finish_sinks(self.monitor.prepared.sinks if self.monitor.prepared is not None else [])
 
     def _explain(self, trainer: Trainer, pl_module: LightningModule, epoch: int, hook: Hook) -> None:
         self._ensure_probes(trainer)

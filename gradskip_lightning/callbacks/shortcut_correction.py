@@ -28,11 +28,13 @@ from typing_extensions import override
 from gradskip_lightning.callbacks.gradskip import GradSkipCallback
 from gradskip_lightning.callbacks.host import logged_step
 from gradskip_lightning.callbacks.training_batches import batch_images, batch_seed, class_members
+from gradskip_lightning.core.explanation import UnsupportedModel
 from gradskip_lightning.core.validation import required
 from gradskip_lightning.engine.discovery.stage import Discovered
 from gradskip_lightning.engine.keys import key
 from gradskip_lightning.engine.output.monitor import monitor
 from gradskip_lightning.engine.settings import check_log_prefix, positive
+from gradskip_lightning.families import explainer_for
 from gradskip_lightning.shortcuts.artifacts import (
     Artifact,
     PatchPaste,
@@ -143,7 +145,9 @@ class ShortcutCorrection(Callback):
         log_prefix: the name in the logged keys (``correction/<log_prefix>active``).
 
     The discovery stage's choice is a callback of the Trainer found by its ``log_prefix``, not an object
-    given here: that is how a LightningCLI config names it, and a checkpoint holds no reference to it.
+    given here: that is how a LightningCLI config names it, and a checkpoint holds no reference to it. A
+    checkpoint holds what is corrected, the flags of its own epoch's discovery run (read when it is saved) and
+    each class's flagged runs in a row: a fit resumed from any epoch corrects as the uninterrupted one.
     Under DDP every rank runs the same discovery on the same probes, so every rank corrects the same
     artifacts, each on its own batches with its own draws.
 
@@ -249,6 +253,34 @@ class ShortcutCorrection(Callback):
                     "normalisation: give mean and std, or use a datamodule with mean/std attributes"
                 )
             self._normalisation = (tuple(mean), tuple(std))
+        self._check_model(pl_module)
+
+    def _check_model(self, pl_module: LightningModule) -> None:
+        """Refuse a tag or ``classes`` the trained network does not have (a class out of its range, a tag outside
+        its images), before the first step. A network of no family the explainers know (the followed
+        GradSkipCallback's ``backbone``, else the module itself) is not checked: a tag outside the images is then
+        refused at the first batch."""
+        try:
+            explainer = explainer_for(pl_module, backbone=self._source.backbone if self._source is not None else None)
+        except UnsupportedModel:
+            return
+        count = explainer.num_classes
+        if self.tag is not None and not 0 <= self.tag.target_class < count:
+            raise ValueError(
+                f"ShortcutCorrection's tag goes with class {self.tag.target_class}, but the model has {count} classes "
+                f"(0 to {count - 1}): give the tag's class, SpuriousTag(target_class=<0 to {count - 1}>)"
+            )
+        missing = [label for label in self.classes or [] if label >= count]
+        if missing:
+            raise ValueError(
+                f"ShortcutCorrection(classes={self.classes}) names classes the model does not have ({missing}; it has "
+                f"{count}, 0 to {count - 1}): give classes in that range, or classes=None for any flagged class"
+            )
+        if self.tag is not None and explainer.img_size is not None:
+            try:
+                self.tag.check_fits(*explainer.img_size)
+            except ValueError as err:
+                raise ValueError(f"ShortcutCorrection's tag: {err}") from None
 
     @override
     def on_train_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
@@ -262,13 +294,14 @@ class ShortcutCorrection(Callback):
     @override
     def on_train_epoch_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
         if self._source is not None:
-            self._follow(self._source, trainer.current_epoch)
+            self._follow(self._source)
         self._tallies = torch.zeros(3, len(self._corrections), dtype=torch.long)
         self._counts = [0, 0]
 
     @override
     def on_train_batch_start(self, trainer: Trainer, pl_module: LightningModule, batch: Any, batch_idx: int) -> None:
-        if not self._corrections:
+        active = self._active(trainer.current_epoch)
+        if not active:
             return  # nothing corrected: the batch, the RNGs and the training are untouched
         images = batch_images(batch, self.image_key)
         self._generator.manual_seed(batch_seed(self.seed, trainer.global_rank, trainer.current_epoch, batch_idx))
@@ -276,11 +309,11 @@ class ShortcutCorrection(Callback):
         with torch.no_grad():
             if self.erase:  # first off the class's own images, the stand-ins from the batch as it came
                 originals = images.clone()
-                for index, correction in enumerate(self._corrections):
+                for index, correction in active:
                     members = class_members(batch, correction.artifact.target, self.label_key)
                     erased = erase_from_class(images, originals, members, correction.artifact, self._generator)
                     self._tallies[1:, index] += torch.tensor([erased, int(members.sum())])
-            for index, correction in enumerate(self._corrections):
+            for index, correction in active:
                 chosen = paste_share(images, correction.artifact, self.p, self._generator)
                 self._tallies[0, index] += int(chosen.sum())
                 pasted |= chosen
@@ -295,11 +328,12 @@ class ShortcutCorrection(Callback):
         counts = trainer.strategy.reduce(counts, reduce_op="sum").cpu().double()  # every rank's images
         seen, (pasted, erased, members) = float(counts[1]), counts[2:].reshape(3, -1)
         share = (counts[:2] / seen).tolist() if seen else [math.nan, math.nan]
+        active = self._active(trainer.current_epoch)
         scalars = {
-            key("correction", self.log_prefix, "active"): float(len(self._corrections)),
-            key("correction", self.log_prefix, "pasted_share"): share[0] if self._corrections else 0.0,
+            key("correction", self.log_prefix, "active"): float(len(active)),
+            key("correction", self.log_prefix, "pasted_share"): share[0] if active else 0.0,
         }
-        for index, correction in enumerate(self._corrections):
+        for index, correction in active:
             label, start = correction.artifact.target, correction.artifact.key_prefix
             scalars[key("correction", self.log_prefix, f"{start}pasted_share/class_{label}")] = (
                 float(pasted[index]) / seen if seen else math.nan
@@ -320,6 +354,10 @@ class ShortcutCorrection(Callback):
 
     @override
     def state_dict(self) -> dict[str, Any]:
+        # The discovery run of the epoch being saved is read now, not at the next epoch's start: the checkpoint
+        # then holds its flags (and the artifacts they start), and a fit resumed from it corrects as this one does.
+        if self._source is not None:
+            self._follow(self._source)
         return {
             "corrections": [
                 {"artifact": c.artifact.state_dict(), "epoch": c.epoch, "origin": c.origin} for c in self._corrections
@@ -372,13 +410,18 @@ class ShortcutCorrection(Callback):
             )
         return discovering[0] if discovering else None
 
-    def _follow(self, source: GradSkipCallback, epoch: int) -> None:
+    def _active(self, epoch: int) -> list[tuple[int, Correction]]:
+        """The corrections (with their index) that correct training epoch ``epoch``: a flag read at the end of the
+        epoch it was raised at (a checkpoint saved then) corrects from the next one."""
+        return [(index, c) for index, c in enumerate(self._corrections) if c.epoch <= epoch]
+
+    def _follow(self, source: GradSkipCallback) -> None:
         """Read the discovery stage's newest run (once) and start correcting the classes, and the classes'
-        properties, flagged long enough."""
+        properties, flagged long enough, from the training epoch after the run's."""
         discovered = source.discovered
         if discovered is None or discovered.epoch == self._last_run:
             return
-        self._last_run = discovered.epoch
+        self._last_run, epoch = discovered.epoch, discovered.epoch + 1
         flagged = discovered.found.flagged.cpu().tolist()
         for label, flag in enumerate(flagged):
             if self.classes is not None and label not in self.classes:
@@ -397,7 +440,7 @@ class ShortcutCorrection(Callback):
         self._follow_properties(discovered, source.log_prefix, epoch)
 
     def _follow_properties(self, discovered: Discovered, followed: str, epoch: int) -> None:
-        """Start correcting the (class, property) pairs of ``discovered`` flagged long enough."""
+        """Start correcting the (class, property) pairs of ``discovered`` flagged long enough, from ``epoch``."""
         found = discovered.properties
         if found is None:
             return

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from lightning.pytorch.utilities import rank_zero_warn
 
-from gradskip_lightning.engine.output.sinks import Sink, TensorBoardSink, ordered_sinks
+from gradskip_lightning.engine.output.sinks import Sink, TensorBoardSink, finish_sinks, ordered_sinks
 
 if TYPE_CHECKING:
     from torch.utils.tensorboard import SummaryWriter
@@ -84,8 +84,7 @@ class TrainerOutputs:
 
     def finish(self) -> None:
         """The end of training: the sinks' last words (the W&B maps artifact), the writer closed."""
-        for sink in self.sinks:
-            sink.finish()
+        finish_sinks(self.sinks)
         if self.tensorboard is not None:
             self.tensorboard.close()
 

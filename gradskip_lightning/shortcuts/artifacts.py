@@ -195,12 +195,17 @@ class PatchPaste:
         return self._paste(images, others[:, :, top:bottom, left:right], generator)
 
     def _check_fits(self, images: Tensor) -> None:
-        """Require the box to fit ``images`` (B, C, H, W)."""
+        """Require the box to fit ``images`` (B, C, H, W) (the message names their H x W, the same for a batch and
+        the images of it being pasted)."""
         top, left, bottom, right = self.box
-        if images.ndim != 4 or bottom > images.shape[2] or right > images.shape[3]:
+        if images.ndim != 4:
+            raise ValueError(f"the training images must be (B, C, H, W); got shape {tuple(images.shape)}")
+        height, width = images.shape[2:]
+        if bottom > height or right > width:
             raise ValueError(
-                f"the artifact's box (rows {top}-{bottom}, columns {left}-{right}) does not fit images of shape "
-                f"{tuple(images.shape)}: the training images must be (B, C, H, W) of the discovery probes' size"
+                f"the artifact's box (rows {top}-{bottom}, columns {left}-{right}) does not fit the training images "
+                f"of {height} x {width} px: a tag's position and pattern must lie inside them (move it or use a "
+                "smaller pattern), and a discovered hotspot's pixels come from discovery probes of another size"
             )
 
     def _paste(self, images: Tensor, pool: Tensor, generator: torch.Generator) -> Tensor:

@@ -78,7 +78,7 @@ from gradskip_lightning.metrics.perturbation import Activation
 
 from .discovery_maps import ClassMaps, ClassMapSummary, DiscoverySettings, MapGroup, grown_hotspot, summarise_classes
 from .discovery_strategies import Strategies
-from .discovery_transplant import HotspotTransplant, bonferroni, hotspot_transplant
+from .discovery_transplant import MIN_TESTED_PROBES, HotspotTransplant, bonferroni, hotspot_transplant
 
 __all__ = [
     "ClassMapSummary",
@@ -214,7 +214,8 @@ def discover(
     ``summary`` is :func:`summarise_classes` of these probes' token maps (or a :class:`ClassMapSummary`) with
     the probes' positions (its groups' members are positions among ``images``); its settings give the seed,
     ``alpha``, the floor and the growth. A class without probes or without a hotspot gets NaN rates and NaN
-    suspicion; a group of fewer than 3 probes has no p-value (it never fires), so a strategy that small is
+    suspicion; a group of fewer than :data:`~.discovery_transplant.MIN_TESTED_PROBES` (3) probes has no p-value (it
+    never fires), so a strategy that small is
     not tested. See
     :func:`hotspot_transplant` for ``model``, ``batch_size`` and ``activation``; the unchanged probes go
     through ``model`` once, then each test pastes 3 copies of each recipient.
@@ -227,7 +228,7 @@ def discover(
     for groups in summary.groups:
         found = []
         for group in groups:
-            if group.strategy is not None and len(group.members) < 3:
+            if group.strategy is not None and len(group.members) < MIN_TESTED_PROBES:
                 continue
             for region, grown in _regions(group, settings):
                 transplant = hotspot_transplant(

@@ -25,7 +25,9 @@ of the class's flips against the control's over the recipients that flip under o
 arms give each recipient a statistic: the control's draws are the null's); with N (class, property)
 tests of finite p-value in the run, the adjusted p-value is ``min(1, N * p)`` (Bonferroni). A class is
 flagged for p when its adjusted p-value is at most ``alpha`` and its suspicion at least
-``alert_threshold`` (the effect-size floor).
+``alert_threshold`` (the effect-size floor). A class of fewer than
+:data:`~.discovery_transplant.MIN_TESTED_PROBES` (3) probes has no p-value: scored, never flagged, as in
+the hotspot test.
 
 Why (docs/discovery.md, *Global properties*: planted shapes and BloodMNIST, clean models and models with a
 colour cast or a darkening on one class): the flips a class's statistics cause are the evidence, as the
@@ -54,7 +56,7 @@ from torch import Tensor
 from gradskip_lightning.core.validation import check_choice, check_class_targets, check_image_batch, check_logits
 from gradskip_lightning.metrics.perturbation import ACTIVATIONS, Activation
 
-from .discovery_transplant import bonferroni, predicted_as, sign_test
+from .discovery_transplant import MIN_TESTED_PROBES, bonferroni, predicted_as, sign_test
 from .image_properties import PROPERTIES, PROPERTY_NAMES, PixelSpace, PropertyName
 
 __all__ = [
@@ -95,7 +97,8 @@ class PropertyTransfer:
         control_flip_rate: the same with a third class's probe's statistics (NaN without such a donor).
         separability: AUROC of the statistic telling class k's probes from the others' (NaN with < 2 of k).
         p_value: exact one-sided sign test of the flips against the control's, over the recipients with a
-            control that flip under one arm only (unadjusted; NaN without recipients or control donors).
+            control that flip under one arm only (unadjusted; NaN without recipients or control donors, or with
+            fewer than :data:`~.discovery_transplant.MIN_TESTED_PROBES` class-k donors).
         examples: the first recipients before and after (not compared).
     """
 
@@ -240,7 +243,8 @@ def _transfer_test(
     control_rate = float(control_flips.double().mean()) if len(control_flips) else math.nan
     paired = test_flips[(control >= 0).to(test_flips.device)]  # the recipients with a control, in the same order
     wins, losses = int((paired & ~control_flips).sum()), int((control_flips & ~paired).sum())
-    p_value = sign_test(wins, losses) if len(control_flips) else math.nan
+    testable = len(control_flips) > 0 and len(donors) >= MIN_TESTED_PROBES  # the hotspot test's class-size rule
+    p_value = sign_test(wins, losses) if testable else math.nan
     examples = TransferExamples(kept[0], kept[1], logits[kept[0]].argmax(dim=1), kept[2])
     return PropertyTransfer(name, target, count, flip_rate, control_rate, apart, p_value, examples)
 

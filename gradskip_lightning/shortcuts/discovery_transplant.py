@@ -99,6 +99,10 @@ def predicted_as(logits: Tensor, target: int, activation: Activation = "softmax"
 #: Two probes' pixel values agree when they differ by at most this share of the value's standard deviation
 #: over every probe (a stamp's pixels are equal; natural images agree by chance only, about 6 % of pairs).
 AGREEMENT_TOLERANCE = 0.1
+#: The fewest probes a tested group (a class's probes, or one SpRAy strategy's: the donors) needs for a p-value, in
+#: every discovery test (the hotspot's here and the global properties'): a smaller group is scored but never flagged
+#: (the pixels' jackknife needs a pair left once an image is out; two donors make no class-wide rule either).
+MIN_TESTED_PROBES = 3
 _CHUNK_ELEMENTS = 1 << 22  # pairwise comparisons held at once
 
 
@@ -152,7 +156,8 @@ def constancy_test(
     delete-one jackknife standard error over the group's images and the other classes' (each sample's
     leave-one-out values; pairs that share an image are not independent, the jackknife accounts for it).
     0 when se is 0 and a > a_o. Both are NaN with fewer than 2 images in the group, no other class with 2
-    images, or an empty region; the p-value is NaN with fewer than 3 (a jackknife needs a pair left).
+    images, or an empty region; the p-value is NaN with fewer than :data:`MIN_TESTED_PROBES` (3: a jackknife
+    needs a pair left).
 
     Args:
         images: (P, C, H, W) probe images.
@@ -185,7 +190,7 @@ def constancy_test(
     n, pairs = len(group), float((same.sum() - len(others)))
     agreement, chance = float(inside.sum() / (n * (n - 1) * values)), float(within.sum() / (pairs * values))
     constancy = 0.0 if chance >= 1 else min(1.0, max(0.0, (agreement - chance) / (1 - chance)))
-    if n < 3:
+    if n < MIN_TESTED_PROBES:
         return constancy, math.nan
     # delete-one jackknife: the group's pair mean without image k, the others' pooled pair mean without image k
     group_out = (inside.sum() - 2 * inside.sum(dim=1)) / ((n - 1) * (n - 2) * values)

@@ -1,13 +1,15 @@
-"""What the correction tests share: the tiny classifier that records the batches its training_step gets, and a
-test of which images carry an artifact."""
+"""What the correction tests share: the tiny classifier that records the batches its training_step gets, data
+whose training batches come in order (for resumes), and a test of which images carry an artifact."""
 
 from __future__ import annotations
 
 import torch
+from torch.utils.data import DataLoader
 
 from gradskip_lightning.callbacks.shortcut_correction import PatchPaste
+from gradskip_lightning.data import PlantedShapesDataModule
 from gradskip_lightning.training.classifier import ViTClassifier
-from tests.callbacks.helpers import tiny_module
+from tests.callbacks.helpers import tiny_data, tiny_module
 
 
 class Recorder(ViTClassifier):
@@ -27,6 +29,19 @@ def recorder(seed: int = 0) -> Recorder:
     settings = dict(tiny_module(seed).hparams)
     torch.manual_seed(seed)
     return Recorder(**settings)
+
+
+class InOrder(PlantedShapesDataModule):
+    """Planted shapes whose training batches come in the same order every epoch (no shuffle from the global RNG),
+    so that a fit resumed from a checkpoint trains on the batches the uninterrupted one does."""
+
+    def train_dataloader(self) -> DataLoader:
+        return self._loader(self.train_dataset, "train_dataset", shuffle=False)
+
+
+def in_order_data() -> InOrder:
+    """:func:`tiny_data` (same settings) with its training batches in order."""
+    return InOrder(**tiny_data().hparams)
 
 
 def carries(images: torch.Tensor, paste: PatchPaste) -> torch.Tensor:

@@ -8,18 +8,20 @@ from __future__ import annotations
 
 import csv
 import logging
+import warnings
 from pathlib import Path
 
 import pytest
 import torch
 from lightning.pytorch import seed_everything
+from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.loggers import CSVLogger
 
 from gradskip_lightning import DiscoveryStage, GradSkipCallback, ProbeSettings, ScoreSettings, ShortcutCorrection
 from gradskip_lightning.callbacks.shortcut_correction import PatchPaste, PropertyPaste
 from gradskip_lightning.shortcuts.image_properties import PROPERTIES
 from gradskip_lightning.shortcuts.tags import SpuriousTag
-from tests.callbacks.correction_helpers import carries, recorder
+from tests.callbacks.correction_helpers import carries, in_order_data, recorder
 from tests.callbacks.helpers import tiny_data, tiny_module, tiny_trainer
 
 C = "correction/gradskip/"
@@ -146,7 +148,7 @@ def test_the_correction_is_in_the_checkpoint_and_a_resumed_fit_goes_on_correctin
     _, _, correction, checkpoint = flagged
     state = torch.load(checkpoint, weights_only=True)["callbacks"][correction.state_key]
     assert len(state["corrections"]) == len(correction.corrections)
-    assert state["last_run"] == 0  # epoch 1's run was never read: no epoch came after it
+    assert state["last_run"] == 1  # epoch 1's run was read when the checkpoint was saved
     fresh = ShortcutCorrection(p=1.0)
     with caplog.at_level(logging.INFO):
         module, _, _ = _fit(tmp_path, [_gradskip(alert_threshold=1.0), fresh], epochs=3, ckpt_path=checkpoint)
@@ -160,6 +162,48 @@ def test_the_correction_is_in_the_checkpoint_and_a_resumed_fit_goes_on_correctin
     assert all(carries(images, fresh.corrections[-1].artifact).all() for _, images, _ in module.seen)
     said = [r.getMessage() for r in caplog.records if "ShortcutCorrection" in r.getMessage()]
     assert len(said) == len(fresh.corrections) and all("continuing (from the checkpoint)" in m for m in said)
+
+
+def _checkpointed_fit(root: Path, ckpt_path: Path | None = None) -> tuple:
+    """3 epochs of the in-order data, every class flagged at every discovery run, corrected once flagged at 2 runs
+    in a row (from epoch 2) at p = 0.5; a checkpoint per epoch (``root/checkpoints/epoch=<e>.ckpt``).
+    (module, correction)"""
+    seed_everything(0)
+    gradskip, correction = _gradskip(alert_threshold=0.0, alpha=1.0), ShortcutCorrection(p=0.5, flagged_epochs=2)
+    every_epoch = ModelCheckpoint(root / "checkpoints", filename="{epoch}", save_top_k=-1, every_n_epochs=1)
+    trainer = tiny_trainer(root, logger=False, callbacks=[gradskip, correction, every_epoch], max_epochs=3,
+                           num_sanity_val_steps=0, enable_checkpointing=True)  # fmt: skip
+    module = tiny_module()
+    with warnings.catch_warnings():  # the shortcut alerts of a new flag (not again after a resume)
+        warnings.simplefilter("ignore", UserWarning)
+        trainer.fit(module, datamodule=in_order_data(), ckpt_path=ckpt_path)
+    return module, correction
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory):
+    root = tmp_path_factory.mktemp("uninterrupted")
+    module, correction = _checkpointed_fit(root)
+    return root, module, correction
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("start", [0, 1])
+def test_a_fit_resumed_from_any_epochs_checkpoint_corrects_as_the_uninterrupted_one_bitwise(
+    uninterrupted, tmp_path, start
+):
+    """Epoch 0's checkpoint holds the first flag of the streak, epoch 1's the flag that starts the correction at
+    epoch 2: the resumed fit's weights equal the uninterrupted fit's, bit for bit."""
+    root, module, correction = uninterrupted
+    assert [(c.artifact.target, c.epoch) for c in correction.corrections] == [(k, 2) for k in range(4)]
+    checkpoint = root / "checkpoints" / f"epoch={start}.ckpt"
+    state = torch.load(checkpoint, weights_only=True)["callbacks"][correction.state_key]
+    assert state["last_run"] == start and state["streaks"] == [[k, start + 1] for k in range(4)]
+    assert len(state["corrections"]) == (4 if start == 1 else 0)
+    resumed, fresh = _checkpointed_fit(tmp_path, ckpt_path=checkpoint)
+    assert [(c.artifact.target, c.epoch) for c in fresh.corrections] == [(k, 2) for k in range(4)]
+    weights, again = module.state_dict(), resumed.state_dict()
+    assert weights.keys() == again.keys() and all(torch.equal(weights[k], again[k]) for k in weights)
 
 
 @pytest.mark.slow
@@ -203,13 +247,14 @@ def test_a_flagged_colour_is_given_to_every_classs_images_from_the_next_epoch_lo
     fresh.load_state_dict(torch.load(tmp_path / "correction.pt", weights_only=True))  # as a checkpoint loads
     restored = fresh.corrections[-1].artifact
     assert isinstance(restored, PropertyPaste) and torch.equal(restored.statistics, last.statistics)
-    assert fresh._property_streaks == {("colour", k): int(k in flagged) for k in range(4)}  # epoch 0's run only
     assert gradskip.discovered.properties is not None
     now = gradskip.discovered.properties.flagged["colour"].nonzero()[:, 0].tolist()  # the last run's flags
+    streaks = {("colour", k): (int(k in flagged) + 1 if k in now else 0) for k in range(4)}
+    assert fresh._property_streaks == streaks  # epoch 1's run too: read when the state was saved
     for options, corrected in (({"properties": ()}, []), ({"properties": ["noise"]}, []),
                                ({"classes": now[-1:]}, now[-1:]), ({}, now)):  # fmt: skip
         chosen = ShortcutCorrection(**options)
-        chosen._follow(gradskip, 2)  # a fresh correction reads the last run
+        chosen._follow(gradskip)  # a fresh correction reads the last run
         assert [c.artifact.target for c in chosen.corrections] == corrected, options
 
 
@@ -285,6 +330,29 @@ def test_the_discovery_to_follow_must_be_one_the_trainer_has(tmp_path, callbacks
     trainer = tiny_trainer(tmp_path, logger=False, callbacks=[*callbacks, ShortcutCorrection()], max_epochs=1)
     with pytest.raises(ValueError, match=match):
         trainer.fit(tiny_module(), datamodule=tiny_data())
+
+
+@pytest.mark.parametrize(
+    "callbacks, match",
+    [
+        (lambda: [ShortcutCorrection(SpuriousTag(target_class=7), discovery=False)],
+         r"^ShortcutCorrection's tag goes with class 7, but the model has 4 classes \(0 to 3\): give the tag's class, "
+         r"SpuriousTag\(target_class=<0 to 3>\)$"),
+        (lambda: [_gradskip(), ShortcutCorrection(classes=[1, 9])],
+         r"^ShortcutCorrection\(classes=\[1, 9\]\) names classes the model does not have \(\[9\]; it has 4, 0 to 3\): "
+         r"give classes in that range, or classes=None for any flagged class$"),
+        (lambda: [ShortcutCorrection(SpuriousTag(target_class=1, position=(30, 28)), discovery=False)],
+         r"^ShortcutCorrection's tag: the tag \(pattern 3 x 3 px at \(30, 28\)\) does not fit in 32 x 32 px images: "
+         r"move its position or use a smaller pattern$"),
+    ],
+    ids=["tag_class", "classes", "tag_outside_the_images"],
+)  # fmt: skip
+def test_a_tag_or_class_the_model_does_not_have_is_refused_before_the_first_step(tmp_path, callbacks, match):
+    module = recorder()
+    trainer = tiny_trainer(tmp_path, logger=False, callbacks=callbacks(), max_epochs=1, num_sanity_val_steps=0)
+    with pytest.raises(ValueError, match=match):
+        trainer.fit(module, datamodule=tiny_data())
+    assert module.seen == []  # no training step
 
 
 def test_a_tag_without_the_images_normalisation_is_refused_naming_the_fix(tmp_path):

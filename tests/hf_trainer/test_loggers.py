@@ -80,3 +80,24 @@ def test_wandb_without_an_active_run_writes_the_files_and_says_so(tmp_path):
         outputs = trainer_outputs(["wandb"], tmp_path, "gradskip/")
     assert outputs.wandb_run is None and "WandbSink" not in [type(s).__name__ for s in outputs.sinks]
     assert any("no W&B run is active" in str(w.message) for w in caught)
+
+
+def test_a_failed_upload_of_the_maps_folder_warns_naming_the_run_and_the_folder_and_ends(tmp_path, monkeypatch):
+    """The W&B artifact cannot take the maps folder (a file gone before it is hashed: a dangling link): the end of
+    training warns, naming the run and the folder that keeps the files, and raises nothing."""
+    monkeypatch.setenv("WANDB_PROJECT", "gradskip-test")
+    run = wandb.init()
+    outputs = trainer_outputs(["wandb"], tmp_path, "gradskip/")
+    maps = tmp_path / "maps"
+    maps.mkdir()
+    np.savez(maps / "epoch_0000.npz", maps=np.zeros((1, 2, 2), np.float32))
+    (maps / "epoch_0001.npz").symlink_to(maps / "gone.npz")
+    with pytest.warns(UserWarning) as caught:
+        outputs.finish()
+    wandb.finish()
+    (said,) = [str(w.message) for w in caught if "GradSkipCallback" in str(w.message)]
+    assert said.startswith(
+        "GradSkipCallback: WandbSink failed at the end of fit, the other outputs are written. UploadError: the maps "
+        f"folder was not uploaded to the W&B run {run.id} (artifact gradskip-maps-{run.id}) (FileNotFoundError"
+    )
+    assert said.endswith(f"its files are kept in {maps}")

@@ -142,8 +142,10 @@ def test_bad_artifacts_are_refused_naming_the_problem(build, error, match):
 
 def test_an_artifact_that_does_not_fit_the_images_is_refused_naming_the_box():
     paste, _ = _hotspot_paste()
-    with pytest.raises(ValueError, match=r"box \(rows 2-4, columns 2-6\) does not fit images of shape \(1, 2, 4, 4\)"):
+    with pytest.raises(ValueError, match=r"box \(rows 2-4, columns 2-6\) does not fit the training images of 4 x 4 px"):
         paste.apply(torch.zeros(1, 2, 4, 4), torch.Generator())
+    with pytest.raises(ValueError, match=r"the training images must be \(B, C, H, W\); got shape \(2, 8, 8\)"):
+        paste.apply(torch.zeros(2, 8, 8), torch.Generator())
     with pytest.raises(ValueError, match="the artifact has 2 channels, the training images 3"):
         paste.apply(torch.zeros(1, 3, 8, 8), torch.Generator())
 

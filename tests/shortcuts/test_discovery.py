@@ -21,6 +21,7 @@ from gradskip_lightning.shortcuts.discovery import suspicion_score
 from gradskip_lightning.shortcuts.discovery_maps import consistency, grown_hotspot, hotspots, normalise_maps
 from gradskip_lightning.shortcuts.discovery_strategies import find_strategies
 from gradskip_lightning.shortcuts.discovery_transplant import (
+    MIN_TESTED_PROBES,
     constancy_test,
     hotspot_transplant,
     pixel_constancy,
@@ -194,6 +195,18 @@ def test_the_hotspot_transplant_flips_to_the_stamped_class_and_the_controls_do_n
     pasted = [3 * t.transplant.recipients for tests in found.tests for t in tests]
     assert model.calls == math.ceil(36 / 7) + sum(math.ceil(n / 7) for n in pasted)
     assert model.images == 36 + sum(pasted)
+
+
+@pytest.mark.parametrize("per_class", [MIN_TESTED_PROBES - 1, MIN_TESTED_PROBES])
+def test_a_class_of_fewer_than_the_tested_minimum_is_scored_and_never_flagged(per_class):
+    """The class-size rule every discovery test shares (the global properties' too: test_discovery_properties)."""
+    images, classes, maps = stamp_case(per_class)
+    settings = DiscoverySettings(alert_threshold=0.0, alpha=1.0)
+    found = discover(StampModel(), images, classes, summarise_classes(maps, classes, 3, settings), patch_size=PATCH)
+    stamp = found.transplants[1]
+    assert stamp.flip_rate == 1.0 and found.suspicion[1] > 0.5  # scored
+    assert math.isnan(stamp.p_value) == (per_class < MIN_TESTED_PROBES)
+    assert bool(found.flagged[1]) == (per_class >= MIN_TESTED_PROBES)
 
 
 def test_known_logits_skip_the_unchanged_forward_with_the_same_result():

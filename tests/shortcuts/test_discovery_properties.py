@@ -17,6 +17,7 @@ from gradskip_lightning.shortcuts.discovery_properties import (
     property_suspicion,
     separability,
 )
+from gradskip_lightning.shortcuts.discovery_transplant import MIN_TESTED_PROBES
 from gradskip_lightning.shortcuts.image_properties import PROPERTY_NAMES, PixelSpace
 
 #: The probes' normalisation: pixels = inputs * STD + MEAN.
@@ -159,13 +160,25 @@ def test_the_p_value_is_the_sign_test_of_the_flips_against_the_control_bonferron
 
 
 def test_a_large_excess_on_few_recipients_is_not_flagged():
-    images, classes = cast_case(per_class=2)  # 4 recipients of class 2's colour: 2 ** -4 x 12 tests > 0.05
+    images, classes = cast_case(per_class=3)  # 6 recipients of class 2's colour: 2 ** -6 x 12 tests > 0.05
     found = discover_properties(CastModel(), images, classes, 3, space=_space(images), alert_threshold=0.5)
     cast = found.transfers["colour"][2]
-    assert cast.recipients == 4 and cast.suspicion == 1.0 and cast.p_value == 2.0**-4
-    assert found.p_value["colour"][2].item() == pytest.approx(12 * 2.0**-4) and not found.flagged["colour"].any()
+    assert cast.recipients == 6 and cast.suspicion == 1.0 and cast.p_value == 2.0**-6
+    assert found.p_value["colour"][2].item() == pytest.approx(12 * 2.0**-6) and not found.flagged["colour"].any()
     assert discover_properties(CastModel(), images, classes, 3, space=_space(images), alert_threshold=0.5,
                                alpha=0.8).flagged["colour"].tolist() == [False, False, True]  # fmt: skip
+
+
+@pytest.mark.parametrize("per_class", [MIN_TESTED_PROBES - 1, MIN_TESTED_PROBES])
+def test_a_class_of_fewer_than_the_tested_minimum_is_scored_and_never_flagged_as_in_the_hotspot_test(per_class):
+    """The hotspot test's class-size rule (test_discovery), the same constant: fewer donors, no p-value."""
+    images, classes = cast_case(per_class)
+    found = discover_properties(CastModel(), images, classes, 3, ["colour"], space=_space(images), alert_threshold=0.0,
+                                alpha=1.0)  # fmt: skip
+    cast = found.transfers["colour"][2]
+    assert cast.suspicion == 1.0  # scored
+    assert math.isnan(cast.p_value) == (per_class < MIN_TESTED_PROBES)
+    assert bool(found.flagged["colour"][2]) == (per_class >= MIN_TESTED_PROBES)
 
 
 def test_multi_label_flips_are_a_sigmoid_above_one_half():

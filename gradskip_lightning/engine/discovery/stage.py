@@ -62,7 +62,9 @@ class DiscoveryStage(DiscoverySettings):
 
     Attributes:
         probes_per_class: discovery probes drawn per class (stratified, ``probe_seed``), explained for their class;
-            at least 3 for a class's p-value (with fewer a class is scored but never flagged).
+            at least :data:`~gradskip_lightning.shortcuts.discovery_transplant.MIN_TESTED_PROBES` (3) for a
+            class's p-value in the hotspot and the property tests alike (with fewer a class is scored but never
+            flagged).
         every_n_epochs: run at every n-th explained epoch (epochs n-1, 2n-1, ...; always under ``validate()``).
         batch_size: images per forward of the transplant test.
         method: the method whose maps the stage summarises (default :data:`DISCOVERY_METHOD`; None: the

@@ -20,7 +20,7 @@ Every file is written atomically: into a hidden temporary file in the same folde
 disk, then renamed over the final name, so a kill or a full disk leaves either the previous file
 or the new one, never a truncated one (and no temporary file: a failed write removes it).
 :func:`read_maps` skips an epoch file that cannot be read all the same (copied by hand, written by
-an older version) and names it in :attr:`MapsRecord.skipped`.
+an older version, or holding maps of another probe set's shape) and names it in :attr:`MapsRecord.skipped`.
 """
 
 from __future__ import annotations
@@ -113,9 +113,22 @@ def _read_epoch(path: Path) -> dict[str, np.ndarray]:
     return arrays
 
 
+def _check_shape(arrays: dict[str, np.ndarray], images: np.ndarray) -> None:
+    """Require an epoch's ``maps`` (P, H / f, W / f) of the probes' ``images`` (P, H, W, 3), for an integer
+    f >= 1, and one probe id per probe; ValueError naming both shapes."""
+    maps, probes, (height, width) = arrays["maps"], len(images), images.shape[1:3]
+    factor = height // maps.shape[1] if maps.ndim == 3 and 0 < maps.shape[1] <= height else 0
+    fits = factor > 0 and maps.shape[0] == probes and maps.shape[1:] == (height // factor, width // factor)
+    if not fits or height % factor or width % factor or arrays["probe_ids"].shape != (probes,):
+        raise ValueError(
+            f"wrong shape: maps {maps.shape} and {arrays['probe_ids'].size} probe ids do not fit the probes' images "
+            f"{images.shape[:3]} (maps (P, H / f, W / f) for an integer f)"
+        )
+
+
 def read_maps(folder: Path) -> MapsRecord:
     """Read a folder written by :func:`write_probes` and :func:`write_epoch`; a damaged epoch
-    file is skipped and named in ``skipped``.
+    file, or one whose maps do not fit the probes' images, is skipped and named in ``skipped``.
 
     Raises:
         FileNotFoundError: no ``probes.npz`` or no readable epoch file in ``folder``.
@@ -136,7 +149,9 @@ def read_maps(folder: Path) -> MapsRecord:
         raise ValueError(f"{folder / PROBES_FILE} cannot be read ({type(error).__name__}: {error})") from None
     for path in paths:
         try:
-            record.epochs.append(_read_epoch(path))
+            arrays = _read_epoch(path)
+            _check_shape(arrays, record.images)
+            record.epochs.append(arrays)
         except ValueError as error:
             record.skipped.append((path, str(error)))
     if not record.epochs:

@@ -7,11 +7,12 @@ The sinks write through small logger interfaces (:class:`MetricsLogger`, :class:
 :func:`ordered_sinks` puts the sinks in their order for either front door.
 
 All sinks are called on rank zero only, each on its own (:func:`log_to_sinks` warns about a
-failing one and calls the next). Each receives the same :class:`~.report.EpochReport`, built once
-by :func:`~.report.epoch_report`: uint8 images (made in :mod:`gradskip_lightning.render`), plain
-floats. The sinks that send scalars run last and take them from
-:meth:`~.report.EpochReport.timed_scalars`, so the callback's ``time_s`` covers the files and
-images written before.
+failing one and calls the next; :func:`finish_sinks` likewise at the end of fit, where a failed
+upload of the maps folder names the store and the local folder that keeps the files). Each
+receives the same :class:`~.report.EpochReport`, built once by :func:`~.report.epoch_report`:
+uint8 images (made in :mod:`gradskip_lightning.render`), plain floats. The sinks that send
+scalars run last and take them from :meth:`~.report.EpochReport.timed_scalars`, so the callback's
+``time_s`` covers the files and images written before.
 """
 
 from __future__ import annotations
@@ -46,6 +47,8 @@ __all__ = [
     "TensorBoardSink",
     "MLflowSink",
     "MapsFileSink",
+    "UploadError",
+    "finish_sinks",
     "log_to_sinks",
     "ordered_sinks",
 ]
@@ -91,6 +94,16 @@ class Sink(Protocol):
     def log(self, report: EpochReport, sheet: ProbeSheet) -> None: ...
 
     def finish(self) -> None: ...
+
+
+class UploadError(RuntimeError):
+    """The maps folder could not be uploaded to a store at the end of fit; its files stay in the local folder."""
+
+    def __init__(self, folder: Path, store: str, cause: BaseException) -> None:
+        super().__init__(
+            f"the maps folder was not uploaded to {store} ({type(cause).__name__}: {cause}); its files are kept in "
+            f"{folder}"
+        )
 
 
 def histogram_bins(values: np.ndarray) -> int:
@@ -150,9 +163,13 @@ class WandbSink:
         if not any(self.maps_dir.glob("epoch_*.npz")):
             return
         run = self.logger.experiment
-        artifact = wandb.Artifact(f"gradskip-maps-{run.id}", type="gradskip-maps")
-        artifact.add_dir(str(self.maps_dir))
-        run.log_artifact(artifact)
+        name = f"gradskip-maps-{run.id}"
+        try:
+            artifact = wandb.Artifact(name, type="gradskip-maps")
+            artifact.add_dir(str(self.maps_dir))
+            run.log_artifact(artifact)
+        except Exception as err:
+            raise UploadError(self.maps_dir, f"the W&B run {run.id} (artifact {name})", err) from err
 
 
 class ScalarSink:
@@ -229,7 +246,15 @@ class MLflowSink:
         """Upload the maps folder into the run's artifacts at ``artifact_path`` (``gradskip/maps``)."""
         if not any(self.maps_dir.glob("epoch_*.npz")):
             return
-        self.logger.experiment.log_artifacts(self.logger.run_id, str(self.maps_dir), self.artifact_path)
+        client, run_id = self.logger.experiment, self.logger.run_id
+        try:
+            client.log_artifacts(run_id, str(self.maps_dir), self.artifact_path)
+        except Exception as err:
+            try:
+                store = f"{client.get_run(run_id).info.artifact_uri}/{self.artifact_path}"
+            except Exception:  # noqa: BLE001  # the tracking store is out too
+                store = f"the artifacts {self.artifact_path} of MLflow run {run_id}"
+            raise UploadError(self.maps_dir, store, err) from err
 
 
 class ImageFileSink:
@@ -305,4 +330,17 @@ def log_to_sinks(sinks: list[Sink], report: EpochReport, sheet: ProbeSheet) -> N
             rank_zero_warn(
                 f"GradSkipCallback: {type(sink).__name__} failed at epoch {report.epoch}, the other outputs are "
                 f"written. {type(err).__name__}: {err}"
+            )
+
+
+def finish_sinks(sinks: Sequence[Sink]) -> None:
+    """The end of fit: every sink's last words (the maps folder's uploads); a failing sink warns, naming itself (and
+    an upload the store and the local folder that keeps the files), and the others still finish."""
+    for sink in sinks:
+        try:
+            sink.finish()
+        except Exception as err:  # noqa: BLE001
+            rank_zero_warn(
+                f"GradSkipCallback: {type(sink).__name__} failed at the end of fit, the other outputs are written. "
+                f"{type(err).__name__}: {err}"
             )

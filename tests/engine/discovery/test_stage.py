@@ -113,10 +113,9 @@ def test_the_discovery_probes_are_kept_in_the_checkpoint_and_restored(stamped):
     assert len(state["discovery"]["peak"]) == 4 and all(isinstance(v, float) for v in state["discovery"]["peak"])
     fresh = _callback()
     fresh.load_state_dict(state)
-    assert torch.equal(fresh.monitor.runner.discoverer.source.restored_ids, ids) and fresh.monitor.runner.discoverer.alerted == {
-        STAMP_CLASS
-    }
-    assert fresh.monitor.runner.discoverer.peak == state["discovery"]["peak"]
+    discoverer = fresh.monitor.runner.discoverer
+    assert torch.equal(discoverer.source.restored_ids, ids) and discoverer.alerted == {STAMP_CLASS}
+    assert discoverer.peak == state["discovery"]["peak"]
     fresh.load_state_dict({k: v for k, v in state.items() if k != "discovery"})  # a checkpoint from before
 
 

@@ -156,6 +156,31 @@ def test_image_keys_lose_the_characters_mlflow_refuses_as_the_scalars_do(tmp_pat
     assert not logger.experiment.list_artifacts(logger.run_id, "gradskip")
 
 
+def test_an_unwritable_artifact_store_warns_each_epoch_and_at_the_end_and_the_fit_finishes(tmp_path, store):
+    """The artifact location lies under a file (no folder can be made there, root or not): every upload fails, the
+    fit and its MLflow run finish, and the warning names the store and the local folder holding the maps files."""
+    blocker = tmp_path / "not_a_folder"
+    blocker.write_text("")
+    location = blocker / "artifacts"
+    logger = MLFlowLogger(tracking_uri=store["tracking_uri"], artifact_location=str(location), experiment_name="out")
+    callback = GradSkipCallback(
+        probes=ProbeSettings(num_probes=2), scores=ScoreSettings(insertion_steps=2), progress=False
+    )
+    trainer = tiny_trainer(tmp_path, logger=logger, callbacks=[callback], max_epochs=1, limit_train_batches=1)
+    with pytest.warns(UserWarning) as caught:
+        trainer.fit(tiny_module(), datamodule=tiny_data())
+    ours = [str(w.message) for w in caught if "GradSkipCallback: MLflowSink failed" in str(w.message)]
+    maps = tmp_path / P.strip("/") / logger.run_id / "maps"
+    assert ours[0].startswith("GradSkipCallback: MLflowSink failed at epoch 0, the other outputs are written.")
+    assert ours[-1].startswith("GradSkipCallback: MLflowSink failed at the end of fit, the other outputs are written. ")
+    assert f"not uploaded to {location}/{logger.run_id}/artifacts/{P}maps (NotADirectoryError" in ours[-1]
+    assert ours[-1].endswith(f"its files are kept in {maps}")
+    assert sorted(p.name for p in maps.iterdir()) == ["epoch_0000.npz", "probes.npz"]
+    client = mlflow.MlflowClient(tracking_uri=store["tracking_uri"])
+    assert client.get_run(logger.run_id).info.status == "FINISHED"
+    assert client.get_metric_history(logger.run_id, f"faithfulness/{P}insertion")  # the scalars reached the store
+
+
 def _sinks(tmp_path: Path, loggers: list) -> list:
     trainer = Trainer(default_root_dir=str(tmp_path), logger=loggers, accelerator="cpu", enable_progress_bar=False)
     return make_sinks(trainer, P, tmp_path / "gradskip")
