@@ -68,8 +68,13 @@ def test_mlflow_gets_scalars_at_the_trainers_step_images_at_the_epoch_and_the_ma
     uri = f"sqlite:///{tmp_path}/mlflow.db"
     monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
     monkeypatch.setenv("MLFLOW_EXPERIMENT_NAME", "hf-gradskip")
-    trainer = tiny_trainer(tmp_path / "out", [GradSkipTrainerCallback(**FAST)], report_to=["mlflow"])
-    trainer.train()
+    previous = mlflow.get_tracking_uri()
+    mlflow.set_tracking_uri(uri)  # the Trainer's MLflowCallback keeps a URI set before (by another test) over the env
+    try:
+        trainer = tiny_trainer(tmp_path / "out", [GradSkipTrainerCallback(**FAST)], report_to=["mlflow"])
+        trainer.train()
+    finally:
+        mlflow.set_tracking_uri(previous)
     client = mlflow.MlflowClient(uri)
     (run,) = client.search_runs([client.get_experiment_by_name("hf-gradskip").experiment_id])
     run_id = run.info.run_id
@@ -81,6 +86,8 @@ def test_mlflow_gets_scalars_at_the_trainers_step_images_at_the_epoch_and_the_ma
     assert all(sorted(steps) == [0, 1] for steps in images.values())
     listed = {info.path for info in client.list_artifacts(run_id, "gradskip/maps")}
     assert listed == {f"gradskip/maps/{name}" for name in ("probes.npz", "epoch_0000.npz", "epoch_0001.npz")}
+    summary = client.download_artifacts(run_id, "gradskip/summary.txt", str(tmp_path))
+    assert open(summary).read().startswith("GradSkip summary (gradskip), epoch 0 -> 1:")
 
 
 def test_the_default_tensorboard_folder_and_unwritten_integrations(tmp_path, monkeypatch):
@@ -93,7 +100,7 @@ def test_the_default_tensorboard_folder_and_unwritten_integrations(tmp_path, mon
     (said,) = [str(w.message) for w in caught if "GradSkipTrainerCallback" in str(w.message)]
     assert "['comet_ml']" in said
     assert [type(sink).__name__ for sink in outputs.sinks] == [
-        "MapsFileSink", "ImageFileSink", "TensorBoardSink", "ScalarSink"
+        "MapsFileSink", "ImageFileSink", "TensorBoardSink", "ScalarSink", "SummarySink"
     ]  # fmt: skip
 
 

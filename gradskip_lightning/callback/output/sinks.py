@@ -28,6 +28,7 @@ from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 from gradskip_lightning.callback.keys import key
 from gradskip_lightning.callback.output.files import write_epoch, write_png, write_probes
 from gradskip_lightning.callback.output.report import EpochReport, ProbeSheet
+from gradskip_lightning.callback.output.summary import SummarySink
 from gradskip_lightning.render import annotate, histogram_image, titled
 
 if TYPE_CHECKING:
@@ -335,7 +336,8 @@ def ordered_sinks(
 ) -> list[Sink]:
     """The sinks, those sending scalars last: the maps files under ``out_dir/maps``, PNGs under
     ``out_dir/images`` (with ``images``), the ``image_sinks`` (TensorBoard, MLflow), the W&B run's row
-    (and maps artifact at the end), then the ``scalar_loggers``' rows."""
+    (and maps artifact at the end), the ``scalar_loggers``' rows, then the end-of-fit summary
+    (:class:`~.summary.SummarySink`)."""
     sinks: list[Sink] = [MapsFileSink(out_dir / "maps")]
     if images:
         sinks.append(ImageFileSink(out_dir / "images"))
@@ -343,6 +345,16 @@ def ordered_sinks(
     if wandb_logger is not None:
         sinks.append(WandbSink(wandb_logger, prefix, out_dir / "maps"))
     sinks.extend(ScalarSink(logger) for logger in scalar_loggers)
+    mlflow = next(
+        (
+            (s.logger.experiment, str(s.logger.run_id), f"{Path(s.artifact_path).parent}/summary.txt")
+            for s in image_sinks
+            if isinstance(s, MLflowSink)
+        ),
+        None,
+    )
+    wandb_run = None if wandb_logger is None else wandb_logger.experiment
+    sinks.append(SummarySink(out_dir, prefix, wandb_run, mlflow))
     return sinks
 
 

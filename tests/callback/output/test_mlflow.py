@@ -27,6 +27,7 @@ from gradskip_lightning.callback.output.sinks import (
     WandbSink,
     make_sinks,
 )
+from gradskip_lightning.callback.output.summary import SummarySink
 from tests.callback.helpers import tiny_data, tiny_module, tiny_trainer
 
 mlflow = pytest.importorskip("mlflow")  # an MLFlowLogger needs it
@@ -180,15 +181,54 @@ def _kinds(tmp_path: Path, loggers: list) -> list[type]:
 
 def test_mlflow_replaces_the_png_files_and_other_loggers_keep_their_sinks(tmp_path, store):
     csv, board = CSVLogger(str(tmp_path)), TensorBoardLogger(str(tmp_path))
-    assert _kinds(tmp_path, [csv]) == [MapsFileSink, ImageFileSink, ScalarSink]
-    assert _kinds(tmp_path, [board, csv]) == [MapsFileSink, ImageFileSink, TensorBoardSink, ScalarSink, ScalarSink]
+    assert _kinds(tmp_path, [csv]) == [MapsFileSink, ImageFileSink, ScalarSink, SummarySink]
+    assert _kinds(tmp_path, [board, csv]) == [
+        MapsFileSink, ImageFileSink, TensorBoardSink, ScalarSink, ScalarSink, SummarySink
+    ]  # fmt: skip
     mlflow_logger = MLFlowLogger(experiment_name="sinks", **store)
-    assert _kinds(tmp_path, [csv, mlflow_logger]) == [MapsFileSink, MLflowSink, ScalarSink, ScalarSink]
+    assert _kinds(tmp_path, [csv, mlflow_logger]) == [MapsFileSink, MLflowSink, ScalarSink, ScalarSink, SummarySink]
 
 
 def test_with_wandb_too_both_get_the_images_and_mlflow_uploads_the_wandb_runs_maps_folder(tmp_path, store):
     wandb_logger = WandbLogger(save_dir=str(tmp_path), offline=True, project="gradskip-test")
     sinks = _sinks(tmp_path, [wandb_logger, MLFlowLogger(experiment_name="both", **store)])
-    assert [type(sink) for sink in sinks] == [MapsFileSink, MLflowSink, WandbSink, ScalarSink]
+    assert [type(sink) for sink in sinks] == [MapsFileSink, MLflowSink, WandbSink, ScalarSink, SummarySink]
     maps, uploaded = sinks[0].folder, sinks[1].maps_dir
     assert maps == uploaded == Path(wandb_logger.experiment.dir).parent / "gradskip" / "maps"
+
+
+def test_the_fit_ends_with_a_summary_in_the_mlflow_run(run, tmp_path):
+    """The end-of-fit block (also printed): first and last epoch's scores, drift; the run's summary.txt."""
+    assert f"{P}summary.txt" in {info.path for info in run.client.list_artifacts(run.run_id, P.strip("/"))}
+    text = Path(run.client.download_artifacts(run.run_id, f"{P}summary.txt", str(tmp_path))).read_text()
+    history = [m.value for m in run.client.get_metric_history(run.run_id, f"faithfulness/{P}insertion")]
+    assert text.startswith("GradSkip summary (gradskip), epoch 0 -> 1:")
+    assert f"insertion    {history[0]:.3f} -> {history[-1]:.3f}" in text
+    assert "drift        Spearman" in text and "flagged classes (discovery)" in text
+
+
+def test_the_summary_names_flagged_classes_with_their_pictures(tmp_path, caplog):
+    import logging
+
+    sheet = ProbeSheet([0], ["a"], np.zeros(1, np.int64), ["cat", "dog"], np.zeros((1, 8, 8, 3), np.uint8))
+    sink = SummarySink(tmp_path, P)
+    picture = np.full((8, 8, 3), 200, np.uint8)
+    scalars = {f"{P}epoch": 0.0, f"faithfulness/{P}insertion": 0.25, f"discovery/{P}flagged": 0.0}
+    sink.log(EpochReport(0, 3, scalars), sheet)
+    flagged = EpochReport(1, 7, {**scalars, f"{P}epoch": 1.0, f"faithfulness/{P}insertion": 0.5})
+    flagged.images[f"discovery/{P}strategy_maps/class_1"] = picture
+    flagged.images[f"discovery/{P}brightness/transfer/class_0"] = picture
+    sink.log(flagged, sheet)
+    sink.log(EpochReport(0, 0, {f"{P}validate/epoch": 0.0}), sheet)  # validate(): not part of the fit's summary
+    with caplog.at_level(logging.INFO):
+        sink.finish()
+    hotspot = tmp_path / "flagged" / "class_1_hotspot_epoch_0001.png"
+    assert np.asarray(Image.open(hotspot)).mean() == 200
+    assert sink.text().splitlines() == [
+        "GradSkip summary (), epoch 0 -> 1:",
+        "  insertion    0.250 -> 0.500",
+        "  flagged classes (discovery):",
+        f"    class 0 (cat), brightness, from epoch 1: {tmp_path / 'flagged' / 'class_0_brightness_epoch_0001.png'}",
+        f"    class 1 (dog), hotspot, from epoch 1: {hotspot}",
+    ]
+    assert sink.text() in caplog.text

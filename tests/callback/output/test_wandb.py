@@ -150,3 +150,10 @@ def test_timeline_renders_from_the_wandb_run_folder(run, tmp_path):
     assert count == 2
     height = (HEADER_INCHES + ROW_INCHES * NUM_PROBES / count + CHART_INCHES) * 100  # header, probes, region chart
     assert Image.open(out).size == (int((1.5 * 3 * count + GAP_INCHES) * 100), int(height))
+
+
+def test_the_end_of_fit_summary_is_in_the_runs_summary(run):
+    text = run.summary["gradskip/summary"]
+    insertion = [row[f"faithfulness/{P}insertion"] for row in run.rows_with(f"faithfulness/{P}insertion")]
+    assert text.startswith("GradSkip summary (gradskip), epoch 0 -> 1:")
+    assert f"insertion    {insertion[0]:.3f} -> {insertion[-1]:.3f}" in text and "mass on object" in text
