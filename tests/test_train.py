@@ -6,9 +6,9 @@ from __future__ import annotations
 import contextlib
 import os
 import re
-import warnings
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import numpy as np
