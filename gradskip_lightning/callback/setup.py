@@ -77,9 +77,10 @@ def explainers_for(
                 pl_module, method=name, backbone=backbone, **(options if name == methods[0] else {})
             )
         except TypeError as err:  # one short message, not chained to the family search's
+            received = f"{type(pl_module).__module__}.{type(pl_module).__qualname__}"
             raise TypeError(
-                f"GradSkipCallback: {str(err).rstrip('.')}. Pass a module that is or holds one such network (several: "
-                "name it, backbone='<its module path>')."
+                f"GradSkipCallback: {str(err).rstrip('.')}. Received a {received}: pass a module that is or holds one "
+                "such network (several: name it, backbone='<its module path>')."
             ) from None
     return explainers
 
