@@ -66,6 +66,7 @@ def test_mlflow_gets_scalars_at_the_trainers_step_images_at_the_epoch_and_the_ma
     from tests.callback.output.test_mlflow import _images
 
     uri = f"sqlite:///{tmp_path}/mlflow.db"
+    monkeypatch.chdir(tmp_path)  # the store's default artifact root is ./mlruns
     monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
     monkeypatch.setenv("MLFLOW_EXPERIMENT_NAME", "hf-gradskip")
     previous = mlflow.get_tracking_uri()
