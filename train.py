@@ -44,7 +44,7 @@ class SaveConfig(SaveConfigCallback):
             return
         with tempfile.TemporaryDirectory() as folder:
             self.parser.save(
-                self.config, os.path.join(folder, self.config_filename), skip_none=False, multifile=self.multifile
+                self.config, os.path.join(folder, self.config_filename), skip_unset=False, multifile=self.multifile
             )
             for logger in runs:
                 logger.experiment.log_artifacts(logger.run_id, folder)

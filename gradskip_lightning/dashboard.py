@@ -1,9 +1,15 @@
 """A W&B workspace for GradSkipCallback runs: one command makes it in your project.
 
-Usage (needs ``pip install gradskip-lightning[dashboard]`` and a W&B login)::
+Usage (needs ``pip install gradskip-lightning[dashboard]``; saving it to W&B needs a W&B login)::
 
+    python -m gradskip_lightning.dashboard                # offline: writes gradskip-workspace.json
     python -m gradskip_lightning.dashboard --entity my-team --project my-project
     python -m gradskip_lightning.dashboard --entity E --project P --prefix gradskip/ --regions object tag
+
+The definition (the workspace's JSON, as W&B stores it) is always written to ``--output``. It is saved
+to W&B when an entity and a project are given (``--entity``/``--project``, or ``WANDB_ENTITY``/
+``WANDB_PROJECT``) and ``WANDB_MODE`` is not ``offline`` or ``disabled``; otherwise, or when saving fails
+(no API key, no connection), the command says what saving needs, in one message, not a traceback.
 
 The workspace groups panels by the first part of their key (faithfulness, regions, transplant,
 discovery, drift, gates, probes, heads, as the callback logs them; see :mod:`gradskip_lightning.engine.keys`)
@@ -25,15 +31,19 @@ and has, in this order:
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import re
+import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 from gradskip_lightning.engine.discovery.stage import CLASS_VALUES
 from gradskip_lightning.engine.keys import SECTIONS, key, score_pattern
 from gradskip_lightning.engine.output.report import HEAD_PARTS
 from gradskip_lightning.engine.scoring.record import scalar_fields
 
-__all__ = ["build_workspace", "main", "score_charts"]
+__all__ = ["build_workspace", "main", "score_charts", "workspace_definition"]
 
 #: Sections shown open.
 OPEN = ("faithfulness", "regions", "probes")
@@ -117,28 +127,68 @@ def build_workspace(
     return ws.Workspace(entity=entity, project=project, name=name, sections=sections, settings=settings)
 
 
+def workspace_definition(workspace) -> dict:
+    """The workspace as the JSON W&B stores (entity, project, name, the sections and their panels)."""
+    return workspace._to_model().model_dump(by_alias=True, exclude_none=True, mode="json")
+
+
+def _not_saved(why: str, args: argparse.Namespace) -> str:
+    """What saving the workspace to W&B needs, after ``why`` it was not saved."""
+    entity, project = args.entity or "<entity>", args.project or "<project>"
+    return (
+        f"not saved to W&B: {why}. To save it: log in once (`wandb login`, or set WANDB_API_KEY), then run\n"
+        f"  python -m gradskip_lightning.dashboard --entity {entity} --project {project}\n"
+        "with WANDB_MODE unset (or online); the workspace opens in that project's runs."
+    )
+
+
 def main(argv: Sequence[str] | None = None):
-    """Command-line entry point: build the workspace and save it to W&B; returns it."""
+    """Command-line entry point: build the workspace, write its definition, and save it to W&B where it
+    can (see the module docstring); returns it. Exits with status 1 when saving was asked for and failed."""
     parser = argparse.ArgumentParser(
         prog="python -m gradskip_lightning.dashboard", description=__doc__.split("\n\n")[0]
     )
-    parser.add_argument("--entity", required=True, help="W&B entity (user or team)")
-    parser.add_argument("--project", required=True, help="W&B project of the runs")
+    parser.add_argument("--entity", default=os.environ.get("WANDB_ENTITY"), help="W&B entity (default: $WANDB_ENTITY)")
+    parser.add_argument(
+        "--project", default=os.environ.get("WANDB_PROJECT"), help="W&B project of the runs (default: $WANDB_PROJECT)"
+    )
     parser.add_argument("--prefix", default="gradskip/", help="the callback's log_prefix (default: gradskip/)")
     parser.add_argument("--regions", nargs="*", default=["object"], help="region names to chart (default: object)")
     parser.add_argument("--compare", nargs="*", default=[], help="the callback's compare_methods, for their grids")
     parser.add_argument("--name", default="GradSkip", help="workspace name (default: GradSkip)")
+    parser.add_argument(
+        "-o", "--output", default="gradskip-workspace.json", help="the definition's JSON file (default: %(default)s)"
+    )
     args = parser.parse_args(argv)
+    try:
+        import wandb_workspaces  # noqa: F401
+    except ImportError:
+        sys.exit('the workspace needs the dashboard extra: pip install "gradskip-lightning[dashboard]"')
     workspace = build_workspace(
-        args.entity,
-        args.project,
+        args.entity or "",
+        args.project or "",
         prefix=args.prefix,
         regions=args.regions,
         compare_methods=args.compare,
         name=args.name,
     )
-    workspace.save()
-    print(f"saved workspace {args.name!r}: {workspace.url}")
+    output = Path(args.output)
+    output.parent.mkdir(parents=True, exist_ok=True)
+    output.write_text(json.dumps(workspace_definition(workspace), indent=1) + "\n")
+    sections = ", ".join(section.name for section in workspace.sections)
+    print(f"wrote the workspace definition {output} ({len(workspace.sections)} sections: {sections})")
+    mode = os.environ.get("WANDB_MODE", "")
+    if not (args.entity and args.project):
+        print(_not_saved("no --entity and --project given", args))
+    elif mode in ("offline", "disabled", "dryrun"):
+        print(_not_saved(f"WANDB_MODE is {mode}", args))
+    else:
+        try:
+            workspace.save()
+        except Exception as err:  # noqa: BLE001 (W&B's login, network and server errors: one message each)
+            message = str(err).strip().splitlines()[0].rstrip(".") if str(err).strip() else ""
+            sys.exit(_not_saved(f"{type(err).__name__}: {message}".rstrip(": "), args))
+        print(f"saved workspace {args.name!r}: {workspace.url}")
     return workspace
 
 

@@ -9,8 +9,9 @@ Usage::
 Rows are probes, columns are logged epochs (the first column is the probe image, under its class
 name and beside its probe id); each cell is the overlay of that epoch's map with its insertion and
 deletion scores where that epoch computed them (a time budget thins the scores: the other cells
-show the epoch alone). A header names the method drawn, the epochs without scores, and shows the
-colour scale. When the probes have
+show the epoch alone). With few epochs the probes are laid out in bands side by side, so the picture
+stays about as wide as it is tall. A header names the method drawn, the epochs without scores, and
+shows the colour scale. When the probes have
 named regions (e.g. ``object`` and ``tag``), a chart under the picture shows the mean relevance
 mass on each region over every logged epoch (and on the transplanted tag, when the callback ran
 the transplant test): a map that moves from the object to the tag is a model learning a
@@ -34,13 +35,24 @@ from gradskip_lightning.engine.output.files import PROBES_FILE, MapsRecord, read
 
 __all__ = ["find_maps_dir", "fit_text", "timeline_figure", "region_curves", "cell_title", "unscored_epochs", "main"]
 
-#: Heights in inches of the header (the method and the colour scale), of one probe row and of the
-#: region chart under the picture; the width of one column; the title font size in points.
+#: Heights in inches of the header (the method and the colour scale, with up to two lines under
+#: the scale), of one probe row and of the region chart under the picture; the width of one column
+#: and of the gap between two bands of probes; the side of one image (centred in its column, at the
+#: bottom of its row, under its title); the title font size in points.
 HEADER_INCHES = 0.7
 ROW_INCHES = 1.6
 CHART_INCHES = 2.4
 COLUMN_INCHES = 1.5
+GAP_INCHES = 0.3
+IMAGE_INCHES = 1.2
 TITLE_POINTS = 7
+#: The narrowest figure in inches (the header's text fits it) and the widest the probes are spread to
+#: (bands side by side) to keep the picture about as tall as it is wide.
+MIN_WIDTH_INCHES = 4.5
+MAX_WIDTH_INCHES = 30.0
+#: The font size in points of the colour scale's label, and the height of one of its lines in inches.
+SCALE_POINTS = 6
+SCALE_LINE_INCHES = SCALE_POINTS * 1.25 / 72
 #: The widest a title may be, in points: no wider than the image under it, so inside its column and
 #: clear of the neighbours' titles.
 TITLE_WIDTH = 0.8 * 72 * COLUMN_INCHES
@@ -184,29 +196,81 @@ def fit_text(text: str, width: float, size: float = TITLE_POINTS, max_lines: int
     return "\n".join([*lines, rest])
 
 
-def _header(figure, cell, methods: list[str], unscored: list[int], cmap: str, alpha: float) -> None:
-    """The method drawn (left), and over the epoch columns the colour scale of the maps and the
-    drawn epochs that have no scores."""
+def bands(probes: int, columns: int, row: float, extra: float) -> int:
+    """How many bands of probes side by side (each ``columns`` wide, ``row`` inches a probe, ``extra``
+    inches of header and chart) keep the picture closest to square, no wider than
+    :data:`MAX_WIDTH_INCHES` where one band is not already wider; the fewest bands among equals.
+
+    >>> bands(32, 2, 1.6, 3.1), bands(32, 13, 1.6, 3.1), bands(3, 4, 1.6, 0.7)  # 1 epoch; 12 epochs; 3 epochs
+    (5, 1, 1)
+    """
+
+    def size(count: int) -> tuple[float, float]:
+        width = count * columns * COLUMN_INCHES + (count - 1) * GAP_INCHES
+        return max(width, MIN_WIDTH_INCHES), extra + -(-probes // count) * row
+
+    fitting = [c for c in range(1, probes + 1) if c == 1 or size(c)[0] <= MAX_WIDTH_INCHES]
+    return min(fitting, key=lambda c: (abs(np.log(size(c)[1] / size(c)[0])), c))
+
+
+def _scale_label(unscored: list[int], alpha: float, width: float) -> str:
+    """The colour scale's label, wrapped to ``width`` points."""
+    text = f"relevance: each map scaled to its own range (1: its most relevant pixel), drawn at alpha {alpha:g}"
+    lines = [fit_text(text, width, SCALE_POINTS, max_lines=4)]
+    if unscored:
+        note = f"no insertion/deletion scores at epoch {_spans(unscored)} (not computed there)"
+        lines.append(fit_text(note, width, SCALE_POINTS, max_lines=4))
+    return "\n".join(lines)
+
+
+class _Page:
+    """Places axes on a figure of ``width`` x ``height`` inches by their edges in inches from its
+    bottom-left corner: the timeline's sizes are all known, so it needs no layout engine (which also
+    took most of the drawing time of a large timeline)."""
+
+    def __init__(self, figure, width: float, height: float) -> None:
+        self.figure, self.width, self.height = figure, width, height
+
+    def axes(self, left: float, bottom: float, width: float, height: float):
+        return self.figure.add_axes((left / self.width, bottom / self.height, width / self.width, height / self.height))
+
+
+def _header(page: _Page, methods: list[str], label: str, cmap: str) -> None:
+    """The method drawn (top left), and over the epoch columns the colour scale of the maps with its
+    ``label`` (what it means, the drawn epochs that have no scores) under it."""
     from matplotlib.cm import ScalarMappable
     from matplotlib.colors import Normalize
 
-    label = figure.add_subplot(cell[0, 0])
-    label.set_axis_off()
-    label.text(0.5, 0.5, fit_text(f"method: {', '.join(methods)}", TITLE_WIDTH, 8), ha="center", va="center",
-               fontsize=8, fontweight="bold", transform=label.transAxes)  # fmt: skip
-    scale = figure.add_subplot(cell[0, 1:])
-    scale.set_axis_off()
-    bar = figure.colorbar(
-        ScalarMappable(Normalize(0.0, 1.0), cmap),
-        cax=scale.inset_axes((0.05, 0.55, 0.9, 0.25)),
-        orientation="horizontal",
-    )
+    top = page.height - 0.1
+    page.figure.text(COLUMN_INCHES / 2 / page.width, (top - 0.2) / page.height,
+                     fit_text(f"method: {', '.join(methods)}", TITLE_WIDTH, 8), ha="center", va="center",
+                     fontsize=8, fontweight="bold")  # fmt: skip
+    span = page.width - COLUMN_INCHES  # the columns after the first
+    bar_width = min(0.9 * span, 6.0)
+    cax = page.axes(COLUMN_INCHES + (span - bar_width) / 2, top - 0.175, bar_width, 0.175)
+    bar = page.figure.colorbar(ScalarMappable(Normalize(0.0, 1.0), cmap), cax=cax, orientation="horizontal")
     bar.set_ticks([0.0, 0.5, 1.0])
-    bar.ax.tick_params(labelsize=6, length=2, pad=1)
-    label_text = f"relevance: each map scaled to its own range (1: its most relevant pixel), drawn at alpha {alpha:g}"
-    if unscored:
-        label_text += f"\nno insertion/deletion scores at epoch {_spans(unscored)} (not computed there)"
-    bar.set_label(label_text, fontsize=6, labelpad=1)
+    bar.ax.tick_params(labelsize=SCALE_POINTS, length=2, pad=1)
+    bar.set_label(label, fontsize=SCALE_POINTS, labelpad=1)
+
+
+def _chart(page: _Page, epochs: list[int], curves: dict[str, np.ndarray]) -> None:
+    """The mean relevance mass per region over the epochs, across the bottom of the page."""
+    from matplotlib.ticker import MaxNLocator
+
+    chart = page.axes(0.6, 0.45, page.width - 0.8, CHART_INCHES - 0.6)
+    for name, values in curves.items():
+        chart.plot(epochs, values, marker="o", label=name, linestyle="--" if "transplanted" in name else "-")
+    if len(epochs) <= 12:
+        chart.set_xticks(epochs)
+    else:
+        chart.xaxis.set_major_locator(MaxNLocator(integer=True))
+    chart.set_xlim(min(epochs) - 0.5, max(epochs) + 0.5)  # one epoch: a point, not a +-0.05 axis
+    chart.set_xlabel("epoch", fontsize=7)
+    chart.set_ylabel("relevance mass", fontsize=7)
+    chart.set_ylim(0.0, 1.0)
+    chart.tick_params(labelsize=6)
+    chart.legend(fontsize=6, loc="upper left")
 
 
 def timeline_figure(
@@ -216,10 +280,10 @@ def timeline_figure(
 
     A header names the method drawn and shows the colour scale; each row's probe id is written left
     of its image and the class name, wrapped or cut to fit its column, above it (the rows grow by
-    the title lines beyond the first, so the images keep their size).
+    the title lines beyond the first, so the images keep their size). With few epochs the probes are
+    laid out in bands side by side (:func:`bands`), so the picture stays about as wide as it is tall.
     """
     from matplotlib.figure import Figure
-    from matplotlib.ticker import MaxNLocator
 
     epochs = [record.epochs[i] for i in _pick(len(record.epochs), max_epochs)]
     probes = _pick(len(record.probe_ids), max_probes)
@@ -230,37 +294,37 @@ def timeline_figure(
         fit_text(names[int(record.labels[p])] if names else str(int(record.labels[p])), TITLE_WIDTH) for p in probes
     ]
     row = ROW_INCHES + max(title.count("\n") for title in titles) * TITLE_POINTS * 1.25 / 72  # room for wrapped titles
-    ratios = [HEADER_INCHES] + [row] * len(probes) + ([CHART_INCHES] if curves else [])
-    figure = Figure(figsize=(COLUMN_INCHES * (len(epochs) + 1), sum(ratios)), dpi=100, layout="constrained")
-    grid = figure.add_gridspec(len(ratios), len(epochs) + 1, height_ratios=ratios)
-    methods = sorted({str(arrays["method"]) for arrays in epochs})
-    _header(figure, grid, methods, unscored_epochs(epochs), cmap, alpha)
-    axes = np.array([[figure.add_subplot(grid[1 + r, c]) for c in range(len(epochs) + 1)] for r in range(len(probes))])
-    for row, (p, title) in enumerate(zip(probes, titles)):
-        axes[row, 0].imshow(images[p])
-        axes[row, 0].set_title(title, fontsize=TITLE_POINTS)
-        axes[row, 0].set_ylabel(f"#{int(record.probe_ids[p])}", fontsize=TITLE_POINTS)
+    columns = len(epochs) + 1  # of one band: the probe image, then one per epoch
+    chart = CHART_INCHES if curves else 0.0
+    count = bands(len(probes), columns, row, HEADER_INCHES + chart)
+    per_band = -(-len(probes) // count)
+    width = max(count * columns * COLUMN_INCHES + (count - 1) * GAP_INCHES, MIN_WIDTH_INCHES)
+    label = _scale_label(unscored_epochs(epochs), alpha, 0.9 * 72 * (width - COLUMN_INCHES))
+    header = HEADER_INCHES + max(0, label.count("\n") - 1) * SCALE_LINE_INCHES
+    height = header + per_band * row + chart
+    figure = Figure(figsize=(width, height), dpi=100)
+    page = _Page(figure, width, height)
+    _header(page, sorted({str(arrays["method"]) for arrays in epochs}), label, cmap)
+    margin = (COLUMN_INCHES - IMAGE_INCHES) / 2
+    for index, (p, title) in enumerate(zip(probes, titles)):
+        bottom = height - header - (index % per_band + 1) * row + 0.1
+        left = (index // per_band) * (columns * COLUMN_INCHES + GAP_INCHES) + margin
+        first = page.axes(left, bottom, IMAGE_INCHES, IMAGE_INCHES)
+        first.imshow(images[p])
+        first.set_title(title, fontsize=TITLE_POINTS, y=1.0)  # a set y: not moved clear of ticks (there are none)
+        first.set_ylabel(f"#{int(record.probe_ids[p])}", fontsize=TITLE_POINTS, labelpad=1)
+        first.set(xticks=[], yticks=[])  # no frame or ticks; the probe id stays as the y label
+        first.spines[:].set_visible(False)
         for col, arrays in enumerate(epochs, start=1):
             maps = arrays["maps"][p : p + 1]
             factor = images.shape[1] // maps.shape[1]
             maps = np.repeat(np.repeat(maps, factor, axis=1), factor, axis=2)
-            axes[row, col].imshow(render.overlay(images[p : p + 1], maps, alpha=alpha, cmap=cmap)[0])
-            axes[row, col].set_title(cell_title(arrays, p), fontsize=6)
-    for axis in axes[:, 1:].flat:
-        axis.set_axis_off()
-    for axis in axes[:, 0]:  # no frame or ticks; the probe id stays as the y label
-        axis.set(xticks=[], yticks=[])
-        axis.spines[:].set_visible(False)
+            cell = page.axes(left + col * COLUMN_INCHES, bottom, IMAGE_INCHES, IMAGE_INCHES)
+            cell.imshow(render.overlay(images[p : p + 1], maps, alpha=alpha, cmap=cmap)[0])
+            cell.set_title(cell_title(arrays, p), fontsize=6, y=1.0)
+            cell.set_axis_off()
     if curves:
-        chart = figure.add_subplot(grid[1 + len(probes), :])
-        for name, values in curves.items():
-            chart.plot(curve_epochs, values, marker="o", label=name, linestyle="--" if "transplanted" in name else "-")
-        chart.xaxis.set_major_locator(MaxNLocator(integer=True))
-        chart.set_xlabel("epoch", fontsize=7)
-        chart.set_ylabel("relevance mass", fontsize=7)
-        chart.set_ylim(0.0, 1.0)
-        chart.tick_params(labelsize=6)
-        chart.legend(fontsize=6, loc="upper left")
+        _chart(page, curve_epochs, curves)
     return figure
 
 

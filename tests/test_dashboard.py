@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 
 import pytest
@@ -102,13 +103,45 @@ def test_a_second_prefix_names_its_own_keys():
     assert keys and all("/rollout/" in k for k in keys)
 
 
-def test_the_command_saves_the_workspace(monkeypatch):
+def test_the_command_saves_the_workspace(monkeypatch, tmp_path, capsys):
     import wandb_workspaces.workspaces as ws
 
     saved = []
+    monkeypatch.delenv("WANDB_MODE", raising=False)
     monkeypatch.setattr(ws.Workspace, "save", lambda self: saved.append(self) or self)
     monkeypatch.setattr(ws.Workspace, "url", property(lambda self: "https://wandb.example/view"))
-    main(["--entity", "team", "--project", "proj", "--prefix", "gs/", "--regions", "object", "tag"])
+    output = tmp_path / "ws.json"
+    main(["--entity", "team", "--project", "proj", "--prefix", "gs/", "--regions", "object", "tag", "-o", str(output)])
     (workspace,) = saved
     assert (workspace.entity, workspace.project) == ("team", "proj")
     assert workspace.sections[0].panels[0].y == ["faithfulness/gs/insertion"]
+    assert "saved workspace 'GradSkip': https://wandb.example/view" in capsys.readouterr().out
+    assert json.loads(output.read_text())["entity"] == "team"
+
+
+def test_offline_the_command_writes_the_definition_and_says_what_saving_needs(monkeypatch, tmp_path, capsys):
+    """As the README prints it (no entity, no project, W&B offline): the definition written, no traceback,
+    the next command named; with an entity and a project but no API key (a real W&B login check): one
+    message and status 1."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("WANDB_ENTITY", raising=False)
+    monkeypatch.delenv("WANDB_PROJECT", raising=False)
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    main([])
+    said = capsys.readouterr().out
+    spec = json.loads((tmp_path / "gradskip-workspace.json").read_text())
+    sections = [s["name"] for s in spec["spec"]["section"]["panelBankConfig"]["sections"]]
+    assert sections == [s for s in SECTIONS if s != "correction"]
+    assert "wrote the workspace definition gradskip-workspace.json (8 sections" in said
+    assert "not saved to W&B: no --entity and --project given" in said and "wandb login" in said
+    assert "--entity <entity> --project <project>" in said
+    main(["--entity", "team", "--project", "proj"])
+    assert "not saved to W&B: WANDB_MODE is offline" in capsys.readouterr().out
+    monkeypatch.delenv("WANDB_MODE")
+    monkeypatch.delenv("WANDB_API_KEY", raising=False)
+    monkeypatch.setenv("WANDB_CONFIG_DIR", str(tmp_path / "no-login"))  # no stored key
+    monkeypatch.setenv("NETRC", str(tmp_path / "no-netrc"))
+    with pytest.raises(SystemExit) as stopped:
+        main(["--entity", "team", "--project", "proj"])
+    assert "not saved to W&B: UsageError: No API key configured" in str(stopped.value.code)
+    assert "--entity team --project proj" in str(stopped.value.code)

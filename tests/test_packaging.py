@@ -59,6 +59,7 @@ def test_the_wheel_version_is_the_package_version_and_torch_is_not_capped(wheel)
         metadata = archive.read(f"gradskip_lightning-{version}.dist-info/METADATA").decode()
     assert f"\nVersion: {gradskip_lightning.__version__}\n" in metadata
     requires = [line.split(": ", 1)[1] for line in metadata.splitlines() if line.startswith("Requires-Dist: ")]
+    assert any(r.startswith("ruff") and 'extra == "docs"' in r for r in requires)  # the API's signatures formatted
     for capped in ("torch", "torchvision"):
         (spec,) = [r for r in requires if r.split(">")[0].split("<")[0].split("=")[0].strip() == capped]
         assert "<" not in spec, spec

@@ -13,15 +13,15 @@ from gradskip_lightning.timeline import CHART_INCHES, HEADER_INCHES, ROW_INCHES,
 LONG_NAME = "immature granulocytes(myelocytes, metamyelocytes and promyelocytes)"  # BloodMNIST's class 3
 
 
-def _write_run(folder, probes=3, epochs=(0, 2, 4), names=("cat", "dog")):
+def _write_run(folder, probes=3, epochs=(0, 2, 4), names=("cat", "dog"), side=64):
     rng = np.random.default_rng(0)
-    images = rng.integers(0, 255, (probes, 64, 64, 3), dtype=np.uint8)
+    images = rng.integers(0, 255, (probes, side, side, 3), dtype=np.uint8)
     write_probes(folder, np.arange(probes) * 7, np.arange(probes) % 2, images, list(names))
     for epoch in epochs:
         arrays = {
             "probe_ids": np.arange(probes) * 7,
             "labels": np.arange(probes) % 2,
-            "maps": rng.random((probes, 32, 32), dtype=np.float32),
+            "maps": rng.random((probes, side // 2, side // 2), dtype=np.float32),
             "insertion": rng.random(probes, dtype=np.float32),
             "deletion": rng.random(probes, dtype=np.float32),
         }
@@ -50,8 +50,10 @@ def _drawn_texts(figure):
 
     def of(axes):
         yield from (axes.title, axes._left_title, axes._right_title, *axes.texts)
-        if axes.axison:  # axis labels and tick labels are drawn only then
-            yield from (axes.xaxis.label, axes.yaxis.label, *axes.get_xticklabels(), *axes.get_yticklabels())
+        if axes.axison:  # axis labels and tick labels (of the ticks in view) are drawn only then
+            yield from (axes.xaxis.label, axes.yaxis.label)
+            for axis, (low, high) in ((axes.xaxis, axes.get_xlim()), (axes.yaxis, axes.get_ylim())):
+                yield from (t.label1 for t in axis.get_major_ticks() if min(low, high) <= t.get_loc() <= max(low, high))
         for child in axes.child_axes:
             yield from of(child)
 
@@ -84,7 +86,7 @@ def test_a_long_class_name_stays_in_its_cell_and_the_header_names_the_method_and
     assert [t.get_text() for t in texts if t.get_text().startswith("method")] == ["method: gradskip"]
     (scale,) = [t for t in texts if t.get_text().startswith("relevance")]
     assert "each map scaled to its own range" in scale.get_text()
-    (bar,) = [c.get_window_extent() for a in figure.axes for c in a.child_axes if c.xaxis.label is scale]
+    (bar,) = [a.get_window_extent() for a in figure.axes if a.xaxis.label is scale]
     # the colour bar: inferno from 0 (left) to 1 (right)
     pixels = np.asarray(figure.canvas.buffer_rgba())[:, :, :3].astype(int)
     row = int(page.height - (bar.y0 + bar.y1) / 2)
@@ -156,8 +158,9 @@ def test_an_epoch_file_of_the_wrong_shape_is_skipped_and_named_and_the_others_dr
     few = {"probe_ids": np.arange(1), "labels": np.zeros(1), "maps": np.random.rand(1, 4, 4).astype(np.float32)}
     write_epoch(folder, 2, 20, "gradskip", few)  # another probe set's
     out = main([str(folder), "-o", str(tmp_path / "timeline.png")])
-    assert Image.open(out).size[0] == int(1.5 * 2 * 100)  # the probe images and epoch 0
-    err = capsys.readouterr().err
+    captured = capsys.readouterr()
+    assert out.exists() and f"wrote {out} (2 of 2 probes, 1 of 1 epochs)" in captured.out  # epoch 0 drawn
+    err = captured.err
     assert (
         f"skipped {folder / 'epoch_0001.npz'}: wrong shape: maps (2, 5, 32) and 2 probe ids do not fit the probes' "
         "images (2, 8, 8) (maps (P, H / f, W / f) for an integer f)"
@@ -217,3 +220,41 @@ def test_epochs_the_budget_left_unscored_are_drawn_and_named(tmp_path, capsys):
         "epochs without insertion/deletion scores (not computed there, e.g. thinned by the time budget): 1-4, 6-7"
         in said
     )
+
+
+@pytest.mark.parametrize(("probes", "epochs"), [(8, 1), (8, 2), (64, 1), (64, 30)])
+def test_the_layout_reads_well_at_few_and_many_epochs_and_probes(tmp_path, probes, epochs):
+    """Drawn without a layout warning, about as tall as wide (few epochs: the probes in bands side by
+    side; 32 probes of 12 epochs: one band, taller than wide), every text inside the figure and clear of
+    the others, the chart's axis on whole epochs."""
+    import warnings
+
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    maps = tmp_path / "maps"
+    _write_run(maps, probes=probes, epochs=range(epochs), names=("cat", LONG_NAME), side=16)
+    with np.load(maps / "epoch_0000.npz") as saved:  # a region, for the chart under the picture
+        arrays = {k: saved[k] for k in saved.files if k not in ("epoch", "step", "method")}
+    arrays.update(region_names=np.array(["object"]), region_mass=np.full((probes, 1), 0.4, np.float32))
+    write_epoch(maps, 0, 0, "gradskip", arrays)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # constrained_layout's "axes sizes collapsed" among them
+        figure = timeline_figure(read_maps(maps))
+        FigureCanvasAgg(figure).draw()
+    width, height = figure.get_size_inches()
+    assert 1 / 2 <= height / width <= 3.5 and width <= 30, (width, height)
+    page = figure.bbox
+    texts = {t: t.get_window_extent() for t in _drawn_texts(figure)}
+    outside = [t.get_text() for t, b in texts.items() if b.x0 < 0 or b.x1 > page.x1 or b.y0 < 0 or b.y1 > page.y1]
+    assert not outside, outside
+    boxes = list(texts.items())
+    overlapping = [(a.get_text(), b.get_text()) for i, (a, box) in enumerate(boxes) for b, other in boxes[i + 1 :]
+                   if box.overlaps(other)]  # fmt: skip
+    assert not overlapping, overlapping[:3]
+    images = [a for a in figure.axes if a.images]
+    assert len(images) == min(probes, 32) * (min(epochs, 12) + 1)
+    assert min(a.get_window_extent().height for a in images) >= 100  # 1 in at 100 dpi: the cells keep their size
+    (chart,) = [a for a in figure.axes if a.lines]
+    low, high = chart.get_xlim()
+    assert low == -0.5 and high == epochs - 0.5
+    assert all(float(t).is_integer() for t in chart.get_xticks() if low <= t <= high)

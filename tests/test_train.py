@@ -3,10 +3,12 @@ links (classes, size, channels, task), one CLI epoch."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -206,6 +208,7 @@ def test_the_main_config_with_its_budget_then_the_printed_timeline_command(tmp_p
 
 @pytest.mark.slow
 def test_the_mlflow_guides_config_trains_into_the_store_with_its_config(tmp_path, monkeypatch):
+    stack = contextlib.ExitStack()
     """docs/guides/mlflow.md's YAML after the planted-shapes config: the W&B logger is replaced, and the
     MLflow run gets the callback's scalars, images and maps files and the resolved config (Lightning's
     own config saving asserts on a logger without a local folder)."""
@@ -216,6 +219,9 @@ def test_the_mlflow_guides_config_trains_into_the_store_with_its_config(tmp_path
     assert snippet, "no YAML block in the guide"
     (tmp_path / "mlflow.yaml").write_text(snippet[1])
     monkeypatch.chdir(tmp_path)  # the guide's paths are relative to where one trains
+    monkeypatch.setenv("JSONARGPARSE_DEPRECATION_WARNINGS", "all")  # every one, not one per kind and process
+    caught = stack.enter_context(warnings.catch_warnings(record=True))
+    warnings.simplefilter("always")
     cli = train.main(
         [
             "--config", str(PLANTED), "--config", "mlflow.yaml", "--trainer.max_epochs=1",
@@ -228,6 +234,9 @@ def test_the_mlflow_guides_config_trains_into_the_store_with_its_config(tmp_path
     (logger,) = cli.trainer.loggers
     assert isinstance(logger, MLFlowLogger)
     cli.trainer.fit(cli.model, datamodule=cli.datamodule)
+    stack.close()
+    ours = [w for w in caught if "Deprecation" in w.category.__name__ and Path(w.filename).name == "train.py"]
+    assert not ours, [str(w.message) for w in ours]  # train.py's own config saving (skip_none was deprecated)
     client = mlflow.MlflowClient(tracking_uri="sqlite:///outputs/mlflow.db")
     assert {info.path for info in client.list_artifacts(logger.run_id)} == {"config.yaml", "gradskip", "images"}
     config = yaml.safe_load(Path(client.download_artifacts(logger.run_id, "config.yaml", str(tmp_path))).read_text())

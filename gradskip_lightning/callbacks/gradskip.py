@@ -61,7 +61,7 @@ class GradSkipCallback(Callback):
         backbone: the module path (``pl_module.get_submodule``: ``"student"``, ``"nets.student"``) of the
             network to explain when the LightningModule holds several (a teacher and a student, an EMA
             copy); that submodule's forward must return the network's logits. None: the LightningModule.
-        progress: a progress bar while explaining takes several chunks.
+        progress: a progress bar (on a terminal, counting probes) once an explanation has run 2 s.
 
     Example::
 

@@ -231,7 +231,7 @@ def family_of(model: nn.Module, families: Sequence[Family]) -> Family:
         UnsupportedModel (a TypeError): not a module, no network, or several (the message names
             where the explainable ones are, see :func:`backbones`).
     """
-    supported = "; ".join(f"{f.name}: {f.describe}" for f in families)
+    supported = f"{', '.join(f.name for f in families)} (which networks each covers: the README's Supported models)"
     if not isinstance(model, nn.Module):
         raise UnsupportedModel(
             f"Cannot explain a {type(model).__name__}: not a torch.nn.Module. Supported: {supported}."

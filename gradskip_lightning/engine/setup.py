@@ -72,13 +72,12 @@ def explainers_for(
             explainers[name] = explainer_for(
                 pl_module, method=name, backbone=backbone, **(options if name == methods[0] else {})
             )
-        except TypeError as err:
+        except TypeError as err:  # one short message, not chained to the family search's
             received = f"{type(pl_module).__module__}.{type(pl_module).__qualname__}"
             raise TypeError(
-                f"GradSkipCallback: {str(err).rstrip('.')}. Received a {received}: pass a LightningModule (or a "
-                "transformers.Trainer's model) that is or holds a network of the supported families above (several: "
-                "name the one to explain with GradSkipCallback(backbone='<its module path>'))."
-            ) from err
+                f"GradSkipCallback: {str(err).rstrip('.')}. Received a {received}: pass a module that is or holds one "
+                "such network (several: name it, backbone='<its module path>')."
+            ) from None
     return explainers
 
 

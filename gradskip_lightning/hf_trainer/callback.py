@@ -69,7 +69,7 @@ class GradSkipTrainerCallback(TrainerCallback, ExportableState):
         discovery: the shortcut discovery stage (:class:`~gradskip_lightning.DiscoveryStage`); None: off.
         every_n_epochs: explain every n-th training epoch.
         log_prefix: the callback's name in every key (``<section>/<log_prefix><name>``).
-        progress: a progress bar while explaining takes several chunks.
+        progress: a progress bar (on a terminal, counting probes) once an explanation has run 2 s.
 
     Example::
 

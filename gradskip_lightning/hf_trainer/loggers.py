@@ -4,13 +4,16 @@ Always the maps files (``<output_dir>/<folder>/maps``, read by ``python -m grads
 and the images as PNGs (``<output_dir>/<folder>/images``); with ``"wandb"`` one row per explained
 epoch in the run the Trainer's ``WandbCallback`` started (``wandb.run``), charted against
 ``train/global_step`` as the Trainer's own rows are, and the maps as an artifact at the end of
-training; with ``"tensorboard"`` images, histograms and scalars. The loggers here give the sinks of
+training; with ``"tensorboard"`` images, histograms and scalars; with ``"mlflow"`` the scalars at the
+Trainer's ``global_step``, the images at the epoch and the maps as artifacts, in the run the Trainer's
+``MLflowCallback`` started (``mlflow.active_run()``). The loggers here give the sinks of
 :mod:`gradskip_lightning.engine.output.sinks` the interfaces Lightning's loggers have.
 """
 
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,17 +21,17 @@ from typing import TYPE_CHECKING, Any
 
 from lightning.pytorch.utilities import rank_zero_warn
 
-from gradskip_lightning.engine.output.sinks import Sink, TensorBoardSink, finish_sinks, ordered_sinks
+from gradskip_lightning.engine.output.sinks import MLflowSink, Sink, TensorBoardSink, finish_sinks, ordered_sinks
 
 if TYPE_CHECKING:
     from torch.utils.tensorboard import SummaryWriter
 
-__all__ = ["STEP_KEY", "RunWandb", "TensorBoardFolder", "TrainerOutputs", "trainer_outputs"]
+__all__ = ["STEP_KEY", "RunMlflow", "RunWandb", "TensorBoardFolder", "TrainerOutputs", "trainer_outputs"]
 
 #: The x-axis the Trainer's ``WandbCallback`` defines for every key (``define_metric(step_metric=...)``).
 STEP_KEY = "train/global_step"
 #: ``report_to`` integrations the callback writes to; the others get nothing from it.
-WRITTEN = ("wandb", "tensorboard")
+WRITTEN = ("wandb", "tensorboard", "mlflow")
 
 
 @dataclass
@@ -44,6 +47,36 @@ class RunWandb:
 
     def log_metrics(self, metrics: Mapping[str, Any], step: int | None = None) -> None:
         self.run.log({**metrics, STEP_KEY: step})
+
+
+@dataclass
+class RunMlflow:
+    """An MLflow run (by id, through an ``MlflowClient`` of the current tracking URI) as the sinks'
+    :class:`~gradskip_lightning.engine.output.sinks.MLflowSink` logger and scalar logger: Lightning's
+    ``MLFlowLogger`` interface (``experiment``, ``run_id``, ``log_metrics``), keys cleaned as it cleans them."""
+
+    run_id: str
+    experiment: Any  # an mlflow.MlflowClient
+
+    @classmethod
+    def active(cls) -> RunMlflow | None:
+        """The run ``mlflow.active_run()`` names (the Trainer's ``MLflowCallback`` starts it), or None."""
+        import mlflow
+
+        run = mlflow.active_run()
+        return None if run is None else cls(run.info.run_id, mlflow.MlflowClient(mlflow.get_tracking_uri()))
+
+    def log_metrics(self, metrics: Mapping[str, float], step: int | None = None) -> None:
+        import time
+
+        from mlflow.entities import Metric
+
+        stamp = int(time.time() * 1000)
+        cleaned = [Metric(re.sub(r"[^a-zA-Z0-9_/. -]+", "", k), float(v), stamp, step or 0) for k, v in metrics.items()]
+        self.experiment.log_batch(self.run_id, metrics=cleaned, synchronous=True)
+
+    def save(self) -> None:
+        pass
 
 
 @dataclass
@@ -96,6 +129,12 @@ def trainer_outputs(report_to: list[str], out_dir: Path, prefix: str) -> Trainer
     opens its own, in ``TENSORBOARD_LOGGING_DIR`` when set (the same run as the Trainer's scalars),
     else in ``out_dir/tensorboard`` (``tensorboard --logdir <output_dir>`` shows both).
     """
+    mlflow_run = RunMlflow.active() if "mlflow" in report_to else None
+    if "mlflow" in report_to and mlflow_run is None:
+        rank_zero_warn(
+            "GradSkipTrainerCallback: report_to has 'mlflow' but no MLflow run is active (the Trainer's MLflowCallback "
+            "starts one at the start of training): the explained epochs go to the files only"
+        )
     wandb_run = None
     if "wandb" in report_to:
         import wandb
@@ -116,6 +155,11 @@ def trainer_outputs(report_to: list[str], out_dir: Path, prefix: str) -> Trainer
             "no GradSkip values (the scalars are in the evaluation's metrics and trainer.state.log_history)"
         )
     writers = [] if tensorboard is None else [tensorboard]
+    image_sinks: list[Sink] = [TensorBoardSink(w) for w in writers]
+    scalar_loggers: list[Any] = list(writers)
+    if mlflow_run is not None:
+        image_sinks.append(MLflowSink(mlflow_run, out_dir / "maps", f"{out_dir.name}/maps"))
+        scalar_loggers.append(mlflow_run)
     wandb_logger = None if wandb_run is None else RunWandb(wandb_run)
-    sinks = ordered_sinks(out_dir, prefix, wandb_logger, [TensorBoardSink(w) for w in writers], writers, images=True)
+    sinks = ordered_sinks(out_dir, prefix, wandb_logger, image_sinks, scalar_loggers, images=True)
     return TrainerOutputs(sinks, wandb_run, tensorboard)

@@ -209,9 +209,12 @@ class _ConvNet(LightningModule):
 def test_unsupported_model_fails_at_setup(tmp_path):
     module = _ConvNet()
     trainer = tiny_trainer(tmp_path, logger=False, callbacks=[GradSkipCallback(**FAST)])
-    with pytest.raises(TypeError, match="GradSkipCallback: Cannot explain _ConvNet"):
+    with pytest.raises(TypeError, match="GradSkipCallback: Cannot explain _ConvNet") as refused:
         trainer.fit(module, datamodule=tiny_data())
     assert module.steps == 0
+    said = str(refused.value)
+    assert len(said) < 450 and "timm_vit, torchvision_vit, hf_vit, timm_swin, segformer" in said, said
+    assert refused.value.__cause__ is None and refused.value.__suppress_context__  # one traceback, not two
 
 
 def test_probe_images_of_the_wrong_shape_fail_at_setup(tmp_path):

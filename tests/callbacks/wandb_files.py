@@ -91,6 +91,7 @@ class OfflineRun:
     root: Path
     history: list[dict[str, Any]] = field(default_factory=list)
     artifacts: list[wandb_internal_pb2.ArtifactRecord] = field(default_factory=list)
+    summary: dict[str, Any] = field(default_factory=dict)  # the keys set in ``run.summary``, last value each
 
     @classmethod
     def load(cls, root: Path, timeout: float = 30.0) -> "OfflineRun":
@@ -119,6 +120,9 @@ class OfflineRun:
                 run.history.append(row)
             elif kind == "artifact":
                 run.artifacts.append(record.artifact)
+            elif kind == "summary":
+                for item in record.summary.update:
+                    run.summary[item.key or "/".join(item.nested_key)] = json.loads(item.value_json)
         return run
 
     @property

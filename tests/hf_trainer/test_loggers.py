@@ -1,5 +1,6 @@
 """report_to: the explained epochs in the W&B run the Trainer's WandbCallback started (offline, read
-back from its files) and in TensorBoard beside the Trainer's own scalars; other integrations named."""
+back from its files), in TensorBoard beside the Trainer's own scalars and in the MLflow run the
+Trainer's MLflowCallback started (a real SQLite store, read back); other integrations named."""
 
 from __future__ import annotations
 
@@ -60,17 +61,47 @@ def test_tensorboard_gets_images_and_scalars_beside_the_trainers(tmp_path, monke
     assert np.asarray(Image.open(io.BytesIO(grid.encoded_image_string))).std() > 10
 
 
+def test_mlflow_gets_scalars_at_the_trainers_step_images_at_the_epoch_and_the_maps(tmp_path, monkeypatch):
+    mlflow = pytest.importorskip("mlflow")
+    from tests.engine.output.test_mlflow import _images
+
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    monkeypatch.chdir(tmp_path)  # the store's default artifact root is ./mlruns
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    monkeypatch.setenv("MLFLOW_EXPERIMENT_NAME", "hf-gradskip")
+    previous = mlflow.get_tracking_uri()
+    mlflow.set_tracking_uri(uri)  # the Trainer's MLflowCallback keeps a URI set before (by another test) over the env
+    try:
+        trainer = tiny_trainer(tmp_path / "out", [GradSkipTrainerCallback(**FAST)], report_to=["mlflow"])
+        trainer.train()
+    finally:
+        mlflow.set_tracking_uri(previous)
+    client = mlflow.MlflowClient(uri)
+    (run,) = client.search_runs([client.get_experiment_by_name("hf-gradskip").experiment_id])
+    run_id = run.info.run_id
+    assert [m.step for m in client.get_metric_history(run_id, INSERTION)] == [3, 6]
+    assert [m.step for m in client.get_metric_history(run_id, "eval_loss")] == [3, 6]  # the Trainer's own
+    assert [m.value for m in client.get_metric_history(run_id, "gradskip/epoch")] == [0, 1]
+    images = _images(client, run_id)
+    assert {"probes/gradskip/overlays", "heads/gradskip/omega"} <= set(images)
+    assert all(sorted(steps) == [0, 1] for steps in images.values())
+    listed = {info.path for info in client.list_artifacts(run_id, "gradskip/maps")}
+    assert listed == {f"gradskip/maps/{name}" for name in ("probes.npz", "epoch_0000.npz", "epoch_0001.npz")}
+    summary = client.download_artifacts(run_id, "gradskip/summary.txt", str(tmp_path))
+    assert open(summary).read().startswith("GradSkip summary (gradskip), epoch 0 -> 1:")
+
+
 def test_the_default_tensorboard_folder_and_unwritten_integrations(tmp_path, monkeypatch):
     monkeypatch.delenv("TENSORBOARD_LOGGING_DIR", raising=False)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        outputs = trainer_outputs(["tensorboard", "mlflow"], tmp_path / "gradskip", "gradskip/")
+        outputs = trainer_outputs(["tensorboard", "comet_ml"], tmp_path / "gradskip", "gradskip/")
     assert outputs.tensorboard is not None and outputs.tensorboard.folder == tmp_path / "gradskip" / "tensorboard"
     assert outputs.wandb_run is None
     (said,) = [str(w.message) for w in caught if "GradSkipTrainerCallback" in str(w.message)]
-    assert "['mlflow']" in said
+    assert "['comet_ml']" in said
     assert [type(sink).__name__ for sink in outputs.sinks] == [
-        "MapsFileSink", "ImageFileSink", "TensorBoardSink", "ScalarSink"
+        "MapsFileSink", "ImageFileSink", "TensorBoardSink", "ScalarSink", "SummarySink"
     ]  # fmt: skip
 
 

@@ -29,7 +29,8 @@ from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 from gradskip_lightning.engine.keys import key
 from gradskip_lightning.engine.output.files import write_epoch, write_png, write_probes
 from gradskip_lightning.engine.output.report import EpochReport, ProbeSheet
-from gradskip_lightning.render import annotate, histogram_image
+from gradskip_lightning.engine.output.summary import SummarySink
+from gradskip_lightning.render import annotate, histogram_image, titled
 
 if TYPE_CHECKING:
     import wandb
@@ -49,6 +50,7 @@ __all__ = [
     "MapsFileSink",
     "UploadError",
     "finish_sinks",
+    "image_title",
     "log_to_sinks",
     "ordered_sinks",
 ]
@@ -210,17 +212,49 @@ class TensorBoardSink:
         pass
 
 
+#: What the image of a key shows, for its title in MLflow (``{0}``...: the captured parts, ``{m}``: the
+#: explained method).
+IMAGE_TITLES = (
+    (r"probes/.*overlays", "{m} relevance overlays of every probe"),
+    (r"probes/.*overlays/([^/]+)", "{0} relevance overlays of every probe"),
+    (r"probes/.*overlay/probe_(\d+)", "probe {0}: {m} relevance overlay"),
+    (r"heads/.*/(omega|grad_flow|sparsity)", "{m} head {0} (rows: layers, columns: heads)"),
+    (r"heads/.*/(omega|grad_flow|sparsity)/layer_(\d+)", "{m} head {0} of layer {1}: histogram over probes and heads"),
+    (r"discovery/.*class_means", "discovery: each class's mean relevance map"),
+    (r"discovery/.*strategy_maps/class_(\d+)", "discovery: strategy maps of class {0}"),
+    (r"discovery/.*/([^/]+)/transfer/class_(\d+)", "discovery: class {1}'s {0} given to other classes' images"),
+)
+
+
+def image_title(name: str, epoch: int, method: str, caption: str = "") -> str:
+    """The title drawn over an image in MLflow: what it shows, the epoch, its key (and ``caption``).
+
+    >>> image_title("probes/gradskip/overlays", 3, "gradskip")
+    'gradskip relevance overlays of every probe, epoch 3 (probes/gradskip/overlays)'
+    >>> image_title("probes/gradskip/overlay/probe_7", 0, "gradskip", "label=a pred=b p=0.50")
+    'probe 7: gradskip relevance overlay, epoch 0 (probes/gradskip/overlay/probe_7)\\nlabel=a pred=b p=0.50'
+    """
+    found = ((text, re.fullmatch(pattern, name)) for pattern, text in IMAGE_TITLES)
+    what = next((text.format(*match.groups(), m=method) for text, match in found if match), None)
+    title = f"{name}, epoch {epoch}" if what is None else f"{what}, epoch {epoch} ({name})"
+    return f"{title}\n{caption}" if caption else title
+
+
 class MLflowSink:
     """Sends the report's images and histograms to an MLflow run, and its maps folder at the end of fit.
 
-    Every image is a step-wise MLflow image (``log_image(key=, step=)``) under the report's key at the
-    report's step: the MLflow UI draws one image chart per key, with a step slider, in the section of
-    the scalars that share its path (``probes/gradskip``, ``heads/gradskip/omega``, ...). Overlays carry
-    their caption in a strip below (as in TensorBoard); each histogram is drawn as an image
-    (:func:`~gradskip_lightning.render.histogram_image`): MLflow has no histogram chart, and an image
-    gets the same step slider. Images are written synchronously, so the callback's ``time_s`` covers
-    them and none is lost when the process ends. The scalars go through the logger's ``log_metrics``
-    (a :class:`ScalarSink`); mlflow itself is only reached through the logger's client.
+    Every image is a step-wise MLflow image (``log_image(key=, step=)``) under the report's key, at the
+    report's **epoch** as its step (the MLflow UI opens an image card at step 0: epoch 0's picture; the
+    scalars stay at Lightning's step, beside its own, and ``<log_prefix>epoch`` is among them). The UI
+    draws one image chart per key, with a step slider, in the section of the scalars that share its
+    path (``probes/gradskip``, ``heads/gradskip/omega``, ...). Each image says what it is in a strip
+    above it (:func:`image_title`: what it shows, the epoch, the key; an overlay's label, prediction and
+    probability) and is enlarged to at least 384 pixels wide (:func:`~gradskip_lightning.render.titled`),
+    as the UI shows no caption of ours. Each histogram is drawn as an image
+    (:func:`~gradskip_lightning.render.histogram_image`): MLflow has no histogram chart. Images are
+    written synchronously, so the callback's ``time_s`` covers them and none is lost when the process
+    ends. The scalars go through the logger's ``log_metrics`` (a :class:`ScalarSink`); mlflow itself is
+    only reached through the logger's client.
     """
 
     def __init__(self, logger: MlflowRunLogger, maps_dir: Path, artifact_path: str) -> None:
@@ -228,19 +262,20 @@ class MLflowSink:
         self.maps_dir = maps_dir
         self.artifact_path = artifact_path
 
-    def _log_image(self, name: str, image: np.ndarray, step: int) -> None:
+    def _log_image(self, name: str, image: np.ndarray, report: EpochReport, caption: str = "") -> None:
         # MLflow refuses other characters in image keys; Lightning's MLFlowLogger drops the same ones
         # from metric keys, so an image keeps the section of its scalars.
         key = re.sub(r"[^a-zA-Z0-9_/. -]+", "", name)
-        self.logger.experiment.log_image(self.logger.run_id, image, key=key, step=step, synchronous=True)
+        picture = titled(image, image_title(name, report.epoch, report.method, caption))
+        self.logger.experiment.log_image(self.logger.run_id, picture, key=key, step=report.epoch, synchronous=True)
 
     def log(self, report: EpochReport, sheet: ProbeSheet) -> None:
         for name, (image, text) in report.overlays.items():
-            self._log_image(name, annotate(image, text), report.step)
+            self._log_image(name, image, report, text)
         for name, image in report.images.items():
-            self._log_image(name, image, report.step)
+            self._log_image(name, image, report)
         for name, values in report.histograms.items():
-            self._log_image(name, histogram_image(values, histogram_bins(values)), report.step)
+            self._log_image(name, histogram_image(values, histogram_bins(values)), report)
 
     def finish(self) -> None:
         """Upload the maps folder into the run's artifacts at ``artifact_path`` (``gradskip/maps``)."""
@@ -310,7 +345,8 @@ def ordered_sinks(
 ) -> list[Sink]:
     """The sinks, those sending scalars last: the maps files under ``out_dir/maps``, PNGs under
     ``out_dir/images`` (with ``images``), the ``image_sinks`` (TensorBoard, MLflow), the W&B run's row
-    (and maps artifact at the end), then the ``scalar_loggers``' rows."""
+    (and maps artifact at the end), the ``scalar_loggers``' rows, then the end-of-fit summary
+    (:class:`~.summary.SummarySink`)."""
     sinks: list[Sink] = [MapsFileSink(out_dir / "maps")]
     if images:
         sinks.append(ImageFileSink(out_dir / "images"))
@@ -318,6 +354,16 @@ def ordered_sinks(
     if wandb_logger is not None:
         sinks.append(WandbSink(wandb_logger, prefix, out_dir / "maps"))
     sinks.extend(ScalarSink(logger) for logger in scalar_loggers)
+    mlflow = next(
+        (
+            (s.logger.experiment, str(s.logger.run_id), f"{Path(s.artifact_path).parent}/summary.txt")
+            for s in image_sinks
+            if isinstance(s, MLflowSink)
+        ),
+        None,
+    )
+    wandb_run = None if wandb_logger is None else wandb_logger.experiment
+    sinks.append(SummarySink(out_dir, prefix, wandb_run, mlflow))
     return sinks
 
 

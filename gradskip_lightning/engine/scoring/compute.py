@@ -26,7 +26,10 @@ from gradskip_lightning.metrics.insertion_deletion import Starts, perturbation_s
 from gradskip_lightning.metrics.perturbation import Activation, class_probabilities
 from gradskip_lightning.shortcuts.transplant import Transplant
 
-__all__ = ["explain_probes", "EpochWork", "ExplainFailure"]
+__all__ = ["explain_probes", "EpochWork", "ExplainFailure", "PROGRESS_DELAY_S"]
+
+#: Seconds an explanation runs before its progress bar shows (on a terminal; none in a file or a pipe).
+PROGRESS_DELAY_S = 2.0
 
 
 @dataclass
@@ -151,23 +154,18 @@ def explain_probes(
     explainer.model.eval()
     work = EpochWork() if work is None else work
     starts = range(0, len(probes), batch_size)
-    if progress and len(starts) > 1:
+    bar = None
+    if progress:  # shown on a terminal once the explanation has taken PROGRESS_DELAY_S (ViT-B at 224 px: minutes)
         from tqdm.auto import tqdm
 
-        starts = tqdm(starts, desc=f"explaining ({explainer.method})", leave=False, unit="chunk")
-    return ProbeRecord.concat(
-        [
-            _explain_chunk(
-                explainer,
-                probes.subset(slice(start, start + batch_size)),
-                settings,
-                transplant,
-                heads,
-                activation,
-                agree,
-                work,
-                start,
-            )
-            for start in starts
-        ]
-    )
+        bar = tqdm(total=len(probes), desc=f"GradSkip: explaining and scoring ({explainer.method})", unit="probe",
+                   leave=False, delay=PROGRESS_DELAY_S, disable=None)  # fmt: skip
+    chunks = []
+    for start in starts:
+        chunk = probes.subset(slice(start, start + batch_size))
+        chunks.append(_explain_chunk(explainer, chunk, settings, transplant, heads, activation, agree, work, start))
+        if bar is not None:
+            bar.update(len(chunk))
+    if bar is not None:
+        bar.close()
+    return ProbeRecord.concat(chunks)

@@ -27,6 +27,7 @@ from gradskip_lightning.engine.output.sinks import (
     TensorBoardSink,
     WandbSink,
 )
+from gradskip_lightning.engine.output.summary import SummarySink
 from tests.callbacks.helpers import tiny_data, tiny_module, tiny_trainer
 
 mlflow = pytest.importorskip("mlflow")  # an MLFlowLogger needs it
@@ -104,20 +105,33 @@ def test_every_image_and_histogram_is_a_stepwise_image_under_its_key(run):
         expected |= {f"heads/{P}{part}"} | {f"heads/{P}{part}/layer_{layer}" for layer in range(LAYERS)}
     strategy_maps = {k for k in run.images if k.startswith(f"discovery/{P}strategy_maps/class_")}
     assert set(run.images) - strategy_maps == expected
-    assert all(sorted(steps) == [3, 7] for steps in run.images.values()), dict(run.images)
+    assert all(sorted(steps) == [0, 1] for steps in run.images.values()), dict(run.images)  # epochs: the UI opens on 0
     assert run.client.get_run(run.run_id).data.tags.get("mlflow.loggedImages") == "True"  # the UI's image charts
 
 
-def test_the_overlay_carries_its_caption_and_the_class_means_grid_its_tiles(run, tmp_path):
+def test_each_image_says_what_it_is_above_it_and_is_large_enough_to_read(run, tmp_path):
     probe_id = run.callback.monitor.source.probes.ids[0].item()
-    overlay = _png(run, run.images[f"probes/{P}overlay/probe_{probe_id}"][7], tmp_path)
-    assert overlay.shape == (DISPLAY + 12, DISPLAY, 3)  # the caption strip under the overlay
-    assert (overlay[DISPLAY:] < 128).any() and overlay[:DISPLAY].std() > 10  # caption text, a coloured map
-    means = _png(run, run.images[f"discovery/{P}class_means"][7], tmp_path)
-    tile_height, tile_width = DISPLAY + 12, DISPLAY  # each class: its mean map, captioned
-    assert means.shape == (2 * (tile_height + 2) + 2, 2 * (tile_width + 2) + 2, 3)  # 4 classes in 2 x 2, pad 2
-    histogram = _png(run, run.images[f"heads/{P}omega/layer_0"][3], tmp_path)
-    assert histogram.shape == (96 + 12, 256, 3) and (histogram[:96] != 255).any()  # bars drawn
+    overlay = _png(run, run.images[f"probes/{P}overlay/probe_{probe_id}"][1], tmp_path)
+    side = 3 * DISPLAY  # the display-size overlay enlarged by the whole factor reaching 384 px
+    strip = overlay.shape[0] - side  # the title above it: lines of 14 px text (18 px each) on white
+    assert overlay.shape[1] == side and strip in (2 * 18 + 6, 3 * 18 + 6), overlay.shape
+    assert (overlay[:strip] < 128).any() and np.median(overlay[:strip]) == 255 and overlay[strip:].std() > 10
+    means = _png(run, run.images[f"discovery/{P}class_means"][1], tmp_path)
+    histogram = _png(run, run.images[f"heads/{P}omega/layer_0"][0], tmp_path)
+    grid = _png(run, run.images[f"probes/{P}overlays"][0], tmp_path)
+    assert min(image.shape[1] for image in (means, histogram, grid)) >= 384
+    assert (histogram[-96:] == np.array([31, 119, 180])).all(axis=2).any()  # bars drawn (the histogram's blue)
+
+
+def test_image_titles_name_the_picture_the_epoch_and_the_key():
+    from gradskip_lightning.engine.output.sinks import image_title
+
+    assert image_title(f"heads/{P}omega/layer_1", 2, "gradskip") == (
+        f"gradskip head omega of layer 1: histogram over probes and heads, epoch 2 (heads/{P}omega/layer_1)"
+    )
+    assert image_title(f"probes/{P}overlays/rollout", 0, "gradskip").startswith("rollout relevance overlays")
+    assert image_title(f"discovery/{P}class_means", 4, "gradskip").startswith("discovery: each class's mean")
+    assert image_title("something/else", 1, "gradskip") == "something/else, epoch 1"
 
 
 def test_the_maps_files_are_the_runs_artifacts_and_read_back(run, tmp_path):
@@ -150,7 +164,7 @@ def test_image_keys_lose_the_characters_mlflow_refuses_as_the_scalars_do(tmp_pat
     with pytest.warns(RuntimeWarning, match="Replacing faithfulness/gs.1/insertion"):
         ScalarSink(logger).log(report, sheet)
     steps = {key: list(by_step) for key, by_step in _images(logger.experiment, logger.run_id).items()}
-    assert steps == {"probes/gs1/overlays": [5], "heads/gs1/omega/layer_0": [5]}
+    assert steps == {"probes/gs1/overlays": [0], "heads/gs1/omega/layer_0": [0]}  # at the report's epoch
     assert logger.experiment.get_metric_history(logger.run_id, "faithfulness/gs1/insertion")[0].step == 5
     sink.finish()  # no maps written: nothing uploaded, no error
     assert not logger.experiment.list_artifacts(logger.run_id, "gradskip")
@@ -192,15 +206,54 @@ def _kinds(tmp_path: Path, loggers: list) -> list[type]:
 
 def test_mlflow_replaces_the_png_files_and_other_loggers_keep_their_sinks(tmp_path, store):
     csv, board = CSVLogger(str(tmp_path)), TensorBoardLogger(str(tmp_path))
-    assert _kinds(tmp_path, [csv]) == [MapsFileSink, ImageFileSink, ScalarSink]
-    assert _kinds(tmp_path, [board, csv]) == [MapsFileSink, ImageFileSink, TensorBoardSink, ScalarSink, ScalarSink]
+    assert _kinds(tmp_path, [csv]) == [MapsFileSink, ImageFileSink, ScalarSink, SummarySink]
+    assert _kinds(tmp_path, [board, csv]) == [
+        MapsFileSink, ImageFileSink, TensorBoardSink, ScalarSink, ScalarSink, SummarySink
+    ]  # fmt: skip
     mlflow_logger = MLFlowLogger(experiment_name="sinks", **store)
-    assert _kinds(tmp_path, [csv, mlflow_logger]) == [MapsFileSink, MLflowSink, ScalarSink, ScalarSink]
+    assert _kinds(tmp_path, [csv, mlflow_logger]) == [MapsFileSink, MLflowSink, ScalarSink, ScalarSink, SummarySink]
 
 
 def test_with_wandb_too_both_get_the_images_and_mlflow_uploads_the_wandb_runs_maps_folder(tmp_path, store):
     wandb_logger = WandbLogger(save_dir=str(tmp_path), offline=True, project="gradskip-test")
     sinks = _sinks(tmp_path, [wandb_logger, MLFlowLogger(experiment_name="both", **store)])
-    assert [type(sink) for sink in sinks] == [MapsFileSink, MLflowSink, WandbSink, ScalarSink]
+    assert [type(sink) for sink in sinks] == [MapsFileSink, MLflowSink, WandbSink, ScalarSink, SummarySink]
     maps, uploaded = sinks[0].folder, sinks[1].maps_dir
     assert maps == uploaded == Path(wandb_logger.experiment.dir).parent / "gradskip" / "maps"
+
+
+def test_the_fit_ends_with_a_summary_in_the_mlflow_run(run, tmp_path):
+    """The end-of-fit block (also printed): first and last epoch's scores, drift; the run's summary.txt."""
+    assert f"{P}summary.txt" in {info.path for info in run.client.list_artifacts(run.run_id, P.strip("/"))}
+    text = Path(run.client.download_artifacts(run.run_id, f"{P}summary.txt", str(tmp_path))).read_text()
+    history = [m.value for m in run.client.get_metric_history(run.run_id, f"faithfulness/{P}insertion")]
+    assert text.startswith("GradSkip summary (gradskip), epoch 0 -> 1:")
+    assert f"insertion    {history[0]:.3f} -> {history[-1]:.3f}" in text
+    assert "drift        Spearman" in text and "flagged classes (discovery)" in text
+
+
+def test_the_summary_names_flagged_classes_with_their_pictures(tmp_path, caplog):
+    import logging
+
+    sheet = ProbeSheet([0], ["a"], np.zeros(1, np.int64), ["cat", "dog"], np.zeros((1, 8, 8, 3), np.uint8))
+    sink = SummarySink(tmp_path, P)
+    picture = np.full((8, 8, 3), 200, np.uint8)
+    scalars = {f"{P}epoch": 0.0, f"faithfulness/{P}insertion": 0.25, f"discovery/{P}flagged": 0.0}
+    sink.log(EpochReport(0, 3, scalars), sheet)
+    flagged = EpochReport(1, 7, {**scalars, f"{P}epoch": 1.0, f"faithfulness/{P}insertion": 0.5})
+    flagged.images[f"discovery/{P}strategy_maps/class_1"] = picture
+    flagged.images[f"discovery/{P}brightness/transfer/class_0"] = picture
+    sink.log(flagged, sheet)
+    sink.log(EpochReport(0, 0, {f"{P}validate/epoch": 0.0}), sheet)  # validate(): not part of the fit's summary
+    with caplog.at_level(logging.INFO):
+        sink.finish()
+    hotspot = tmp_path / "flagged" / "class_1_hotspot_epoch_0001.png"
+    assert np.asarray(Image.open(hotspot)).mean() == 200
+    assert sink.text().splitlines() == [
+        "GradSkip summary (), epoch 0 -> 1:",
+        "  insertion    0.250 -> 0.500",
+        "  flagged classes (discovery):",
+        f"    class 0 (cat), brightness, from epoch 1: {tmp_path / 'flagged' / 'class_0_brightness_epoch_0001.png'}",
+        f"    class 1 (dog), hotspot, from epoch 1: {hotspot}",
+    ]
+    assert sink.text() in caplog.text

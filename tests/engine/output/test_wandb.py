@@ -143,8 +143,17 @@ def test_table_rows_and_npz_match_the_logged_scores(run):
 
 
 def test_timeline_renders_from_the_wandb_run_folder(run, tmp_path):
-    from gradskip_lightning.timeline import CHART_INCHES, HEADER_INCHES, ROW_INCHES, main
+    from gradskip_lightning.timeline import CHART_INCHES, GAP_INCHES, HEADER_INCHES, ROW_INCHES, bands, main
 
     out = main([str(run.root), "-o", str(tmp_path / "timeline.png")])
-    height = (HEADER_INCHES + ROW_INCHES * NUM_PROBES + CHART_INCHES) * 100  # header, probes, region chart ("object")
-    assert Image.open(out).size == (int(1.5 * 3 * 100), int(height))  # image + 2 epochs
+    count = bands(NUM_PROBES, 3, ROW_INCHES, HEADER_INCHES + CHART_INCHES)  # image + 2 epochs a band
+    assert count == 2
+    height = (HEADER_INCHES + ROW_INCHES * NUM_PROBES / count + CHART_INCHES) * 100  # header, probes, region chart
+    assert Image.open(out).size == (int((1.5 * 3 * count + GAP_INCHES) * 100), int(height))
+
+
+def test_the_end_of_fit_summary_is_in_the_runs_summary(run):
+    text = run.summary["gradskip/summary"]
+    insertion = [row[f"faithfulness/{P}insertion"] for row in run.rows_with(f"faithfulness/{P}insertion")]
+    assert text.startswith("GradSkip summary (gradskip), epoch 0 -> 1:")
+    assert f"insertion    {insertion[0]:.3f} -> {insertion[-1]:.3f}" in text and "mass on object" in text

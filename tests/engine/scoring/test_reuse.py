@@ -127,3 +127,26 @@ def test_segformer_clean_scores_from_the_explain_forward_equal_a_plain_forward()
 def test_rise_start_is_todays_blur():
     images = torch.randn(2, 3, 28, 28)
     assert torch.equal(insertion_start_images(images, "rise"), gaussian_blur(images))
+
+
+def test_a_long_explanation_shows_a_progress_bar_on_a_terminal(monkeypatch):
+    """One chunk of probes (the default batch holds every probe) still shows its bar once the delay has
+    passed, counting probes; in a file or a pipe there is none."""
+    import io
+
+    from gradskip_lightning.engine.scoring import compute
+
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    module = tiny_module(seed=3).eval()
+    explainer = explainers_for(module, ["gradskip"], {})["gradskip"]
+    probes = ProbeSet(torch.randn(3, 3, 32, 32), torch.tensor([0, 1, 2]), torch.arange(3))
+    settings = ScoreSettings(insertion_steps=4)
+    monkeypatch.setattr(compute, "PROGRESS_DELAY_S", 0.0)
+    for stream, shown in ((Terminal(), True), (io.StringIO(), False)):
+        monkeypatch.setattr("sys.stderr", stream)
+        explain_probes(explainer, probes, settings, batch_size=32, heads=False, progress=True)
+        said = stream.getvalue()
+        assert ("GradSkip: explaining and scoring (gradskip)" in said and "/3 [" in said) == shown, said
