@@ -2,7 +2,7 @@
 their scalars, their pictures and their alerts.
 
 Keys, per property p of ``discovery.properties`` and class k: ``discovery/<prefix><p>/<value>/class_<k>`` for
-each value of :data:`PROPERTY_VALUES` (``peak_suspicion`` in fit), and per property
+each value of :data:`PROPERTY_VALUES` (``peak_suspicion`` in fit; ``flagged/class_<k>`` 1 or 0), and per property
 ``discovery/<prefix><p>/max_suspicion``, ``discovery/<prefix><p>/peak_suspicion`` (in fit) and
 ``discovery/<prefix><p>/flagged`` (how many classes are flagged: adjusted p-value at most ``alpha`` and suspicion
 at least ``property_alert_threshold``): their own equivalents of the hotspot's ``max_suspicion``,
@@ -36,6 +36,8 @@ PROPERTY_VALUES: dict[str, str] = {
     "peak_suspicion": "in fit: the class's highest suspicion for the property so far in this fit (kept in checkpoints)",
     "p_value": "sign test of the flips against the control's, Bonferroni-adjusted over every (class, property) test "
     "of the epoch; flagged when at most `alpha` with the suspicion at least `property_alert_threshold`",
+    "flagged": "1 when the class is flagged for the property (adjusted p-value at most `alpha`, suspicion at least "
+    "`property_alert_threshold`), else 0: the class's alarm for it, to monitor or stop on",
     "separability": "AUROC of the property's statistic telling the class's probes from the others'",
 }
 
@@ -54,6 +56,7 @@ def property_scalars(
                 "flip_rate": transfer.flip_rate,
                 "control_flip_rate": transfer.control_flip_rate,
                 "p_value": float(found.p_value[name][label]),
+                "flagged": float(found.flagged[name][label]),
                 "separability": transfer.separability,
             }
             for value, number in values.items():

@@ -118,6 +118,8 @@ CLASS_VALUES: dict[str, str] = {
     "p_value": "the reported test's p-value (the larger of the flips' sign test and the pixels' agreement test), "
     "Bonferroni-adjusted over every test of the epoch; flagged when at most `alpha` with the suspicion at least "
     "`alert_threshold`",
+    "flagged": "1 when a test of the class fires (adjusted p-value at most `alpha`, suspicion at least "
+    "`alert_threshold`), else 0: the class's alarm, to monitor or stop on",
     "peak_suspicion": "in fit: the class's highest suspicion so far in this fit (kept in checkpoints)",
     "tested_share": "share of the class's discovery probes in the reported test's group (1: the whole class; less: "
     "a SpRAy strategy)",
@@ -146,6 +148,7 @@ def discovery_scalars(
         per_class: dict[str, float] = {
             "suspicion": float(found.suspicion[label]),
             "p_value": float(found.p_values[label]),
+            "flagged": float(found.flagged[label]),
             "tested_share": test.group.share,
             "flip_rate": transplant.flip_rate,
             "random_flip_rate": transplant.random_flip_rate,
