@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from gradskip_lightning.metrics import image_properties as ip
+from gradskip_lightning.shortcuts import image_properties as ip
 from gradskip_lightning.shortcuts.image_properties import (
     PROPERTIES,
     PROPERTY_NAMES,

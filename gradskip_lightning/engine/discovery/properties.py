@@ -34,7 +34,7 @@ PROPERTY_VALUES: dict[str, str] = {
     "flip_rate": "share of other classes' probes predicted as the class once given a class probe's statistics",
     "control_flip_rate": "control: the same with the statistics of a probe of a third class",
     "peak_suspicion": "in fit: the class's highest suspicion for the property so far in this fit (kept in checkpoints)",
-    "p_value": "sign test of the flips against the control's, Bonferroni-adjusted over every (class, property) test "
+    "p_value": "sign test of the flips against the control's, Holm-adjusted over every (class, property) test "
     "of the epoch; flagged when at most `alpha` with the suspicion at least `property_alert_threshold`",
     "flagged": "1 when the class is flagged for the property (adjusted p-value at most `alpha`, suspicion at least "
     "`property_alert_threshold`), else 0: the class's alarm for it, to monitor or stop on",

@@ -71,8 +71,8 @@ class DiscoveryStage(DiscoverySettings):
             :data:`~gradskip_lightning.shortcuts.image_properties.PROPERTIES`); None: all that apply to the
             model's channels (colour needs 3); ``()``: none.
         property_alert_threshold: property suspicion at or above which a (class, property) is flagged (with its
-            p-value at most ``alpha``: the same calibrated rule as the hotspot's, Bonferroni over the epoch's
-            (class, property) tests), in [0, 1].
+            p-value at most ``alpha``: the sign test of the flips, Holm over the epoch's (class, property) tests),
+            in [0, 1].
     """
 
     enabled: bool = False
@@ -115,8 +115,9 @@ CLASS_VALUES: dict[str, str] = {
     "suspicion": "suspicion score in [0, 1] of the class's reported test (of its hotspot, grown hotspot and "
     "strategies' hotspots, the most suspicious that fires, else the most suspicious): flip excess x square root of "
     "concentration x constancy",
-    "p_value": "the reported test's p-value (the larger of the flips' sign test and the pixels' agreement test), "
-    "Bonferroni-adjusted over every test of the epoch; flagged when at most `alpha` with the suspicion at least "
+    "p_value": "the reported test's adjusted p-value over every test of the epoch: the flips' sign test first (Holm "
+    "at `alpha`/2), then, where that passes, the pixels' agreement test (Holm at `alpha`/2 over those tests), the "
+    "larger of the two; flagged when at most `alpha` with the suspicion at least "
     "`alert_threshold`",
     "flagged": "1 when a test of the class fires (adjusted p-value at most `alpha`, suspicion at least "
     "`alert_threshold`), else 0: the class's alarm, to monitor or stop on",
