@@ -130,6 +130,18 @@ class PropertyDiscovery:
     alpha: float
     space: PixelSpace
 
+    def axis(self, label: int) -> tuple[PropertyName, float] | None:
+        """What carries class ``label``'s signature (every statistic given at once): the single property, among
+        those tested in the same run, whose transfer alone has the largest suspicion, and that suspicion's share of
+        the signature's (its flip excess alone over the joint's; may exceed 1). None without a signature test, a
+        single property tested beside it, or a positive signature suspicion."""
+        joint = self.suspicion.get("signature")
+        singles = {name: values[label] for name, values in self.suspicion.items() if name != "signature"}
+        if joint is None or not singles or not joint[label] > 0:
+            return None
+        best = max(singles, key=lambda name: -math.inf if singles[name].isnan() else float(singles[name]))
+        return best, float(singles[best] / joint[label])
+
 
 def property_suspicion(flip_rate: float, control_flip_rate: float) -> float:
     """The suspicion of one class and property, ``max(0, flip_rate - control_flip_rate)`` (module docstring);
