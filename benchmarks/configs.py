@@ -12,7 +12,7 @@ from lightning.pytorch import LightningDataModule, LightningModule
 
 from gradskip_lightning.training.classifier import DEFAULT_MODEL
 
-CONFIGS_DIR = Path(__file__).resolve().parents[2] / "configs"
+CONFIGS_DIR = Path(__file__).resolve().parents[1] / "configs"
 
 
 def _load(name: str) -> dict[str, Any]:
