@@ -100,7 +100,7 @@ class ShortcutCorrection(Callback):
     in ``on_train_batch_start`` and in place (the tensors Lightning then hands to ``training_step``),
     the artifact on each image with probability ``p``, whatever its class: a patch pasted at its place, or
     (a flagged global property) the image given one of the class's probes' statistics of that property
-    (colour, brightness, sharpness, noise). With ``erase`` (the default) the artifact is first taken off every
+    (colour, brightness, sharpness, noise, or the signature: all at once). With ``erase`` (the default) the artifact is first taken off every
     image of its class in the batch: each gets, drawn from the batch's images of other classes (as they came,
     before any correction), one's pixels at the artifact's place or one's statistic of the property; then the
     artifact is as common on every class (``p``) and says nothing about the class. Said once in the log when a
