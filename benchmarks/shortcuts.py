@@ -1,6 +1,14 @@
 """Shortcuts with no place, shared by the ``discovery`` and ``properties`` benchmarks: a change of every pixel
-of one class's images (a colour cast, a darkening, a blur, extra noise), made in pixel space ([0, 1] units)
-under the datamodule's normalisation, on its training, validation and test images alike.
+of one class's images (a colour cast, a darkening, a blur, extra noise, and the acquisition families: white
+balance, a stain change, gain, gamma, saturation, JPEG, a lower resolution, defocus, sensor noise), made in
+pixel space ([0, 1] units) under the datamodule's normalisation, on its training, validation and test images
+alike.
+
+The acquisition families use torchvision's maintained transforms (``torchvision.transforms.v2.functional``:
+``adjust_brightness``, ``adjust_contrast``, ``adjust_gamma``, ``adjust_saturation``, ``jpeg``, ``resize``,
+``gaussian_blur``) where one exists; the per-channel gains, the stain change (Beer-Lambert optical density
+with Ruifrok and Johnston's H&E stain vectors, as Macenko's normalisation uses them) and the
+signal-dependent sensor noise are written here (no torchvision transform does them).
 
 :class:`ShortcutDataset` is the one wrapper (a class's images, every image, or a share of every class's);
 :data:`SHORTCUTS` the one table; :func:`add_shortcut` puts one on a datamodule's splits and
@@ -14,6 +22,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 import torch
+import torchvision.transforms.v2.functional as TF
 from torch import Tensor
 
 from gradskip_lightning.data.base import ImageClassificationDataModule, LabelledDataset, LabelledSubset
@@ -23,7 +32,14 @@ from gradskip_lightning.shortcuts.tags import TagMode
 
 #: (pixels (C, H, W) in [0, 1] units, the item's index) -> the changed pixels (not clamped).
 Change = Callable[[Tensor, int], Tensor]
-ShortcutName = Literal["cast_weak", "cast", "cast_strong", "dim", "blur", "noise"]
+ShortcutName = Literal[
+    "cast_weak", "cast", "cast_strong", "dim", "blur", "noise",
+    "white_balance", "stain", "gain", "gamma", "saturation", "jpeg", "resolution", "focus", "sensor_noise",
+]  # fmt: skip
+#: The acquisition families (each a variant of the discovery benchmark, with its control).
+ACQUISITION: tuple[ShortcutName, ...] = (
+    "white_balance", "stain", "gain", "gamma", "saturation", "jpeg", "resolution", "focus", "sensor_noise",
+)  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -50,6 +66,73 @@ def _noisy(pixels: Tensor, index: int) -> Tensor:
     return pixels + 0.1 * noise
 
 
+def channel_gains(gains: tuple[float, ...]) -> Change:
+    """Multiplies each channel by its gain (a white balance).
+
+    >>> channel_gains((1.5, 1.0, 0.5))(torch.full((3, 1, 1), 0.5), 0).flatten().tolist()
+    [0.75, 0.5, 0.25]
+    """
+    factors = torch.tensor(gains).reshape(-1, 1, 1)
+    return lambda pixels, index: pixels * factors
+
+
+#: Ruifrok and Johnston's (2001) haematoxylin and eosin optical-density vectors (RGB, unit length).
+HAEMATOXYLIN, EOSIN = (0.650, 0.704, 0.286), (0.072, 0.990, 0.105)
+#: The darkest intensity before the logarithm (an 8-bit level).
+OD_FLOOR = 1 / 255
+
+
+def stain_change(scales: tuple[float, float]) -> Change:
+    """Scales the haematoxylin and eosin concentrations of RGB pixels by ``scales`` (Beer-Lambert: the optical
+    density ``OD = -log(I)`` is split by least squares onto the two stain vectors, the rest kept; ``I = exp(-OD)``).
+
+    >>> pixels = torch.full((3, 2, 2), 0.6)
+    >>> torch.allclose(stain_change((1.0, 1.0))(pixels, 0), pixels)
+    True
+    >>> bool((stain_change((1.5, 1.0))(pixels, 0) < pixels).all())  # more haematoxylin: darker everywhere
+    True
+    """
+    stains = torch.tensor([HAEMATOXYLIN, EOSIN]).T  # (3, 2)
+    stains = stains / stains.norm(dim=0)
+    to_concentrations = torch.linalg.pinv(stains)  # (2, 3)
+    factors = torch.tensor(scales) - 1
+
+    def change(pixels: Tensor, index: int) -> Tensor:
+        density = -pixels.clamp(min=OD_FLOOR).log()  # (3, H, W)
+        concentrations = torch.einsum("sc,chw->shw", to_concentrations.to(pixels), density)
+        added = torch.einsum("cs,shw->chw", stains.to(pixels), concentrations * factors.to(pixels)[:, None, None])
+        return torch.exp(-(density + added))
+
+    return change
+
+
+def _jpeg(quality: int) -> Change:
+    """Encodes the pixels as a JPEG of ``quality`` and decodes them (8 bits; torchvision's ``jpeg``)."""
+
+    def change(pixels: Tensor, index: int) -> Tensor:
+        levels = (pixels.clamp(0, 1) * 255).round().to(torch.uint8)
+        return TF.jpeg(levels, quality).to(pixels.dtype) / 255
+
+    return change
+
+
+def _resolution(factor: float) -> Change:
+    """Down-samples by ``factor`` (antialiased) and back up, bilinear (torchvision's ``resize``)."""
+
+    def change(pixels: Tensor, index: int) -> Tensor:
+        size = list(pixels.shape[-2:])
+        small = [max(1, round(side / factor)) for side in size]
+        return TF.resize(TF.resize(pixels, small, antialias=True), size, antialias=False)
+
+    return change
+
+
+def _sensor_noise(pixels: Tensor, index: int) -> Tensor:
+    """Signal-dependent sensor noise: deviation ``sqrt(0.01 I + 0.0004)`` (shot plus read noise), seeded per item."""
+    noise = torch.randn(pixels.shape, generator=torch.Generator().manual_seed(index))
+    return pixels + (0.01 * pixels.clamp(min=0) + 0.0004).sqrt() * noise
+
+
 #: The shortcuts; ``cast`` is the discovery benchmark's colour cast since its first version (added to the pixels).
 SHORTCUTS: dict[ShortcutName, Shortcut] = {
     "cast_weak": Shortcut("colour", "colour cast (0.04, 0, -0.04)", colour_cast((0.04, 0.0, -0.04))),
@@ -58,6 +141,21 @@ SHORTCUTS: dict[ShortcutName, Shortcut] = {
     "dim": Shortcut("brightness", "darker by 0.15", lambda pixels, index: pixels - 0.15),
     "blur": Shortcut("sharpness", "Gaussian blur, sigma 1 px", lambda p, index: gaussian_blur(p[None], 5, 1.0)[0]),
     "noise": Shortcut("noise", "white noise, sigma 0.1", _noisy),
+    "white_balance": Shortcut("colour", "channel gains (1.15, 1, 0.85)", channel_gains((1.15, 1.0, 0.85))),
+    "stain": Shortcut("colour", "haematoxylin x 1.5, eosin x 0.7 (optical density)", stain_change((1.5, 0.7))),
+    "gain": Shortcut(
+        "brightness",
+        "brightness x 1.2, contrast x 1.2 (torchvision)",
+        lambda p, index: TF.adjust_contrast(TF.adjust_brightness(p, 1.2), 1.2),
+    ),
+    "gamma": Shortcut("brightness", "gamma 0.7 (torchvision)", lambda p, index: TF.adjust_gamma(p.clamp(0, 1), 0.7)),
+    "saturation": Shortcut("colour", "saturation x 0.5 (torchvision)", lambda p, index: TF.adjust_saturation(p, 0.5)),
+    "jpeg": Shortcut("sharpness", "JPEG quality 10 (torchvision)", _jpeg(10)),
+    "resolution": Shortcut("sharpness", "down x 2 and back up (torchvision resize)", _resolution(2.0)),
+    "focus": Shortcut(
+        "sharpness", "defocus, Gaussian sigma 1.5 px (torchvision)", lambda p, index: TF.gaussian_blur(p, [7, 7], [1.5])
+    ),
+    "sensor_noise": Shortcut("noise", "sensor noise, sd sqrt(0.01 I + 0.0004)", _sensor_noise),
 }
 
 

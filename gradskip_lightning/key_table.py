@@ -76,8 +76,8 @@ def _other_rows(prefix: str) -> list[tuple[str, str]]:
         *(
             (
                 f"`{key('discovery', prefix, '<property>/' + name + '/class_<k>')}`",
-                f"with `discovery` and its `properties` (colour, brightness, sharpness, noise): per property and "
-                f"class k, {doc}",
+                f"with `discovery` and its `properties` (colour, brightness, sharpness, noise, signature): per "
+                f"property and class k, {doc}",
             )
             for name, doc in PROPERTY_VALUES.items()
         ),

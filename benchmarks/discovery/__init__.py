@@ -6,9 +6,11 @@ class; position, size and strength cycle over the seeds, :data:`~.variants.DATAS
 (the same images, no stamp), a negative control (the stamp on every class alike), and the global
 shortcuts (shortcuts with no location, :data:`~.variants.GLOBAL`): colour casts of three strengths, a
 darkening and a blur on one class, and their property controls (the same change on half of every
-class's images). After training (and, for the stamped models, after every epoch) each method's maps of
-fixed discovery probes (``--probes-per-class`` validation images per class, explained for their own
-class) are summarised per class and every class's hotspot is transplanted
+class's images); on request (``--variants``), the acquisition families of
+:data:`~benchmarks.shortcuts.ACQUISITION` (white balance, stain, gain, gamma, saturation, JPEG, resolution,
+defocus, sensor noise), each with its ``_control``. After training (and, for the stamped models, after
+every epoch) each method's maps of fixed discovery probes (``--probes-per-class`` validation images per
+class, explained for their own class) are summarised per class and every class's hotspot is transplanted
 (:func:`gradskip_lightning.metrics.discover`), for each hotspot share of ``--shares``; the global variants
 but ``cast`` skip this. The report (:mod:`.scoring`, :mod:`.report`) scores each suspicion formula: the
 AUROC of the stamped class of stamped models against every class of the clean models, the hotspot's

@@ -28,7 +28,18 @@ from . import report
 from .correction import CORRECTION_MARGIN, CORRECTION_P, add_paste_only_argument, corrected, correction_callbacks
 from .scoring import Formula
 from .trace import ClassRecord, DiscoveryTrace, PropertyRecord, datamodule_subject, discovery_probes, token_map_fn
-from .variants import CONTROL_P, DATASETS, GLOBAL, MAPPED, PLACED, VARIANTS, Variant, make_datamodule, stamp_of
+from .variants import (
+    CONTROL_P,
+    DATASETS,
+    DEFAULT_VARIANTS,
+    GLOBAL,
+    MAPPED,
+    PLACED,
+    VARIANTS,
+    Variant,
+    make_datamodule,
+    stamp_of,
+)
 
 #: The library's defaults, which the report's main tables use: the suspicion formula follows
 #: :attr:`DiscoverySettings.consistency`.
@@ -41,7 +52,7 @@ PROFILES = Profiles(
         "probes_per_class": 8,
         "shares": [0.1, 0.25],
         "ig_steps": 8,
-        "variants": list(VARIANTS),
+        "variants": list(DEFAULT_VARIANTS),
         "max_train_batches": None,
         "methods": list(PASS_METHODS.names),
         "peers": list(PEERS),

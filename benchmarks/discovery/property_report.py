@@ -31,7 +31,7 @@ BAR = 0.05
 DEFINITIONS = (
     "Global properties: at every epoch end each model's discovery probes go through the discovery stage's property "
     "transplants at its defaults (docs/discovery.md, *Global properties*): a (class, property) is flagged at "
-    f"adjusted p-value <= {STAGE.alpha:g} (sign test against the control, Bonferroni over the epoch's (class, "
+    f"adjusted p-value <= {STAGE.alpha:g} (sign test against the control, Holm over the epoch's (class, "
     f"property) tests) and suspicion >= {STAGE.property_alert_threshold:g}. Detected: the class of a global variant "
     "flagged for the variant's property at the last epoch (share of seeds; interval: bootstrap over seeds); first "
     "fire: the first epoch end at which it is; spurious score: the share of the other classes' test images "

@@ -14,17 +14,21 @@ from gradskip_lightning.data.base import ImageClassificationDataModule
 from gradskip_lightning.shortcuts.tags import SpuriousTag
 
 from ..faithfulness.data import needs_data_root
-from ..shortcuts import SHORTCUTS, ShortcutName, add_shortcut
+from ..shortcuts import ACQUISITION, SHORTCUTS, ShortcutName, add_shortcut
 
 #: stamped: the stamp on (a share of) one class; clean: no stamp; control: the stamp on every class alike;
 #: partial: the stamp on :data:`PARTIAL_P` of one class's images; bar: a dark bar across a patch boundary on one
 #: class; corrected: the stamped data trained with the discovery stage and a
 #: :class:`~gradskip_lightning.ShortcutCorrection` following it (the stamped model, unlearning its stamp); the
 #: global variants (:data:`GLOBAL`, no stamp): cast, cast_weak, cast_strong, dim and blur on one class, and the
-#: property controls cast_control, dim_control and blur_control (the same change on every class alike).
+#: property controls cast_control, dim_control and blur_control (the same change on every class alike); the
+#: acquisition families of :data:`~benchmarks.shortcuts.ACQUISITION` on one class, each with its ``_control``.
 Variant = Literal[
     "stamped", "clean", "control", "cast", "partial", "bar", "corrected", "cast_weak", "cast_strong", "dim", "blur",
     "cast_control", "dim_control", "blur_control",
+    "white_balance", "stain", "gain", "gamma", "saturation", "jpeg", "resolution", "focus", "sensor_noise",
+    "white_balance_control", "stain_control", "gain_control", "gamma_control", "saturation_control", "jpeg_control",
+    "resolution_control", "focus_control", "sensor_noise_control",
 ]  # fmt: skip
 VARIANTS: tuple[Variant, ...] = get_args(Variant)
 #: The variants whose class carries a shortcut with a place (the transplant's targets).
@@ -56,7 +60,29 @@ GLOBAL: dict[Variant, GlobalVariant] = {
     "cast_control": GlobalVariant("cast", control=True),
     "dim_control": GlobalVariant("dim", control=True),
     "blur_control": GlobalVariant("blur", control=True),
+    "white_balance": GlobalVariant("white_balance"),
+    "stain": GlobalVariant("stain"),
+    "gain": GlobalVariant("gain"),
+    "gamma": GlobalVariant("gamma"),
+    "saturation": GlobalVariant("saturation"),
+    "jpeg": GlobalVariant("jpeg"),
+    "resolution": GlobalVariant("resolution"),
+    "focus": GlobalVariant("focus"),
+    "sensor_noise": GlobalVariant("sensor_noise"),
+    "white_balance_control": GlobalVariant("white_balance", control=True),
+    "stain_control": GlobalVariant("stain", control=True),
+    "gain_control": GlobalVariant("gain", control=True),
+    "gamma_control": GlobalVariant("gamma", control=True),
+    "saturation_control": GlobalVariant("saturation", control=True),
+    "jpeg_control": GlobalVariant("jpeg", control=True),
+    "resolution_control": GlobalVariant("resolution", control=True),
+    "focus_control": GlobalVariant("focus", control=True),
+    "sensor_noise_control": GlobalVariant("sensor_noise", control=True),
 }
+#: The variants a run trains unless told: all but the acquisition families (opt in with ``--variants``).
+DEFAULT_VARIANTS: tuple[Variant, ...] = tuple(
+    v for v in VARIANTS if v not in GLOBAL or GLOBAL[v].shortcut not in ACQUISITION
+)
 #: Share of the class's images stamped in the ``partial`` variant.
 PARTIAL_P = 0.6
 

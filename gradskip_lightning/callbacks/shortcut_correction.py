@@ -97,17 +97,16 @@ def property_artifact_for(discovered: Discovered, name: PropertyName, label: int
 class ShortcutCorrection(Callback):
     r"""Paste a known or discovered shortcut onto every class's training images so the model unlearns it.
 
-    Off unless added to the Trainer's callbacks; while nothing is corrected it changes nothing (the
-    training is bitwise the same as without it). Once a shortcut is corrected, each training batch gets,
-    in ``on_train_batch_start`` and in place (the tensors Lightning then hands to ``training_step``),
-    the artifact on each image with probability ``p``, whatever its class: a patch pasted at its place, or
-    (a flagged global property) the image given one of the class's probes' statistics of that property
-    (colour, brightness, sharpness, noise). With ``erase`` (the default) the artifact is first taken off every
-    image of its class in the batch: each gets, drawn from the batch's images of other classes (as they came,
-    before any correction), one's pixels at the artifact's place or one's statistic of the property; then the
-    artifact is as common on every class (``p``) and says nothing about the class. Said once in the log when a
-    correction starts; logged every training epoch under ``correction/<log_prefix>...`` (a property's under
-    ``correction/<log_prefix><property>/...``).
+    Off unless added to the Trainer's callbacks; while nothing is corrected it changes nothing (the training is bitwise
+    the same as without it). Once a shortcut is corrected, each training batch gets, in ``on_train_batch_start`` and in
+    place (the tensors Lightning then hands to ``training_step``), the artifact on each image with probability ``p``,
+    whatever its class: a patch pasted at its place, or (a flagged global property) the image given one of the class's
+    probes' statistics of that property (colour, brightness, sharpness, noise, or the signature: all at once). With
+    ``erase`` (the default) the artifact is first taken off every image of its class in the batch: each gets, drawn from
+    the batch's images of other classes (as they came, before any correction), one's pixels at the artifact's place or
+    one's statistic of the property; then the artifact is as common on every class (``p``) and says nothing about the
+    class. Said once in the log when a correction starts; logged every training epoch under
+    ``correction/<log_prefix>...`` (a property's under ``correction/<log_prefix><property>/...``).
 
     Args:
         tag: a known shortcut (:class:`~gradskip_lightning.shortcuts.SpuriousTag`: its pattern at its place),

@@ -24,13 +24,15 @@ within the other classes (chance): s^2 for a stamp on a share s of the group
 (:func:`~.discovery_transplant.constancy_test`), so a stamp on 60 % of a class still counts (0.36;
 the suspicion's square root makes it 0.6), and its strategy, when SpRAy separates it, counts fully.
 
-The calibrated alarm. Each test has a p-value, the larger of two (an intersection-union test: a
-shortcut needs both): the flips' exact sign test against each control, whose pasted copies are the
-null's draws (a region of the same shape at a random place, the same place from another class; no
-forward beyond the controls'), and the constancy's one-sided jackknife z-test of ``a - a_o > 0``
-(pixels only). With N tests of finite p-value in the run, a test's adjusted p-value is
-``min(1, N * p)`` (Bonferroni over classes x groups x regions); it fires when the adjusted p-value is
-at most ``alpha`` and its suspicion at least ``alert_threshold`` (the effect-size floor). A class is
+The calibrated alarm. Each test has two p-values (a shortcut needs both): the flips' exact sign test
+against each control, whose pasted copies are the null's draws (a region of the same shape at a random
+place, the same place from another class; no forward beyond the controls'), and the constancy's
+one-sided jackknife z-test of ``a - a_o > 0`` (pixels only). Over the N tests of the run with both
+(classes x groups x regions), :func:`~.multiplicity.gated_holm` adjusts them: the flips first, Holm at
+``alpha / 2`` over every test, then the pixels, Holm at ``alpha / 2`` over the tests whose flips passed
+(family-wise error rate ``alpha``; it replaced the larger of the two p-values times N, which let the
+pixels' test of a class's few probes veto overwhelming flips). A test fires when its adjusted p-value
+is at most ``alpha`` and its suspicion at least ``alert_threshold`` (the effect-size floor). A class is
 flagged when one of its tests fires; the class's reported test is the most suspicious test that fires,
 else its most suspicious test: its suspicion and adjusted p-value are the class's (so a class's
 suspicion is the max over the class and its strategies unless a less suspicious test alone fires).
@@ -78,7 +80,8 @@ from gradskip_lightning.metrics.perturbation import Activation
 
 from .discovery_maps import ClassMaps, ClassMapSummary, DiscoverySettings, MapGroup, grown_hotspot, summarise_classes
 from .discovery_strategies import Strategies
-from .discovery_transplant import MIN_TESTED_PROBES, HotspotTransplant, bonferroni, hotspot_transplant
+from .discovery_transplant import MIN_TESTED_PROBES, HotspotTransplant, hotspot_transplant
+from .multiplicity import gated_holm
 
 __all__ = [
     "ClassMapSummary",
@@ -106,7 +109,8 @@ class ShortcutTest:
         grown: whether ``region`` is the grown hotspot.
         transplant: the :class:`HotspotTransplant` of the region.
         suspicion: in [0, 1] (module docstring); NaN where a term is undefined.
-        p_value: ``transplant.p_value``, not adjusted; NaN where undefined.
+        p_value: adjusted over the run's tests (:func:`~.multiplicity.gated_holm` of the transplant's flips' and
+            pixels' p-values); NaN where either is undefined.
     """
 
     group: MapGroup
@@ -136,7 +140,7 @@ class Discovery:
         reported: K tests, one per class: the most suspicious test that fires, else the most suspicious one
             (the class's hotspot test when none is defined).
         suspicion: (K,) float64 the reported tests' suspicion; NaN where undefined.
-        p_values: (K,) float64 the reported tests' p-values adjusted for every test run: ``min(1, N * p)``.
+        p_values: (K,) float64 the reported tests' adjusted p-values (:func:`~.multiplicity.gated_holm`).
         flagged: (K,) bool a test of the class fires: adjusted p-value <= ``alpha`` and suspicion >=
             ``alert_threshold``.
     """
@@ -155,7 +159,7 @@ class Discovery:
 
     @property
     def tests_run(self) -> int:
-        """N: the tests with a finite p-value (the Bonferroni factor)."""
+        """N: the tests with a finite p-value (the family adjusted over)."""
         return sum(not math.isnan(t.p_value) for tests in self.tests for t in tests)
 
 
@@ -187,14 +191,13 @@ def _regions(group: MapGroup, settings: DiscoverySettings) -> list[tuple[Tensor,
     return regions
 
 
-def _fires(test: ShortcutTest, tests_run: int, settings: DiscoverySettings) -> bool:
-    adjusted = bonferroni(test.p_value, tests_run)
-    return adjusted <= settings.alpha and test.suspicion >= settings.alert_threshold  # False when NaN
+def _fires(test: ShortcutTest, settings: DiscoverySettings) -> bool:
+    return test.p_value <= settings.alpha and test.suspicion >= settings.alert_threshold  # False when NaN
 
 
-def _reported(tests: tuple[ShortcutTest, ...], tests_run: int, settings: DiscoverySettings) -> ShortcutTest:
+def _reported(tests: tuple[ShortcutTest, ...], settings: DiscoverySettings) -> ShortcutTest:
     """The most suspicious test that fires, else the most suspicious (ties: the first), else the first."""
-    firing = [t for t in tests if _fires(t, tests_run, settings)]
+    firing = [t for t in tests if _fires(t, settings)]
     defined = [t for t in firing or tests if not math.isnan(t.suspicion)]
     return max(defined, key=lambda t: t.suspicion) if defined else tests[0]
 
@@ -224,7 +227,7 @@ def discover(
     settings = summary.settings
     with torch.no_grad():
         logits = torch.cat([model(images[start : start + batch_size]) for start in range(0, len(images), batch_size)])
-    tests = []
+    runs = []
     for groups in summary.groups:
         found = []
         for group in groups:
@@ -246,12 +249,20 @@ def discover(
                 )
                 consistency = group.consistency if settings.consistency else None
                 score = suspicion_score(transplant.excess, group.concentration, transplant.constancy, consistency)
-                found.append(ShortcutTest(group, region, grown, transplant, score, transplant.p_value))
-        tests.append(tuple(found))
-    run = sum(not math.isnan(t.p_value) for found in tests for t in found)
-    reported = tuple(_reported(found, run, settings) for found in tests)
+                found.append((group, region, grown, transplant, score))
+        runs.append(found)
+    flat = [transplant for found in runs for _, _, _, transplant, _ in found]
+    adjusted = iter(
+        gated_holm(
+            torch.tensor([t.flip_p_value for t in flat], dtype=torch.float64),
+            torch.tensor([t.constancy_p_value for t in flat], dtype=torch.float64),
+            settings.alpha,
+        ).tolist()
+    )
+    tests = [tuple(ShortcutTest(*run, next(adjusted)) for run in found) for found in runs]
+    reported = tuple(_reported(found, settings) for found in tests)
     device = summary.consistency.device
     suspicion = torch.tensor([t.suspicion for t in reported], dtype=torch.float64, device=device)
-    p_values = torch.tensor([bonferroni(t.p_value, run) for t in reported], dtype=torch.float64, device=device)
-    flagged = torch.tensor([any(_fires(t, run, settings) for t in found) for found in tests], device=device)
+    p_values = torch.tensor([t.p_value for t in reported], dtype=torch.float64, device=device)
+    flagged = torch.tensor([any(_fires(t, settings) for t in found) for found in tests], device=device)
     return Discovery(summary, tuple(tests), reported, suspicion, p_values, flagged)

@@ -63,8 +63,8 @@ class DiscoverySettings:
         consistency: whether the suspicion score's map cues include the consistency (see
             :mod:`~gradskip_lightning.shortcuts.discovery`).
         alpha: family-wise error rate of the calibrated test, over every class and test of one run
-            (Bonferroni), in (0, 1]; 1 leaves the floor alone. The discovery stage's property transplants use
-            it too, over their own (class, property) tests.
+            (:func:`~.multiplicity.gated_holm`), in (0, 1]; 1 leaves the floor alone. The discovery stage's
+            property transplants use it too, over their own (class, property) tests (Holm).
         neighbour_relevance: a patch touching a hotspot (8-neighbourhood) joins its grown hotspot, tested
             beside it, when its mean relevance is at least this share of the hotspot's weakest patch's, in
             [0, 1] (0: every neighbour); None tests the hotspot alone.

@@ -22,8 +22,8 @@ Suspicion of class k for property p, in [0, 1] (NaN where a rate is undefined)::
 
 The calibrated alarm, as the hotspot's (:mod:`.discovery`): ``p_value`` is the exact one-sided sign test
 of the class's flips against the control's over the recipients that flip under one arm only (both
-arms give each recipient a statistic: the control's draws are the null's); with N (class, property)
-tests of finite p-value in the run, the adjusted p-value is ``min(1, N * p)`` (Bonferroni). A class is
+arms give each recipient a statistic: the control's draws are the null's), adjusted by Holm's step-down over
+the run's (class, property) tests of finite p-value (:func:`~.multiplicity.holm`). A class is
 flagged for p when its adjusted p-value is at most ``alpha`` and its suspicion at least
 ``alert_threshold`` (the effect-size floor). A class of fewer than
 :data:`~.discovery_transplant.MIN_TESTED_PROBES` (3) probes has no p-value: scored, never flagged, as in
@@ -56,8 +56,9 @@ from torch import Tensor
 from gradskip_lightning.core.validation import check_choice, check_class_targets, check_image_batch, check_logits
 from gradskip_lightning.metrics.perturbation import ACTIVATIONS, Activation
 
-from .discovery_transplant import MIN_TESTED_PROBES, bonferroni, predicted_as, sign_test
+from .discovery_transplant import MIN_TESTED_PROBES, predicted_as, sign_test
 from .image_properties import PROPERTIES, PROPERTY_NAMES, PixelSpace, PropertyName
+from .multiplicity import holm
 
 __all__ = [
     "chosen_properties",
@@ -120,7 +121,7 @@ class PropertyTransfer:
 @dataclass(frozen=True)
 class PropertyDiscovery:
     """What :func:`discover_properties` found: per property its K :class:`PropertyTransfer` (class order),
-    suspicion (K,) float64, p_value (K,) float64 (Bonferroni-adjusted over every test of the run; NaN where
+    suspicion (K,) float64, p_value (K,) float64 (Holm-adjusted over every test of the run; NaN where
     undefined) and flagged (K,) bool (p_value <= ``alpha`` and suspicion >= ``alert_threshold``); and the
     pixel space the statistics and transfers were computed in (what a correction transfers in)."""
 
@@ -131,6 +132,18 @@ class PropertyDiscovery:
     alert_threshold: float
     alpha: float
     space: PixelSpace
+
+    def axis(self, label: int) -> tuple[PropertyName, float] | None:
+        """What carries class ``label``'s signature (every statistic given at once): the single property, among
+        those tested in the same run, whose transfer alone has the largest suspicion, and that suspicion's share of
+        the signature's (its flip excess alone over the joint's; may exceed 1). None without a signature test, a
+        single property tested beside it, or a positive signature suspicion."""
+        joint = self.suspicion.get("signature")
+        singles = {name: values[label] for name, values in self.suspicion.items() if name != "signature"}
+        if joint is None or not singles or not joint[label] > 0:
+            return None
+        best = max(singles, key=lambda name: -math.inf if singles[name].isnan() else float(singles[name]))
+        return best, float(singles[best] / joint[label])
 
 
 def property_suspicion(flip_rate: float, control_flip_rate: float) -> float:
@@ -328,13 +341,13 @@ def discover_properties(
         ...                             space=PixelSpace.of(images, [0.0], [1.0]), alert_threshold=0.5)
         >>> found.transfers["colour"][1].flip_rate, found.flagged["brightness"].tolist()
         (1.0, [False, False])
-        >>> found.p_value["colour"].tolist()  # 8 of 8 flip, none under the control: 4 tests x 2 ** -8
+        >>> found.p_value["colour"].tolist()  # 8 of 8 flip, none under the control: Holm, 4 x 2 ** -8 for both
         [0.015625, 0.015625]
         >>> found.flagged["colour"].tolist()  # two classes: the colour rule decides both
         [True, True]
         >>> few = discover_properties(model, images[4:12], torch.tensor([0] * 4 + [1] * 4), 2, ["colour", "brightness"],
         ...                           space=PixelSpace.of(images, [0.0], [1.0]), alert_threshold=0.5)
-        >>> few.suspicion["colour"].tolist(), few.p_value["colour"].tolist()  # 4 flips could be chance: 4 x 2 ** -4
+        >>> few.suspicion["colour"].tolist(), few.p_value["colour"].tolist()  # 4 flips can be chance: 4 x 2 ** -4
         ([1.0, 1.0], [0.25, 0.25])
     """
     check_image_batch(images)
@@ -365,10 +378,11 @@ def discover_properties(
             )
             for label in range(num_classes)
         )  # fmt: skip
-    tests = sum(not math.isnan(t.p_value) for row in transfers.values() for t in row)
+    raw = torch.tensor([[t.p_value for t in row] for row in transfers.values()], dtype=torch.float64)
+    adjusted = holm(raw.reshape(-1)).reshape(raw.shape)
     suspicion, p_value, flagged = {}, {}, {}
-    for name, row in transfers.items():
+    for index, (name, row) in enumerate(transfers.items()):
         suspicion[name] = torch.tensor([t.suspicion for t in row], dtype=torch.float64)
-        p_value[name] = torch.tensor([bonferroni(t.p_value, tests) for t in row], dtype=torch.float64)
+        p_value[name] = adjusted[index]
         flagged[name] = (suspicion[name] >= alert_threshold) & (p_value[name] <= alpha)  # False where NaN
     return PropertyDiscovery(transfers, suspicion, p_value, flagged, alert_threshold, alpha, space)

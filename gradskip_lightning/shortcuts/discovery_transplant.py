@@ -117,16 +117,6 @@ def sign_test(wins: int, losses: int) -> float:
     return sum(math.comb(count, k) for k in range(wins, count + 1)) / 2**count
 
 
-def bonferroni(p_value: float, tests: int) -> float:
-    """The Bonferroni-adjusted p-value of one of ``tests`` tests: ``min(1, tests * p_value)``; NaN stays NaN.
-
-    Example:
-        >>> bonferroni(0.01, 4), bonferroni(0.4, 4), bonferroni(math.nan, 4)
-        (0.04, 1.0, nan)
-    """
-    return p_value if math.isnan(p_value) else min(1.0, p_value * tests)
-
-
 def agreement_counts(images: Tensor, pixels: Tensor) -> Tensor:
     """(P, P) float64: for each pair of images (P, C, H, W), at how many of the region's values (``pixels``
     (H, W) bool, times C channels) they agree (:data:`AGREEMENT_TOLERANCE`; the diagonal is every value)."""

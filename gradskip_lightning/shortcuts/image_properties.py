@@ -34,6 +34,11 @@ image shows. Means and spreads flagged classes of clean models whose objects or 
   towards its 3 x 3 binomial smoothing,
   ``x - u (x - S x)``, u in [0, 1] (what u = 1 cannot remove stays). t and u solve a quadratic:
   the statistic is exact.
+- ``signature`` (3 channels): the image-wide signature, every statistic above at once (α, β, Y's median, the
+  high-frequency share, the noise estimate); the transfer applies sharpness, noise, colour and brightness in
+  turn (brightness last: it is exact, the others to within what the later transfers move them). Acquisition
+  (a stain, a white balance, a gain) moves several statistics at once, and a model may need all of them:
+  giving one at a time then flips nothing.
 """
 
 from __future__ import annotations
@@ -55,7 +60,7 @@ __all__ = [
     "luminance",
 ]
 
-PropertyName = Literal["colour", "brightness", "sharpness", "noise"]
+PropertyName = Literal["colour", "brightness", "sharpness", "noise", "signature"]
 PROPERTY_NAMES: tuple[PropertyName, ...] = get_args(PropertyName)
 
 #: Spatial frequency (cycles per pixel) from which ``sharpness`` counts energy as high: half the Nyquist limit.
@@ -335,6 +340,41 @@ def noise_transfer(pixels: Tensor, targets: Tensor, generator: torch.Generator |
     return torch.where((wanted >= current)[:, None, None, None], raised, lowered)
 
 
+# ----------------------------------------------------------------------------- signature
+
+#: The properties the signature gives, in the order of its transfer: noise before sharpness (noise added or
+#: smoothed away moves the high-frequency share; the sharpness transfer then moves the noise level little),
+#: colour and brightness last (exact, and they barely move the others).
+SIGNATURE_PARTS: tuple[PropertyName, ...] = ("noise", "sharpness", "colour", "brightness")
+_SIGNATURE_ORDER: tuple[PropertyName, ...] = ("colour", "brightness", "sharpness", "noise")  # its statistics' order
+
+
+def signature_statistic(pixels: Tensor) -> Tensor:
+    """(B, 5): the colour, brightness, sharpness and noise statistics of RGB pixels (B, 3, H, W), side by side.
+
+    Example:
+        >>> generator = torch.Generator().manual_seed(0)
+        >>> images = 0.3 + 0.4 * torch.rand(2, 3, 16, 16, dtype=torch.float64, generator=generator)
+        >>> images[1] += torch.tensor([0.1, 0.0, -0.1], dtype=torch.float64)[:, None, None]  # image 1 has a cast
+        >>> given = signature_transfer(images[:1], signature_statistic(images[1:]), torch.Generator().manual_seed(0))
+        >>> torch.allclose(signature_statistic(given), signature_statistic(images[1:]), atol=0.02)  # image 0 given 1's
+        True
+    """
+    _check_rgb(pixels)
+    return torch.cat([PROPERTIES[name].statistic(pixels) for name in _SIGNATURE_ORDER], dim=1)
+
+
+def signature_transfer(pixels: Tensor, targets: Tensor, generator: torch.Generator | None = None) -> Tensor:
+    """RGB pixels (B, 3, H, W) given the signature ``targets`` (B, 5): each part's transfer in the order of
+    :data:`SIGNATURE_PARTS`."""
+    _check_rgb(pixels)
+    sizes = [len(PROPERTIES[name].statistics) for name in _SIGNATURE_ORDER]
+    parts = dict(zip(_SIGNATURE_ORDER, targets.split(sizes, dim=1), strict=True))
+    for name in SIGNATURE_PARTS:
+        pixels = PROPERTIES[name].transfer(pixels, parts[name], generator)  # type: ignore[arg-type]
+    return pixels
+
+
 #: Every property, by name.
 PROPERTIES: dict[PropertyName, GlobalProperty] = {
     "colour": GlobalProperty("colour", "colour statistics", ("alpha", "beta"), 3, colour_statistic, colour_transfer),
@@ -345,4 +385,8 @@ PROPERTIES: dict[PropertyName, GlobalProperty] = {
         sharpness_transfer,
     ),
     "noise": GlobalProperty("noise", "noise level", ("sigma",), None, noise_statistic, noise_transfer),
+    "signature": GlobalProperty(
+        "signature", "image-wide signature (colour, brightness, sharpness and noise at once)",
+        ("alpha", "beta", "luminance", "high_share", "sigma"), 3, signature_statistic, signature_transfer,
+    ),
 }  # fmt: skip

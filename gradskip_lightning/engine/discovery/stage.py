@@ -9,7 +9,8 @@ classes' probes and every class gets a suspicion score and a p-value. The scalar
 class's peak suspicion so far, kept in checkpoints), the class-mean map grid and a flagged class's
 strategies are images (:mod:`.images`), and a newly flagged class raises an alert. The global property
 transplants (``properties``: :mod:`.properties`) give the other classes' probes each class's colour,
-brightness, sharpness and noise statistics, with their own suspicion, keys, pictures and alerts.
+brightness, sharpness and noise statistics, one at a time and all at once (its signature), with their own
+suspicion, keys, pictures and alerts.
 
 DDP: each rank explains its shard (:func:`~.distributed.shard_positions`, padded so every rank runs
 as many forwards), the summary syncs in ``compute()`` (sums and every map, so strategies see the
@@ -74,8 +75,8 @@ class DiscoveryStage(DiscoverySettings):
             :data:`~gradskip_lightning.shortcuts.image_properties.PROPERTIES`); None: all that apply to the
             model's channels (colour needs 3); ``()``: none.
         property_alert_threshold: property suspicion at or above which a (class, property) is flagged (with its
-            p-value at most ``alpha``: the same calibrated rule as the hotspot's, Bonferroni over the epoch's
-            (class, property) tests), in [0, 1].
+            p-value at most ``alpha``: the sign test of the flips, Holm over the epoch's (class, property) tests),
+            in [0, 1].
     """
 
     probes_per_class: int = 8
@@ -115,9 +116,12 @@ CLASS_VALUES: dict[str, str] = {
     "suspicion": "suspicion score in [0, 1] of the class's reported test (of its hotspot, grown hotspot and "
     "strategies' hotspots, the most suspicious that fires, else the most suspicious): flip excess x square root of "
     "concentration x constancy",
-    "p_value": "the reported test's p-value (the larger of the flips' sign test and the pixels' agreement test), "
-    "Bonferroni-adjusted over every test of the epoch; flagged when at most `alpha` with the suspicion at least "
+    "p_value": "the reported test's adjusted p-value over every test of the epoch: the flips' sign test first (Holm "
+    "at `alpha`/2), then, where that passes, the pixels' agreement test (Holm at `alpha`/2 over those tests), the "
+    "larger of the two; flagged when at most `alpha` with the suspicion at least "
     "`alert_threshold`",
+    "flagged": "1 when a test of the class fires (adjusted p-value at most `alpha`, suspicion at least "
+    "`alert_threshold`), else 0: the class's alarm, to monitor or stop on",
     "peak_suspicion": "in fit: the class's highest suspicion so far in this fit (kept in checkpoints)",
     "tested_share": "share of the class's discovery probes in the reported test's group (1: the whole class; less: "
     "a SpRAy strategy)",
@@ -146,6 +150,7 @@ def discovery_scalars(
         per_class: dict[str, float] = {
             "suspicion": float(found.suspicion[label]),
             "p_value": float(found.p_values[label]),
+            "flagged": float(found.flagged[label]),
             "tested_share": test.group.share,
             "flip_rate": transplant.flip_rate,
             "random_flip_rate": transplant.random_flip_rate,

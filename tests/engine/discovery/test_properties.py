@@ -68,14 +68,20 @@ def test_a_learned_colour_cast_is_flagged_for_colour_on_its_class_only_and_alert
     colour = metrics[f"{D}colour/suspicion/class_{CAST_CLASS}"]
     assert colour >= threshold and metrics[f"{D}colour/flip_rate/class_{CAST_CLASS}"] > 0.8
     others = {(name, c): metrics[f"{D}{name}/suspicion/class_{c}"] for name in PROPERTY_NAMES for c in range(4)}
-    del others[("colour", CAST_CLASS)]
+    del others[("colour", CAST_CLASS)], others[("signature", CAST_CLASS)]  # the signature holds the colour
     assert max(v for v in others.values() if not math.isnan(v)) < threshold, others
+    assert metrics[f"{D}signature/flagged/class_{CAST_CLASS}"] == 1.0 and metrics[f"{D}signature/flagged"] == 1.0
     assert metrics[f"{D}colour/p_value/class_{CAST_CLASS}"] <= DiscoveryStage().alpha  # the calibrated rule's
     assert metrics[f"{D}colour/flagged"] == 1.0 and metrics[f"{D}colour/max_suspicion"] == colour
     assert metrics[f"{D}flagged"] == 0.0  # a cast has no place: the hotspot test does not see it
     alerts = [w for w in warnings if "may use a colour shortcut" in w or "may use a brightness shortcut" in w]
     assert len(alerts) == 1 and "class 2 (blue square)" in alerts[0]  # once per fit, not every epoch
-    assert callback.state_dict()["discovery"]["alerted_properties"] == [["colour", CAST_CLASS]]
+    (signature,) = [w for w in warnings if "may use a signature shortcut" in w]
+    assert "The axis that carries most of it: colour" in signature  # the signature's excess is the colour's
+    assert callback.state_dict()["discovery"]["alerted_properties"] == [
+        ["colour", CAST_CLASS],
+        ["signature", CAST_CLASS],
+    ]
 
 
 def test_the_flagged_class_is_pictured_before_and_after_the_transfer(cast):

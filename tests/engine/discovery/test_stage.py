@@ -130,6 +130,8 @@ def test_the_discovery_keys_and_image_reach_an_offline_wandb_run(tmp_path, monke
     with pytest.warns(UserWarning, match="may use a shortcut"):  # offline: the run file keeps it, the console says it
         trainer.fit(tiny_module(), datamodule=tiny_data())
     wandb.finish()
+    monitored = trainer.callback_metrics  # what EarlyStopping and ModelCheckpoint read
+    assert {f"{D}{test}flagged/class_{c}" for test in ("", "colour/") for c in range(4)} <= set(monitored)
     (run,) = find_runs(tmp_path / "wandb")
     (row,) = run.rows_with(f"{D}suspicion/class_0")
     names = ("suspicion", "p_value", "peak_suspicion", "tested_share", "flip_rate", "constancy", "consistency",
@@ -143,6 +145,8 @@ def test_the_discovery_keys_and_image_reach_an_offline_wandb_run(tmp_path, monke
         if row[f"{D}p_value/class_{c}"] == row[f"{D}p_value/class_{c}"]
     )
     assert row[f"{D}flagged"] >= 1 and row[f"{P}epoch"] == 0
+    flags = [row[f"{D}flagged/class_{c}"] for c in range(4)]  # per class, 1 or 0, summing to the count
+    assert set(flags) <= {0, 1} and sum(flags) == row[f"{D}flagged"]
     media = row[f"{D}class_means"]
     assert media["_type"] == "image-file"
     pixels = np.asarray(Image.open(run.root / "files" / media["path"]))
@@ -152,6 +156,7 @@ def test_the_discovery_keys_and_image_reach_an_offline_wandb_run(tmp_path, monke
         for value in PROPERTY_VALUES:
             assert all(isinstance(row[f"{D}{name}/{value}/class_{c}"], (int, float)) for c in range(4)), (name, value)
         assert row[f"{D}{name}/flagged"] == sum(not math.isnan(row[f"{D}{name}/suspicion/class_{c}"]) for c in range(4))
+        assert row[f"{D}{name}/flagged"] == sum(row[f"{D}{name}/flagged/class_{c}"] for c in range(4))
         assert 0 <= row[f"{D}{name}/max_suspicion"] <= 1
         for c in range(4):  # NaN (no recipients) where the suspicion is NaN
             value, suspicion = row[f"{D}{name}/p_value/class_{c}"], row[f"{D}{name}/suspicion/class_{c}"]
