@@ -10,10 +10,10 @@ from pathlib import Path
 from typing import Literal, get_args
 
 from benchmarks.configs import build_datamodule, config_settings
+from benchmarks.training import with_data_root
 from gradskip_lightning.data.base import ImageClassificationDataModule
 from gradskip_lightning.shortcuts.tags import SpuriousTag
 
-from ..faithfulness.data import needs_data_root
 from ..shortcuts import ACQUISITION, SHORTCUTS, ShortcutName, add_shortcut
 
 #: stamped: the stamp on (a share of) one class; clean: no stamp; control: the stamp on every class alike;
@@ -166,11 +166,8 @@ def make_datamodule(dataset: str, variant: Variant, seed: int, data_root: Path |
         "corrected": (stamp.strength, 0.0),
         "control": (CONTROL_P, CONTROL_P),
     }  # clean and the global variants: none
-    data = {**data, "tag": stamp.tag(bench.target, *shares.get(variant, (0.0, 0.0)))}
-    if needs_data_root(bench.config):
-        if data_root is None:
-            raise ValueError(f"{dataset} needs --data-root, the folder holding its files")
-        data = {**data, "root": str(data_root), "download": False}
+    tag = stamp.tag(bench.target, *shares.get(variant, (0.0, 0.0)))
+    data = with_data_root(dataset, {**data, "tag": tag}, data_root)
     datamodule = build_datamodule(bench.config, ImageClassificationDataModule, **data)
     if variant in GLOBAL:
         shortcut = GLOBAL[variant]
