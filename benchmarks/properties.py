@@ -1,6 +1,6 @@
 """Global property benchmark: does giving other classes' probes one class's image-wide statistics
-(:func:`gradskip_lightning.metrics.discover_properties`) flag a shortcut with no place, and how often
-does it flag a class that really differs in colour, brightness, sharpness or noise?
+(:func:`gradskip_lightning.shortcuts.discovery_properties.discover_properties`) flag a shortcut with no
+place, and how often does it flag a class that really differs in colour, brightness, sharpness or noise?
 
 For each dataset (planted shapes, whose class IS a colour: the filled square's; BloodMNIST with
 ``--data-root``, whose cell types differ in stain) and training seed it trains, from the dataset's
