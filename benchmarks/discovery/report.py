@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -83,25 +84,39 @@ def threshold_table(
     return [*table(["threshold", *methods], rows), ""]
 
 
-def placed_table(
-    records: Sequence[ClassRecord],
-    dataset: str,
-    methods: Sequence[str],
-    share: float,
-    formula: Formula,
-    threshold: float,
-    alpha: float | None,
-) -> list[str]:
+@dataclass(frozen=True)
+class Criteria:
+    """What the main tables test with: the hotspot ``share``, the suspicion ``formula``, the alert ``threshold``
+    and ``alpha`` (None: without the calibrated test)."""
+
+    share: float
+    formula: Formula
+    threshold: float
+    alpha: float | None
+
+    def score(self, records: Sequence[ClassRecord], dataset: str, method: str, **options: Any) -> MethodScore:
+        """:func:`~.scoring.score` of ``method`` on ``dataset`` under these criteria (``options``: its keywords)."""
+        return score(records, dataset, method, self.share, self.formula, self.threshold, self.alpha, **options)
+
+
+def _shortcut_class(
+    records: Sequence[ClassRecord], dataset: str, method: str, share: float, variant: str
+) -> list[ClassRecord]:
+    """The final records of ``method`` at ``share`` for the shortcut's class of ``dataset``'s ``variant`` models."""
+    return [r for r in final(records) if r.dataset == dataset and r.method == method and r.share == share
+            and r.variant == variant and r.label == r.target]  # fmt: skip
+
+
+def placed_table(records: Sequence[ClassRecord], dataset: str, methods: Sequence[str], criteria: Criteria) -> list[str]:
     """The shortcut's class of each variant with a placed shortcut other than ``stamped`` (a stamp on part of the
     class, a bar across a patch boundary), per method: detection, first fire, and what the reported test was."""
     rows = []
     for variant in ("partial", "bar"):
         for method in methods:
-            mine = [r for r in final(records) if r.dataset == dataset and r.method == method and r.share == share
-                    and r.variant == variant and r.label == r.target]  # fmt: skip
+            mine = _shortcut_class(records, dataset, method, criteria.share, variant)
             if not mine:
                 continue
-            s = score(records, dataset, method, share, formula, threshold, alpha, variant=variant)
+            s = criteria.score(records, dataset, method, variant=variant)
 
             def mean(values: list[float]) -> str:
                 finite = [v for v in values if not math.isnan(v)]
@@ -109,7 +124,7 @@ def placed_table(
 
             rows.append([
                 variant, method, f"{s.detection.mean:.2f}", epochs_cell(list(s.first_fire)),
-                mean([FORMULAS[formula](r) for r in mine]), ", ".join(f"{r.p_value:.2g}" for r in mine),
+                mean([FORMULAS[criteria.formula](r) for r in mine]), ", ".join(f"{r.p_value:.2g}" for r in mine),
                 mean([r.tested_share for r in mine]), mean([float(r.grown) for r in mine]), mean([r.iou for r in mine]),
                 mean([r.spurious_score for r in mine]), epochs_cell(list(s.spurious_epoch)),
                 ", ".join(f"{hit}/{count}" for hit, count in s.held),
@@ -182,21 +197,12 @@ def _number(x: float) -> str:
     return "n/a" if math.isnan(x) else f"{x:.2f}"
 
 
-def cast_table(
-    records: Sequence[ClassRecord],
-    dataset: str,
-    methods: Sequence[str],
-    share: float,
-    formula: Formula,
-    threshold: float,
-    alpha: float | None,
-) -> list[str]:
+def cast_table(records: Sequence[ClassRecord], dataset: str, methods: Sequence[str], criteria: Criteria) -> list[str]:
     """The colour-cast class of the cast models per method: suspicion, flags, the transplant's rates."""
-    suspicion = FORMULAS[formula]
+    suspicion, threshold, alpha = FORMULAS[criteria.formula], criteria.threshold, criteria.alpha
     rows = []
     for method in methods:
-        cast = [r for r in final(records) if r.dataset == dataset and r.method == method and r.share == share
-                and r.variant == "cast" and r.label == r.target]  # fmt: skip
+        cast = _shortcut_class(records, dataset, method, criteria.share, "cast")
         if not cast:
             continue
         values = [suspicion(r) for r in cast]
@@ -255,22 +261,21 @@ def markdown(
         lines += [f"### {dataset}", ""]
         mine = [r for r in records if r.dataset == dataset]
         if mine:
-            lines += _map_tables(mine, dataset, share, formula, threshold, alpha)
+            lines += _map_tables(mine, dataset, Criteria(share, formula, threshold, alpha))
         lines += property_report.section(properties, dataset)
     return "\n".join(lines + [END])
 
 
-def _map_tables(
-    records: Sequence[ClassRecord], dataset: str, share: float, formula: Formula, threshold: float, alpha: float | None
-) -> list[str]:
+def _map_tables(records: Sequence[ClassRecord], dataset: str, criteria: Criteria) -> list[str]:
     """The tables of the maps of ``dataset`` (its ``records``)."""
+    share, formula, threshold, alpha = criteria.share, criteria.formula, criteria.threshold, criteria.alpha
     methods = list(dict.fromkeys(r.method for r in records))
     shares = sorted({r.share for r in records})
     lines = [f"Discovery probes: up to {max(r.probes for r in records)} validation images per class.", ""]
     lines += models_table(records, dataset)
     lines += [f"Per method (share {share:g}, `{formula}`, threshold {threshold:g}, alpha {alpha}):", ""]
-    lines += methods_table([score(records, dataset, m, share, formula, threshold, alpha) for m in methods])
-    placed = placed_table(records, dataset, methods, share, formula, threshold, alpha)
+    lines += methods_table([criteria.score(records, dataset, m) for m in methods])
+    placed = placed_table(records, dataset, methods, criteria)
     if placed:
         lines += [
             "A stamp on part of the class (`partial`) and a bar across a patch boundary (`bar`):",
@@ -283,7 +288,7 @@ def _map_tables(
     lines += threshold_table(records, dataset, methods, share, formula, alpha)
     lines += ["Thresholds without the calibrated test (alpha none), cells detected / false alarms:", ""]
     lines += threshold_table(records, dataset, methods, share, formula, None)
-    cast = cast_table(records, dataset, methods, share, formula, threshold, alpha)
+    cast = cast_table(records, dataset, methods, criteria)
     if len(cast) > 3:
         lines += ["Colour cast on one class (a shortcut with no location):", "", *cast]
     corrected = correction_table(records, dataset)
