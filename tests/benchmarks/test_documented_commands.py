@@ -21,18 +21,23 @@ from benchmarks.__main__ import SUBCOMMANDS, build_parser
 ROOT = Path(__file__).resolve().parents[2]
 PAGES = sorted((ROOT / "docs").rglob("*.md")) + [ROOT / "README.md"]
 ENTRY = "python -m benchmarks"
+#: What a subcommand looks like (a misspelt one too); placeholders such as SUBCOMMAND or ... are not.
+SUBCOMMAND = re.compile(r"[a-z][a-z_-]*")
 #: A fenced block, or an inline code span (it may wrap across lines of a paragraph).
 CODE = re.compile(r"```[^\n]*\n(.*?)```|`([^`\n]+(?:\n[^`\n]+)*)`", re.S)
 
 
 def documented_commands(text: str) -> list[str]:
-    """The ``python -m benchmarks`` commands of a markdown ``text``, each from ``python`` to its end.
+    """The ``python -m benchmarks`` commands of a markdown ``text``, each from ``python`` to its end; a
+    mention of the entry point alone (``python -m benchmarks``, ``... SUBCOMMAND``, ``... ...``) is not one.
 
     >>> documented_commands("Run `OMP_NUM_THREADS=1 python -m benchmarks cost\\n--batch-size 8` && more")
     ['python -m benchmarks cost --batch-size 8']
     >>> block = "```bash\\npython -m benchmarks shortcut --quick   # 1 min\\n"
     >>> documented_commands(block + "a && python -m benchmarks gpu \\\\\\n  --json g.json\\n```")
     ['python -m benchmarks shortcut --quick', 'python -m benchmarks gpu --json g.json']
+    >>> documented_commands("`python -m benchmarks`, `python -m benchmarks SUBCOMMAND`, `python -m benchmarks costs`")
+    ['python -m benchmarks costs']
     """
     commands = []
     for match in CODE.finditer(text):
@@ -41,8 +46,9 @@ def documented_commands(text: str) -> list[str]:
         for line in lines:
             for part in line.split("&&"):
                 part = part.split(" #")[0]
-                if ENTRY in part:
-                    commands.append(" ".join(part[part.index(ENTRY) :].split()))
+                words = part[part.index(ENTRY) :].split() if ENTRY in part else []
+                if len(words) > 3 and SUBCOMMAND.fullmatch(words[3]):
+                    commands.append(" ".join(words))
     return commands
 
 
