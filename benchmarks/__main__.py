@@ -21,7 +21,8 @@ SUBCOMMANDS = {
 }
 
 
-def main(argv: list[str] | None = None) -> None:
+def build_parser() -> argparse.ArgumentParser:
+    """The parser of ``python -m benchmarks``: one subparser per :data:`SUBCOMMANDS` entry, its module's options."""
     parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     for name, help_text in SUBCOMMANDS.items():
@@ -30,7 +31,12 @@ def main(argv: list[str] | None = None) -> None:
         sub_parser.add_argument("--json", type=Path, default=None, help="also write the records as JSON here")
         module.add_arguments(sub_parser)
         sub_parser.set_defaults(module=module)
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Parse ``argv`` (None: the command line), run the subcommand, write ``--json``."""
+    args = build_parser().parse_args(argv)
     records = args.module.run(args)
     if args.json is not None:
         args.json.parent.mkdir(parents=True, exist_ok=True)

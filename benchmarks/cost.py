@@ -42,7 +42,6 @@ from gradskip_lightning.families.segformer import SEGFORMER_METHODS, SegFormerEx
 from gradskip_lightning.families.segformer import explain_mode as segformer_explain_mode
 from gradskip_lightning.families.swin import SwinAdapter, SwinExplainer
 from gradskip_lightning.families.timm_vit import TimmViTExplainer, adapter_for
-from gradskip_lightning.methods import PASS_METHODS
 
 #: The pseudo-method of the floor row: forward + activation-only backward, no method.
 FLOOR = "floor"
@@ -123,37 +122,39 @@ class Family:
     explain: Callable[[nn.Module, str], Callable[[Tensor], object]]
 
 
+def pass_family(explainer: Any, adapter: Callable[[nn.Module], Any], logits: Callable[[Any, Tensor], Tensor]) -> Family:
+    """A family explained by one streamed pass: its ``explainer`` class and its methods, its ``adapter`` of a
+    model (eager attention, the first block) and how it gives ``logits``."""
+    return Family(
+        methods=explainer.methods,
+        eager=lambda model: adapter(model).explain_mode(model),
+        logits=logits,
+        first_block=lambda model: adapter(model).blocks[0],
+        explain=lambda model, method: explainer(model, method).explain,
+    )
+
+
+def _called(model: Any, images: Tensor) -> Tensor:
+    return model(images)
+
+
+def _hf_logits(model: Any, images: Tensor) -> Tensor:
+    return model(pixel_values=images).logits
+
+
 ModelFamily = Literal["vit", "segformer", "hf_vit", "swin"]
 #: Kind of model -> how it is run.
 FAMILIES: dict[ModelFamily, Family] = {
-    "vit": Family(
-        methods=PASS_METHODS.names,
-        eager=lambda model: adapter_for(model).explain_mode(model),
-        logits=lambda model, images: model(images),
-        first_block=lambda model: adapter_for(model).blocks[0],
-        explain=lambda model, method: TimmViTExplainer(model, method).explain,
-    ),
+    "vit": pass_family(TimmViTExplainer, adapter_for, _called),
     "segformer": Family(
         methods=tuple(SEGFORMER_METHODS),
         eager=segformer_explain_mode,
-        logits=lambda model, images: model(pixel_values=images).logits,
+        logits=_hf_logits,
         first_block=lambda model: model.segformer.stages[0].blocks[0],
         explain=segformer_map,
     ),
-    "hf_vit": Family(
-        methods=HFViTExplainer.methods,
-        eager=lambda model: HFViTAdapter(model).explain_mode(model),
-        logits=lambda model, images: model(pixel_values=images).logits,
-        first_block=lambda model: HFViTAdapter(model).blocks[0],
-        explain=lambda model, method: HFViTExplainer(model, method).explain,
-    ),
-    "swin": Family(
-        methods=SwinExplainer.methods,
-        eager=lambda model: SwinAdapter(model).explain_mode(model),
-        logits=lambda model, images: model(images),
-        first_block=lambda model: SwinAdapter(model).blocks[0],
-        explain=lambda model, method: SwinExplainer(model, method).explain,
-    ),
+    "hf_vit": pass_family(HFViTExplainer, HFViTAdapter, _hf_logits),
+    "swin": pass_family(SwinExplainer, SwinAdapter, _called),
 }
 
 #: The SegFormer of ``tests/segmentation/conftest.py`` (64 px: stage grids 16/8/4/2).

@@ -1,6 +1,6 @@
 """Global property benchmark: does giving other classes' probes one class's image-wide statistics
-(:func:`gradskip_lightning.metrics.discover_properties`) flag a shortcut with no place, and how often
-does it flag a class that really differs in colour, brightness, sharpness or noise?
+(:func:`gradskip_lightning.shortcuts.discovery_properties.discover_properties`) flag a shortcut with no
+place, and how often does it flag a class that really differs in colour, brightness, sharpness or noise?
 
 For each dataset (planted shapes, whose class IS a colour: the filled square's; BloodMNIST with
 ``--data-root``, whose cell types differ in stain) and training seed it trains, from the dataset's
@@ -19,8 +19,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import asdict
@@ -34,19 +32,16 @@ from torch import Tensor
 from gradskip_lightning.data.base import ImageClassificationDataModule, LabelledDataset
 from gradskip_lightning.shortcuts.discovery_properties import discover_properties, property_suspicion
 from gradskip_lightning.shortcuts.image_properties import PROPERTY_NAMES, PixelSpace
-from gradskip_lightning.training.classifier import LINKED_FROM_DATA
 
 from . import property_correction
-from .configs import config_settings, model_class
-from .discovery.correction import CORRECTION_P, add_paste_only_argument
-from .discovery.tables import table as table_lines
+from .discovery.correction import add_correction_arguments
 from .discovery.trace import STAGE, PropertyRecord, discovery_probes, predicted_share, property_records
 from .discovery.variants import DATASETS, make_datamodule
-from .faithfulness.cli import machine
-from .faithfulness.data import needs_data_root, train_or_load
-from .faithfulness.report import write_section
 from .profiles import Profiles
+from .runs import command_line, joined_runs, machine
 from .shortcuts import SHORTCUTS, add_shortcut, shortcut_transplanted
+from .tables import add_markdown_argument, table, write_section
+from .training import cached_model, has_data
 
 Variant = Literal["clean", "cast", "blur", "noise", "dim"]
 VARIANTS: tuple[Variant, ...] = get_args(Variant)
@@ -73,22 +68,13 @@ def shortcut_datamodule(
 
 def _trained(dataset: str, variant: Variant, seed: int, datamodule: Any, args: argparse.Namespace) -> LightningModule:
     """The model, from ``--cache`` when it holds it, else trained (and saved there)."""
-    config = DATASETS[dataset].config
-    name = f"{dataset}_{variant}_seed{seed}_e{args.epochs}_b{args.max_train_batches}.pt"
-    path = None if args.cache is None else args.cache / name
-    if path is not None and path.exists():
-        settings, _, _ = config_settings(config)
-        links = {link: getattr(datamodule, link) for link in LINKED_FROM_DATA}
-        model = model_class(config)(**{**settings, **links})
-        model.load_state_dict(torch.load(path, weights_only=True))
-        return model.eval()
-    model, facts = train_or_load(
-        config, datamodule, checkpoint=None, epochs=args.epochs, seed=seed, max_train_batches=args.max_train_batches
-    )
-    print(f"  trained {facts.epochs} epochs in {facts.train_seconds:.0f} s", flush=True)
-    if path is not None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        torch.save(model.state_dict(), path)
+    key = f"{dataset}_{variant}_e{args.epochs}_b{args.max_train_batches}"
+    model, facts = cached_model(
+        DATASETS[dataset].config, datamodule, key=key, seed=seed, load_from=args.cache, save_to=args.cache,
+        epochs=args.epochs, max_train_batches=args.max_train_batches,
+    )  # fmt: skip
+    if facts.checkpoint is None:
+        print(f"  trained {facts.epochs} epochs in {facts.train_seconds:.0f} s", flush=True)
     return model
 
 
@@ -184,10 +170,11 @@ def report(records: list[PropertyRecord], command: str, facts: dict[str, Any]) -
         "Per model and property: the shortcut class's flip rate / control flip rate / separability, and those of the "
         "other class with the highest excess (flip - control).",
         "",
-        *table_lines(
+        *table(
             ["dataset", "seed", "model", "spurious", "probe acc.", "property", "shortcut class", "top other class"],
             rows,
         ),
+        "",
         "",
     ]  # fmt: skip
     learned = [r for r in records if r.label == r.target and r.property == r.shortcut_property]
@@ -207,7 +194,8 @@ def report(records: list[PropertyRecord], command: str, facts: dict[str, Any]) -
         "other classes of the shortcut models (how many), and the shortcut class's of each model that learned a "
         "shortcut of that property.",
         "",
-        *table_lines(["dataset", "property", "clean models", "other classes", "learned shortcuts"], rows),
+        *table(["dataset", "property", "clean models", "other classes", "learned shortcuts"], rows),
+        "",
     ]
     rows = []
     for formula in FORMULAS:
@@ -225,7 +213,8 @@ def report(records: list[PropertyRecord], command: str, facts: dict[str, Any]) -
         "reaches the threshold; false alarms: (class, property) of clean models and the other classes of shortcut "
         "models at or above it.",
         "",
-        *table_lines(["formula", "threshold", "detected", "false alarms", "where"], rows),
+        *table(["formula", "threshold", "detected", "false alarms", "where"], rows),
+        "",
     ]
     return "\n".join(lines)
 
@@ -254,17 +243,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--report-from", type=Path, nargs="+", default=None, help="rebuild the tables from these runs' --json, joined"
     )
-    parser.add_argument("--markdown", type=Path, default=None, help="write the tables into this file (between markers)")
+    add_markdown_argument(parser)
     parser.add_argument(
         "--correction", action="store_true",
         help="instead of the transfer tests: train each shortcut variant plain and with a ShortcutCorrection "
         "following the discovery stage; spurious score after each epoch, clean accuracy (module property_correction)",
     )  # fmt: skip
-    parser.add_argument(
-        "--correction-p", type=float, default=CORRECTION_P,
-        help=f"with --correction: share of every class's training images given the artifact (default {CORRECTION_P:g})",
-    )  # fmt: skip
-    add_paste_only_argument(parser)
+    add_correction_arguments(parser, "with --correction: ")
 
 
 def _publish(text: str, markdown: Path | None) -> None:
@@ -281,23 +266,20 @@ def run(args: argparse.Namespace) -> list[dict[str, Any]]:
     if args.correction:
         return property_correction.run(args, shortcut_datamodule)
     if args.report_from is not None:
-        runs = [json.loads(path.read_text()) for path in args.report_from]
+        runs, command, joined = joined_runs(args.report_from)
         rows = [r for run in runs for r in run["records"]]
-        command = " && ".join(run["command"] for run in runs)
-        joined = {**runs[0]["facts"], "wall_seconds": sum(run["facts"].get("wall_seconds", 0.0) for run in runs)}
         _publish(report([PropertyRecord(**r) for r in rows], command, joined), args.markdown)
         return rows
     start, records = time.perf_counter(), []
-    facts: dict[str, Any] = {**machine(), "load_average": os.getloadavg()[0]}
+    facts: dict[str, Any] = machine()
     for dataset in args.datasets:
-        if needs_data_root(DATASETS[dataset].config) and args.data_root is None:
-            print(f"note: {dataset} skipped: pass --data-root, the folder holding its files")
+        if not has_data(dataset, DATASETS[dataset].config, args.data_root):
             continue
         for seed in args.seeds:
             for variant in args.variants:
                 records += measure(dataset, variant, seed, args)
     facts["wall_seconds"] = time.perf_counter() - start
-    command = "OMP_NUM_THREADS=1 python -m benchmarks " + " ".join(sys.argv[1:])
+    command = command_line()
     _publish(report(records, command, facts), args.markdown)
     rows = [asdict(r) for r in records]
     if args.json is not None:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -27,10 +26,11 @@ from typing_extensions import override
 from gradskip_lightning.data.base import ImageClassificationDataModule, LabelledDataset
 
 from .discovery.correction import CORRECTION_MARGIN, corrected, correction_callbacks
-from .discovery.tables import table as table_lines
 from .discovery.trace import accuracy, predicted_share
 from .discovery.variants import DATASETS, make_datamodule
-from .faithfulness.data import train_or_load
+from .runs import command_line
+from .tables import table
+from .training import train_or_load
 
 #: (dataset, variant, seed, data root) -> the variant's datamodule and the other classes' test images carrying
 #: its shortcut (the properties benchmark's ``shortcut_datamodule``).
@@ -125,7 +125,7 @@ def report(records: list[CorrectionRecord], command: str) -> str:
                 rows.append([dataset, str(seed), model, mine[-1].corrected or "-", trace,
                              f"{mine[-1].clean_accuracy:.3f}"])  # fmt: skip
     header = ["dataset", "seed", "model", "corrected", "spurious score after each epoch", "clean accuracy"]
-    return "\n".join([f"Command: `{command}`", "", *table_lines(header, rows)])
+    return "\n".join([f"Command: `{command}`", "", *table(header, rows), ""])
 
 
 def run(args: argparse.Namespace, data: ShortcutData) -> list[dict[str, Any]]:
@@ -138,7 +138,7 @@ def run(args: argparse.Namespace, data: ShortcutData) -> list[dict[str, Any]]:
             for variant in [v for v in args.variants if v != "clean"]:
                 for corrects in (False, True):
                     records += measure(data, dataset, variant, seed, corrects, args)
-    command = "OMP_NUM_THREADS=1 python -m benchmarks " + " ".join(sys.argv[1:])
+    command = command_line()
     print(report(records, command))
     print(f"wall {(time.perf_counter() - start) / 60:.1f} min")
     rows = [asdict(r) for r in records]

@@ -15,6 +15,7 @@ from gradskip_lightning.engine.keys import key
 from gradskip_lightning.engine.output.report import HEAD_PARTS
 from gradskip_lightning.engine.scoring.record import scalar_fields, table_fields
 from gradskip_lightning.engine.scoring.scores import REQUIREMENTS, SCORES
+from gradskip_lightning.shortcuts.image_properties import PROPERTY_NAMES
 
 __all__ = ["logged_keys_table", "BEGIN", "END"]
 
@@ -76,8 +77,7 @@ def _other_rows(prefix: str) -> list[tuple[str, str]]:
         *(
             (
                 f"`{key('discovery', prefix, '<property>/' + name + '/class_<k>')}`",
-                f"with `discovery` and its `properties` (colour, brightness, sharpness, noise, signature): per "
-                f"property and class k, {doc}",
+                f"with `discovery` and its `properties` ({', '.join(PROPERTY_NAMES)}): per property and class k, {doc}",
             )
             for name, doc in PROPERTY_VALUES.items()
         ),

@@ -11,7 +11,7 @@ class's images); on request (``--variants``), the acquisition families of
 defocus, sensor noise), each with its ``_control``. After training (and, for the stamped models, after
 every epoch) each method's maps of fixed discovery probes (``--probes-per-class`` validation images per
 class, explained for their own class) are summarised per class and every class's hotspot is transplanted
-(:func:`gradskip_lightning.metrics.discover`), for each hotspot share of ``--shares``; the global variants
+(:func:`gradskip_lightning.shortcuts.discover`), for each hotspot share of ``--shares``; the global variants
 but ``cast`` skip this. The report (:mod:`.scoring`, :mod:`.report`) scores each suspicion formula: the
 AUROC of the stamped class of stamped models against every class of the clean models, the hotspot's
 overlap with the true stamp, the false-alarm rate over every class of the clean and control models, and

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import sys
 import tempfile
 import time
 from dataclasses import asdict, replace
@@ -19,13 +17,14 @@ from gradskip_lightning.methods import PASS_METHODS
 from gradskip_lightning.shortcuts import DiscoverySettings
 from gradskip_lightning.shortcuts.image_properties import PixelSpace
 
-from ..faithfulness.cli import machine
-from ..faithfulness.data import needs_data_root, train_or_load
 from ..faithfulness.peers import PEERS, available_peers
 from ..profiles import Profiles
+from ..runs import command_line, joined_runs, machine
 from ..shortcuts import SHORTCUTS
+from ..tables import add_markdown_argument
+from ..training import has_data, train_or_load
 from . import report
-from .correction import CORRECTION_MARGIN, CORRECTION_P, add_paste_only_argument, corrected, correction_callbacks
+from .correction import CORRECTION_MARGIN, add_correction_arguments, corrected, correction_callbacks
 from .scoring import Formula
 from .trace import ClassRecord, DiscoveryTrace, PropertyRecord, datamodule_subject, discovery_probes, token_map_fn
 from .variants import (
@@ -92,18 +91,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--epochs", type=int, default=None, help="training epochs (default: the config's, 4 BloodMNIST)"
     )
     parser.add_argument(
-        "--correction-p", type=float, default=CORRECTION_P,
-        help=f"share of every class's training images the corrected variant pastes on (default {CORRECTION_P:g})",
-    )  # fmt: skip
-    parser.add_argument(
         "--correction-margin", type=int, default=CORRECTION_MARGIN,
         help=f"patches the corrected variant adds around the flagged hotspot (default {CORRECTION_MARGIN})",
     )  # fmt: skip
-    add_paste_only_argument(parser)
+    add_correction_arguments(parser, "corrected variant: ")
     parser.add_argument(
         "--quick", action="store_true", help="planted shapes, one seed, stamped, clean and cast: minutes"
     )
-    parser.add_argument("--markdown", type=Path, default=None, help="write the tables into this file (between markers)")
+    add_markdown_argument(parser)
     parser.add_argument(
         "--report-from", type=Path, nargs="+", default=None,
         help="rebuild the tables from these runs' --json (of different models), joined (no training)",
@@ -171,26 +166,23 @@ def run(args: argparse.Namespace) -> list[dict[str, Any]]:
     PROFILES.apply(args)
     torch.set_num_threads(max(1, torch.get_num_threads()))
     start = time.perf_counter()
-    facts: dict[str, Any] = {**machine(), "load_average": os.getloadavg()[0]}
+    facts = machine()
     if args.report_from is not None:
-        runs = [json.loads(path.read_text()) for path in args.report_from]
+        runs, command, facts = joined_runs(args.report_from)
         records = [ClassRecord(**{**r, "box": tuple(r["box"]), "stamp": r["stamp"] and tuple(r["stamp"])})
                    for saved in runs for r in saved["records"]]  # fmt: skip
         properties = [PropertyRecord(**r) for saved in runs for r in saved.get("property_records", [])]
-        command = " && ".join(saved["command"] for saved in runs)
-        facts = {**runs[0]["facts"], "wall_seconds": sum(saved["facts"].get("wall_seconds", 0.0) for saved in runs)}
     else:
         records, properties = [], []
         for dataset in args.datasets:
-            if needs_data_root(DATASETS[dataset].config) and args.data_root is None:
-                print(f"note: {dataset} skipped: pass --data-root, the folder holding its files")
+            if not has_data(dataset, DATASETS[dataset].config, args.data_root):
                 continue
             for seed in args.seeds:
                 for variant in args.variants:
                     maps, found = train_and_trace(dataset, variant, seed, args)
                     records, properties = records + maps, properties + found
         facts["wall_seconds"] = time.perf_counter() - start
-        command = "OMP_NUM_THREADS=1 python -m benchmarks " + " ".join(sys.argv[1:])
+        command = command_line()
     formula: Formula = "full" if DEFAULTS.consistency else "no_consistency"
     shares = [r.share for r in records] or [DEFAULTS.hotspot_share]
     share = DEFAULTS.hotspot_share if DEFAULTS.hotspot_share in shares else shares[0]

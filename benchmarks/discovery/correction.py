@@ -37,12 +37,17 @@ def correction_callbacks(
     return [gradskip, correction], correction
 
 
-def add_paste_only_argument(parser: argparse.ArgumentParser) -> None:
-    """The ``--correction-paste-only`` option of the subcommands that train corrected models: the correction
-    only pastes (``ShortcutCorrection(erase=False)``), the class's own images keep the shortcut."""
+def add_correction_arguments(parser: argparse.ArgumentParser, when: str = "") -> None:
+    """The ``--correction-p`` and ``--correction-paste-only`` options of the subcommands that train corrected
+    models; ``when`` starts their help (e.g. ``"with --correction: "``). Paste-only: the correction only pastes
+    (``ShortcutCorrection(erase=False)``), the class's own images keep the shortcut."""
+    parser.add_argument(
+        "--correction-p", type=float, default=CORRECTION_P,
+        help=f"{when}share of every class's training images the correction pastes on (default {CORRECTION_P:g})",
+    )  # fmt: skip
     parser.add_argument(
         "--correction-paste-only", action="store_true",
-        help="the corrected models only paste (ShortcutCorrection(erase=False)): the class's images keep the shortcut",
+        help=f"{when}the correction only pastes (ShortcutCorrection(erase=False)): the class keeps the shortcut",
     )  # fmt: skip
 
 

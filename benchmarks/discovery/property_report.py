@@ -14,12 +14,13 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 
+from benchmarks.tables import table
 from gradskip_lightning.shortcuts.image_properties import PROPERTY_NAMES
 
 from ..shortcut.report import epochs_cell
 from ..shortcuts import SHORTCUTS
 from .scoring import bootstrap_interval, by_seed, final
-from .tables import cell, table
+from .tables import cell
 from .trace import STAGE, PropertyRecord
 from .variants import CONTROL_P, GLOBAL, Variant
 
@@ -84,7 +85,7 @@ def shortcut_table(records: Sequence[PropertyRecord], dataset: str) -> list[str]
         ])  # fmt: skip
     header = ["variant", "shortcut", "property", "detected", "seeds flagged", "first fire (epoch, per seed)",
               "suspicion", "spurious score", "spurious (per seed)", "other (class, property) flagged"]  # fmt: skip
-    return table(header, rows) if rows else []
+    return [*table(header, rows), ""] if rows else []
 
 
 def false_alarm_table(records: Sequence[PropertyRecord], dataset: str) -> list[str]:
@@ -122,7 +123,7 @@ def false_alarm_table(records: Sequence[PropertyRecord], dataset: str) -> list[s
     header = ["property", "models", "seeds x variants", "false alarms (last epoch)", "flagged at any epoch",
               f"within {BAR:.0%}", f"suspicion >= {STAGE.property_alert_threshold:g} at any epoch",
               "highest suspicion (where, epoch)"]  # fmt: skip
-    return table(header, rows) if rows else []
+    return [*table(header, rows), ""] if rows else []
 
 
 def section(records: Sequence[PropertyRecord], dataset: str) -> list[str]:

@@ -1,4 +1,4 @@
-"""Markdown cells and tables of the discovery benchmark's reports."""
+"""Markdown cells of the discovery benchmark's reports (their tables: :func:`benchmarks.tables.table`)."""
 
 from __future__ import annotations
 
@@ -18,13 +18,3 @@ def cell(interval: Interval) -> str:
     if interval.low == interval.high == interval.mean:
         return f"{interval.mean:.2f}"
     return f"{interval.mean:.2f} [{interval.low:.2f}, {interval.high:.2f}]"
-
-
-def table(header: list[str], rows: list[list[str]]) -> list[str]:
-    """A markdown table of ``header`` and ``rows`` (cells), then a blank line."""
-    return [
-        "| " + " | ".join(header) + " |",
-        "|" + "---|" * len(header),
-        *("| " + " | ".join(r) + " |" for r in rows),
-        "",
-    ]

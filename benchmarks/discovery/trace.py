@@ -1,5 +1,5 @@
 """What one model's maps and global property transplants discover, per class, at epoch ends:
-:class:`DiscoveryTrace` records every method's :func:`~gradskip_lightning.metrics.discover` result for each
+:class:`DiscoveryTrace` records every method's :func:`~gradskip_lightning.shortcuts.discover` result for each
 hotspot share as :class:`ClassRecord`s, and at every epoch end the discovery stage's property transplants
 (:func:`~gradskip_lightning.shortcuts.discovery_properties.discover_properties` at the stage's defaults) as
 :class:`PropertyRecord`s."""
@@ -113,7 +113,7 @@ class ClassRecord:
 class PropertyRecord:
     """One (class, property) of one model: the discovery stage's values of the class ``label`` and ``property``
     (``discovery/<prefix><property>/{suspicion,flip_rate,control_flip_rate,separability,p_value}/class_<label>``, and
-    ``flagged``: counted in ``discovery/<prefix><property>/flagged``; :class:`~gradskip_lightning.metrics.
+    ``flagged``: counted in ``discovery/<prefix><property>/flagged``; :class:`~gradskip_lightning.shortcuts.
     discovery_properties.PropertyTransfer`), the model's shortcut (the property it changes and its class; "" and
     -1 when none, -1 when on every class), its spurious score (NaN: none), its accuracy on the probes, the
     seconds of the whole property test of the model, and the epoch end it was taken at (NaN: after training).

@@ -10,10 +10,10 @@ from pathlib import Path
 from typing import Literal, get_args
 
 from benchmarks.configs import build_datamodule, config_settings
+from benchmarks.training import with_data_root
 from gradskip_lightning.data.base import ImageClassificationDataModule
 from gradskip_lightning.shortcuts.tags import SpuriousTag
 
-from ..faithfulness.data import needs_data_root
 from ..shortcuts import ACQUISITION, SHORTCUTS, ShortcutName, add_shortcut
 
 #: stamped: the stamp on (a share of) one class; clean: no stamp; control: the stamp on every class alike;
@@ -49,35 +49,25 @@ class GlobalVariant:
     control: bool = False
 
 
-#: The global variants. ``cast`` keeps its meaning since its first version: (0.12, 0, -0.12) added to the RGB
-#: pixel values in [0, 1] units (it was added as that shift divided by the std to the normalised images: the same).
+def _global(shortcuts: tuple[ShortcutName, ...], control: bool = False) -> dict[Variant, GlobalVariant]:
+    """The variant of each of ``shortcuts`` on one class, or (``control``) its ``<name>_control`` on every class."""
+    found = {}
+    for shortcut in shortcuts:
+        name = f"{shortcut}_control" if control else shortcut
+        if name not in VARIANTS:
+            raise ValueError(f"{name!r} is not a Variant")
+        found[name] = GlobalVariant(shortcut, control)
+    return found
+
+
+#: The global variants, in the order of the report's rows. ``cast`` keeps its meaning since its first version:
+#: (0.12, 0, -0.12) added to the RGB pixel values in [0, 1] units (it was added as that shift divided by the std
+#: to the normalised images: the same).
 GLOBAL: dict[Variant, GlobalVariant] = {
-    "cast_weak": GlobalVariant("cast_weak"),
-    "cast": GlobalVariant("cast"),
-    "cast_strong": GlobalVariant("cast_strong"),
-    "dim": GlobalVariant("dim"),
-    "blur": GlobalVariant("blur"),
-    "cast_control": GlobalVariant("cast", control=True),
-    "dim_control": GlobalVariant("dim", control=True),
-    "blur_control": GlobalVariant("blur", control=True),
-    "white_balance": GlobalVariant("white_balance"),
-    "stain": GlobalVariant("stain"),
-    "gain": GlobalVariant("gain"),
-    "gamma": GlobalVariant("gamma"),
-    "saturation": GlobalVariant("saturation"),
-    "jpeg": GlobalVariant("jpeg"),
-    "resolution": GlobalVariant("resolution"),
-    "focus": GlobalVariant("focus"),
-    "sensor_noise": GlobalVariant("sensor_noise"),
-    "white_balance_control": GlobalVariant("white_balance", control=True),
-    "stain_control": GlobalVariant("stain", control=True),
-    "gain_control": GlobalVariant("gain", control=True),
-    "gamma_control": GlobalVariant("gamma", control=True),
-    "saturation_control": GlobalVariant("saturation", control=True),
-    "jpeg_control": GlobalVariant("jpeg", control=True),
-    "resolution_control": GlobalVariant("resolution", control=True),
-    "focus_control": GlobalVariant("focus", control=True),
-    "sensor_noise_control": GlobalVariant("sensor_noise", control=True),
+    **_global(("cast_weak", "cast", "cast_strong", "dim", "blur")),
+    **_global(("cast", "dim", "blur"), control=True),
+    **_global(ACQUISITION),
+    **_global(ACQUISITION, control=True),
 }
 #: The variants a run trains unless told: all but the acquisition families (opt in with ``--variants``).
 DEFAULT_VARIANTS: tuple[Variant, ...] = tuple(
@@ -166,11 +156,8 @@ def make_datamodule(dataset: str, variant: Variant, seed: int, data_root: Path |
         "corrected": (stamp.strength, 0.0),
         "control": (CONTROL_P, CONTROL_P),
     }  # clean and the global variants: none
-    data = {**data, "tag": stamp.tag(bench.target, *shares.get(variant, (0.0, 0.0)))}
-    if needs_data_root(bench.config):
-        if data_root is None:
-            raise ValueError(f"{dataset} needs --data-root, the folder holding its files")
-        data = {**data, "root": str(data_root), "download": False}
+    tag = stamp.tag(bench.target, *shares.get(variant, (0.0, 0.0)))
+    data = with_data_root(dataset, {**data, "tag": tag}, data_root)
     datamodule = build_datamodule(bench.config, ImageClassificationDataModule, **data)
     if variant in GLOBAL:
         shortcut = GLOBAL[variant]

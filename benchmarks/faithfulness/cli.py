@@ -3,11 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import os
-import platform
-import subprocess
-import sys
-import time
 from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
@@ -15,13 +10,16 @@ from typing import Any
 import torch
 
 from benchmarks.profiles import Profiles
+from benchmarks.runs import RunClock
+from benchmarks.tables import add_markdown_argument
+from benchmarks.training import add_checkpoint_arguments, has_data, seed_model
 from gradskip_lightning.families import explainer_for
 from gradskip_lightning.methods import PASS_METHODS
 
 from . import report
 from .ablations import ablation_rows, gradskip_overrides
 from .bootstrap import BootstrapSettings
-from .data import DATASETS, Subset, checkpoint_path, fixed_subset, make_datamodule, needs_data_root, train_or_load
+from .data import DATASETS, Subset, fixed_subset, make_datamodule
 from .maps import Method, adapter_of, compute_maps, cost, engine_method
 from .peers import PEERS, available_peers, peer_method
 from .records import ModelRecord, Row, ScoreRecord
@@ -71,16 +69,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--subset-seed", type=int, default=0, help="seed of the fixed test subset (the same for every model)"
     )
-    parser.add_argument(
-        "--checkpoints",
-        type=Path,
-        default=None,
-        metavar="DIR",
-        help="load DIR/<dataset>-seed<k>.ckpt (ViTClassifier checkpoints); a seed without one is trained",
-    )
-    parser.add_argument(
-        "--save-checkpoints", type=Path, default=None, metavar="DIR", help="save each trained model there"
-    )
+    add_checkpoint_arguments(parser, "<dataset>-seed<k>.ckpt (ViTClassifier)")
     PROFILES.add(parser, "--epochs", "training epochs (None: the config's, except 4 for BloodMNIST)", type=int)
     PROFILES.add(parser, "--max-train-batches", "cap on training batches per epoch", type=int)
     PROFILES.add(parser, "--test-size", "images in the fixed test subset", type=int)
@@ -117,12 +106,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--quick", action="store_true", help="CI-sized run of about two minutes (see the defaults above)"
     )
-    parser.add_argument(
-        "--markdown",
-        type=Path,
-        default=None,
-        help="write the tables into this markdown file (between generated-section markers)",
-    )
+    add_markdown_argument(parser)
 
 
 def _methods(args: argparse.Namespace) -> list[Method]:
@@ -178,27 +162,13 @@ def _score(
 def run_seed(dataset: str, seed: int, args: argparse.Namespace) -> tuple[ModelRecord, list[SeedScores]]:
     """Train (or load) the model of one dataset and seed; score every method and every ablation."""
     datamodule = make_datamodule(dataset, args.data_root)
-    checkpoint = None if args.checkpoints is None else checkpoint_path(args.checkpoints, dataset, seed)
-    if checkpoint is not None and not checkpoint.exists():
-        print(f"note: {checkpoint} not found: {dataset} seed {seed} is trained", flush=True)
-        checkpoint = None
-    model, facts = train_or_load(
-        dataset,
-        datamodule,
-        checkpoint=checkpoint,
-        epochs=args.epochs,
-        seed=seed,
-        max_train_batches=args.max_train_batches,
-    )
-    if args.save_checkpoints is not None and checkpoint is None:
-        args.save_checkpoints.mkdir(parents=True, exist_ok=True)
-        model.trainer.save_checkpoint(checkpoint_path(args.save_checkpoints, dataset, seed))
+    model, facts = seed_model(dataset, datamodule, seed, args)
     subset = fixed_subset(datamodule, args.test_size, args.subset_seed)
     with torch.no_grad():
         accuracy = (model(subset.images).argmax(dim=1) == subset.labels).double().mean().item()
     model_record = ModelRecord(dataset, seed, accuracy=accuracy, images=len(subset.images), **asdict(facts))
     trained = f"trained {facts.epochs} epochs in {facts.train_seconds:.0f} s"
-    origin = f"loaded {checkpoint}" if checkpoint else trained
+    origin = f"loaded {facts.checkpoint}" if facts.checkpoint else trained
     print(f"\n== {dataset}, seed {seed}: {origin}; accuracy {accuracy:.3f} on {len(subset.images)} images", flush=True)
     runs = []
     for method in _methods(args):
@@ -246,32 +216,15 @@ def _refusal(model: torch.nn.Module, options: dict[str, Any]) -> str:
     return ""
 
 
-def machine() -> dict[str, Any]:
-    """CPU model, logical CPUs, torch version and intra-op threads of this run."""
-    try:
-        lscpu = subprocess.run(["lscpu"], capture_output=True, text=True, check=True).stdout
-        cpu = next((line.split(":", 1)[1].strip() for line in lscpu.splitlines() if line.startswith("Model name")), "")
-    except (OSError, subprocess.CalledProcessError):
-        cpu = ""
-    return {
-        "cpu": cpu or platform.processor(),
-        "logical_cpus": torch.multiprocessing.cpu_count(),
-        "torch": torch.__version__,
-        "threads": torch.get_num_threads(),
-        "python": platform.python_version(),
-    }
-
-
 def run(args: argparse.Namespace) -> list[dict]:
     """Every requested dataset and seed; print the tables, optionally write them as markdown; return the
     records as dicts (``dataclasses.asdict``), each with its ``record`` kind."""
     PROFILES.apply(args)
     bootstrap = BootstrapSettings(args.bootstrap_resamples, args.bootstrap_seed)
-    start, cpu_start = time.perf_counter(), time.process_time()
+    clock = RunClock()
     records: list[report.Record] = []
     for dataset in args.datasets:
-        if needs_data_root(dataset) and args.data_root is None:
-            print(f"note: {dataset} skipped: pass --data-root, the folder holding its files")
+        if not has_data(dataset, dataset, args.data_root):
             continue
         runs: list[SeedScores] = []
         for seed in args.seeds:
@@ -282,22 +235,8 @@ def run(args: argparse.Namespace) -> list[dict]:
         records += interval_records(runs, bootstrap)
         records += paired_differences(runs, bootstrap)
         print("\n".join(["", *report.dataset_section(dataset, records)]), flush=True)
-    wall, cpu = time.perf_counter() - start, time.process_time() - cpu_start
-    facts = {**machine(), "cpu_seconds": cpu, "load_average": os.getloadavg()[0]}
-    print(
-        f"\nfaithfulness benchmark: {wall / 60:.1f} min wall, {cpu / 60:.1f} min CPU time (all threads), "
-        f"on {facts['threads']} threads; load average now {facts['load_average']:.1f}"
-    )
+    finished = clock.finish("faithfulness")
     if args.markdown is not None:
-        command = "python -m benchmarks " + " ".join(sys.argv[1:])
-        report.write_markdown(
-            args.markdown,
-            records,
-            command=command,
-            machine=facts,
-            wall_seconds=wall,
-            steps=args.steps,
-            bootstrap=bootstrap,
-        )
+        report.write_markdown(args.markdown, records, steps=args.steps, bootstrap=bootstrap, **finished)
         print(f"wrote the tables into {args.markdown}")
     return [asdict(record) for record in records]

@@ -12,6 +12,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from benchmarks.tables import generated_section, machine_sentence, table, write_section
+
 from .bootstrap import BootstrapSettings
 from .maps import CHEAP_RATIO
 from .records import Interval, IntervalRecord, ModelRecord, PairedDifference, ScoreRecord, Table
@@ -55,10 +57,6 @@ def progress_line(record: ScoreRecord) -> str:
     return f"  seed {record.seed} {name:32s} {means} ms/map {record.ms_per_map:.2f}"
 
 
-def _table(header: list[str], rows: list[list[str]]) -> list[str]:
-    return ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)] + ["| " + " | ".join(r) + " |" for r in rows]
-
-
 def methods_table(records: list[IntervalRecord]) -> list[str]:
     """Every method: ≤ CHEAP_RATIO forwards, mean [interval] per score, cost."""
     header = ["method", f"≤ {CHEAP_RATIO:g} fwd", *(s.title for s in SCORES), "GFLOPs/map", "× forward", "ms/map"]
@@ -68,7 +66,7 @@ def methods_table(records: list[IntervalRecord]) -> list[str]:
         cheap = "n/a" if r.cheap is None else ("yes" if r.cheap else "no")
         cost = [_f(r.gflops_per_map, 4), _f(r.ratio_to_forward, 2), f"{r.ms_per_map:.2f}"]
         rows.append([name, cheap, *(interval_cell(r.scores[s.name]) for s in SCORES), *cost])
-    return _table(header, rows)
+    return table(header, rows)
 
 
 def ablations_table(records: list[IntervalRecord]) -> list[str]:
@@ -79,21 +77,21 @@ def ablations_table(records: list[IntervalRecord]) -> list[str]:
         setting = f"**{r.row.name}** (default)" if r.row.is_default else r.row.name
         cells = (interval_cell(r.scores.get(s.name)) for s in scores)
         rows.append([r.row.group, setting, *cells, f"{r.ms_per_map:.2f}"])
-    return _table(["group", "setting", *(s.title for s in scores), "ms/map"], rows)
+    return table(["group", "setting", *(s.title for s in scores), "ms/map"], rows)
 
 
-def differences_table(differences: list[PairedDifference], table: Table) -> list[str]:
+def differences_table(differences: list[PairedDifference], kind: Table) -> list[str]:
     """One row per (subject, reference) pair: subject minus reference per score, with the verdict."""
-    scores = _scores(table, {d.score for d in differences})
+    scores = _scores(kind, {d.score for d in differences})
     pairs: dict[tuple[str, str, str], dict[str, PairedDifference]] = {}
     for d in differences:
         pairs.setdefault((d.group, d.subject, d.reference), {})[d.score] = d
     rows = []
     for (group, subject, reference), by_score in pairs.items():
-        label = [f"{subject} − {reference}"] if table == "methods" else [group, f"{subject} − {reference}"]
+        label = [f"{subject} − {reference}"] if kind == "methods" else [group, f"{subject} − {reference}"]
         rows.append([*label, *(difference_cell(by_score.get(s.name)) for s in scores)])
-    first = ["pair"] if table == "methods" else ["group", "setting − default"]
-    return _table([*first, *(s.title for s in scores)], rows)
+    first = ["pair"] if kind == "methods" else ["group", "setting − default"]
+    return table([*first, *(s.title for s in scores)], rows)
 
 
 def floor_table(
@@ -106,7 +104,7 @@ def floor_table(
         [f"{FLOOR} (the floor)", interval_cell(insertion.get(FLOOR)), ""],
     ]
     rows += [[d.subject, interval_cell(insertion.get(d.subject)), difference_cell(d)] for d in differences]
-    return _table(["", "ins ↑", f"ins − {FLOOR} ins ↑"], rows)
+    return table(["", "ins ↑", f"ins − {FLOOR} ins ↑"], rows)
 
 
 def dataset_section(dataset: str, records: list[Record]) -> list[str]:
@@ -156,13 +154,7 @@ def markdown(
     bootstrap: BootstrapSettings,
 ) -> str:
     """The generated section: run facts, how the intervals are made, then one section per dataset."""
-    facts = (
-        f"Machine: {machine['cpu']}, {machine['logical_cpus']} logical CPUs, torch {machine['torch']} "
-        f"with {machine['threads']} intra-op threads, Python {machine['python']}. "
-        f"Whole run (training included): {wall_seconds / 60:.1f} min wall, "
-        f"{machine['cpu_seconds'] / 60:.1f} min CPU time summed over threads; "
-        f"1-minute load average at the end {machine['load_average']:.1f} (the machine is shared)."
-    )
+    facts = machine_sentence(machine, wall_seconds, what="Whole run (training included)")
     method = (
         f"Insertion/deletion with K = {steps} steps. Each cell is the mean over training seeds and images with "
         f"its {bootstrap.level:.0%} interval from a hierarchical bootstrap ({bootstrap.resamples} resamples, "
@@ -170,24 +162,10 @@ def markdown(
         "within each drawn seed). Differences are per image on the same images and models; a verdict is "
         '"tied" when the interval contains 0.'
     )
-    lines = [BEGIN, "", f"Command: `{command}`", "", facts, "", method, ""]
-    for dataset in dict.fromkeys(r.dataset for r in records):
-        lines += dataset_section(dataset, records)
-    return "\n".join(lines + [END])
+    body = [line for dataset in dict.fromkeys(r.dataset for r in records) for line in dataset_section(dataset, records)]
+    return generated_section(BEGIN, END, command, [facts, method], body)
 
 
 def write_markdown(path: Path, records: list[Record], **facts: Any) -> None:
     """Write :func:`markdown` into ``path``: between the markers if they exist, else as a new file."""
     write_section(path, markdown(records, **facts), BEGIN, END)
-
-
-def write_section(path: Path, section: str, begin: str, end: str) -> None:
-    """Put ``section`` (starting with ``begin``, ending with ``end``) into the markdown file ``path``: in
-    place of the text between the markers if both exist, else appended (a new file if none)."""
-    text = path.read_text() if path.exists() else ""
-    if begin in text and end in text:
-        text = text[: text.index(begin)] + section + text[text.index(end) + len(end) :]
-    else:
-        text = (text.rstrip() + "\n\n" if text else "") + section + "\n"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text)

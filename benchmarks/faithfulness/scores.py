@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from functools import cached_property
+from typing import Any
 
 import torch
 from torch import Tensor, nn
@@ -54,32 +55,28 @@ class ScoreInputs:
     randomisation_images: int
     seed: int
 
-    @cached_property
-    def insertion_deletion(self) -> dict[str, Tensor]:
-        """Per-image insertion, deletion and their difference (n,), computed once for three columns."""
+    def perturbed(self, metric: Callable[..., Any], **options: Any) -> Any:
+        """``metric(model, images, targets, maps, patch_size=, batch_size=, **options)`` without gradients: a
+        score that perturbs the images patch by patch."""
         with torch.no_grad():
-            return insertion_deletion(
+            return metric(
                 self.model,
                 self.images,
                 self.targets,
                 self.maps,
                 patch_size=self.patch_size,
-                steps=self.steps,
                 batch_size=self.batch_size,
+                **options,
             )
+
+    @cached_property
+    def insertion_deletion(self) -> dict[str, Tensor]:
+        """Per-image insertion, deletion and their difference (n,), computed once for three columns."""
+        return self.perturbed(insertion_deletion, steps=self.steps)
 
 
 def _violations(inputs: ScoreInputs) -> Tensor:
-    with torch.no_grad():
-        found = faithfulness_violation(
-            inputs.model,
-            inputs.images,
-            inputs.targets,
-            inputs.maps,
-            patch_size=inputs.patch_size,
-            batch_size=inputs.batch_size,
-        )
-    return found.double()
+    return inputs.perturbed(faithfulness_violation).double()
 
 
 def _pointing(inputs: ScoreInputs) -> Tensor | None:

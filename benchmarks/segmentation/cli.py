@@ -3,9 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import os
-import sys
-import time
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -13,10 +10,11 @@ from typing import Any
 import torch
 
 from benchmarks.faithfulness.bootstrap import BootstrapSettings
-from benchmarks.faithfulness.cli import machine
-from benchmarks.faithfulness.data import train_or_load
 from benchmarks.faithfulness.maps import compute_maps
 from benchmarks.profiles import Profiles
+from benchmarks.runs import RunClock
+from benchmarks.tables import add_markdown_argument
+from benchmarks.training import add_checkpoint_arguments, seed_model
 
 from . import report
 from .figure import FIGURE_METHODS, write_figure
@@ -24,7 +22,6 @@ from .methods import METHODS, available_methods
 from .models import (
     CONFIG,
     SegmentationSubset,
-    checkpoint_path,
     default_regions,
     make_datamodule,
     split_scores,
@@ -61,16 +58,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Options of the ``segmentation`` subcommand."""
     PROFILES.add(parser, "--seeds", "training seeds: one model each", nargs="+", type=int)
     parser.add_argument("--subset-seed", type=int, default=0, help="seed of the fixed test subset (same for all)")
-    parser.add_argument(
-        "--checkpoints",
-        type=Path,
-        default=None,
-        metavar="DIR",
-        help=f"load DIR/{CONFIG}-seed<k>.ckpt (SegmentationModule checkpoints) instead of training",
-    )
-    parser.add_argument(
-        "--save-checkpoints", type=Path, default=None, metavar="DIR", help="save each trained model there"
-    )
+    add_checkpoint_arguments(parser, f"{CONFIG}-seed<k>.ckpt (SegmentationModule)")
     PROFILES.add(parser, "--epochs", f"training epochs (None: configs/{CONFIG}.yaml's)", type=int)
     PROFILES.add(parser, "--max-train-batches", "cap on training batches per epoch", type=int)
     PROFILES.add(parser, "--eval-batches", "cap on validation and test batches for the models' mIoU", type=int)
@@ -83,9 +71,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--explain-batch", type=int, default=64, help="images per explain call")
     parser.add_argument("--metric-batch", type=int, default=512, help="perturbed images per forward in the metrics")
     parser.add_argument("--quick", action="store_true", help="CI-sized run of seconds (see the defaults above)")
-    parser.add_argument(
-        "--markdown", type=Path, default=None, help="write the tables into this markdown file (between markers)"
-    )
+    add_markdown_argument(parser)
     parser.add_argument(
         "--figure",
         type=Path,
@@ -134,18 +120,7 @@ def run_seed(
     seed: int, datamodule, subset: SegmentationSubset, methods: list[str], args: argparse.Namespace
 ) -> tuple[SegmentationModelRecord, list[SeedScores], dict[str, torch.Tensor]]:
     """Train (or load) the model of one seed, score every method; also the maps of the figure's images."""
-    checkpoint = None if args.checkpoints is None else checkpoint_path(args.checkpoints, seed)
-    model, facts = train_or_load(
-        CONFIG,
-        datamodule,
-        checkpoint=checkpoint,
-        epochs=args.epochs,
-        seed=seed,
-        max_train_batches=args.max_train_batches,
-    )
-    if args.save_checkpoints is not None and checkpoint is None:
-        args.save_checkpoints.mkdir(parents=True, exist_ok=True)
-        model.trainer.save_checkpoint(checkpoint_path(args.save_checkpoints, seed))
+    model, facts = seed_model(CONFIG, datamodule, seed, args)
     splits: dict[str, Any] = split_scores(model, datamodule, args.eval_batches)
     regions, found = default_regions(model, subset.images, subset.targets)
     model_record = SegmentationModelRecord(
@@ -172,7 +147,7 @@ def run(args: argparse.Namespace) -> list[dict]:
     PROFILES.apply(args)
     bootstrap = BootstrapSettings(args.bootstrap_resamples, args.bootstrap_seed)
     methods = available_methods(args.methods)
-    start, cpu_start = time.perf_counter(), time.process_time()
+    clock = RunClock()
     datamodule = make_datamodule()
     subset = square_subset(datamodule, args.test_size, args.subset_seed)
     records: list[report.Record] = []
@@ -187,23 +162,10 @@ def run(args: argparse.Namespace) -> list[dict]:
     records += interval_records(runs, bootstrap)
     records += paired_differences(runs, bootstrap)
     print("\n".join(["", *report.section_body(records)]), flush=True)
-    wall, cpu = time.perf_counter() - start, time.process_time() - cpu_start
-    facts = {**machine(), "cpu_seconds": cpu, "load_average": os.getloadavg()[0]}
-    print(
-        f"\nsegmentation benchmark: {wall / 60:.1f} min wall, {cpu / 60:.1f} min CPU time on {facts['threads']} threads"
-    )
+    finished = clock.finish("segmentation")
     if args.markdown is not None:
-        threads = f"OMP_NUM_THREADS={os.environ['OMP_NUM_THREADS']} " if "OMP_NUM_THREADS" in os.environ else ""
-        command = f"{threads}python -m benchmarks " + " ".join(sys.argv[1:])
-        report.write_markdown(
-            args.markdown,
-            records,
-            command=command,
-            machine=facts,
-            wall_seconds=wall,
-            settings=report.RunSettings(args.test_size, args.subset_seed, args.steps, args.patch_size, args.epochs),
-            bootstrap=bootstrap,
-        )
+        settings = report.RunSettings(args.test_size, args.subset_seed, args.steps, args.patch_size, args.epochs)
+        report.write_markdown(args.markdown, records, settings=settings, bootstrap=bootstrap, **finished)
         print(f"wrote the tables into {args.markdown}")
     if args.figure is not None:
         count = min(args.figure_images, len(subset.images))

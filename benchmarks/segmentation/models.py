@@ -2,21 +2,21 @@
 
 Each training seed trains a :class:`~gradskip_lightning.training.segmentation.SegmentationModule` from
 scratch with the model, data and epoch settings of ``configs/planted_segformer.yaml``
-(:func:`~benchmarks.faithfulness.data.train_or_load`), unless a checkpoint is
+(:func:`~benchmarks.training.cached_model`), unless a checkpoint is
 given; then one pass over the validation and test splits gives its mIoU and pixel accuracy.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 
 import torch
 from lightning.pytorch import LightningDataModule, LightningModule
 from torch import Tensor
 
 from benchmarks.configs import build_datamodule, config_settings
-from benchmarks.faithfulness.data import fixed_subset, quiet_trainer
+from benchmarks.faithfulness.data import fixed_subset
+from benchmarks.training import quiet_trainer
 from gradskip_lightning.data import PlantedShapesSegmentationDataModule
 from gradskip_lightning.families.segformer import target_region
 
@@ -53,11 +53,6 @@ def square_subset(datamodule: PlantedShapesSegmentationDataModule, size: int, se
     if (targets == datamodule.background_class).any():
         raise ValueError("every test image must hold a square: some label maps are all background")
     return SegmentationSubset(subset.images, targets, label_maps == targets[:, None, None], subset.indices)
-
-
-def checkpoint_path(folder: Path, seed: int) -> Path:
-    """Where ``--save-checkpoints`` writes, and ``--checkpoints`` reads, the model of one seed."""
-    return folder / f"{CONFIG}-seed{seed}.ckpt"
 
 
 def split_scores(model: LightningModule, datamodule: LightningDataModule, batches: int | None) -> dict[str, float]:

@@ -1,8 +1,7 @@
 """Console lines and the markdown section of the segmentation benchmark, built from its typed records.
 
-The section goes between its own two marker lines (the faithfulness report's
-:func:`~benchmarks.faithfulness.report.write_section`), so the hand-written text
-around it survives a rerun.
+The section goes between its own two marker lines (:func:`~benchmarks.tables.write_section`), so the
+hand-written text around it survives a rerun.
 """
 
 from __future__ import annotations
@@ -13,8 +12,9 @@ from typing import Any
 
 from benchmarks.faithfulness.bootstrap import BootstrapSettings
 from benchmarks.faithfulness.records import PairedDifference
-from benchmarks.faithfulness.report import difference_cell, floor_table, interval_cell, write_section
+from benchmarks.faithfulness.report import difference_cell, floor_table, interval_cell
 from benchmarks.faithfulness.summary import FLOOR
+from benchmarks.tables import generated_section, machine_sentence, table, write_section
 
 from .methods import GRAD_CAM_LAYER, POOLED, SCORES, SUBJECT
 from .models import CONFIG
@@ -58,10 +58,6 @@ def progress_line(record: SegmentationScoreRecord) -> str:
     return f"  seed {record.seed} {record.method:14s} {means} {pooled} ms/map {record.ms_per_map:.2f}"
 
 
-def _table(header: list[str], rows: list[list[str]]) -> list[str]:
-    return ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)] + ["| " + " | ".join(r) + " |" for r in rows]
-
-
 def methods_table(records: list[SegmentationIntervalRecord]) -> list[str]:
     """Every method: mean [95 % interval] per score, pooled scores (mean [min, max] over seeds), ms per map."""
     rows = []
@@ -70,7 +66,7 @@ def methods_table(records: list[SegmentationIntervalRecord]) -> list[str]:
         cells = [interval_cell(r.scores[s.name]) for s in SCORES] + [interval_cell(r.pooled[s.name]) for s in POOLED]
         rows.append([name, *cells, f"{r.ms_per_map:.2f}"])
     header = ["method", *(s.title for s in SCORES), *(s.title for s in POOLED), "ms/map"]
-    return _table(header, rows)
+    return table(header, rows)
 
 
 def differences_table(differences: list[PairedDifference]) -> list[str]:
@@ -82,7 +78,7 @@ def differences_table(differences: list[PairedDifference]) -> list[str]:
         [f"{SUBJECT} − {reference}", *(difference_cell(by_score.get(s.name)) for s in SCORES)]
         for reference, by_score in by_reference.items()
     ]
-    return _table(["pair", *(s.title for s in SCORES)], rows)
+    return table(["pair", *(s.title for s in SCORES)], rows)
 
 
 def section_body(records: list[Record]) -> list[str]:
@@ -114,12 +110,7 @@ def markdown(
     bootstrap: BootstrapSettings,
 ) -> str:
     """The generated section: command, run facts, settings, then :func:`section_body`."""
-    facts = (
-        f"Machine: {machine['cpu']}, {machine['logical_cpus']} logical CPUs, torch {machine['torch']} "
-        f"with {machine['threads']} intra-op threads. Whole run (training included): {wall_seconds / 60:.1f} min "
-        f"wall, {machine['cpu_seconds'] / 60:.1f} min CPU time; 1-minute load average at the end "
-        f"{machine['load_average']:.1f} (the machine is shared)."
-    )
+    facts = machine_sentence(machine, wall_seconds, what="Whole run (training included)")
     epochs = "its epochs" if settings.epochs is None else f"{settings.epochs} epochs (--epochs)"
     method = (
         f"Models trained with the model and data settings of configs/{CONFIG}.yaml and {epochs}. "
@@ -133,8 +124,7 @@ def markdown(
         "subset's pixels per seed, mean [lowest, highest seed]. Differences are per image on the same images "
         'and models; "tied" when the interval contains 0.'
     )
-    lines = [BEGIN, "", f"Command: `{command}`", "", facts, "", method, "", *section_body(records), "", END]
-    return "\n".join(lines)
+    return generated_section(BEGIN, END, command, [facts, method], [*section_body(records), ""])
 
 
 def write_markdown(path: Path, records: list[Record], **facts: Any) -> None:

@@ -3,9 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import os
-import sys
-import time
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
@@ -13,12 +10,13 @@ import torch
 
 from benchmarks.configs import build_datamodule, config_settings
 from benchmarks.profiles import Profiles
+from benchmarks.runs import RunClock
+from benchmarks.tables import add_markdown_argument
+from benchmarks.training import has_data, train_or_load, with_data_root
 from gradskip_lightning.data.base import ImageClassificationDataModule
 from gradskip_lightning.methods import PASS_METHODS
 from gradskip_lightning.shortcuts.tags import SpuriousTag
 
-from ..faithfulness.cli import machine
-from ..faithfulness.data import needs_data_root, train_or_load
 from ..faithfulness.maps import MapFn, engine_method
 from ..faithfulness.peers import PEERS, available_peers, peer_method
 from . import report
@@ -97,12 +95,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--quick", action="store_true", help="planted shapes, one seed, 16 probes, 2 traces an epoch: under 2 minutes"
     )
-    parser.add_argument(
-        "--markdown",
-        type=Path,
-        default=None,
-        help="write the tables into this file (between generated-section markers)",
-    )
+    add_markdown_argument(parser)
 
 
 def make_datamodule(dataset: str, variant: Variant, data_root: Path | None) -> ImageClassificationDataModule:
@@ -116,11 +109,7 @@ def make_datamodule(dataset: str, variant: Variant, data_root: Path | None) -> I
         "control": (CONTROL_P, CONTROL_P),
     }
     p_in, p_out = probabilities[variant]
-    data["tag"] = replace(tag, p_in=p_in, p_out=p_out)
-    if needs_data_root(config):
-        if data_root is None:
-            raise ValueError(f"{dataset} needs --data-root, the folder holding its files")
-        data = {**data, "root": str(data_root), "download": False}
+    data = with_data_root(dataset, {**data, "tag": replace(tag, p_in=p_in, p_out=p_out)}, data_root)
     return build_datamodule(config, ImageClassificationDataModule, **data)
 
 
@@ -193,14 +182,13 @@ def run(args: argparse.Namespace) -> list[dict]:
     """Every requested dataset and seed; print the tables, optionally write them as markdown; return the
     detection records as dicts (``dataclasses.asdict``)."""
     PROFILES.apply(args)
-    start = time.perf_counter()
+    clock = RunClock()
     detections: list[DetectionRecord] = []
     models: list[ModelRecord] = []
     curves: dict[tuple[str, Variant], list[Trace]] = {}
     variants = VARIANTS if args.control else VARIANTS[:2]
     for dataset in args.datasets:
-        if needs_data_root(DATASETS[dataset].config) and args.data_root is None:
-            print(f"note: {dataset} skipped: pass --data-root, the folder holding its files")
+        if not has_data(dataset, DATASETS[dataset].config, args.data_root):
             continue
         probes = tagged_probes(make_datamodule(dataset, "spurious", args.data_root), args.probes)
         for seed in args.seeds:
@@ -212,28 +200,13 @@ def run(args: argparse.Namespace) -> list[dict]:
             detections += detection_records(dataset, seed, traces["spurious"], traces["clean"])
             if args.control:
                 detections += detection_records(f"{dataset} control", seed, traces["control"], traces["clean"])
-    wall = time.perf_counter() - start
-    facts = {**machine(), "load_average": os.getloadavg()[0]}
-    print(f"\nshortcut benchmark: {wall / 60:.1f} min wall on {facts['threads']} threads")
-    section = report.markdown(
-        detections,
-        models,
-        curves,
-        command=_command(),
-        machine=facts,
-        wall_seconds=wall,
-        probes=args.probes,
-        ig_steps=args.ig_steps,
-    )
+    finished = clock.finish("shortcut")
+    section = report.markdown(detections, models, curves, probes=args.probes, ig_steps=args.ig_steps, **finished)
     print(section)
     if args.markdown is not None:
         report.write(args.markdown, section)
         print(f"wrote the tables into {args.markdown}")
     return [asdict(record) for record in detections]
-
-
-def _command() -> str:
-    return "python -m benchmarks " + " ".join(sys.argv[1:])
 
 
 def _tensor(values: list[float]) -> torch.Tensor:

@@ -9,7 +9,8 @@ from typing import Any
 
 import torch
 
-from ..faithfulness.report import write_section
+from benchmarks.tables import generated_section, machine_sentence, table, write_section
+
 from .detection import FLAG_QUANTILE
 from .records import DetectionRecord, ModelRecord, Variant
 from .trace import Trace
@@ -47,15 +48,6 @@ def epochs_cell(epochs: list[float | None]) -> str:
     return ", ".join("never" if e is None else f"{e:g}" for e in epochs)
 
 
-def _table(header: list[str], rows: list[list[str]]) -> list[str]:
-    return [
-        "| " + " | ".join(header) + " |",
-        "|" + "---|" * len(header),
-        *("| " + " | ".join(r) + " |" for r in rows),
-        "",
-    ]
-
-
 def methods_table(records: list[DetectionRecord], control: bool) -> list[str]:
     """One row per method, its columns averaged over the seeds of ``records`` (one dataset)."""
     rows = []
@@ -67,7 +59,7 @@ def methods_table(records: list[DetectionRecord], control: bool) -> list[str]:
         rows.append([method, *cells, epochs_cell(flagged), *last, epochs_cell([r.spurious_epoch for r in mine])])
     header = ["method", *(title for _, title in COLUMNS), "first flag epoch (per seed)"]
     header += ["flag rate (seeds)"] if control else []
-    return _table(header + ["spurious epoch (per seed)"], rows)
+    return [*table(header + ["spurious epoch (per seed)"], rows), ""]
 
 
 def models_table(models: list[ModelRecord]) -> list[str]:
@@ -95,7 +87,7 @@ def models_table(models: list[ModelRecord]) -> list[str]:
         "spurious epoch",
         "s (trace incl.)",
     ]
-    return _table(header, rows)
+    return [*table(header, rows), ""]
 
 
 def curves_table(traces: list[Trace]) -> list[str]:
@@ -107,7 +99,7 @@ def curves_table(traces: list[Trace]) -> list[str]:
         [f"{epoch:g}", *(f"{masses[m][i]:.3f}" for m in methods), f"{scores[i]:.3f}"]
         for i, epoch in enumerate(traces[0].epochs)
     ]
-    return _table(["epoch", *methods, "spurious score"], rows)
+    return [*table(["epoch", *methods, "spurious score"], rows), ""]
 
 
 def markdown(
@@ -122,11 +114,7 @@ def markdown(
     ig_steps: int,
 ) -> str:
     """The generated section: run facts, definitions, then per dataset its tables."""
-    facts = (
-        f"Machine: {machine['cpu']}, {machine['logical_cpus']} logical CPUs, torch {machine['torch']} with "
-        f"{machine['threads']} intra-op threads. Whole run: {wall_seconds / 60:.1f} min wall; 1-minute load "
-        f"average at the end {machine['load_average']:.1f} (the machine is shared)."
-    )
+    facts = machine_sentence(machine, wall_seconds)
     definitions = (
         f"{probes} probes: the first validation images carrying the tag, explained for the tag's class, the "
         "same for the three models of a seed. Trace points: several per epoch, evenly over its batches. Masses "
@@ -138,7 +126,7 @@ def markdown(
         "accuracy on the tag's pixels (positive relevance only); tag rank: the share of the map's k highest "
         f"pixels inside the tag, k = the tag's size. Integrated Gradients: {ig_steps} steps."
     )
-    lines = [BEGIN, "", f"Command: `{command}`", "", facts, "", definitions, ""]
+    lines = []
     for dataset in dict.fromkeys(r.dataset for r in detections):
         control = dataset.endswith(" control")
         lines += [f"### {dataset}", ""]
@@ -148,7 +136,7 @@ def markdown(
             for variant in ("spurious", "clean"):
                 lines += [f"Mean tag mass of the {variant} model at each trace point (over seeds and probes):", ""]
                 lines += curves_table(curves[(dataset, variant)])
-    return "\n".join(lines + [END])
+    return generated_section(BEGIN, END, command, [facts, definitions], lines)
 
 
 def write(path: Path, section: str) -> None:
