@@ -126,7 +126,9 @@ CLASS_VALUES: dict[str, str] = {
     "peak_suspicion": "in fit: the class's highest suspicion so far in this fit (kept in checkpoints)",
     "tested_share": "share of the class's discovery probes in the reported test's group (1: the whole class; less: "
     "a SpRAy strategy)",
-    "flip_rate": "share of other classes' probes predicted as the class with the tested region pasted in",
+    "flip_rate": "share of other classes' probes predicted as the class with the tested region pasted in; NaN when "
+    "the reported test was not measured (its map or pixel cue is 0, so it cannot fire, and no test of the epoch "
+    "reached `alert_threshold`; its p-value is then 1)",
     "random_flip_rate": "control: a region of the tested region's shape at a random place of the same probes",
     "other_class_flip_rate": "control: the tested region's place taken from other classes' probes",
     "constancy": "how much more the tested region's pixels agree across the group's probes than within other "
