@@ -202,6 +202,9 @@ def _reported(tests: tuple[ShortcutTest, ...], settings: DiscoverySettings) -> S
     return max(defined, key=lambda t: t.suspicion) if defined else tests[0]
 
 
+_Run = tuple[MapGroup, Tensor, bool, HotspotTransplant, float]
+
+
 def discover(
     model: Callable[[Tensor], Tensor],
     images: Tensor,
@@ -211,6 +214,7 @@ def discover(
     patch_size: int | tuple[int, int],
     batch_size: int = 256,
     activation: Activation = "softmax",
+    measure_all: bool = True,
 ) -> Discovery:
     """Test every group of ``summary`` at its regions on the probes (P, C, H, W) of classes (P,), score and flag.
 
@@ -222,35 +226,64 @@ def discover(
     not tested. See
     :func:`hotspot_transplant` for ``model``, ``batch_size`` and ``activation``; the unchanged probes go
     through ``model`` once, then each test pastes 3 copies of each recipient.
+
+    ``measure_all=False`` (the callback's stage) skips the forwards of the tests that cannot fire while no test
+    can: a test whose map and pixel cues are 0 (concentration or constancy; consistency with
+    ``settings.consistency``) has suspicion 0 whatever its flips, below a positive ``alert_threshold``. Those
+    tests are measured last, and only when a measured test reaches ``alert_threshold``: then every test is
+    measured and the result is the one of ``measure_all=True``. Otherwise no test fires either way, and the
+    flags, suspicions and reported tests are the same; the unmeasured tests keep their pixels' figures, NaN
+    rates (``transplant.measured`` False) and a flips' p-value of 1, so the measured tests' adjusted p-values are
+    at least those of a full run.
     """
     check_class_targets(classes, len(images), len(summary.counts))
     settings = summary.settings
     with torch.no_grad():
         logits = torch.cat([model(images[start : start + batch_size]) for start in range(0, len(images), batch_size)])
-    runs = []
+
+    def transplant(group: MapGroup, region: Tensor, measure: bool) -> HotspotTransplant:
+        return hotspot_transplant(
+            model,
+            images,
+            classes,
+            region,
+            group.label,
+            patch_size=patch_size,
+            donors=group.members,
+            seed=settings.seed,
+            batch_size=batch_size,
+            activation=activation,
+            logits=logits,
+            measure=measure,
+        )
+
+    def scored(group: MapGroup, region: Tensor, grown: bool, result: HotspotTransplant) -> _Run:
+        consistency = group.consistency if settings.consistency else None
+        if result.measured:
+            score = suspicion_score(result.excess, group.concentration, result.constancy, consistency)
+        else:  # the cues are 0: 0 whatever the flips, NaN without recipients
+            score = 0.0 if result.recipients else math.nan
+        return (group, region, grown, result, score)
+
+    runs: list[list[_Run]] = []
     for groups in summary.groups:
         found = []
         for group in groups:
             if group.strategy is not None and len(group.members) < MIN_TESTED_PROBES:
                 continue
             for region, grown in _regions(group, settings):
-                transplant = hotspot_transplant(
-                    model,
-                    images,
-                    classes,
-                    region,
-                    group.label,
-                    patch_size=patch_size,
-                    donors=group.members,
-                    seed=settings.seed,
-                    batch_size=batch_size,
-                    activation=activation,
-                    logits=logits,
-                )
-                consistency = group.consistency if settings.consistency else None
-                score = suspicion_score(transplant.excess, group.concentration, transplant.constancy, consistency)
-                found.append((group, region, grown, transplant, score))
+                result = None if measure_all or settings.alert_threshold <= 0 else transplant(group, region, False)
+                if result is not None:
+                    consistency = group.consistency if settings.consistency else None
+                    cues = suspicion_score(1.0, group.concentration, result.constancy, consistency)
+                    result = result if cues == 0 else None  # NaN or positive: measured now
+                found.append(scored(group, region, grown, result or transplant(group, region, True)))
         runs.append(found)
+    if any(score >= settings.alert_threshold for found in runs for *_, score in found):  # False when NaN
+        runs = [
+            [run if run[3].measured else scored(*run[:3], transplant(run[0], run[1], True)) for run in found]
+            for found in runs
+        ]
     flat = [transplant for found in runs for _, _, _, transplant, _ in found]
     adjusted = iter(
         gated_holm(

@@ -35,7 +35,9 @@ hotspot's are; the control removes what any change of the property does (a defau
 every odd image: up to 0.40 of the recipients flip to a BloodMNIST neutrophil with a third class's
 colour), and with it the highest clean suspicion fell from 0.27 to 0.16 while every learned shortcut kept
 0.50 or more. The separability is logged but not in the score: real colour differences separate the
-classes as well as the casts do (AUROC 0.92-1.00 of BloodMNIST classes), so it told nothing apart.
+classes as well as the casts do (AUROC 0.92-1.00 of BloodMNIST classes), so it told nothing apart. Nor does it
+decide which pairs are tested: a cast on half of a class's probes puts the class's mean between its two halves,
+so its AUROC can fall near 0 (``tests/shortcuts/test_discovery_cost.py``) while the cast flips recipients.
 Suspicions of one property are comparable across classes and models (shares of recipients); the default
 ``property_alert_threshold`` of the stage (0.4) lies between the highest clean suspicion and the lowest
 learned shortcut's. The p-value says what the floor cannot: whether the excess stands out from the

@@ -56,6 +56,8 @@ class HotspotTransplant:
         constancy: :func:`pixel_constancy` of the donors' region pixels, in [0, 1] (NaN: too few probes).
         flip_p_value: exact one-sided sign test of the test's flips against each control's, the larger p.
         constancy_p_value: p-value of the donors' pixel agreement beyond chance (:func:`constancy_test`).
+        measured: False when the pasted copies were not forwarded (``hotspot_transplant(measure=False)``): the
+            rates are NaN and ``flip_p_value`` is 1, a valid p-value that claims nothing.
     """
 
     target: int
@@ -66,6 +68,7 @@ class HotspotTransplant:
     constancy: float
     flip_p_value: float = math.nan
     constancy_p_value: float = math.nan
+    measured: bool = True
 
     @property
     def excess(self) -> float:
@@ -254,6 +257,7 @@ def hotspot_transplant(
     batch_size: int = 256,
     activation: Activation = "softmax",
     logits: Tensor | None = None,
+    measure: bool = True,
 ) -> HotspotTransplant:
     """Paste a region of class ``target``'s donors onto the other classes' probes, with controls and p-values
     (see the module docstring).
@@ -275,6 +279,8 @@ def hotspot_transplant(
         activation: "softmax" (a flip: arg-max) or "sigmoid" (multi-label: its sigmoid > 0.5).
         logits: (P, K) the model's logits of the unchanged ``images``, when known (their forward is
             then skipped; :func:`~.discovery.discover` computes them once for every class).
+        measure: False: count the recipients and test the pixels only, without forwarding the pasted copies
+            (``measured`` False: NaN rates, flips' p-value 1).
 
     Example:
         >>> def model(x):  # class 1 iff the top-left 2 x 2 pixels are 1
@@ -331,6 +337,10 @@ def hotspot_transplant(
     count = len(eligible)
     if not count:
         return undefined
+    if not measure:
+        return HotspotTransplant(
+            target, count, math.nan, math.nan, math.nan, constancy, 1.0, constancy_p, measured=False
+        )  # fmt: skip
     rows, cols = hotspot.any(dim=1).nonzero()[:, 0], hotspot.any(dim=0).nonzero()[:, 0]
     shape = hotspot[rows[0] : rows[-1] + 1, cols[0] : cols[-1] + 1]
     generator = torch.Generator().manual_seed(seed)

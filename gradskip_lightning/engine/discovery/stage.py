@@ -41,6 +41,7 @@ from gradskip_lightning.families import all_methods
 from gradskip_lightning.metrics.perturbation import Activation
 from gradskip_lightning.shortcuts import ClassMapSummary, Discovery, DiscoverySettings, discover
 from gradskip_lightning.shortcuts.discovery_properties import PropertyDiscovery, chosen_properties, discover_properties
+from gradskip_lightning.shortcuts.distinct_forward import DistinctForward
 from gradskip_lightning.shortcuts.image_properties import PixelSpace, PropertyName
 
 __all__ = ["DiscoveryStage", "Discoverer", "Discovered", "StageRun", "discovery_scalars", "usable_maps", "CLASS_VALUES"]
@@ -125,7 +126,9 @@ CLASS_VALUES: dict[str, str] = {
     "peak_suspicion": "in fit: the class's highest suspicion so far in this fit (kept in checkpoints)",
     "tested_share": "share of the class's discovery probes in the reported test's group (1: the whole class; less: "
     "a SpRAy strategy)",
-    "flip_rate": "share of other classes' probes predicted as the class with the tested region pasted in",
+    "flip_rate": "share of other classes' probes predicted as the class with the tested region pasted in; NaN when "
+    "the reported test was not measured (its map or pixel cue is 0, so it cannot fire, and no test of the epoch "
+    "reached `alert_threshold`; its p-value is then 1)",
     "random_flip_rate": "control: a region of the tested region's shape at a random place of the same probes",
     "other_class_flip_rate": "control: the tested region's place taken from other classes' probes",
     "constancy": "how much more the tested region's pixels agree across the group's probes than within other "
@@ -331,19 +334,21 @@ class Discoverer:
                 metric.update(maps[usable].double(), probes.labels[own].to(device)[usable], own[usable.cpu()])
             summary = metric.compute()  # syncs across processes
             images, labels = probes.images.clone().to(device), probes.labels.to(device)
+            forward = DistinctForward(explainer.model)  # each distinct image once over both tests
             found = discover(
-                explainer.model,
+                forward,
                 images,
                 labels,
                 summary,
                 patch_size=explainer.patch_size,
                 batch_size=self.settings.batch_size,
                 activation=activation,
+                measure_all=False,
             )
             names = self.settings.properties_for(explainer.in_chans)
             try:  # the same probes and seed on every rank: it fails on all or none, with no collective inside
                 properties = None if not names else discover_properties(
-                    explainer.model, images, labels, explainer.num_classes, names,
+                    forward, images, labels, explainer.num_classes, names,
                     space=PixelSpace.of(images, *display), alert_threshold=self.settings.property_alert_threshold,
                     alpha=self.settings.alpha, batch_size=self.settings.batch_size, activation=activation,
                     seed=self.settings.seed,
