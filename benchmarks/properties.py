@@ -29,6 +29,7 @@ import torch
 from lightning.pytorch import LightningModule
 from torch import Tensor
 
+from gradskip_lightning.core.normalisation import Normalisation
 from gradskip_lightning.data.base import ImageClassificationDataModule, LabelledDataset
 from gradskip_lightning.shortcuts.discovery_properties import discover_properties, property_suspicion
 from gradskip_lightning.shortcuts.image_properties import PROPERTY_NAMES, PixelSpace
@@ -92,7 +93,7 @@ def measure(dataset: str, variant: Variant, seed: int, args: argparse.Namespace)
     images, classes = discovery_probes(datamodule.val_dataset, args.probes_per_class)  # type: ignore[arg-type]
     with torch.no_grad():
         score = math.nan if transplanted is None else predicted_share(model, transplanted, bench.target)
-    space = PixelSpace.of(images, datamodule.mean, datamodule.std)
+    space = PixelSpace.of(images, Normalisation(datamodule.mean, datamodule.std))
     start = time.perf_counter()
     found = discover_properties(
         model, images, classes, datamodule.num_classes, space=space, alert_threshold=STAGE.property_alert_threshold,

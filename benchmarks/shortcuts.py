@@ -25,6 +25,7 @@ import torch
 import torchvision.transforms.v2.functional as TF
 from torch import Tensor
 
+from gradskip_lightning.core.normalisation import Normalisation
 from gradskip_lightning.data.base import ImageClassificationDataModule, LabelledDataset, LabelledSubset
 from gradskip_lightning.metrics.perturbation import gaussian_blur
 from gradskip_lightning.shortcuts.image_properties import PropertyName
@@ -162,7 +163,7 @@ SHORTCUTS: dict[ShortcutName, Shortcut] = {
 class ShortcutDataset(LabelledDataset):
     """``dataset`` with ``change`` applied, in pixel space, to the images of class ``target`` (with
     ``everywhere``: of every class, on the items a seeded draw picks with probability ``share``);
-    ``mean``/``std`` (C values) are the images' normalisation.
+    ``normalisation`` is the images'.
     """
 
     def __init__(
@@ -170,13 +171,12 @@ class ShortcutDataset(LabelledDataset):
         dataset: LabelledDataset,
         target: int,
         change: Change,
-        mean: tuple[float, ...],
-        std: tuple[float, ...],
+        normalisation: Normalisation,
         everywhere: bool = False,
         share: float = 1.0,
     ) -> None:
         self.dataset, self.target, self.change, self.everywhere = dataset, target, change, everywhere
-        self.mean, self.std = torch.tensor(mean)[:, None, None], torch.tensor(std)[:, None, None]
+        self.normalisation = normalisation
         self.labels = dataset.labels
         self.picked = torch.rand(len(dataset), generator=torch.Generator().manual_seed(0)) < share
 
@@ -186,8 +186,8 @@ class ShortcutDataset(LabelledDataset):
     def __getitem__(self, index: int) -> tuple:
         item = tuple(self.dataset[index])
         if bool(self.picked[index]) if self.everywhere else int(self.labels[index]) == self.target:
-            pixels = self.change(item[0] * self.std + self.mean, index)
-            item = ((pixels - self.mean) / self.std, *item[1:])
+            pixels = self.change(self.normalisation.to_pixels(item[0]), index)
+            item = (self.normalisation.from_pixels(pixels), *item[1:])
         return item
 
 
@@ -197,10 +197,10 @@ def add_shortcut(
     """Make ``datamodule``'s splits carry ``change`` (as :class:`ShortcutDataset`: on class ``target``, or with
     ``everywhere`` on ``share`` of every class's images); its ``make_split`` is wrapped."""
     make_split: Callable[[str, TagMode], LabelledDataset] = datamodule.make_split
-    mean, std = tuple(datamodule.mean), tuple(datamodule.std)
+    normalisation = Normalisation(datamodule.mean, datamodule.std)
 
     def with_shortcut(split: str, tag_mode: TagMode) -> LabelledDataset:
-        return ShortcutDataset(make_split(split, tag_mode), target, change, mean, std, everywhere, share)
+        return ShortcutDataset(make_split(split, tag_mode), target, change, normalisation, everywhere, share)
 
     datamodule.make_split = with_shortcut  # type: ignore[method-assign]  # one instance, not the class
 
@@ -212,4 +212,5 @@ def shortcut_transplanted(datamodule: ImageClassificationDataModule, target: int
     if isinstance(test, ShortcutDataset):
         test = test.dataset
     others = LabelledSubset(test, (test.labels != target).nonzero()[:, 0])
-    return ShortcutDataset(others, target, change, tuple(datamodule.mean), tuple(datamodule.std), everywhere=True)
+    normalisation = Normalisation(datamodule.mean, datamodule.std)
+    return ShortcutDataset(others, target, change, normalisation, everywhere=True)

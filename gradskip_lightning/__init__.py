@@ -3,6 +3,7 @@ DINOv2, BEiT, Swin) and HF SegFormer segmentation models, logged from a Lightnin
 
 from gradskip_lightning.callbacks import GradSkipCallback, ShortcutCorrection
 from gradskip_lightning.core.explanation import Explanation, ModelExplainer, UnsupportedModel
+from gradskip_lightning.core.normalisation import Normalisation
 from gradskip_lightning.engine import (
     DiscoveryStage,
     MethodSettings,
@@ -24,6 +25,7 @@ __all__ = [
     "GradSkipCallback",
     "MethodSettings",
     "ModelExplainer",
+    "Normalisation",
     "ProbeImages",
     "ProbeSettings",
     "RenderSettings",

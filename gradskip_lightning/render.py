@@ -7,12 +7,13 @@ lookup tables sampled once into a (256, 3) uint8 LUT, so no pyplot figure is mad
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from functools import lru_cache
 
 import numpy as np
 import torch
 from PIL import Image, ImageDraw
+
+from gradskip_lightning.core.normalisation import Normalisation
 
 __all__ = [
     "colormap_lut",
@@ -68,29 +69,20 @@ def apply_colormap(values: np.ndarray, cmap: str = "inferno") -> np.ndarray:
     return colormap_lut(cmap)[index]
 
 
-def to_display(
-    images: torch.Tensor | np.ndarray,
-    mean: Sequence[float] | None = None,
-    std: Sequence[float] | None = None,
-) -> np.ndarray:
+def to_display(images: torch.Tensor | np.ndarray, normalisation: Normalisation | None = None) -> np.ndarray:
     """Normalised images (B, C, H, W) to uint8 RGB (B, H, W, 3).
 
-    With ``mean`` and ``std`` (per channel, as used to normalise) the images are de-normalised
-    and clipped to [0, 1]; without them each image is min-max scaled. One channel is repeated
-    to three; more than three channels keep the first three.
+    With their ``normalisation`` (1 or C values) the images are taken to pixels and clipped to [0, 1];
+    without it each image is min-max scaled. One channel is repeated to three; more than three
+    channels keep the first three.
     """
     pixels = _numpy(images).astype(np.float32)
     if pixels.ndim != 4:
         raise ValueError(f"images must be (B, C, H, W), got shape {pixels.shape}")
     channels = pixels.shape[1]
-    if mean is not None and std is not None:
-        mean_a = np.asarray(mean, dtype=np.float32).reshape(1, -1, 1, 1)
-        std_a = np.asarray(std, dtype=np.float32).reshape(1, -1, 1, 1)
-        if mean_a.shape[1] not in (1, channels) or std_a.shape[1] not in (1, channels):
-            raise ValueError(f"mean/std need 1 or {channels} values, got {len(mean)} and {len(std)}")
-        pixels = np.clip(pixels * std_a + mean_a, 0.0, 1.0)
-    elif mean is not None or std is not None:
-        raise ValueError("give both mean and std, or neither")
+    if normalisation is not None:
+        normalisation.check_channels(channels)
+        pixels = np.clip(normalisation.to_pixels(torch.from_numpy(pixels)).numpy(), 0.0, 1.0)
     else:
         low = pixels.min(axis=(1, 2, 3), keepdims=True)
         span = pixels.max(axis=(1, 2, 3), keepdims=True) - low

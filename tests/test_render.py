@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from gradskip_lightning import render
+from gradskip_lightning.core.normalisation import Normalisation
 
 
 def test_colormap_lut_matches_matplotlib():
@@ -24,7 +25,7 @@ def test_to_display_inverts_normalisation():
     mean, std = (0.5, 0.4, 0.3), (0.2, 0.25, 0.5)
     pixels = torch.rand(2, 3, 8, 8)
     normalised = (pixels - torch.tensor(mean)[:, None, None]) / torch.tensor(std)[:, None, None]
-    shown = render.to_display(normalised, mean, std)
+    shown = render.to_display(normalised, Normalisation(mean, std))
     assert shown.shape == (2, 8, 8, 3) and shown.dtype == np.uint8
     np.testing.assert_allclose(shown, np.round(pixels.permute(0, 2, 3, 1).numpy() * 255), atol=1)
     # Without statistics each image is min-max scaled; one channel becomes grey RGB.

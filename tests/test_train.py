@@ -17,6 +17,7 @@ import torch
 import yaml
 
 import train
+from gradskip_lightning import GradSkipCallback, Normalisation
 from gradskip_lightning.data import PlantedShapesSegmentationDataModule
 from gradskip_lightning.training.classifier import ViTClassifier
 from gradskip_lightning.training.segmentation import SegmentationModule
@@ -246,3 +247,13 @@ def test_the_mlflow_guides_config_trains_into_the_store_with_its_config(tmp_path
     assert maps == ["gradskip/maps/epoch_0000.npz", "gradskip/maps/probes.npz"]
     assert (tmp_path / "outputs" / "gradskip" / logger.run_id / "maps" / "epoch_0000.npz").is_file()
     assert not (tmp_path / "outputs" / "wandb").exists()
+
+
+def test_a_configs_normalisation_mapping_becomes_the_callbacks_normalisation(tmp_path):
+    config = yaml.safe_load((ROOT / "configs" / "bloodmnist.yaml").read_text())
+    (gradskip,) = [c for c in config["trainer"]["callbacks"] if c["class_path"].endswith("GradSkipCallback")]
+    gradskip["init_args"]["normalisation"] = {"mean": [0.8, 0.7, 0.6], "std": [0.2, 0.25, 0.3]}
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(config))
+    cli = train.main(["--config", str(tmp_path / "config.yaml"), "--data.root", str(tmp_path)], run=False)
+    (callback,) = [c for c in cli.trainer.callbacks if isinstance(c, GradSkipCallback)]
+    assert callback.normalisation == Normalisation(mean=(0.8, 0.7, 0.6), std=(0.2, 0.25, 0.3))

@@ -13,6 +13,7 @@ from typing import Any
 import torch
 from lightning.pytorch import Callback
 
+from gradskip_lightning.core.normalisation import Normalisation
 from gradskip_lightning.methods import PASS_METHODS
 from gradskip_lightning.shortcuts import DiscoverySettings
 from gradskip_lightning.shortcuts.image_properties import PixelSpace
@@ -129,7 +130,7 @@ def train_and_trace(
     images, classes = discovery_probes(datamodule.val_dataset, args.probes_per_class)  # type: ignore[arg-type]
     names = [*args.methods, *available_peers(args.peers)] if variant in MAPPED else []
     methods = {name: token_map_fn(name, args.ig_steps) for name in names}
-    space = PixelSpace.of(images, datamodule.mean, datamodule.std)
+    space = PixelSpace.of(images, Normalisation(datamodule.mean, datamodule.std))
     trace = DiscoveryTrace(subject, images, classes, methods, args.shares, variant in PLACED, space)
     callbacks: list[Callback] = [trace]
     correction = None

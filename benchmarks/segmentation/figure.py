@@ -9,6 +9,7 @@ import numpy as np
 from PIL import Image
 from torch import Tensor
 
+from gradskip_lightning.core.normalisation import Normalisation
 from gradskip_lightning.data import PlantedShapesSegmentationDataModule
 from gradskip_lightning.render import overlay, to_display
 
@@ -42,7 +43,7 @@ def write_figure(
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    display = to_display(subset.images[:count], datamodule.mean, datamodule.std)
+    display = to_display(subset.images[:count], Normalisation(datamodule.mean, datamodule.std))
     columns = [("image", display), ("square", overlay(display, subset.masks[:count].float(), alpha=0.6))]
     columns += [(title, overlay(display, maps[name][:count])) for name, title in FIGURE_METHODS.items() if name in maps]
     height = 1.15 * count + 0.4

@@ -20,6 +20,7 @@ from gradskip_lightning.callbacks.host import LightningHost
 from gradskip_lightning.callbacks.sinks import make_sinks
 from gradskip_lightning.callbacks.trainer_setup import check_precision, loader_dataset
 from gradskip_lightning.core.explanation import ModelExplainer
+from gradskip_lightning.core.normalisation import Normalisation
 from gradskip_lightning.core.validation import required
 from gradskip_lightning.engine import setup as checks
 from gradskip_lightning.engine.discovery.stage import Discovered, DiscoveryStage
@@ -54,6 +55,11 @@ class GradSkipCallback(Callback):
         methods: the explaining and compared methods (:class:`~.settings.MethodSettings`); None: GradSkip alone.
         scores: how maps are scored (:class:`~.settings.ScoreSettings`); None: the defaults.
         render: how overlays look (:class:`~.settings.RenderSettings`); None: the defaults.
+        normalisation: the images' :class:`~gradskip_lightning.Normalisation` (``inputs = (pixels - mean) / std``,
+            or in YAML ``{mean: [...], std: [...]}``), which takes them back to pixels for the pictures, the
+            transplant test's tag and the discovery stage's image properties. None: the datamodule's ``mean`` and
+            ``std`` attributes; without them each picture is min-max scaled, image properties use each channel's
+            range over the probes, and ``transplant`` is refused.
         discovery: the shortcut discovery stage (:class:`~.discovery.DiscoveryStage`); None: off.
         every_n_epochs: explain every n-th epoch.
         log_prefix: the callback's name in every key (``<section>/<log_prefix><name>``).
@@ -76,6 +82,7 @@ class GradSkipCallback(Callback):
         methods: MethodSettings | None = None,
         scores: ScoreSettings | None = None,
         render: RenderSettings | None = None,
+        normalisation: Normalisation | None = None,
         discovery: DiscoveryStage | None = None,
         every_n_epochs: int = 1,
         log_prefix: str = "gradskip/",
@@ -86,10 +93,10 @@ class GradSkipCallback(Callback):
         super().__init__()
         check_arguments(every_n_epochs, log_prefix, transplant, backbone)
         groups = (probes, methods, scores, render, discovery)
-        self.monitor = EpochMonitor(probe_images, groups, every_n_epochs, log_prefix, progress)
+        self.monitor = EpochMonitor(probe_images, groups, every_n_epochs, log_prefix, progress, normalisation)
         settings = self.monitor.settings
         self.probes, self.methods, self.scores = settings.probes, settings.methods, settings.scores
-        self.render, self.discovery = settings.render, settings.discovery
+        self.render, self.discovery, self.normalisation = settings.render, settings.discovery, settings.normalisation
         self.log_prefix, self.transplant, self.backbone = log_prefix, transplant, backbone
         self._pending: tuple[dict[str, ModelExplainer], checks.DataSetup, list[Sink]] | None = None  # setup's parts
         self._fit_trainer: Trainer | None = None
@@ -136,7 +143,7 @@ class GradSkipCallback(Callback):
                 self._reset()
             self._fit_trainer = trainer
         datamodule = getattr(trainer, "datamodule", None)
-        data = checks.data_setup(explainers[self.method], datamodule, self.render, self.transplant)
+        data = checks.data_setup(explainers[self.method], datamodule, self.normalisation, self.transplant)
         prepared = self.monitor.prepared
         sinks = prepared.sinks if prepared is not None and self._sinks_for is trainer else []
         log_dir = trainer.log_dir  # on every rank: it broadcasts

@@ -29,6 +29,7 @@ from gradskip_lightning.callbacks.gradskip import GradSkipCallback
 from gradskip_lightning.callbacks.host import logged_step
 from gradskip_lightning.callbacks.training_batches import batch_images, batch_seed, class_members
 from gradskip_lightning.core.explanation import UnsupportedModel
+from gradskip_lightning.core.normalisation import Normalisation
 from gradskip_lightning.core.validation import required
 from gradskip_lightning.engine.discovery.stage import Discovered
 from gradskip_lightning.engine.keys import key
@@ -110,7 +111,7 @@ class ShortcutCorrection(Callback):
 
     Args:
         tag: a known shortcut (:class:`~gradskip_lightning.shortcuts.SpuriousTag`: its pattern at its place),
-            corrected from the first training batch; its pixel values are normalised with ``mean`` and ``std``.
+            corrected from the first training batch; its pixel values are normalised with ``normalisation``.
         discovery: follow the discovery stage of a :class:`~gradskip_lightning.GradSkipCallback` among
             the Trainer's callbacks: True, the one with a ``discovery`` stage (when there is one; required
             without a ``tag``); a string, the one with that ``log_prefix``; False: none. A flagged class
@@ -134,9 +135,9 @@ class ShortcutCorrection(Callback):
         seed: seed of the draws (which images, which donor). Batch ``i`` of epoch ``e`` on rank ``r`` draws
             from a generator of its own seeded by (seed, r, e, i): ranks draw apart, a resumed fit draws as
             the uninterrupted one, the global RNG is never used.
-        mean: the images' per-channel normalisation mean, to put a tag's pixel values into the model's
-            input space (None: the datamodule's ``mean``).
-        std: the normalisation's standard deviation, likewise (None: the datamodule's ``std``).
+        normalisation: the images' :class:`~gradskip_lightning.Normalisation` (in YAML ``{mean: [...], std: [...]}``),
+            to put a tag's pixel values into the model's input space. None: the followed GradSkipCallback's
+            ``normalisation``, else the datamodule's ``mean`` and ``std`` attributes.
         image_key: the key of the images in mapping batches (None: the first of ``image``,
             ``pixel_values``, ``img``, ``images``).
         label_key: the key of the labels in mapping batches, for ``erase`` (None: the first of ``label``,
@@ -169,8 +170,7 @@ class ShortcutCorrection(Callback):
         flagged_epochs: int = 1,
         margin: int = 1,
         seed: int = 0,
-        mean: Sequence[float] | None = None,
-        std: Sequence[float] | None = None,
+        normalisation: Normalisation | None = None,
         image_key: str | None = None,
         label_key: str | None = None,
         log_prefix: str = "gradskip/",
@@ -196,8 +196,7 @@ class ShortcutCorrection(Callback):
             raise ValueError(f"margin must be a number of patches >= 0, got {margin!r}")
         if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
             raise ValueError(f"seed must be an integer >= 0, got {seed!r}")
-        if (mean is None) != (std is None):
-            raise ValueError("mean and std go together: give both or neither")
+        normalisation = Normalisation.given(normalisation)
         if not isinstance(erase, bool):
             raise TypeError(f"erase must be True or False, got {erase!r}")
         for name, value in (("image_key", image_key), ("label_key", label_key)):
@@ -205,11 +204,12 @@ class ShortcutCorrection(Callback):
                 raise ValueError(f"{name} must be a non-empty string or None, got {value!r}")
         check_log_prefix(log_prefix)
         self.tag, self.discovery, self.p, self.classes, self.properties = tag, discovery, float(p), classes, chosen
-        self.flagged_epochs, self.margin, self.seed, self.mean, self.std = flagged_epochs, margin, seed, mean, std
+        self.flagged_epochs, self.margin, self.seed = flagged_epochs, margin, seed
+        self.normalisation = normalisation
         self.erase, self.image_key, self.label_key, self.log_prefix = erase, image_key, label_key, log_prefix
         self._source: GradSkipCallback | None = None
         self._fit_trainer: Trainer | None = None
-        self._normalisation: tuple[tuple[float, ...], tuple[float, ...]] | None = None  # a tag's (mean, std)
+        self._normalisation: Normalisation | None = None  # a tag's: the given one, the followed callback's, the data's
         self._corrections: list[Correction] = []
         self._streaks: dict[int, int] = {}  # class -> flagged discovery runs in a row
         self._property_streaks: dict[tuple[str, int], int] = {}  # (property, class) -> the same
@@ -243,15 +243,15 @@ class ShortcutCorrection(Callback):
         self._source = self._followed(trainer)
         if self.tag is not None:
             datamodule = getattr(trainer, "datamodule", None)
-            mean, std = self.mean, self.std
-            if mean is None:
-                mean, std = getattr(datamodule, "mean", None), getattr(datamodule, "std", None)
-            if mean is None or std is None:
+            followed = self._source.normalisation if self._source is not None else None
+            normalisation = self.normalisation or followed or Normalisation.of(datamodule)
+            if normalisation is None:
                 raise ValueError(
                     "ShortcutCorrection puts the tag's pixel values into the model's input space and needs the images' "
-                    "normalisation: give mean and std, or use a datamodule with mean/std attributes"
+                    "normalisation: give normalisation=Normalisation(mean=..., std=...) (here or to the "
+                    "GradSkipCallback it follows), or use a datamodule with mean/std attributes"
                 )
-            self._normalisation = (tuple(mean), tuple(std))
+            self._normalisation = normalisation
         self._check_model(pl_module)
 
     def _check_model(self, pl_module: LightningModule) -> None:
@@ -280,6 +280,8 @@ class ShortcutCorrection(Callback):
                 self.tag.check_fits(*explainer.img_size)
             except ValueError as err:
                 raise ValueError(f"ShortcutCorrection's tag: {err}") from None
+        if self._normalisation is not None:
+            self._normalisation.check_channels(explainer.in_chans, "ShortcutCorrection's normalisation")
 
     @override
     def on_train_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
@@ -287,7 +289,7 @@ class ShortcutCorrection(Callback):
             self._say(correction, "continuing (from the checkpoint) to correct")
         self._resumed = []
         if self.tag is not None and not self._corrected(self.tag.target_class, PatchPaste.kind, ""):
-            artifact = PatchPaste.from_tag(self.tag, *required(self._normalisation, "the tag's normalisation"))
+            artifact = PatchPaste.from_tag(self.tag, required(self._normalisation, "the tag's normalisation"))
             self._start(Correction(artifact, trainer.current_epoch, "the given tag"))
 
     @override

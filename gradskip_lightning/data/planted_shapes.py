@@ -20,6 +20,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from gradskip_lightning.core.normalisation import Normalisation
 from gradskip_lightning.data.base import SPLITS, ImageClassificationDataModule, LabelledDataset
 from gradskip_lightning.shortcuts.tags import SpuriousTag, TagMode
 
@@ -117,8 +118,7 @@ class PlantedShapesDataset(LabelledDataset):
         self._keep_clear = keep_clear.box
         self.palette = torch.tensor([rgb for _, rgb in PALETTE[:num_classes]])  # (K, 3)
         self.class_names = [f"{name} square" for name, _ in PALETTE[:num_classes]]
-        self._mean = torch.tensor(mean).view(3, 1, 1)
-        self._std = torch.tensor(std).view(3, 1, 1)
+        self._normalisation = Normalisation(mean, std)
         # Balanced labels in a seeded random order: (N,) int64.
         order = torch.randperm(size, generator=torch.Generator().manual_seed(seed))
         self.labels = order % num_classes
@@ -136,7 +136,7 @@ class PlantedShapesDataset(LabelledDataset):
             raise IndexError(f"index {index} out of range for {self.size} items")
         index %= self.size
         image, mask = self.render(index)
-        image = (image - self._mean) / self._std
+        image = self._normalisation.from_pixels(image)
         if self.tag is None:
             return image, self.labels[index], mask
         tag_mask = self._tag_mask if self.carriers[index] else torch.zeros_like(self._tag_mask)

@@ -22,6 +22,7 @@ from lightning.pytorch.utilities import rank_zero_warn
 from torch import nn
 
 from gradskip_lightning.core.explanation import ModelExplainer
+from gradskip_lightning.core.normalisation import Normalisation
 from gradskip_lightning.core.validation import required
 from gradskip_lightning.engine.discovery.images import alert_text
 from gradskip_lightning.engine.discovery.properties import property_alert_text, property_scalars
@@ -59,7 +60,7 @@ def _group(kind: type[Group], given: Group | Mapping[str, Any] | None) -> Group 
 
 @dataclass(frozen=True)
 class RunSettings:
-    """The callback's settings an epoch end reads."""
+    """The callback's settings an epoch end reads (``normalisation``: the front door's, None when not given)."""
 
     probes: ProbeSettings
     methods: MethodSettings
@@ -68,11 +69,19 @@ class RunSettings:
     discovery: DiscoveryStage | None
     log_prefix: str
     progress: bool
+    normalisation: Normalisation | None = None
 
     @classmethod
-    def given(cls, groups: GivenGroups, log_prefix: str, progress: bool) -> RunSettings:
+    def given(
+        cls,
+        groups: GivenGroups,
+        log_prefix: str,
+        progress: bool,
+        normalisation: Normalisation | Mapping[str, Any] | None = None,
+    ) -> RunSettings:
         """The settings of a front door's arguments: each group given, or its defaults (the discovery stage:
-        off). A group given as a mapping of its fields (a checkpoint's JSON) is built from it."""
+        off). A group (or the ``normalisation``) given as a mapping of its fields (a YAML config's, a
+        checkpoint's JSON) is built from it."""
         probes, methods, scores, render, discovery = groups
         probes, methods, scores = (
             _group(ProbeSettings, probes),
@@ -82,7 +91,7 @@ class RunSettings:
         render, discovery = _group(RenderSettings, render), _group(DiscoveryStage, discovery)
         return cls(
             probes or ProbeSettings(), methods or MethodSettings(), scores or ScoreSettings(),
-            render or RenderSettings(), discovery, log_prefix, progress,
+            render or RenderSettings(), discovery, log_prefix, progress, Normalisation.given(normalisation),
         )  # fmt: skip
 
     def probe_source(self, probe_images: ProbeImages | None) -> ProbeSource:
@@ -184,7 +193,7 @@ class EpochRunner:
             self._skip(end, outcome, error)
         if host.rank_zero:
             began = time.perf_counter()
-            report = epoch_report(outcome, prepared.sheet, self.settings.render, prepared.data.display)
+            report = epoch_report(outcome, prepared.sheet, self.settings.render, prepared.data.normalisation)
             log_to_sinks(prepared.sinks, report, prepared.sheet)
             end.work.add("report", time.perf_counter() - began)
         total = time.perf_counter() - end.started
@@ -237,7 +246,7 @@ class EpochRunner:
             explainer,
             batch_size=self.settings.probes.explain_batch_size,
             activation=prepared.activation,
-            display=prepared.data.display,
+            normalisation=prepared.data.normalisation,
         )
         end.work.add("discovery", time.perf_counter() - began)
         skipped = key("discovery", outcome.prefix, "skipped")

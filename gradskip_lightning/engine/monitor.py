@@ -10,6 +10,7 @@ loop needs: when to call, what the model and data are, where outputs go.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import torch
@@ -17,6 +18,7 @@ from torch import Tensor, nn
 from torch.utils.data import Dataset
 
 from gradskip_lightning.core.explanation import ModelExplainer
+from gradskip_lightning.core.normalisation import Normalisation
 from gradskip_lightning.core.validation import required
 from gradskip_lightning.engine.discovery.stage import Discovered
 from gradskip_lightning.engine.epoch import EpochRunner, GivenGroups, Prepared, RunSettings
@@ -35,7 +37,7 @@ class EpochMonitor:
     Args:
         probe_images: explicit probes; None draws ``probes.num_probes`` from the data (:meth:`prepare`).
         groups: the settings groups (probes, methods, scores, render, discovery; None: defaults, discovery off).
-        every_n_epochs, log_prefix, progress: the front door's options of the same names.
+        every_n_epochs, log_prefix, progress, normalisation: the front door's options of the same names.
     """
 
     def __init__(
@@ -45,8 +47,9 @@ class EpochMonitor:
         every_n_epochs: int,
         log_prefix: str,
         progress: bool,
+        normalisation: Normalisation | Mapping[str, Any] | None = None,
     ) -> None:
-        self.settings = RunSettings.given(groups, log_prefix, progress)
+        self.settings = RunSettings.given(groups, log_prefix, progress, normalisation)
         self.source: ProbeSource = self.settings.probe_source(probe_images)
         self.schedule = EpochSchedule(every_n_epochs)
         self.runner = EpochRunner(self.settings)

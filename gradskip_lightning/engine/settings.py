@@ -187,23 +187,17 @@ class RenderSettings:
         overlay_alpha: weight of the heat map in the overlays, in [0, 1].
         display_size: images are upscaled (nearest) to at least this many pixels for display.
         probe_overlays: also log each probe's overlay alone (the grid and the table show every probe already).
-        mean, std: the normalisation to undo for display (1 or C values each); None: the datamodule's
-            ``mean``/``std``, else each image scaled to its own range.
+
+    The images under the overlays are taken to pixels with the front door's ``normalisation``.
     """
 
     colormap: str = "inferno"
     overlay_alpha: float = 0.5
     display_size: int = 128
     probe_overlays: bool = False
-    mean: Sequence[float] | None = None
-    std: Sequence[float] | None = None
 
     def __post_init__(self) -> None:
         positive("render.display_size", self.display_size)
-        if (self.mean is None) != (self.std is None):
-            raise ValueError(f"render.mean and render.std go together: got mean={self.mean}, std={self.std}")
-        if self.std is not None and min(self.std) <= 0:
-            raise ValueError(f"render.std must be positive, got {self.std}")
         if not 0.0 <= self.overlay_alpha <= 1.0:
             raise ValueError(f"render.overlay_alpha must be in [0, 1], got {self.overlay_alpha}")
         render.colormap_lut(self.colormap)  # raises ValueError for an unknown colour map

@@ -13,6 +13,7 @@ from typing import Any
 from torch import nn
 
 from gradskip_lightning.core.explanation import ModelExplainer
+from gradskip_lightning.core.normalisation import Normalisation
 from gradskip_lightning.engine.discovery.stage import DiscoveryStage
 from gradskip_lightning.engine.output.report import probe_sheet
 from gradskip_lightning.engine.output.sinks import ProbeSheet
@@ -23,11 +24,10 @@ from gradskip_lightning.shortcuts.tags import SpuriousTag
 from gradskip_lightning.shortcuts.transplant import Transplant
 
 __all__ = [
-    "Display",
     "folder",
     "refuse_shared_folder",
     "explainers_for",
-    "checked_display",
+    "checked_normalisation",
     "checked_class_names",
     "checked_transplant",
     "DataSetup",
@@ -35,9 +35,6 @@ __all__ = [
     "check_patch_counts",
     "check_discovery",
 ]
-
-Display = tuple[Sequence[float] | None, Sequence[float] | None]
-"""The (mean, std) to undo for display, or (None, None): min-max scaling."""
 
 
 def folder(prefix: str) -> str:
@@ -81,16 +78,15 @@ def explainers_for(
     return explainers
 
 
-def checked_display(explainer: ModelExplainer, mean: Sequence[float] | None, std: Sequence[float] | None) -> Display:
-    """(mean, std) if each has 1 or ``in_chans`` values."""
-    channels = explainer.in_chans
-    for name, values in (("mean", mean), ("std", std)):
-        if values is not None and len(values) not in (1, channels):
-            raise ValueError(
-                f"{name} has {len(values)} values but the model takes {channels} channels: give 1 or "
-                f"{channels} values (render.{name}, or the datamodule's)"
-            )
-    return (mean, std)
+def checked_normalisation(
+    explainer: ModelExplainer, given: Normalisation | None, datamodule: Any
+) -> Normalisation | None:
+    """The images' normalisation: the front door's ``given``, else the datamodule's ``mean``/``std`` (None without
+    either), with 1 or ``in_chans`` values."""
+    normalisation = given or Normalisation.of(datamodule)
+    if normalisation is not None:
+        normalisation.check_channels(explainer.in_chans, "normalisation" if given else "the datamodule's mean/std")
+    return normalisation
 
 
 def checked_class_names(explainer: ModelExplainer, names: Sequence[str] | None) -> list[str] | None:
@@ -106,7 +102,10 @@ def checked_class_names(explainer: ModelExplainer, names: Sequence[str] | None) 
 
 
 def checked_transplant(
-    explainer: ModelExplainer, transplant: SpuriousTag | bool, datamodule_tag: SpuriousTag | None, display: Display
+    explainer: ModelExplainer,
+    transplant: SpuriousTag | bool,
+    datamodule_tag: SpuriousTag | None,
+    normalisation: Normalisation | None,
 ) -> Transplant | None:
     """The live transplant test of the callback's ``transplant`` argument (None when False)."""
     if transplant is False:
@@ -123,13 +122,12 @@ def checked_transplant(
         raise ValueError(f"transplant tag's target_class {tag.target_class} is not in [0, {explainer.num_classes})")
     if explainer.img_size is not None:
         tag.check_fits(*explainer.img_size)
-    mean, std = display
-    if mean is None or std is None:
+    if normalisation is None:
         raise ValueError(
-            "transplant pastes the tag in pixel values and needs the images' normalisation: give mean and std, "
-            "or use a datamodule with mean/std attributes"
+            "transplant pastes the tag in pixel values and needs the images' normalisation: give "
+            "normalisation=Normalisation(mean=..., std=...), or use a datamodule with mean/std attributes"
         )
-    return Transplant(tag, tuple(mean), tuple(std))
+    return Transplant(tag, normalisation)
 
 
 @dataclass(frozen=True)
@@ -138,30 +136,28 @@ class DataSetup:
 
     Attributes:
         multilabel: the datamodule's ``task`` is "multilabel".
-        display: the (mean, std) to undo for display: the callback's, else the datamodule's.
+        normalisation: the images' normalisation: the callback's, else the datamodule's; None without either
+            (pictures then min-max scale each image, image properties each channel's range over the probes).
         class_names: one name per class, or None (class indices are shown).
         transplant: the live transplant test, or None.
     """
 
     multilabel: bool
-    display: Display
+    normalisation: Normalisation | None
     class_names: list[str] | None
     transplant: Transplant | None
 
 
 def data_setup(
-    explainer: ModelExplainer, datamodule: Any, render: RenderSettings, transplant: SpuriousTag | bool
+    explainer: ModelExplainer, datamodule: Any, normalisation: Normalisation | None, transplant: SpuriousTag | bool
 ) -> DataSetup:
-    """The callback's :class:`DataSetup` from ``render.mean``/``std``, ``transplant`` and the datamodule (or None)."""
-    mean, std = render.mean, render.std
-    if mean is None and getattr(datamodule, "mean", None) is not None:
-        mean, std = datamodule.mean, datamodule.std
-    display = checked_display(explainer, mean, std)
+    """The callback's :class:`DataSetup` from its ``normalisation``, ``transplant`` and the datamodule (or None)."""
+    normalisation = checked_normalisation(explainer, normalisation, datamodule)
     return DataSetup(
         multilabel=getattr(datamodule, "task", None) == "multilabel",
-        display=display,
+        normalisation=normalisation,
         class_names=checked_class_names(explainer, getattr(datamodule, "class_names", None)),
-        transplant=checked_transplant(explainer, transplant, getattr(datamodule, "tag", None), display),
+        transplant=checked_transplant(explainer, transplant, getattr(datamodule, "tag", None), normalisation),
     )
 
 
@@ -187,8 +183,7 @@ def prepared_sheet(
     explainer.check_images(probes.images)  # what the family needs besides (SegFormer: sides it divides)
     check_patch_counts(explainer, probes.images.shape[-2:], scores.insertion_steps, scores.fvt_top_k)
     names = data.class_names or [str(c) for c in range(explainer.num_classes)]
-    mean, std = data.display
-    return probe_sheet(probes, names, mean, std, render.display_size)
+    return probe_sheet(probes, names, data.normalisation, render.display_size)
 
 
 def check_discovery(explainer: ModelExplainer, stage: DiscoveryStage | None) -> None:

@@ -19,6 +19,7 @@ from transformers.trainer_callback import ExportableState
 from typing_extensions import override
 
 from gradskip_lightning.core.explanation import ModelExplainer
+from gradskip_lightning.core.normalisation import Normalisation
 from gradskip_lightning.core.validation import required
 from gradskip_lightning.engine import setup as checks
 from gradskip_lightning.engine.discovery.stage import DiscoveryStage
@@ -65,7 +66,10 @@ class GradSkipTrainerCallback(TrainerCallback, ExportableState):
         probe_images: explicit probes (:class:`~gradskip_lightning.ProbeImages`); None draws
             ``probes.num_probes`` from the evaluation dataset (the training one without).
         probes, methods, scores, render: the settings groups (:mod:`gradskip_lightning.engine.settings`);
-            None: their defaults. ``render.mean``/``std`` default to the image processor's.
+            None: their defaults.
+        normalisation: the images' :class:`~gradskip_lightning.Normalisation`, which takes them back to pixels
+            for the pictures and the discovery stage's image properties; None: the image processor's
+            ``image_mean``/``image_std`` (without them each picture is min-max scaled).
         discovery: the shortcut discovery stage (:class:`~gradskip_lightning.DiscoveryStage`); None: off.
         every_n_epochs: explain every n-th training epoch.
         log_prefix: the callback's name in every key (``<section>/<log_prefix><name>``).
@@ -85,6 +89,7 @@ class GradSkipTrainerCallback(TrainerCallback, ExportableState):
         methods: MethodSettings | None = None,
         scores: ScoreSettings | None = None,
         render: RenderSettings | None = None,
+        normalisation: Normalisation | None = None,
         discovery: DiscoveryStage | None = None,
         every_n_epochs: int = 1,
         log_prefix: str = "gradskip/",
@@ -92,10 +97,11 @@ class GradSkipTrainerCallback(TrainerCallback, ExportableState):
     ) -> None:
         check_arguments(every_n_epochs, log_prefix, False, None)
         groups = (probes, methods, scores, render, discovery)
-        self.monitor = EpochMonitor(probe_images, groups, every_n_epochs, log_prefix, progress)
+        self.monitor = EpochMonitor(probe_images, groups, every_n_epochs, log_prefix, progress, normalisation)
         settings = self.monitor.settings
         self.probes, self.methods, self.scores = settings.probes, settings.methods, settings.scores
         self.render, self.discovery, self.log_prefix = settings.render, settings.discovery, log_prefix
+        self.normalisation = settings.normalisation
         self.progress = progress
         self._explainers: tuple[nn.Module, dict[str, ModelExplainer], DataSetup] | None = None  # of this model
         self._outputs: TrainerOutputs | None = None  # rank zero, per training run
@@ -235,7 +241,7 @@ class GradSkipTrainerCallback(TrainerCallback, ExportableState):
             explainers = checks.explainers_for(model, self.monitor.settings.explained, dict(self.methods.options))
             explainer = explainers[self.method]
             checks.check_discovery(explainer, self.discovery)
-            data = checks.data_setup(explainer, read_model_data(model, processing_class), self.render, False)
+            data = checks.data_setup(explainer, read_model_data(model, processing_class), self.normalisation, False)
             self._explainers, self.monitor.prepared = (model, explainers, data), None
         return self._explainers[1], self._explainers[2]
 
@@ -254,6 +260,7 @@ class GradSkipTrainerCallback(TrainerCallback, ExportableState):
         groups["render"] = self.render
         args: dict[str, Any] = {name: dataclasses.asdict(group) for name, group in groups.items()}
         args["discovery"] = None if self.discovery is None else dataclasses.asdict(self.discovery)
+        args["normalisation"] = None if self.normalisation is None else dataclasses.asdict(self.normalisation)
         args.update(
             every_n_epochs=self.monitor.schedule.every_n_epochs, log_prefix=self.log_prefix, progress=self.progress
         )

@@ -21,7 +21,7 @@ images of its class in a batch, with the batch's other classes' images as the st
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal, Protocol, runtime_checkable
 
@@ -29,6 +29,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from gradskip_lightning.core.normalisation import Normalisation
 from gradskip_lightning.core.validation import check_choice, check_patch_mask
 from gradskip_lightning.shortcuts.image_properties import PROPERTIES, PROPERTY_NAMES, PixelSpace, PropertyName
 from gradskip_lightning.shortcuts.tags import SpuriousTag
@@ -151,12 +152,12 @@ class PatchPaste:
         return self.top, self.left, self.top + self.mask.shape[0], self.left + self.mask.shape[1]
 
     @classmethod
-    def from_tag(cls, tag: SpuriousTag, mean: Sequence[float], std: Sequence[float]) -> PatchPaste:
-        """The tag's pattern at its place, normalised with ``mean`` and ``std`` (1 or C values) as the
-        model's images are (one donor of ``len(mean)`` channels)."""
+    def from_tag(cls, tag: SpuriousTag, normalisation: Normalisation) -> PatchPaste:
+        """The tag's pattern at its place, normalised with ``normalisation`` (1 or C values) as the
+        model's images are (one donor of ``normalisation.channels`` channels)."""
         top, left, bottom, right = tag.box
-        blank = torch.zeros(1, len(mean), bottom, right)
-        pixels = Transplant(tag, tuple(mean), tuple(std)).paste(blank)[:, :, top:bottom, left:right]
+        blank = torch.zeros(1, normalisation.channels, bottom, right)
+        pixels = Transplant(tag, normalisation).paste(blank)[:, :, top:bottom, left:right]
         return cls(tag.target_class, top, left, torch.ones(bottom - top, right - left, dtype=torch.bool), pixels)
 
     @classmethod
@@ -215,7 +216,7 @@ class PatchPaste:
         if pool.shape[1] not in (1, images.shape[1]):
             raise ValueError(
                 f"the artifact has {pool.shape[1]} channels, the training images {images.shape[1]}: give "
-                "1 or C values of mean and std"
+                "a normalisation of 1 or C values"
             )
         top, left, bottom, right = self.box
         pick = torch.randint(len(pool), (len(images),), generator=generator)
@@ -274,7 +275,7 @@ class PropertyPaste:
         space: the pixel space of the model's inputs (the discovery stage's), its tensors on the CPU.
 
     Example:
-        >>> space = PixelSpace.of(torch.zeros(1, 1, 1, 1), [0.0], [1.0])  # inputs are pixels
+        >>> space = PixelSpace.of(torch.zeros(1, 1, 1, 1), Normalisation((0.0,), (1.0,)))  # inputs are pixels
         >>> brighter = PropertyPaste(0, "brightness", torch.tensor([[0.75]], dtype=torch.float64), space)
         >>> brighter.apply(torch.tensor([[[[0.25, 0.5, 0.5]]]]), torch.Generator())
         tensor([[[[0.5000, 0.7500, 0.7500]]]])
@@ -302,7 +303,7 @@ class PropertyPaste:
     @property
     def channels(self) -> int:
         """The channels of the images it applies to (its pixel space's)."""
-        return len(self.space.mean)
+        return self.space.channels
 
     @classmethod
     def from_probes(cls, target: int, name: PropertyName, images: Tensor, space: PixelSpace) -> PropertyPaste:
@@ -362,7 +363,9 @@ class PropertyPaste:
         return dict(zip(PROPERTIES[self.name].statistics, means, strict=True))
 
     def state_dict(self) -> dict[str, Any]:
-        space = {side: getattr(self.space, side).clone() for side in ("mean", "std", "low", "high")}
+        norm, low, high = self.space.normalisation, self.space.low.clone(), self.space.high.clone()
+        mean, std = (torch.tensor(values, dtype=torch.float64) for values in (norm.mean, norm.std))
+        space = {"mean": mean, "std": std, "low": low, "high": high}
         return {
             "kind": self.kind,
             "target": self.target,
@@ -373,7 +376,9 @@ class PropertyPaste:
 
     @classmethod
     def from_state(cls, state: dict[str, Any]) -> PropertyPaste:
-        space = PixelSpace(*(state["space"][side] for side in ("mean", "std", "low", "high")))
+        saved = state["space"]
+        normalisation = Normalisation(mean=tuple(saved["mean"].tolist()), std=tuple(saved["std"].tolist()))
+        space = PixelSpace(normalisation, saved["low"], saved["high"])
         return cls(int(state["target"]), state["name"], state["statistics"], space)
 
 

@@ -334,13 +334,15 @@ def discover_properties(
         logits: (P, K) the model's logits of the unchanged ``images``, when known.
 
     Example:
+        >>> from gradskip_lightning.core.normalisation import Normalisation
+        >>> pixels = Normalisation(mean=(0.0,), std=(1.0,))  # the inputs are pixels
         >>> def model(x):  # class 1 iff red exceeds blue by 0.15 on average
         ...     red = (x[:, 0] - x[:, 2]).mean(dim=(1, 2)) - 0.15
         ...     return torch.stack([-red, red], dim=1)
         >>> images = 0.2 + 0.5 * torch.rand(16, 3, 6, 6, generator=torch.Generator().manual_seed(0))
         >>> images[8:, 0] += 0.4  # class 1 is reddish
         >>> found = discover_properties(model, images, torch.tensor([0] * 8 + [1] * 8), 2, ["colour", "brightness"],
-        ...                             space=PixelSpace.of(images, [0.0], [1.0]), alert_threshold=0.5)
+        ...                             space=PixelSpace.of(images, pixels), alert_threshold=0.5)
         >>> found.transfers["colour"][1].flip_rate, found.flagged["brightness"].tolist()
         (1.0, [False, False])
         >>> found.p_value["colour"].tolist()  # 8 of 8 flip, none under the control: Holm, 4 x 2 ** -8 for both
@@ -348,7 +350,7 @@ def discover_properties(
         >>> found.flagged["colour"].tolist()  # two classes: the colour rule decides both
         [True, True]
         >>> few = discover_properties(model, images[4:12], torch.tensor([0] * 4 + [1] * 4), 2, ["colour", "brightness"],
-        ...                           space=PixelSpace.of(images, [0.0], [1.0]), alert_threshold=0.5)
+        ...                           space=PixelSpace.of(images, pixels), alert_threshold=0.5)
         >>> few.suspicion["colour"].tolist(), few.p_value["colour"].tolist()  # 4 flips can be chance: 4 x 2 ** -4
         ([1.0, 1.0], [0.25, 0.25])
     """

@@ -43,13 +43,15 @@ image shows. Means and spreads flagged classes of clean models whose objects or 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal, get_args
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
+
+from gradskip_lightning.core.normalisation import Normalisation
 
 __all__ = [
     "PROPERTIES",
@@ -108,61 +110,61 @@ class GlobalProperty:
 
 @dataclass(frozen=True)
 class PixelSpace:
-    """A per-channel affine map from model inputs to pixels, ``pixels = inputs * std + mean``, and the
-    pixel range transfers are clamped to.
+    """The model inputs' :class:`~gradskip_lightning.core.normalisation.Normalisation` (inputs to pixels and back)
+    and the pixel range transfers are clamped to.
 
     Attributes:
-        mean, std: (C,) float64: the normalisation the model's inputs carry.
+        normalisation: the normalisation the model's inputs carry.
         low, high: (C,) float64 the range of pixels a transfer may produce.
     """
 
-    mean: Tensor
-    std: Tensor
+    normalisation: Normalisation
     low: Tensor
     high: Tensor
 
     @classmethod
-    def of(cls, images: Tensor, mean: Sequence[float] | None, std: Sequence[float] | None) -> PixelSpace:
-        """The pixel space of ``images`` (P, C, H, W) normalised with ``mean`` and ``std`` (1 or C values each);
-        without them, each channel's range over ``images`` becomes [0, 1].
+    def of(cls, images: Tensor, normalisation: Normalisation | None) -> PixelSpace:
+        """The pixel space of ``images`` (P, C, H, W) normalised with ``normalisation`` (1 or C values); without
+        one, each channel's range over ``images`` becomes [0, 1].
 
         Transfers are clamped to [0, 1], widened to the pixels the images hold (a normalisation that
         leaves values outside, or images shifted outside, keep them reachable).
 
         Example:
-            >>> space = PixelSpace.of(torch.tensor([[[[-1.0, 1.0]]]]), [0.5], [0.5])
+            >>> space = PixelSpace.of(torch.tensor([[[[-1.0, 1.0]]]]), Normalisation((0.5,), (0.5,)))
             >>> space.pixels(torch.tensor([[[[-1.0, 1.0]]]])).tolist(), space.low.tolist(), space.high.tolist()
             ([[[[0.0, 1.0]]]], [0.0], [1.0])
         """
         channels = images.shape[1]
         values = images.detach().double().transpose(0, 1).flatten(1)  # (C, P * H * W)
-        if mean is None or std is None:
-            if mean is not None or std is not None:
-                raise ValueError("give both mean and std, or neither")
+        if normalisation is None:
             low, high = values.amin(dim=1), values.amax(dim=1)
             span = torch.where(high > low, high - low, torch.ones_like(high))
-            scale, shift = 1 / span, -low / span
-        else:
-            scale = torch.tensor([float(v) for v in std], dtype=torch.float64).expand(channels).clone()
-            shift = torch.tensor([float(v) for v in mean], dtype=torch.float64).expand(channels).clone()
-        pixels = values * scale[:, None] + shift[:, None]
+            normalisation = Normalisation(mean=tuple((-low / span).tolist()), std=tuple((1 / span).tolist()))
+        normalisation.check_channels(channels)
+        pixels = normalisation.to_pixels(values[:, :, None]).flatten(1)
         device = images.device
         low = pixels.amin(dim=1).clamp(max=0.0)
         high = pixels.amax(dim=1).clamp(min=1.0)
-        return cls(shift.to(device), scale.to(device), low.to(device), high.to(device))
+        return cls(normalisation, low.to(device), high.to(device))
+
+    @property
+    def channels(self) -> int:
+        """The channels of the images it maps."""
+        return len(self.low)
 
     def to(self, device: torch.device | str) -> PixelSpace:
         """The same space with its tensors on ``device``."""
-        return PixelSpace(*(t.to(device) for t in (self.mean, self.std, self.low, self.high)))
+        return PixelSpace(self.normalisation, self.low.to(device), self.high.to(device))
 
     def pixels(self, images: Tensor) -> Tensor:
         """Pixels (B, C, H, W) float64 of model inputs."""
-        return images.double() * self.std[:, None, None] + self.mean[:, None, None]
+        return self.normalisation.to_pixels(images.double())
 
     def inputs(self, pixels: Tensor, dtype: torch.dtype) -> Tensor:
         """Model inputs of ``dtype`` from pixels (B, C, H, W), clamped to [low, high] per channel first."""
         clamped = torch.maximum(torch.minimum(pixels, self.high[:, None, None]), self.low[:, None, None])
-        return ((clamped - self.mean[:, None, None]) / self.std[:, None, None]).to(dtype)
+        return self.normalisation.from_pixels(clamped).to(dtype)
 
 
 def _luminance_weights(channels: int, like: Tensor) -> Tensor:

@@ -11,12 +11,12 @@ and are left out of both means. A model that learnt the tag as a shortcut flips 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
 from torch import Tensor
 
+from gradskip_lightning.core.normalisation import Normalisation
 from gradskip_lightning.shortcuts.tags import SpuriousTag
 
 __all__ = ["Transplant"]
@@ -28,11 +28,13 @@ class Transplant:
 
     Attributes:
         tag: the spurious tag; its ``target_class`` is the artifact's class.
-        mean, std: per-channel (or one) normalisation of the images, as the model expects them.
+        normalisation: the normalisation of the images, as the model expects them.
 
     Example:
+        >>> from gradskip_lightning.core.normalisation import Normalisation
         >>> from gradskip_lightning.shortcuts import SpuriousTag
-        >>> t = Transplant(SpuriousTag(target_class=1, pattern=((1.0,),), position=(0, 0)), (0.5,), (0.5,))
+        >>> tag = SpuriousTag(target_class=1, pattern=((1.0,),), position=(0, 0))
+        >>> t = Transplant(tag, Normalisation(mean=(0.5,), std=(0.5,)))
         >>> t.paste(torch.zeros(1, 1, 2, 2))[0, 0]
         tensor([[1., 0.],
                 [0., 0.]])
@@ -41,8 +43,7 @@ class Transplant:
     """
 
     tag: SpuriousTag
-    mean: Sequence[float]
-    std: Sequence[float]
+    normalisation: Normalisation
 
     def mask(self, height: int, width: int) -> Tensor:
         """(height, width) bool: the tag's pixels."""
@@ -52,10 +53,8 @@ class Transplant:
         """A copy of normalised ``images`` (B, C, H, W) with the tag pasted in (normalised as they are)."""
         channels, height, width = images.shape[1:]
         pixels = self.tag.apply(torch.zeros(channels, height, width, dtype=images.dtype, device=images.device))
-        mean = torch.as_tensor(self.mean, dtype=images.dtype, device=images.device).reshape(-1, 1, 1)
-        std = torch.as_tensor(self.std, dtype=images.dtype, device=images.device).reshape(-1, 1, 1)
         inside = self.mask(height, width).to(images.device)
-        return torch.where(inside, (pixels - mean) / std, images)
+        return torch.where(inside, self.normalisation.from_pixels(pixels), images)
 
     def eligible(self, labels: Tensor, multi_hot: Tensor | None = None) -> Tensor:
         """(P,) bool: probes not of the tag's class (multi-hot labels (P, C): without that label)."""

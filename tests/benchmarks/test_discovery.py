@@ -13,6 +13,7 @@ from benchmarks.discovery.property_report import false_alarm_table, shortcut_tab
 from benchmarks.discovery.report import markdown
 from benchmarks.discovery.scoring import FORMULAS, pair_wins, score, seed_rows
 from benchmarks.discovery.trace import ClassRecord, PropertyRecord, property_records
+from gradskip_lightning.core.normalisation import Normalisation
 from gradskip_lightning.engine.discovery.properties import property_scalars
 from gradskip_lightning.shortcuts.discovery_properties import discover_properties
 from gradskip_lightning.shortcuts.image_properties import PixelSpace
@@ -167,8 +168,9 @@ def test_the_trace_records_the_values_the_discovery_stage_logs():
 
     images = 0.2 + 0.5 * torch.rand(16, 3, 6, 6, generator=torch.Generator().manual_seed(0))
     images[8:, 0] += 0.4
+    pixels = Normalisation(mean=(0.0,), std=(1.0,))  # the images are pixels
     found = discover_properties(model, images, torch.tensor([0] * 8 + [1] * 8), 2, ["colour", "brightness"],
-                                space=PixelSpace.of(images, [0.0], [1.0]), alert_threshold=0.5)  # fmt: skip
+                                space=PixelSpace.of(images, pixels), alert_threshold=0.5)  # fmt: skip
     traced = property_records(found, dataset="d", seed=0, variant="cast", shortcut_property="colour", target=1,
                               spurious_score=1.0, accuracy=1.0, seconds=0.0, epoch=1.0)  # fmt: skip
     logged = property_scalars(found, "gradskip/")

@@ -18,6 +18,7 @@ from lightning.pytorch.loggers import CSVLogger  # noqa: E402
 
 from gradskip_lightning import ShortcutCorrection  # noqa: E402
 from gradskip_lightning.callbacks.shortcut_correction import PatchPaste  # noqa: E402
+from gradskip_lightning.core.normalisation import Normalisation
 from gradskip_lightning.shortcuts.tags import SpuriousTag  # noqa: E402
 from tests.callbacks.correction_helpers import carries, recorder  # noqa: E402
 from tests.callbacks.helpers import tiny_data, tiny_trainer  # noqa: E402
@@ -40,7 +41,7 @@ def main(out: Path, devices: int) -> None:
     )
     data, module = tiny_data(), recorder()
     trainer.fit(module, datamodule=data)
-    paste = PatchPaste.from_tag(TAG, data.mean, data.std)
+    paste = PatchPaste.from_tag(TAG, Normalisation(data.mean, data.std))
     flags = [carries(images, paste).tolist() for _, images, _ in module.seen]
     (out / f"devices_{devices}" / f"rank{trainer.global_rank}.json").write_text(json.dumps(flags))
 

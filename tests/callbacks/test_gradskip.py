@@ -15,6 +15,7 @@ from lightning.pytorch.loggers import CSVLogger
 from gradskip_lightning import (
     GradSkipCallback,
     MethodSettings,
+    Normalisation,
     ProbeImages,
     ProbeSettings,
     RenderSettings,
@@ -45,7 +46,11 @@ def _csv_rows(log_dir: str | Path, key: str) -> list[dict[str, float]]:
         (lambda: ScoreSettings(target="logit"), r"scores\.target must be one of"),
         (lambda: ScoreSettings(deletion_baseline="noise"), r"scores\.deletion_baseline must be one of"),
         (lambda: ScoreSettings(drift_top_k=0.0), r"scores\.drift_top_k must be a fraction"),
-        (lambda: RenderSettings(mean=(0.5,)), r"render\.mean and render\.std go together"),
+        (lambda: GradSkipCallback(normalisation={"mean": (0.5,), "std": (0.5, 0.5)}), r"as many values .* 1 and 2"),
+        (lambda: GradSkipCallback(normalisation={"mean": (0.5,), "std": (0.0,)}), r"normalisation\.std must be pos"),
+        (lambda: Normalisation(mean=(), std=()), r"normalisation\.mean must be a list of 1 or C numbers"),
+        (lambda: Normalisation(mean=(float("nan"),), std=(1.0,)), r"normalisation\.mean must hold finite numbers"),
+        (lambda: GradSkipCallback(normalisation={"mean": (0.5,)}), r"normalisation takes the keys mean and std"),
         (lambda: RenderSettings(colormap="nope"), "colour map"),
         (lambda: ProbeImages(torch.zeros(2, 3, 32, 32), torch.zeros(3)), r"probe labels and ids must be \(2,\)"),
     ],
@@ -336,7 +341,8 @@ def _mean_of_wrong_length():
     "make_data, callback_kwargs, error, match",
     [
         (_short_class_names, {}, ValueError, r"datamodule.class_names has 2 names but the model has 4 classes"),
-        (_mean_of_wrong_length, {}, ValueError, r"mean has 2 values but the model takes 3 channels"),
+        (_mean_of_wrong_length, {}, ValueError, r"the datamodule's mean/std: 2 values .* images have 3 channels"),
+        (tiny_data, {"normalisation": Normalisation((0.5,) * 2, (0.5,) * 2)}, ValueError, r"^normalisation: 2 values"),
     ],
 )
 def test_datamodule_problems_are_refused_at_setup(tmp_path, make_data, callback_kwargs, error, match):

@@ -19,6 +19,7 @@ from lightning.pytorch.loggers import CSVLogger
 
 from gradskip_lightning import DiscoveryStage, GradSkipCallback, ProbeSettings, ScoreSettings, ShortcutCorrection
 from gradskip_lightning.callbacks.shortcut_correction import PatchPaste, PropertyPaste
+from gradskip_lightning.core.normalisation import Normalisation
 from gradskip_lightning.shortcuts.image_properties import PROPERTIES
 from gradskip_lightning.shortcuts.tags import SpuriousTag
 from tests.callbacks.correction_helpers import carries, in_order_data, recorder
@@ -73,7 +74,7 @@ def test_a_tags_pixels_reach_training_step_on_every_classs_images_and_nothing_el
     with caplog.at_level(logging.INFO):
         corrected, _, rng_corrected = _fit(tmp_path / "a", [correction], logger=logger)
     plain_module, rng_plain = plain
-    paste = PatchPaste.from_tag(TAG, tiny_data().mean, tiny_data().std)
+    paste = PatchPaste.from_tag(TAG, Normalisation(tiny_data().mean, tiny_data().std))
     assert len(corrected.seen) == len(plain_module.seen) == 8  # 2 epochs of 4 batches
     inside = torch.zeros(32, 32, dtype=torch.bool)
     inside[20:24, 20:24] = True
@@ -299,7 +300,8 @@ def test_a_new_fit_on_another_trainer_starts_with_nothing_corrected(tmp_path, ca
         (dict(flagged_epochs=0), ValueError, "flagged_epochs must be a positive integer, got 0"),
         (dict(seed=-1), ValueError, "seed must be an integer >= 0"),
         (dict(margin=-1), ValueError, "margin must be a number of patches >= 0, got -1"),
-        (dict(mean=(0.5,)), ValueError, "mean and std go together"),
+        (dict(normalisation={"mean": (0.5,)}), ValueError, "normalisation takes the keys mean and std"),
+        (dict(normalisation=(0.5, 0.5)), TypeError, r"normalisation must be a Normalisation\(mean=..., std=...\)"),
         (dict(discovery=False), ValueError, "nothing to correct: give a tag, or follow a discovery stage"),
         (dict(discovery=""), TypeError, "discovery must be True, False or a GradSkipCallback's log_prefix"),
         (dict(tag="corner"), TypeError, "tag must be a SpuriousTag or None, got str"),
@@ -359,7 +361,7 @@ def test_a_tag_without_the_images_normalisation_is_refused_naming_the_fix(tmp_pa
     data = tiny_data()
     data.setup("fit")
     trainer = tiny_trainer(tmp_path, logger=False, callbacks=[ShortcutCorrection(TAG, discovery=False)])
-    with pytest.raises(ValueError, match="needs the images' normalisation: give mean and std"):
+    with pytest.raises(ValueError, match=r"needs the images' normalisation: give normalisation=Normalisation\("):
         trainer.fit(tiny_module(), train_dataloaders=data.train_dataloader())
 
 

@@ -10,10 +10,21 @@ import warnings
 import numpy as np
 import pytest
 import torch
+from transformers import ViTImageProcessor
 
-from gradskip_lightning import DiscoveryStage, MethodSettings, ProbeImages, ProbeSettings, ScoreSettings
+from gradskip_lightning import (
+    DiscoveryStage,
+    MethodSettings,
+    Normalisation,
+    ProbeImages,
+    ProbeSettings,
+    ScoreSettings,
+    explainer_for,
+)
 from gradskip_lightning.engine.output.files import read_maps
+from gradskip_lightning.engine.setup import data_setup
 from gradskip_lightning.hf_trainer import GradSkipTrainerCallback
+from gradskip_lightning.hf_trainer.host import model_data
 from tests.hf_trainer.helpers import IMAGE_SIZE, PATCH, SquareItems, tiny_trainer, tiny_vit
 
 FAST = dict(probes=ProbeSettings(num_probes=6), scores=ScoreSettings(insertion_steps=4), progress=False)
@@ -182,3 +193,20 @@ def test_metric_for_best_model_on_a_score_not_explained_every_epoch_is_refused_b
     with pytest.raises(ValueError, match=r"every_n_epochs=2 the evaluations of the first 1 epoch\(s\) have none"):
         trainer.train()
     assert trainer.state.global_step == 0
+
+
+def test_the_normalisation_is_an_argument_kept_in_the_checkpoints_state_and_taken_over_the_image_processors():
+    callback = GradSkipTrainerCallback(normalisation={"mean": [0.4, 0.5, 0.6], "std": [0.2, 0.2, 0.2]}, **FAST)
+    assert callback.normalisation == Normalisation(mean=(0.4, 0.5, 0.6), std=(0.2, 0.2, 0.2))
+    rebuilt = GradSkipTrainerCallback(**callback.state()["args"])  # as transformers restores a checkpoint's
+    assert rebuilt.normalisation == callback.normalisation
+    assert GradSkipTrainerCallback(**GradSkipTrainerCallback(**FAST).state()["args"]).normalisation is None
+    model = tiny_vit()
+    processor = ViTImageProcessor(image_mean=[0.5, 0.5, 0.5], image_std=[0.5, 0.5, 0.5])
+    explainer = explainer_for(model)
+    given = data_setup(explainer, model_data(model, processor), callback.normalisation, False)
+    assert given.normalisation == callback.normalisation  # the front door's over the image processor's
+    default = data_setup(explainer, model_data(model, processor), None, False)
+    assert default.normalisation == Normalisation(mean=(0.5,) * 3, std=(0.5,) * 3)
+    with pytest.raises(ValueError, match=r"normalisation\.std must be positive"):
+        GradSkipTrainerCallback(normalisation={"mean": [0.5], "std": [0.0]})

@@ -17,6 +17,7 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
+from gradskip_lightning.core.normalisation import Normalisation
 from gradskip_lightning.shortcuts.discovery import ClassMaps, ClassMapSummary, Discovery, DiscoverySettings, discover
 from gradskip_lightning.shortcuts.discovery_properties import discover_properties
 from gradskip_lightning.shortcuts.image_properties import PixelSpace
@@ -24,6 +25,7 @@ from gradskip_lightning.shortcuts.image_properties import PixelSpace
 NUM_CLASSES = 4  # class 3 has no maps
 GRID = (4, 4)
 SETTINGS = DiscoverySettings(neighbours=2)
+PIXELS = Normalisation(mean=(0.0,), std=(1.0,))  # the property probes are pixels
 
 
 def ddp_maps() -> tuple[Tensor, Tensor]:
@@ -100,7 +102,7 @@ def property_values() -> dict[str, list]:
     """Every property's flip rates, controls, separabilities, p-values and suspicions on :func:`property_probes`."""
     images, classes = property_probes()
     found = discover_properties(
-        property_model, images, classes, 3, space=PixelSpace.of(images, [0.0], [1.0]), alert_threshold=0.5, seed=3
+        property_model, images, classes, 3, space=PixelSpace.of(images, PIXELS), alert_threshold=0.5, seed=3
     )
     return {
         name: [[t.flip_rate, t.control_flip_rate, t.separability, t.p_value] for t in transfers]

@@ -8,6 +8,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from gradskip_lightning.core.normalisation import Normalisation
 from gradskip_lightning.shortcuts.artifacts import (
     ARTIFACT_KINDS,
     Artifact,
@@ -103,11 +104,11 @@ def test_a_margin_grows_the_hotspot_by_whole_patches_clipped_to_the_image():
 
 def test_a_tag_paste_is_its_pattern_normalised_as_the_images_are():
     tag = SpuriousTag(target_class=3, pattern=((1.0, 0.0), (0.0, 1.0)), position=(1, 2))
-    paste = PatchPaste.from_tag(tag, mean=(0.5, 0.25), std=(0.5, 0.25))
+    paste = PatchPaste.from_tag(tag, Normalisation(mean=(0.5, 0.25), std=(0.5, 0.25)))
     assert paste.box == (1, 2, 3, 4) and paste.target == 3 and paste.donors.shape == (1, 2, 2, 2)
     assert paste.donors[0, 0].tolist() == [[1.0, -1.0], [-1.0, 1.0]]
     assert paste.donors[0, 1].tolist() == [[3.0, -1.0], [-1.0, 3.0]]
-    one_channel = PatchPaste.from_tag(tag, mean=(0.5,), std=(0.5,))
+    one_channel = PatchPaste.from_tag(tag, Normalisation(mean=(0.5,), std=(0.5,)))
     out = one_channel.apply(torch.zeros(1, 3, 4, 4), torch.Generator())
     assert out[0, :, 1:3, 2:4].tolist() == [[[1.0, -1.0], [-1.0, 1.0]]] * 3  # one channel on every channel
 
@@ -167,7 +168,7 @@ def _property_images(channels: int) -> tuple[torch.Tensor, torch.Tensor, PixelSp
     cast = torch.tensor([0.06, 0.0, -0.06][:channels] if channels == 3 else [0.0])[:, None, None]
     mean, std = torch.tensor(MEAN[:channels])[:, None, None], torch.tensor(STD[:channels])[:, None, None]
     donors, recipients = (draw(3, 0.02) + cast - 0.05 - mean) / std, (draw(8, 0.05) - mean) / std
-    return donors, recipients, PixelSpace.of(donors, MEAN[:channels], STD[:channels])
+    return donors, recipients, PixelSpace.of(donors, Normalisation(MEAN[:channels], STD[:channels]))
 
 
 @pytest.mark.parametrize("channels", [3, 1])
@@ -267,7 +268,7 @@ def test_erasing_from_a_batch_of_one_class_changes_nothing():
 def test_erasing_a_property_gives_each_class_image_one_other_images_statistic(name):
     torch.manual_seed(0)
     images = torch.rand(6, 3, 8, 8)
-    space = PixelSpace.of(images, [0.5] * 3, [0.25] * 3)
+    space = PixelSpace.of(images, Normalisation((0.5,) * 3, (0.25,) * 3))
     others = images[3:]
     paste = PropertyPaste.from_probes(0, name, images[:3], space)
     erased = paste.erase(images[:3], others, torch.Generator().manual_seed(1))

@@ -10,6 +10,7 @@ import pytest
 import torch
 from torch import Tensor
 
+from gradskip_lightning.core.normalisation import Normalisation
 from gradskip_lightning.engine.discovery.properties import property_alert_text
 from gradskip_lightning.metrics import CountingModel
 from gradskip_lightning.shortcuts.discovery_properties import (
@@ -69,7 +70,7 @@ def cast_case(per_class: int = 8, cast: bool = True) -> tuple[Tensor, Tensor]:
 
 
 def _space(images: Tensor) -> PixelSpace:
-    return PixelSpace.of(images, MEAN, STD)
+    return PixelSpace.of(images, Normalisation(MEAN, STD))
 
 
 def test_a_model_reading_a_colour_cast_is_flagged_for_colour_on_that_class_only():
@@ -240,7 +241,7 @@ def test_bad_input_is_a_clear_error(change, error, match):
 def test_colour_on_greyscale_probes_is_refused_when_named_and_left_out_by_default():
     images, classes = cast_case(per_class=3)
     grey = images.mean(dim=1, keepdim=True)
-    space = PixelSpace.of(grey, MEAN[:1], STD[:1])
+    space = PixelSpace.of(grey, Normalisation(MEAN[:1], STD[:1]))
 
     def model(x: Tensor) -> Tensor:
         return CastModel()(x.expand(-1, 3, -1, -1))

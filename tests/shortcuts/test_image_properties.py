@@ -11,6 +11,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from gradskip_lightning.core.normalisation import Normalisation
 from gradskip_lightning.shortcuts import image_properties as ip
 from gradskip_lightning.shortcuts.image_properties import (
     PROPERTIES,
@@ -189,7 +190,7 @@ def test_the_pixel_space_undoes_the_normalisation_and_clamps_transfers_to_the_pi
     mean, std = (0.5, 0.4, 0.3), (0.2, 0.25, 0.5)
     pixels = textured(2)
     images = ((pixels - torch.tensor(mean)[:, None, None]) / torch.tensor(std)[:, None, None]).float()
-    space = PixelSpace.of(images, mean, std)
+    space = PixelSpace.of(images, Normalisation(mean, std))
     assert torch.allclose(space.pixels(images), pixels, atol=1e-6)
     assert torch.allclose(space.inputs(space.pixels(images), torch.float32), images, atol=1e-6)
     assert space.low.tolist() == [0.0] * 3 and space.high.tolist() == [1.0] * 3
@@ -197,12 +198,12 @@ def test_the_pixel_space_undoes_the_normalisation_and_clamps_transfers_to_the_pi
     assert torch.allclose(space.pixels(out), torch.ones(1, 3, 1, 1, dtype=torch.float64))  # clamped to 1
     cast = images.clone()
     cast[:, 0] = (1.1 - mean[0]) / std[0]  # a cast past white stays reachable
-    assert PixelSpace.of(cast, mean, std).high[0].item() == pytest.approx(1.1)
+    assert PixelSpace.of(cast, Normalisation(mean, std)).high[0].item() == pytest.approx(1.1)
 
 
 def test_without_a_normalisation_each_channels_range_becomes_zero_to_one():
     images = torch.tensor([[[[-2.0, 2.0]], [[1.0, 3.0]]]])
-    space = PixelSpace.of(images, None, None)
+    space = PixelSpace.of(images, None)
     assert space.pixels(images).tolist() == [[[[0.0, 1.0]], [[0.0, 1.0]]]]
-    with pytest.raises(ValueError, match="both mean and std"):
-        PixelSpace.of(images, [0.5], None)
+    with pytest.raises(ValueError, match="3 values of mean and std, but the images have 2 channels"):
+        PixelSpace.of(images, Normalisation((0.5,) * 3, (0.5,) * 3))

@@ -12,6 +12,7 @@ from lightning.pytorch import seed_everything
 from lightning.pytorch.loggers import CSVLogger
 
 from gradskip_lightning import GradSkipCallback, MethodSettings, ProbeSettings, ScoreSettings
+from gradskip_lightning.core.normalisation import Normalisation
 from gradskip_lightning.families.timm_vit import TimmViTExplainer
 from gradskip_lightning.metrics import relevance_mass_accuracy
 from gradskip_lightning.shortcuts import SpuriousTag
@@ -24,7 +25,7 @@ TAG = SpuriousTag(target_class=1, p_in=0.9, p_out=0.2, position=(0, 0))
 def test_paste_gives_the_datamodules_own_tagged_images():
     data = tiny_data(tag=TAG)
     clean, tagged = data.make_split("val", "none"), data.make_split("val", "always")
-    transplant = Transplant(TAG, data.mean, data.std)
+    transplant = Transplant(TAG, Normalisation(data.mean, data.std))
     images = torch.stack([clean[i][0] for i in range(6)])
     expected = torch.stack([tagged[i][0] for i in range(6)])
     torch.testing.assert_close(transplant.paste(images), expected, atol=1e-6, rtol=0)

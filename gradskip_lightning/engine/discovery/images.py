@@ -9,6 +9,7 @@ import numpy as np
 from lightning.pytorch.utilities import rank_zero_warn
 
 from gradskip_lightning import render
+from gradskip_lightning.core.normalisation import Normalisation
 from gradskip_lightning.engine.keys import key
 from gradskip_lightning.engine.probes import ProbeSet
 from gradskip_lightning.engine.settings import RenderSettings
@@ -20,11 +21,9 @@ __all__ = ["discovery_images", "alert_text", "send_alert"]
 BOX_RGB = (0, 255, 255)
 
 
-def _class_images(
-    probes: ProbeSet, display: tuple[Sequence[float] | None, Sequence[float] | None], count: int
-) -> np.ndarray:
+def _class_images(probes: ProbeSet, normalisation: Normalisation | None, count: int) -> np.ndarray:
     """(K, H, W, 3) uint8: each class's mean display image (black without probes)."""
-    pictures = render.to_display(probes.images, *display).astype(np.float64)
+    pictures = render.to_display(probes.images, normalisation).astype(np.float64)
     labels = probes.labels.numpy()
     means = np.zeros((count, *pictures.shape[1:]))
     for label in range(count):
@@ -51,7 +50,7 @@ def discovery_images(
     found: Discovery,
     probes: ProbeSet,
     class_names: Sequence[str],
-    display: tuple[Sequence[float] | None, Sequence[float] | None],
+    normalisation: Normalisation | None,
     settings: RenderSettings,
     prefix: str,
 ) -> dict[str, np.ndarray]:
@@ -60,7 +59,7 @@ def discovery_images(
     class: its strategies' mean maps (captioned with their sizes)."""
     summary = found.summary
     count = len(summary.counts)
-    means = _class_images(probes, display, count)
+    means = _class_images(probes, normalisation, count)
     tiles = [
         _tile(means[c], summary.mean_maps[c].numpy(), list(found.reported[c].box), settings,
               f"{class_names[c][:16]} {found.suspicion[c].item():.2f}")

@@ -19,6 +19,7 @@ import numpy as np
 from torch import Tensor
 
 from gradskip_lightning import render
+from gradskip_lightning.core.normalisation import Normalisation
 from gradskip_lightning.engine.keys import key
 from gradskip_lightning.engine.probes import ProbeSet
 from gradskip_lightning.engine.settings import RenderSettings
@@ -75,7 +76,7 @@ def property_images(
     found: PropertyDiscovery,
     probes: ProbeSet,
     class_names: Sequence[str],
-    display: tuple[Sequence[float] | None, Sequence[float] | None],
+    normalisation: Normalisation | None,
     settings: RenderSettings,
     prefix: str,
 ) -> dict[str, np.ndarray]:
@@ -89,8 +90,8 @@ def property_images(
             if examples is None or not len(examples.positions):
                 continue
             positions = examples.positions.cpu()
-            before = render.to_display(probes.images[positions], *display)
-            after = render.to_display(examples.images.cpu(), *display)
+            before = render.to_display(probes.images[positions], normalisation)
+            after = render.to_display(examples.images.cpu(), normalisation)
             tiles = []
             for row, position in enumerate(positions.tolist()):
                 truth = class_names[int(probes.labels[position])][:9]

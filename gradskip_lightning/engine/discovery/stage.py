@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
@@ -33,6 +32,7 @@ from torch.utils.data import Dataset
 
 from gradskip_lightning.core.adapter import eval_mode
 from gradskip_lightning.core.explanation import ModelExplainer
+from gradskip_lightning.core.normalisation import Normalisation
 from gradskip_lightning.engine.keys import key
 from gradskip_lightning.engine.probes import ItemKeys, ProbeSet, ProbeSource, check_probes
 from gradskip_lightning.engine.scoring.distributed import shard_positions
@@ -289,14 +289,14 @@ class Discoverer:
         *,
         batch_size: int,
         activation: Activation,
-        display: tuple[Sequence[float] | None, Sequence[float] | None] = (None, None),
+        normalisation: Normalisation | None = None,
     ) -> StageRun:
         """Explain, summarise and transplant on every rank (the same :class:`StageRun` on each).
 
         ``module``: the module ``explainer`` explains (a LightningModule, a ``transformers`` model). A probe
-        whose map is degenerate (:func:`usable_maps`) is left out of its class's summary. ``display`` (the
-        probes' mean and std) takes the probes to pixels for the property transfers. Every rank must call
-        it. Isolated like the callback's explanation (RNG, modes, no parameter gradients).
+        whose map is degenerate (:func:`usable_maps`) is left out of its class's summary. ``normalisation`` (the
+        probes'; None: each channel's range over them) takes the probes to pixels for the property transfers.
+        Every rank must call it. Isolated like the callback's explanation (RNG, modes, no parameter gradients).
         """
         probes = self.probes
         if probes is None or self.settings is None:
@@ -349,7 +349,7 @@ class Discoverer:
             try:  # the same probes and seed on every rank: it fails on all or none, with no collective inside
                 properties = None if not names else discover_properties(
                     forward, images, labels, explainer.num_classes, names,
-                    space=PixelSpace.of(images, *display), alert_threshold=self.settings.property_alert_threshold,
+                    space=PixelSpace.of(images, normalisation), alert_threshold=self.settings.property_alert_threshold,
                     alpha=self.settings.alpha, batch_size=self.settings.batch_size, activation=activation,
                     seed=self.settings.seed,
                 )  # fmt: skip

@@ -14,6 +14,7 @@ from lightning.pytorch.utilities import rank_zero_warn
 from torch import Tensor
 
 from gradskip_lightning import render
+from gradskip_lightning.core.normalisation import Normalisation
 from gradskip_lightning.core.validation import required
 from gradskip_lightning.engine.discovery.images import discovery_images
 from gradskip_lightning.engine.discovery.properties import property_images
@@ -200,12 +201,12 @@ def _upscaled(overlays: np.ndarray, factor: int) -> np.ndarray:
 def probe_sheet(
     probes: ProbeSet,
     class_names: Sequence[str],
-    mean: Sequence[float] | None,
-    std: Sequence[float] | None,
+    normalisation: Normalisation | None,
     display_size: int,
 ) -> ProbeSheet:
-    """The fixed display part of the report: ids, label names and upscaled uint8 images."""
-    display = render.upscale(render.to_display(probes.images, mean, std), display_size)
+    """The fixed display part of the report: ids, label names and upscaled uint8 images (taken to pixels with
+    ``normalisation``; None: each image min-max scaled)."""
+    display = render.upscale(render.to_display(probes.images, normalisation), display_size)
     names = list(class_names)
     return ProbeSheet(
         probes.ids.tolist(),
@@ -305,7 +306,7 @@ def build_report(
 
 
 def epoch_report(
-    outcome: EpochOutcome, sheet: ProbeSheet, settings: RenderSettings, display: tuple[Any, Any]
+    outcome: EpochOutcome, sheet: ProbeSheet, settings: RenderSettings, normalisation: Normalisation | None
 ) -> EpochReport:
     """The epoch's report (rank zero), the one every sink consumes: the scalars only when the
     explanation was skipped; else the full report (:func:`build_report`) with the discovery
@@ -323,11 +324,13 @@ def epoch_report(
         )  # fmt: skip
         if outcome.discovery is not None:
             found, probes = outcome.discovery
-            full.images.update(discovery_images(found, probes, sheet.class_names, display, settings, outcome.prefix))
+            full.images.update(
+                discovery_images(found, probes, sheet.class_names, normalisation, settings, outcome.prefix)
+            )
             if outcome.properties is not None:
                 names = sheet.class_names
                 full.images.update(
-                    property_images(outcome.properties, probes, names, display, settings, outcome.prefix)
+                    property_images(outcome.properties, probes, names, normalisation, settings, outcome.prefix)
                 )
     except Exception as err:  # noqa: BLE001 - rank zero only, no collective inside: safe to go on alone
         rank_zero_warn(
