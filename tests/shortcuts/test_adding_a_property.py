@@ -8,6 +8,7 @@ import pytest
 import torch
 from torch import Tensor
 
+from gradskip_lightning import Normalisation
 from gradskip_lightning.engine.discovery.properties import property_scalars
 from gradskip_lightning.shortcuts import artifacts, discovery_properties, image_properties
 from gradskip_lightning.shortcuts.artifacts import PropertyPaste
@@ -80,7 +81,7 @@ def probes(count: int = 8) -> tuple[Tensor, Tensor]:
 
 def test_discovery_flags_the_class_a_model_reads_from_contrast(contrast_registered):
     images, classes = probes()
-    space = PixelSpace.of(images, [0.0], [1.0])  # the probes are pixels already
+    space = PixelSpace.of(images, Normalisation((0.0,), (1.0,)))  # the probes are pixels already
     found = discover_properties(
         contrast_model, images, classes, 3, ["contrast", "brightness"], space=space, alert_threshold=0.4
     )
@@ -97,7 +98,7 @@ def test_discovery_flags_the_class_a_model_reads_from_contrast(contrast_register
 def test_a_correction_gives_other_images_the_flagged_class_contrast(contrast_registered):
     # --8<-- [start:correction]
     images, classes = probes()
-    space = PixelSpace.of(images, [0.0], [1.0])
+    space = PixelSpace.of(images, Normalisation((0.0,), (1.0,)))
     paste = PropertyPaste.from_probes(1, "contrast", images[classes == 1], space)
     others = images[classes != 1]
     given = paste.apply(others, torch.Generator().manual_seed(0))

@@ -13,6 +13,7 @@ import timm
 import torch
 from torch import Tensor
 
+from gradskip_lightning import Normalisation
 from gradskip_lightning.metrics import CountingModel
 from gradskip_lightning.shortcuts import DiscoverySettings, summarise_classes
 from gradskip_lightning.shortcuts.discovery import discover
@@ -47,7 +48,7 @@ def test_one_forward_per_distinct_image_finds_the_same_as_every_forward():
     maps = torch.rand(len(images), 4, 4, generator=torch.Generator().manual_seed(1))
     maps[classes == 2, 0, 0] += 3.0  # class 2's hotspot in a corner: its grown hotspot differs
     summary = summarise_classes(maps, classes, 3)
-    model, space = _tiny_vit(), PixelSpace.of(images, MEAN, STD)
+    model, space = _tiny_vit(), PixelSpace.of(images, Normalisation(MEAN, STD))
 
     def run(forward) -> tuple:
         with torch.no_grad():
