@@ -22,8 +22,8 @@ from gradskip_lightning.callbacks.trainer_setup import check_precision, loader_d
 from gradskip_lightning.core.explanation import ModelExplainer
 from gradskip_lightning.core.validation import required
 from gradskip_lightning.engine import setup as checks
-from gradskip_lightning.engine.discovery.stage import Discovered, DiscoveryStage
-from gradskip_lightning.engine.monitor import EpochMonitor
+from gradskip_lightning.engine.discovery.stage import DiscoveryStage
+from gradskip_lightning.engine.monitor import EpochMonitor, MonitoredSettings
 from gradskip_lightning.engine.output.sinks import Sink, finish_sinks
 from gradskip_lightning.engine.probes import ProbeImages
 from gradskip_lightning.engine.settings import (
@@ -38,7 +38,7 @@ from gradskip_lightning.shortcuts.tags import SpuriousTag
 __all__ = ["GradSkipCallback"]
 
 
-class GradSkipCallback(Callback):
+class GradSkipCallback(MonitoredSettings, Callback):
     r"""Explain a fixed set of probe images at epoch ends and log what the model looks at.
 
     Every ``every_n_epochs`` epochs (at the end of validation, or of the training epoch without
@@ -84,39 +84,14 @@ class GradSkipCallback(Callback):
         progress: bool = True,
     ) -> None:
         super().__init__()
-        check_arguments(every_n_epochs, log_prefix, transplant, backbone)
+        check_arguments(transplant, backbone)
         groups = (probes, methods, scores, render, discovery)
         self.monitor = EpochMonitor(probe_images, groups, every_n_epochs, log_prefix, progress)
-        settings = self.monitor.settings
-        self.probes, self.methods, self.scores = settings.probes, settings.methods, settings.scores
-        self.render, self.discovery = settings.render, settings.discovery
-        self.log_prefix, self.transplant, self.backbone = log_prefix, transplant, backbone
+        self.transplant, self.backbone = transplant, backbone
         self._pending: tuple[dict[str, ModelExplainer], checks.DataSetup, list[Sink]] | None = None  # setup's parts
         self._fit_trainer: Trainer | None = None
         self._sinks_for: Trainer | None = None
         self._said_mid_epoch = False
-
-    @property
-    def method(self) -> str:
-        """The explained method's name."""
-        return self.methods.method
-
-    @property
-    def logged_keys(self) -> frozenset[str]:
-        """The keys the last explanation put in ``callback_metrics`` (a score the time budget left out
-        of that epoch keeps its older value there, and is not in it)."""
-        return self.monitor.runner.logged_keys
-
-    @property
-    def discovered(self) -> Discovered | None:
-        """The discovery stage's last successful run of this fit (what it flagged, the discovery probes); None
-        before one, or with the stage off. A :class:`~.correction.ShortcutCorrection` acts on it."""
-        return self.monitor.discovered
-
-    @property
-    def epoch_seconds(self) -> dict[str, float]:
-        """Wall seconds of the last epoch end's parts (see :attr:`.epoch.EpochRunner.seconds`)."""
-        return dict(self.monitor.runner.seconds)
 
     @property
     @override

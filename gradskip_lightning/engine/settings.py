@@ -209,12 +209,11 @@ class RenderSettings:
         render.colormap_lut(self.colormap)  # raises ValueError for an unknown colour map
 
 
-def check_arguments(every_n_epochs: int, log_prefix: str, transplant: SpuriousTag | bool, backbone: str | None) -> None:
-    """Refuse the callback's ungrouped arguments, each with a message naming it."""
-    positive("every_n_epochs", every_n_epochs)
+def check_arguments(transplant: SpuriousTag | bool, backbone: str | None) -> None:
+    """Refuse the Lightning callback's own ungrouped arguments, each with a message naming it (``every_n_epochs``
+    and ``log_prefix``, every door's, are checked by its :class:`~.monitor.EpochMonitor`)."""
     if backbone is not None:
         check_backbone(backbone)
-    check_log_prefix(log_prefix)
     if not isinstance(transplant, (SpuriousTag, bool)):
         raise TypeError(
             f"transplant must be a SpuriousTag, True (the datamodule's tag) or False; got {type(transplant).__name__}"

@@ -23,14 +23,13 @@ from gradskip_lightning.core.validation import required
 from gradskip_lightning.engine import setup as checks
 from gradskip_lightning.engine.discovery.stage import DiscoveryStage
 from gradskip_lightning.engine.epoch import Prepared
-from gradskip_lightning.engine.monitor import EpochMonitor, json_state, state_from_json
+from gradskip_lightning.engine.monitor import EpochMonitor, MonitoredSettings, json_state, state_from_json
 from gradskip_lightning.engine.probes import ProbeImages
 from gradskip_lightning.engine.settings import (
     MethodSettings,
     ProbeSettings,
     RenderSettings,
     ScoreSettings,
-    check_arguments,
 )
 from gradskip_lightning.engine.setup import DataSetup
 from gradskip_lightning.hf_trainer.host import (
@@ -47,7 +46,7 @@ from gradskip_lightning.hf_trainer.loggers import TrainerOutputs, trainer_output
 __all__ = ["GradSkipTrainerCallback"]
 
 
-class GradSkipTrainerCallback(TrainerCallback, ExportableState):
+class GradSkipTrainerCallback(MonitoredSettings, TrainerCallback, ExportableState):
     r"""Explain a fixed set of probe images at epoch ends of a ``transformers.Trainer`` and log what the
     model looks at: the :class:`~gradskip_lightning.GradSkipCallback`'s work, with the same settings.
 
@@ -90,13 +89,8 @@ class GradSkipTrainerCallback(TrainerCallback, ExportableState):
         log_prefix: str = "gradskip/",
         progress: bool = True,
     ) -> None:
-        check_arguments(every_n_epochs, log_prefix, False, None)
         groups = (probes, methods, scores, render, discovery)
         self.monitor = EpochMonitor(probe_images, groups, every_n_epochs, log_prefix, progress)
-        settings = self.monitor.settings
-        self.probes, self.methods, self.scores = settings.probes, settings.methods, settings.scores
-        self.render, self.discovery, self.log_prefix = settings.render, settings.discovery, log_prefix
-        self.progress = progress
         self._explainers: tuple[nn.Module, dict[str, ModelExplainer], DataSetup] | None = None  # of this model
         self._outputs: TrainerOutputs | None = None  # rank zero, per training run
         self._monitored: dict[bool, dict[str, Tensor]] = {True: {}, False: {}}  # by fitting, as callback_metrics
@@ -104,21 +98,6 @@ class GradSkipTrainerCallback(TrainerCallback, ExportableState):
         #: the checkpoint's state to resume (JSON values), set by the Trainer's callback restore or read from
         #: its state at train begin; applied once the model is known
         self.resume_state: dict[str, Any] | None = None
-
-    @property
-    def method(self) -> str:
-        """The explained method's name."""
-        return self.methods.method
-
-    @property
-    def logged_keys(self) -> frozenset[str]:
-        """The keys the last explanation made monitorable (see :attr:`.GradSkipCallback.logged_keys`)."""
-        return self.monitor.runner.logged_keys
-
-    @property
-    def epoch_seconds(self) -> dict[str, float]:
-        """Wall seconds of the last epoch end's parts (:attr:`.EpochRunner.seconds`)."""
-        return dict(self.monitor.runner.seconds)
 
     # ----------------------------------------------------------------------------- hooks
 
@@ -132,7 +111,7 @@ class GradSkipTrainerCallback(TrainerCallback, ExportableState):
         self._outputs, self._monitored[True] = None, {}
         self._training, self._epoch_ended = True, False
         self._explainers = None
-        check_best_metric(args.metric_for_best_model, self.log_prefix, self.monitor.schedule.every_n_epochs)
+        check_best_metric(args.metric_for_best_model, self.log_prefix, self.every_n_epochs)
         saved = self.resume_state or _saved_state(state, type(self).__name__)
         if saved is not None and state.global_step > 0:  # resumed from a checkpoint (a fresh run saves no state)
             self.monitor.load_state_dict(state_from_json(saved))
@@ -254,9 +233,7 @@ class GradSkipTrainerCallback(TrainerCallback, ExportableState):
         groups["render"] = self.render
         args: dict[str, Any] = {name: dataclasses.asdict(group) for name, group in groups.items()}
         args["discovery"] = None if self.discovery is None else dataclasses.asdict(self.discovery)
-        args.update(
-            every_n_epochs=self.monitor.schedule.every_n_epochs, log_prefix=self.log_prefix, progress=self.progress
-        )
+        args.update(every_n_epochs=self.every_n_epochs, log_prefix=self.log_prefix, progress=self.progress)
         return {"args": json_state(args), "attributes": {"resume_state": json_state(self.monitor.state_dict())}}
 
 
