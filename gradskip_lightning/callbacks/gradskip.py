@@ -48,16 +48,23 @@ class GradSkipCallback(MonitoredSettings, Callback):
     and is skipped; training does not see the callback.
 
     Args:
-        probe_images: explicit probes (:class:`~.probes.ProbeImages`); None draws ``probes.num_probes``
+        probe_images: explicit probes, ``ProbeImages(images, labels, masks=None)``: images (P, C, H, W) float,
+            labels (P,) or multi-hot (P, C),
+            masks (P, H, W) of the ``object`` region or a dict ``{name: (P, H, W)}`` of named regions, each scored
+            by mass and rank accuracy (``object`` also feeds the Pointing Game); None draws ``probes.num_probes``
             from the datamodule's validation set.
         probes: which probes and how many at once (:class:`~.settings.ProbeSettings`); None: the defaults.
         methods: the explaining and compared methods (:class:`~.settings.MethodSettings`); None: GradSkip alone.
         scores: how maps are scored (:class:`~.settings.ScoreSettings`); None: the defaults.
         render: how overlays look (:class:`~.settings.RenderSettings`); None: the defaults.
-        discovery: the shortcut discovery stage (:class:`~.discovery.DiscoveryStage`); None: off.
-        every_n_epochs: explain every n-th epoch.
-        log_prefix: the callback's name in every key (``<section>/<log_prefix><name>``).
-        transplant: the live transplant test: a ``SpuriousTag``, True (the datamodule's tag) or False.
+        discovery: the shortcut discovery stage (:class:`~gradskip_lightning.DiscoveryStage`); None: off (without a
+            time budget it adds about 4 % of a training epoch at every explained epoch).
+        every_n_epochs: explain every n-th epoch, at the end of validation (of the training epoch without
+            validation), and once at the end of fit.
+        log_prefix: the callback's name in every key (``<section>/<log_prefix><name>``) and its folder; two
+            callbacks need different prefixes (also as folder names: ``gs/a/`` and ``gs_a/`` collide).
+        transplant: the live transplant test: a ``SpuriousTag`` (``{target_class: 0, position: [0, 0]}`` in
+            YAML), True (the datamodule's ``tag``) or False.
         backbone: the module path (``pl_module.get_submodule``: ``"student"``, ``"nets.student"``) of the
             network to explain when the LightningModule holds several (a teacher and a student, an EMA
             copy); that submodule's forward must return the network's logits. None: the LightningModule.
