@@ -78,7 +78,7 @@ class DiscoveryStage(DiscoverySettings):
             model's channels (colour and signature need 3); ``()``: none.
         property_alert_threshold: property suspicion at or above which a (class, property) is flagged (with its
             p-value at most ``alpha``: the sign test of the flips, Holm over the epoch's (class, property) tests),
-            in [0, 1].
+            in [0, 1]: the effect-size floor, set by the properties benchmark.
     """
 
     probes_per_class: int = 8
