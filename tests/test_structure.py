@@ -17,14 +17,14 @@ PACKAGE = Path(gradskip_lightning.__file__).parent
 
 #: The rooms of the package, lowest first: a module imports only from its own room or lower layers.
 LAYERS: list[set[str]] = [
-    {"core"},
+    {"core", "docstrings"},
     {"render", "methods", "metrics"},
     {"shortcuts"},
     {"data", "families"},
     {"training"},
     {"engine"},
     {"callbacks", "hf_trainer"},
-    {"console", "dashboard", "timeline", "key_table", "__init__"},
+    {"console", "dashboard", "timeline", "key_table", "options_page", "__init__"},
 ]
 FAMILIES_DIR = PACKAGE / "families"
 LAYER = {room: level for level, rooms in enumerate(LAYERS) for room in rooms}

@@ -1,35 +1,23 @@
 """A griffe extension for the docs site (mkdocs.yml): the package's docstrings cross-reference with
 Sphinx roles (``:class:`~.probes.ProbeImages```), which Google-style Markdown would show raw; each
-role becomes inline code of what Sphinx would display (``ProbeImages``)."""
+role becomes inline code of what Sphinx would display (``ProbeImages``), by
+``gradskip_lightning/docstrings.py`` (loaded alone: the package's imports are not needed here)."""
 
 from __future__ import annotations
 
-import re
+import importlib.util
+from pathlib import Path
 from typing import Any
 
 import griffe
 
-#: A Sphinx cross-reference role and its target.
-ROLE = re.compile(r":(?:class|func|mod|meth|attr|data|exc|obj):`([^`]+)`")
-#: A target with an explicit title: ``title <target>``.
-TITLED = re.compile(r"(.+?)\s*<[^<>]+>")
-
-
-def displayed(target: str) -> str:
-    """What Sphinx shows for a role's target: the title, the last part after ``~``, or the target."""
-    titled = TITLED.fullmatch(target)
-    if titled:
-        return titled[1]
-    return target[1:].rsplit(".", 1)[-1] if target.startswith("~") else target
-
-
-def as_code(text: str) -> str:
-    """``text`` with every Sphinx role as inline code.
-
-    >>> as_code("see :class:`~.probes.ProbeImages`, :mod:`.budget` and :meth:`run <a.B.run>`")
-    'see `ProbeImages`, `.budget` and `run`'
-    """
-    return ROLE.sub(lambda match: f"`{displayed(match[1])}`", text)
+_spec = importlib.util.spec_from_file_location(
+    "gradskip_lightning_docstrings", Path(__file__).resolve().parents[1] / "gradskip_lightning" / "docstrings.py"
+)
+assert _spec is not None and _spec.loader is not None
+_docstrings = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(_docstrings)
+as_code = _docstrings.as_code
 
 
 class SphinxRoles(griffe.Extension):

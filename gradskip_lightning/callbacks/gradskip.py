@@ -23,8 +23,8 @@ from gradskip_lightning.core.explanation import ModelExplainer
 from gradskip_lightning.core.normalisation import Normalisation
 from gradskip_lightning.core.validation import required
 from gradskip_lightning.engine import setup as checks
-from gradskip_lightning.engine.discovery.stage import Discovered, DiscoveryStage
-from gradskip_lightning.engine.monitor import EpochMonitor
+from gradskip_lightning.engine.discovery.stage import DiscoveryStage
+from gradskip_lightning.engine.monitor import EpochMonitor, MonitoredSettings
 from gradskip_lightning.engine.output.sinks import Sink, finish_sinks
 from gradskip_lightning.engine.probes import ProbeImages
 from gradskip_lightning.engine.settings import (
@@ -39,7 +39,7 @@ from gradskip_lightning.shortcuts.tags import SpuriousTag
 __all__ = ["GradSkipCallback"]
 
 
-class GradSkipCallback(Callback):
+class GradSkipCallback(MonitoredSettings, Callback):
     r"""Explain a fixed set of probe images at epoch ends and log what the model looks at.
 
     Every ``every_n_epochs`` epochs (at the end of validation, or of the training epoch without
@@ -49,7 +49,10 @@ class GradSkipCallback(Callback):
     and is skipped; training does not see the callback.
 
     Args:
-        probe_images: explicit probes (:class:`~.probes.ProbeImages`); None draws ``probes.num_probes``
+        probe_images: explicit probes, ``ProbeImages(images, labels, masks=None)``: images (P, C, H, W) float,
+            labels (P,) or multi-hot (P, C),
+            masks (P, H, W) of the ``object`` region or a dict ``{name: (P, H, W)}`` of named regions, each scored
+            by mass and rank accuracy (``object`` also feeds the Pointing Game); None draws ``probes.num_probes``
             from the datamodule's validation set.
         probes: which probes and how many at once (:class:`~.settings.ProbeSettings`); None: the defaults.
         methods: the explaining and compared methods (:class:`~.settings.MethodSettings`); None: GradSkip alone.
@@ -60,10 +63,14 @@ class GradSkipCallback(Callback):
             transplant test's tag and the discovery stage's image properties. None: the datamodule's ``mean`` and
             ``std`` attributes; without them each picture is min-max scaled, image properties use each channel's
             range over the probes, and ``transplant`` is refused.
-        discovery: the shortcut discovery stage (:class:`~.discovery.DiscoveryStage`); None: off.
-        every_n_epochs: explain every n-th epoch.
-        log_prefix: the callback's name in every key (``<section>/<log_prefix><name>``).
-        transplant: the live transplant test: a ``SpuriousTag``, True (the datamodule's tag) or False.
+        discovery: the shortcut discovery stage (:class:`~gradskip_lightning.DiscoveryStage`); None: off (without a
+            time budget it adds about 4 % of a training epoch at every explained epoch).
+        every_n_epochs: explain every n-th epoch, at the end of validation (of the training epoch without
+            validation), and once at the end of fit.
+        log_prefix: the callback's name in every key (``<section>/<log_prefix><name>``) and its folder; two
+            callbacks need different prefixes (also as folder names: ``gs/a/`` and ``gs_a/`` collide).
+        transplant: the live transplant test: a ``SpuriousTag`` (``{target_class: 0, position: [0, 0]}`` in
+            YAML), True (the datamodule's ``tag``) or False.
         backbone: the module path (``pl_module.get_submodule``: ``"student"``, ``"nets.student"``) of the
             network to explain when the LightningModule holds several (a teacher and a student, an EMA
             copy); that submodule's forward must return the network's logits. None: the LightningModule.
@@ -91,39 +98,14 @@ class GradSkipCallback(Callback):
         progress: bool = True,
     ) -> None:
         super().__init__()
-        check_arguments(every_n_epochs, log_prefix, transplant, backbone)
+        check_arguments(transplant, backbone)
         groups = (probes, methods, scores, render, discovery)
         self.monitor = EpochMonitor(probe_images, groups, every_n_epochs, log_prefix, progress, normalisation)
-        settings = self.monitor.settings
-        self.probes, self.methods, self.scores = settings.probes, settings.methods, settings.scores
-        self.render, self.discovery, self.normalisation = settings.render, settings.discovery, settings.normalisation
-        self.log_prefix, self.transplant, self.backbone = log_prefix, transplant, backbone
+        self.transplant, self.backbone = transplant, backbone
         self._pending: tuple[dict[str, ModelExplainer], checks.DataSetup, list[Sink]] | None = None  # setup's parts
         self._fit_trainer: Trainer | None = None
         self._sinks_for: Trainer | None = None
         self._said_mid_epoch = False
-
-    @property
-    def method(self) -> str:
-        """The explained method's name."""
-        return self.methods.method
-
-    @property
-    def logged_keys(self) -> frozenset[str]:
-        """The keys the last explanation put in ``callback_metrics`` (a score the time budget left out
-        of that epoch keeps its older value there, and is not in it)."""
-        return self.monitor.runner.logged_keys
-
-    @property
-    def discovered(self) -> Discovered | None:
-        """The discovery stage's last successful run of this fit (what it flagged, the discovery probes); None
-        before one, or with the stage off. A :class:`~.correction.ShortcutCorrection` acts on it."""
-        return self.monitor.discovered
-
-    @property
-    def epoch_seconds(self) -> dict[str, float]:
-        """Wall seconds of the last epoch end's parts (see :attr:`.epoch.EpochRunner.seconds`)."""
-        return dict(self.monitor.runner.seconds)
 
     @property
     @override

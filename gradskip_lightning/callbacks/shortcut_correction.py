@@ -25,6 +25,7 @@ from lightning.pytorch.trainer.states import TrainerFn
 from lightning.pytorch.utilities import rank_zero_info
 from typing_extensions import override
 
+from gradskip_lightning.callbacks.correction_settings import CorrectionSettings
 from gradskip_lightning.callbacks.gradskip import GradSkipCallback
 from gradskip_lightning.callbacks.host import logged_step
 from gradskip_lightning.callbacks.training_batches import batch_images, batch_seed, class_members
@@ -34,7 +35,6 @@ from gradskip_lightning.core.validation import required
 from gradskip_lightning.engine.discovery.stage import Discovered
 from gradskip_lightning.engine.keys import key
 from gradskip_lightning.engine.output.monitor import monitor
-from gradskip_lightning.engine.settings import check_log_prefix, positive
 from gradskip_lightning.families import explainer_for
 from gradskip_lightning.shortcuts.artifacts import (
     Artifact,
@@ -44,7 +44,6 @@ from gradskip_lightning.shortcuts.artifacts import (
     paste_share,
     restore_artifact,
 )
-from gradskip_lightning.shortcuts.discovery_properties import chosen_properties
 from gradskip_lightning.shortcuts.image_properties import PROPERTIES, PropertyName
 from gradskip_lightning.shortcuts.tags import SpuriousTag
 
@@ -109,40 +108,9 @@ class ShortcutCorrection(Callback):
     class. Said once in the log when a correction starts; logged every training epoch under
     ``correction/<log_prefix>...`` (a property's under ``correction/<log_prefix><property>/...``).
 
-    Args:
-        tag: a known shortcut (:class:`~gradskip_lightning.shortcuts.SpuriousTag`: its pattern at its place),
-            corrected from the first training batch; its pixel values are normalised with ``normalisation``.
-        discovery: follow the discovery stage of a :class:`~gradskip_lightning.GradSkipCallback` among
-            the Trainer's callbacks: True, the one with a ``discovery`` stage (when there is one; required
-            without a ``tag``); a string, the one with that ``log_prefix``; False: none. A flagged class
-            is corrected with its hotspot, the pixels taken from the class's discovery probes; a class
-            flagged for a global property (the stage's ``properties``) with that property: each image it is
-            put on gets the statistic of one of the class's discovery probes, by the stage's own transfer.
-        p: probability that a training image gets an artifact, in (0, 1] (each artifact draws apart).
-        erase: first take the artifact off its class's own images (from the batch's other classes), so that it
-            is on a share ``p`` of every class, its own included; False: paste only (augmentative ClArC), which
-            leaves it on all of the class's images. Needs the batch's labels (``label_key``).
-        classes: the classes the discovery may get corrected (None: any flagged class), for hotspots and
-            properties alike.
-        properties: the global properties the discovery may get corrected (names of
-            :data:`~gradskip_lightning.shortcuts.image_properties.PROPERTIES`; None: any flagged one; ``()``:
-            none, hotspots only). One correction per flagged (class, property).
-        flagged_epochs: a class (or a class's property) is corrected once the discovery stage flagged it at
-            this many of its runs in a row (1: at the first flag), from the next training epoch on.
-        margin: patches added on every side of a discovered hotspot before pasting (0: the hotspot
-            alone). The hotspot is the smallest region holding ``hotspot_share`` of the class-mean map's
-            mass and often covers only part of the artifact, whose rest then still predicts the class.
-        seed: seed of the draws (which images, which donor). Batch ``i`` of epoch ``e`` on rank ``r`` draws
-            from a generator of its own seeded by (seed, r, e, i): ranks draw apart, a resumed fit draws as
-            the uninterrupted one, the global RNG is never used.
-        normalisation: the images' :class:`~gradskip_lightning.Normalisation` (in YAML ``{mean: [...], std: [...]}``),
-            to put a tag's pixel values into the model's input space. None: the followed GradSkipCallback's
-            ``normalisation``, else the datamodule's ``mean`` and ``std`` attributes.
-        image_key: the key of the images in mapping batches (None: the first of ``image``,
-            ``pixel_values``, ``img``, ``images``).
-        label_key: the key of the labels in mapping batches, for ``erase`` (None: the first of ``label``,
-            ``labels``, ``target``, ``targets``, ``class``); a tuple batch's labels are its second element.
-        log_prefix: the name in the logged keys (``correction/<log_prefix>active``).
+    The arguments (``tag``, then keywords only) are the fields of
+    :class:`~gradskip_lightning.callbacks.correction_settings.CorrectionSettings`, each described and checked there
+    (kept as :attr:`settings`): a bad value is refused when the callback is built, naming the option.
 
     The discovery stage's choice is a callback of the Trainer found by its ``log_prefix``, not an object
     given here: that is how a LightningCLI config names it, and a checkpoint holds no reference to it. A
@@ -176,37 +144,12 @@ class ShortcutCorrection(Callback):
         log_prefix: str = "gradskip/",
     ) -> None:
         super().__init__()
-        if tag is not None and not isinstance(tag, SpuriousTag):
-            raise TypeError(f"tag must be a SpuriousTag or None, got {type(tag).__name__}")
-        if not isinstance(discovery, (bool, str)) or discovery == "":
-            raise TypeError(f"discovery must be True, False or a GradSkipCallback's log_prefix; got {discovery!r}")
-        if tag is None and discovery is False:
-            raise ValueError("ShortcutCorrection has nothing to correct: give a tag, or follow a discovery stage")
-        if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0 < p <= 1:
-            raise ValueError(f"p must be a probability in (0, 1], got {p!r}")
-        if classes is not None:
-            classes = list(classes)
-            if not classes or any(isinstance(c, bool) or not isinstance(c, int) or c < 0 for c in classes):
-                raise ValueError(f"classes must be None or class indices >= 0, got {classes!r}")
-            if len(set(classes)) != len(classes):
-                raise ValueError(f"classes names a class twice: {classes}")
-        chosen = chosen_properties(properties, option="properties")
-        positive("flagged_epochs", flagged_epochs)
-        if isinstance(margin, bool) or not isinstance(margin, int) or margin < 0:
-            raise ValueError(f"margin must be a number of patches >= 0, got {margin!r}")
-        if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
-            raise ValueError(f"seed must be an integer >= 0, got {seed!r}")
-        normalisation = Normalisation.given(normalisation)
-        if not isinstance(erase, bool):
-            raise TypeError(f"erase must be True or False, got {erase!r}")
-        for name, value in (("image_key", image_key), ("label_key", label_key)):
-            if value is not None and (not isinstance(value, str) or not value):
-                raise ValueError(f"{name} must be a non-empty string or None, got {value!r}")
-        check_log_prefix(log_prefix)
-        self.tag, self.discovery, self.p, self.classes, self.properties = tag, discovery, float(p), classes, chosen
-        self.flagged_epochs, self.margin, self.seed = flagged_epochs, margin, seed
-        self.normalisation = normalisation
-        self.erase, self.image_key, self.label_key, self.log_prefix = erase, image_key, label_key, log_prefix
+        #: the options, checked when built (:class:`~.correction_settings.CorrectionSettings`)
+        self.settings = CorrectionSettings(
+            tag=tag, discovery=discovery, p=p, erase=erase, classes=classes, properties=properties,
+            flagged_epochs=flagged_epochs, margin=margin, seed=seed, normalisation=normalisation,
+            image_key=image_key, label_key=label_key, log_prefix=log_prefix,
+        )  # fmt: skip
         self._source: GradSkipCallback | None = None
         self._fit_trainer: Trainer | None = None
         self._normalisation: Normalisation | None = None  # a tag's: the given one, the followed callback's, the data's
@@ -228,7 +171,7 @@ class ShortcutCorrection(Callback):
     @property
     @override
     def state_key(self) -> str:
-        return self._generate_state_key(log_prefix=self.log_prefix)
+        return self._generate_state_key(log_prefix=self.settings.log_prefix)
 
     # ----------------------------------------------------------------------------- hooks
 
@@ -241,10 +184,10 @@ class ShortcutCorrection(Callback):
             self._property_streaks = {}
         self._fit_trainer = trainer  # a checkpoint's state is loaded after setup
         self._source = self._followed(trainer)
-        if self.tag is not None:
+        if self.settings.tag is not None:
             datamodule = getattr(trainer, "datamodule", None)
             followed = self._source.normalisation if self._source is not None else None
-            normalisation = self.normalisation or followed or Normalisation.of(datamodule)
+            normalisation = self.settings.normalisation or followed or Normalisation.of(datamodule)
             if normalisation is None:
                 raise ValueError(
                     "ShortcutCorrection puts the tag's pixel values into the model's input space and needs the images' "
@@ -263,21 +206,21 @@ class ShortcutCorrection(Callback):
             explainer = explainer_for(pl_module, backbone=self._source.backbone if self._source is not None else None)
         except UnsupportedModel:
             return
-        count = explainer.num_classes
-        if self.tag is not None and not 0 <= self.tag.target_class < count:
+        count, tag, classes = explainer.num_classes, self.settings.tag, self.settings.classes
+        if tag is not None and not 0 <= tag.target_class < count:
             raise ValueError(
-                f"ShortcutCorrection's tag goes with class {self.tag.target_class}, but the model has {count} classes "
+                f"ShortcutCorrection's tag goes with class {tag.target_class}, but the model has {count} classes "
                 f"(0 to {count - 1}): give the tag's class, SpuriousTag(target_class=<0 to {count - 1}>)"
             )
-        missing = [label for label in self.classes or [] if label >= count]
+        missing = [label for label in classes or [] if label >= count]
         if missing:
             raise ValueError(
-                f"ShortcutCorrection(classes={self.classes}) names classes the model does not have ({missing}; it has "
-                f"{count}, 0 to {count - 1}): give classes in that range, or classes=None for any flagged class"
+                f"ShortcutCorrection(classes={list(classes or [])}) names classes the model does not have ({missing}; "
+                f"it has {count}, 0 to {count - 1}): give classes in that range, or classes=None for any flagged class"
             )
-        if self.tag is not None and explainer.img_size is not None:
+        if tag is not None and explainer.img_size is not None:
             try:
-                self.tag.check_fits(*explainer.img_size)
+                tag.check_fits(*explainer.img_size)
             except ValueError as err:
                 raise ValueError(f"ShortcutCorrection's tag: {err}") from None
         if self._normalisation is not None:
@@ -288,8 +231,8 @@ class ShortcutCorrection(Callback):
         for correction in self._resumed:
             self._say(correction, "continuing (from the checkpoint) to correct")
         self._resumed = []
-        if self.tag is not None and not self._corrected(self.tag.target_class, PatchPaste.kind, ""):
-            artifact = PatchPaste.from_tag(self.tag, required(self._normalisation, "the tag's normalisation"))
+        if self.settings.tag is not None and not self._corrected(self.settings.tag.target_class, PatchPaste.kind, ""):
+            artifact = PatchPaste.from_tag(self.settings.tag, required(self._normalisation, "the tag's normalisation"))
             self._start(Correction(artifact, trainer.current_epoch, "the given tag"))
 
     @override
@@ -304,18 +247,20 @@ class ShortcutCorrection(Callback):
         active = self._active(trainer.current_epoch)
         if not active:
             return  # nothing corrected: the batch, the RNGs and the training are untouched
-        images = batch_images(batch, self.image_key)
-        self._generator.manual_seed(batch_seed(self.seed, trainer.global_rank, trainer.current_epoch, batch_idx))
+        images = batch_images(batch, self.settings.image_key)
+        self._generator.manual_seed(
+            batch_seed(self.settings.seed, trainer.global_rank, trainer.current_epoch, batch_idx)
+        )
         pasted = torch.zeros(len(images), dtype=torch.bool)
         with torch.no_grad():
-            if self.erase:  # first off the class's own images, the stand-ins from the batch as it came
+            if self.settings.erase:  # first off the class's own images, the stand-ins from the batch as it came
                 originals = images.clone()
                 for index, correction in active:
-                    members = class_members(batch, correction.artifact.target, self.label_key)
+                    members = class_members(batch, correction.artifact.target, self.settings.label_key)
                     erased = erase_from_class(images, originals, members, correction.artifact, self._generator)
                     self._tallies[1:, index] += torch.tensor([erased, int(members.sum())])
             for index, correction in active:
-                chosen = paste_share(images, correction.artifact, self.p, self._generator)
+                chosen = paste_share(images, correction.artifact, self.settings.p, self._generator)
                 self._tallies[0, index] += int(chosen.sum())
                 pasted |= chosen
         self._counts[0] += int(pasted.sum())
@@ -331,21 +276,21 @@ class ShortcutCorrection(Callback):
         share = (counts[:2] / seen).tolist() if seen else [math.nan, math.nan]
         active = self._active(trainer.current_epoch)
         scalars = {
-            key("correction", self.log_prefix, "active"): float(len(active)),
-            key("correction", self.log_prefix, "pasted_share"): share[0] if active else 0.0,
+            key("correction", self.settings.log_prefix, "active"): float(len(active)),
+            key("correction", self.settings.log_prefix, "pasted_share"): share[0] if active else 0.0,
         }
         for index, correction in active:
             label, start = correction.artifact.target, correction.artifact.key_prefix
-            scalars[key("correction", self.log_prefix, f"{start}pasted_share/class_{label}")] = (
+            scalars[key("correction", self.settings.log_prefix, f"{start}pasted_share/class_{label}")] = (
                 float(pasted[index]) / seen if seen else math.nan
             )
-            if self.erase:
+            if self.settings.erase:
                 of_class = float(members[index])
-                scalars[key("correction", self.log_prefix, f"{start}erased_share/class_{label}")] = (
+                scalars[key("correction", self.settings.log_prefix, f"{start}erased_share/class_{label}")] = (
                     float(erased[index]) / of_class if of_class else math.nan
                 )
             for name, number in correction.artifact.scalars().items():
-                scalars[key("correction", self.log_prefix, f"{start}{name}/class_{label}")] = number
+                scalars[key("correction", self.settings.log_prefix, f"{start}{name}/class_{label}")] = number
         monitor(trainer.callback_metrics, scalars)
         if trainer.is_global_zero:
             for logger in trainer.loggers:
@@ -384,15 +329,15 @@ class ShortcutCorrection(Callback):
 
     def _followed(self, trainer: Trainer) -> GradSkipCallback | None:
         """The GradSkipCallback whose discovery stage is followed (None: none)."""
-        if self.discovery is False:
+        if self.settings.discovery is False:
             return None
         callbacks: list[Callback] = trainer.callbacks  # type: ignore[attr-defined]  # set by the Trainer
         gradskips = [c for c in callbacks if isinstance(c, GradSkipCallback)]
-        if isinstance(self.discovery, str):
-            named = [c for c in gradskips if c.log_prefix == self.discovery]
+        if isinstance(self.settings.discovery, str):
+            named = [c for c in gradskips if c.log_prefix == self.settings.discovery]
             if not named or named[0].discovery is None:
                 raise ValueError(
-                    f"ShortcutCorrection(discovery={self.discovery!r}) follows the GradSkipCallback with that "
+                    f"ShortcutCorrection(discovery={self.settings.discovery!r}) follows the GradSkipCallback with that "
                     f"log_prefix and its discovery stage on; the Trainer's GradSkipCallbacks: "
                     f"{[(c.log_prefix, c.discovery is not None) for c in gradskips]} (log_prefix, discovery on)"
                 )
@@ -404,7 +349,7 @@ class ShortcutCorrection(Callback):
                 f"{len(discovering)} (log_prefix {[c.log_prefix for c in discovering]}): name one, "
                 "ShortcutCorrection(discovery='<log_prefix>')"
             )
-        if not discovering and self.tag is None:
+        if not discovering and self.settings.tag is None:
             raise ValueError(
                 "ShortcutCorrection has nothing to correct: give a tag, or add "
                 "GradSkipCallback(discovery=DiscoveryStage()) to the Trainer's callbacks"
@@ -425,19 +370,19 @@ class ShortcutCorrection(Callback):
         self._last_run, epoch = discovered.epoch, discovered.epoch + 1
         flagged = discovered.found.flagged.cpu().tolist()
         for label, flag in enumerate(flagged):
-            if self.classes is not None and label not in self.classes:
+            if self.settings.classes is not None and label not in self.settings.classes:
                 continue
             self._streaks[label] = self._streaks.get(label, 0) + 1 if flag else 0
-            if self._streaks[label] >= self.flagged_epochs and not self._corrected(label, PatchPaste.kind, ""):
+            if self._streaks[label] >= self.settings.flagged_epochs and not self._corrected(label, PatchPaste.kind, ""):
                 suspicion = float(discovered.found.suspicion[label])
                 group = discovered.found.reported[label].group
                 whose = "class's" if group.strategy is None else f"strategy {group.strategy}'s"
                 origin = (
                     f"flagged by the discovery stage of {source.log_prefix!r} at epoch {discovered.epoch}, suspicion "
-                    f"{suspicion:.2f}; its tested region grown by {self.margin} patches, the pixels from the {whose} "
-                    f"{len(group.members)} discovery probes"
+                    f"{suspicion:.2f}; its tested region grown by {self.settings.margin} patches, the pixels from the "
+                    f"{whose} {len(group.members)} discovery probes"
                 )
-                self._start(Correction(artifact_for(discovered, label, self.margin), epoch, origin))
+                self._start(Correction(artifact_for(discovered, label, self.settings.margin), epoch, origin))
         self._follow_properties(discovered, source.log_prefix, epoch)
 
     def _follow_properties(self, discovered: Discovered, followed: str, epoch: int) -> None:
@@ -446,14 +391,14 @@ class ShortcutCorrection(Callback):
         if found is None:
             return
         for name, flags in found.flagged.items():
-            if name not in self.properties:
+            if name not in self.settings.corrected_properties:
                 continue
             for label, flag in enumerate(flags.cpu().tolist()):
-                if self.classes is not None and label not in self.classes:
+                if self.settings.classes is not None and label not in self.settings.classes:
                     continue
                 runs = self._property_streaks.get((name, label), 0) + 1 if flag else 0
                 self._property_streaks[(name, label)] = runs
-                if runs < self.flagged_epochs or self._corrected(label, PropertyPaste.kind, f"{name}/"):
+                if runs < self.settings.flagged_epochs or self._corrected(label, PropertyPaste.kind, f"{name}/"):
                     continue
                 transfer = found.transfers[name][label]
                 donors = int((discovered.probes.labels == label).sum())
@@ -479,8 +424,12 @@ class ShortcutCorrection(Callback):
 
     def _say(self, correction: Correction, verb: str) -> None:
         artifact = correction.artifact
-        images = f"{self.p * 100:g} % of every class's training images"
-        first = "after taking it off the class's own images (from the batch's other classes) " if self.erase else ""
+        images = f"{self.settings.p * 100:g} % of every class's training images"
+        first = (
+            "after taking it off the class's own images (from the batch's other classes) "
+            if self.settings.erase
+            else ""
+        )
         rank_zero_info(
             f"ShortcutCorrection: {verb} class {artifact.target}'s {artifact.describe()}: {artifact.action(images)} "
             f"{first}from epoch {correction.epoch} ({correction.origin})"

@@ -5,7 +5,8 @@ Both doors (:class:`~gradskip_lightning.GradSkipCallback` for a Lightning ``Trai
 one: it takes the front door's settings, draws the probes (and the discovery probes) once, builds what
 the epoch ends need, runs them through a :class:`~.host.Host`, and keeps what lives over a fit (drift
 references, the schedule, discovery peaks) in :meth:`state_dict`. A door adds only what its training
-loop needs: when to call, what the model and data are, where outputs go.
+loop needs: when to call, what the model and data are, where outputs go; what it shows of its settings
+and of the last epoch end it reads from its monitor (:class:`MonitoredSettings`).
 """
 
 from __future__ import annotations
@@ -20,15 +21,23 @@ from torch.utils.data import Dataset
 from gradskip_lightning.core.explanation import ModelExplainer
 from gradskip_lightning.core.normalisation import Normalisation
 from gradskip_lightning.core.validation import required
-from gradskip_lightning.engine.discovery.stage import Discovered
+from gradskip_lightning.engine.discovery.stage import Discovered, DiscoveryStage
 from gradskip_lightning.engine.epoch import EpochRunner, GivenGroups, Prepared, RunSettings
 from gradskip_lightning.engine.host import Host
 from gradskip_lightning.engine.output.sinks import Sink
 from gradskip_lightning.engine.probes import ProbeImages, ProbeSet, ProbeSource
 from gradskip_lightning.engine.scoring.schedule import EpochSchedule
+from gradskip_lightning.engine.settings import (
+    MethodSettings,
+    ProbeSettings,
+    RenderSettings,
+    ScoreSettings,
+    check_log_prefix,
+    positive,
+)
 from gradskip_lightning.engine.setup import DataSetup, prepared_sheet
 
-__all__ = ["EpochMonitor", "json_state", "state_from_json"]
+__all__ = ["EpochMonitor", "MonitoredSettings", "json_state", "state_from_json"]
 
 
 class EpochMonitor:
@@ -36,8 +45,10 @@ class EpochMonitor:
 
     Args:
         probe_images: explicit probes; None draws ``probes.num_probes`` from the data (:meth:`prepare`).
-        groups: the settings groups (probes, methods, scores, render, discovery; None: defaults, discovery off).
-        every_n_epochs, log_prefix, progress, normalisation: the front door's options of the same names.
+        groups: the settings groups (probes, methods, scores, render, discovery; None: defaults, discovery off;
+            a mapping of a group's fields builds it).
+        every_n_epochs, log_prefix, progress, normalisation: the front door's options of the same names, checked
+            here.
     """
 
     def __init__(
@@ -49,6 +60,8 @@ class EpochMonitor:
         progress: bool,
         normalisation: Normalisation | Mapping[str, Any] | None = None,
     ) -> None:
+        positive("every_n_epochs", every_n_epochs)
+        check_log_prefix(log_prefix)
         self.settings = RunSettings.given(groups, log_prefix, progress, normalisation)
         self.source: ProbeSource = self.settings.probe_source(probe_images)
         self.schedule = EpochSchedule(every_n_epochs)
@@ -134,6 +147,80 @@ class EpochMonitor:
         if self._resumed is not None and self.source.probes is not None:
             self.runner.drift.resume(self._resumed["fingerprint"], self.source.probes)
             self._resumed = None
+
+
+class MonitoredSettings:
+    """What a door (a callback holding an :class:`EpochMonitor` as ``monitor``) shows of its settings and of
+    the last epoch end, read from the monitor: one place for every door, nothing copied."""
+
+    monitor: EpochMonitor
+
+    @property
+    def probes(self) -> ProbeSettings:
+        """Which probes are explained and how many at once."""
+        return self.monitor.settings.probes
+
+    @property
+    def methods(self) -> MethodSettings:
+        """The explaining and compared methods."""
+        return self.monitor.settings.methods
+
+    @property
+    def scores(self) -> ScoreSettings:
+        """How maps are scored."""
+        return self.monitor.settings.scores
+
+    @property
+    def render(self) -> RenderSettings:
+        """How overlays look."""
+        return self.monitor.settings.render
+
+    @property
+    def discovery(self) -> DiscoveryStage | None:
+        """The shortcut discovery stage; None: off."""
+        return self.monitor.settings.discovery
+
+    @property
+    def normalisation(self) -> Normalisation | None:
+        """The images' normalisation (None: the datamodule's ``mean``/``std``, else none)."""
+        return self.monitor.settings.normalisation
+
+    @property
+    def log_prefix(self) -> str:
+        """The door's name in every key (``<section>/<log_prefix><name>``) and its folder."""
+        return self.monitor.settings.log_prefix
+
+    @property
+    def every_n_epochs(self) -> int:
+        """Every how many training epochs the probes are explained."""
+        return self.monitor.schedule.every_n_epochs
+
+    @property
+    def progress(self) -> bool:
+        """Whether a progress bar shows once an explanation has run 2 s."""
+        return self.monitor.settings.progress
+
+    @property
+    def method(self) -> str:
+        """The explained method's name."""
+        return self.methods.method
+
+    @property
+    def logged_keys(self) -> frozenset[str]:
+        """The keys the last explanation made monitorable (a score the time budget left out of that epoch
+        keeps its older value where monitored values are kept, and is not in it)."""
+        return self.monitor.runner.logged_keys
+
+    @property
+    def epoch_seconds(self) -> dict[str, float]:
+        """Wall seconds of the last epoch end's parts (:attr:`.EpochRunner.seconds`)."""
+        return dict(self.monitor.runner.seconds)
+
+    @property
+    def discovered(self) -> Discovered | None:
+        """The discovery stage's last successful run of this fit (what it flagged, the discovery probes); None
+        before one, or with the stage off. A :class:`~gradskip_lightning.ShortcutCorrection` acts on it."""
+        return self.monitor.discovered
 
 
 def json_state(value: Any) -> Any:

@@ -52,7 +52,8 @@ class ProbeSettings:
     """Which probes are explained and how many at once.
 
     Attributes:
-        num_probes: probes drawn from the dataset, stratified by class.
+        num_probes: probes drawn from the dataset, stratified by class (segmentation: (image, class present)
+            pairs).
         probe_seed: seed of the draw; the selection is kept in checkpoints.
         explain_batch_size: probes per explain call (bounds memory).
         max_overhead: the callback's time budget as a fraction of the training epoch (0.02: 2 %):
@@ -99,10 +100,11 @@ class MethodSettings:
 
     Attributes:
         method: the explaining method, whose maps are logged, drawn and compared (one of every
-            family's methods; the model's family must have it).
-        options: the method's options (GradSkip: :class:`~gradskip_lightning.methods.GradSkipOptions`'
-            fields; random: ``seed``).
-        compare: more methods, explained with their default options and logged under their names.
+            family's methods; the model's family must have it: SegFormer has all but ``lrp``).
+        options: the method's options, e.g. ``{alpha: 0.5, gate: layer}`` (GradSkip:
+            :class:`~gradskip_lightning.methods.GradSkipOptions`' fields; random: ``seed``).
+        compare: more methods, explained with their default options and logged beside it, under
+            ``.../<method>``.
     """
 
     method: MethodName = "gradskip"
@@ -136,17 +138,23 @@ class ScoreSettings:
     """How maps are scored; see :mod:`gradskip_lightning.metrics` for each metric.
 
     Attributes:
-        target: "label" explains the probe's label, "prediction" the predicted (most probable) class.
+        target: "label" explains the probe's label, "prediction" the predicted (most probable) class;
+            multi-label: the probe's rarest positive label, scored with its sigmoid; segmentation: the probe's
+            class, over the positions predicted as it (probes are (image, class present) pairs; "prediction":
+            the class predicted at the most positions).
         insertion_steps: K, the perturbation steps of insertion/deletion.
-        deletion_baseline: "zeros" or "blur", for deletion and the violation test.
-        insertion_start: the image insertion reveals patches on: "blur" (a strong blur, the class
-            evidence gone), "rise" (the paper's mild blur), "mean" (each image's mean colour) or
-            "zeros" (see :func:`~gradskip_lightning.metrics.insertion_deletion.insertion_start_images`).
+        deletion_baseline: "zeros" (the mean colour of normalised images) or "blur", for deletion and the
+            violation test.
+        insertion_start: the image insertion reveals patches on: "blur" (a strong blur, sigma = a quarter of
+            the side: the class evidence gone), "rise" (the paper's mild blur, saturated on small images),
+            "mean" (each image's mean colour) or "zeros" (see
+            :func:`~gradskip_lightning.metrics.insertion_deletion.insertion_start_images`); the score of the
+            start image is logged as ``insertion_start``.
         fvt_top_k: patches removed together by the faithfulness violation test; 0 skips it.
         metrics_batch_size: perturbed images per forward call; None: by device (64 on CPU, 1024 on
             CUDA, :func:`~gradskip_lightning.metrics.perturbation.default_batch_size`).
-        perturbation_precision: "full", or "bfloat16" autocast for the insertion/deletion forwards
-            (the violation test stays in full precision).
+        perturbation_precision: "full", or "bfloat16" autocast for the insertion/deletion forwards (the
+            scores change: measured in the benchmarks; the violation test stays in full precision).
         pointing_tolerance: Pointing Game tolerance in pixels; None = 15 px at 224 px, scaled.
         drift_top_k: fraction of patches compared by the drift top-k IoU.
         class_sensitivity: also explain each probe's runner-up class (one more explain call per
@@ -203,12 +211,11 @@ class RenderSettings:
         render.colormap_lut(self.colormap)  # raises ValueError for an unknown colour map
 
 
-def check_arguments(every_n_epochs: int, log_prefix: str, transplant: SpuriousTag | bool, backbone: str | None) -> None:
-    """Refuse the callback's ungrouped arguments, each with a message naming it."""
-    positive("every_n_epochs", every_n_epochs)
+def check_arguments(transplant: SpuriousTag | bool, backbone: str | None) -> None:
+    """Refuse the Lightning callback's own ungrouped arguments, each with a message naming it (``every_n_epochs``
+    and ``log_prefix``, every door's, are checked by its :class:`~.monitor.EpochMonitor`)."""
     if backbone is not None:
         check_backbone(backbone)
-    check_log_prefix(log_prefix)
     if not isinstance(transplant, (SpuriousTag, bool)):
         raise TypeError(
             f"transplant must be a SpuriousTag, True (the datamodule's tag) or False; got {type(transplant).__name__}"

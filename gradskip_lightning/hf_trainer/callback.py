@@ -24,14 +24,13 @@ from gradskip_lightning.core.validation import required
 from gradskip_lightning.engine import setup as checks
 from gradskip_lightning.engine.discovery.stage import DiscoveryStage
 from gradskip_lightning.engine.epoch import Prepared
-from gradskip_lightning.engine.monitor import EpochMonitor, json_state, state_from_json
+from gradskip_lightning.engine.monitor import EpochMonitor, MonitoredSettings, json_state, state_from_json
 from gradskip_lightning.engine.probes import ProbeImages
 from gradskip_lightning.engine.settings import (
     MethodSettings,
     ProbeSettings,
     RenderSettings,
     ScoreSettings,
-    check_arguments,
 )
 from gradskip_lightning.engine.setup import DataSetup
 from gradskip_lightning.hf_trainer.host import (
@@ -48,7 +47,7 @@ from gradskip_lightning.hf_trainer.loggers import TrainerOutputs, trainer_output
 __all__ = ["GradSkipTrainerCallback"]
 
 
-class GradSkipTrainerCallback(TrainerCallback, ExportableState):
+class GradSkipTrainerCallback(MonitoredSettings, TrainerCallback, ExportableState):
     r"""Explain a fixed set of probe images at epoch ends of a ``transformers.Trainer`` and log what the
     model looks at: the :class:`~gradskip_lightning.GradSkipCallback`'s work, with the same settings.
 
@@ -95,14 +94,8 @@ class GradSkipTrainerCallback(TrainerCallback, ExportableState):
         log_prefix: str = "gradskip/",
         progress: bool = True,
     ) -> None:
-        check_arguments(every_n_epochs, log_prefix, False, None)
         groups = (probes, methods, scores, render, discovery)
         self.monitor = EpochMonitor(probe_images, groups, every_n_epochs, log_prefix, progress, normalisation)
-        settings = self.monitor.settings
-        self.probes, self.methods, self.scores = settings.probes, settings.methods, settings.scores
-        self.render, self.discovery, self.log_prefix = settings.render, settings.discovery, log_prefix
-        self.normalisation = settings.normalisation
-        self.progress = progress
         self._explainers: tuple[nn.Module, dict[str, ModelExplainer], DataSetup] | None = None  # of this model
         self._outputs: TrainerOutputs | None = None  # rank zero, per training run
         self._monitored: dict[bool, dict[str, Tensor]] = {True: {}, False: {}}  # by fitting, as callback_metrics
@@ -110,21 +103,6 @@ class GradSkipTrainerCallback(TrainerCallback, ExportableState):
         #: the checkpoint's state to resume (JSON values), set by the Trainer's callback restore or read from
         #: its state at train begin; applied once the model is known
         self.resume_state: dict[str, Any] | None = None
-
-    @property
-    def method(self) -> str:
-        """The explained method's name."""
-        return self.methods.method
-
-    @property
-    def logged_keys(self) -> frozenset[str]:
-        """The keys the last explanation made monitorable (see :attr:`.GradSkipCallback.logged_keys`)."""
-        return self.monitor.runner.logged_keys
-
-    @property
-    def epoch_seconds(self) -> dict[str, float]:
-        """Wall seconds of the last epoch end's parts (:attr:`.EpochRunner.seconds`)."""
-        return dict(self.monitor.runner.seconds)
 
     # ----------------------------------------------------------------------------- hooks
 
@@ -138,7 +116,7 @@ class GradSkipTrainerCallback(TrainerCallback, ExportableState):
         self._outputs, self._monitored[True] = None, {}
         self._training, self._epoch_ended = True, False
         self._explainers = None
-        check_best_metric(args.metric_for_best_model, self.log_prefix, self.monitor.schedule.every_n_epochs)
+        check_best_metric(args.metric_for_best_model, self.log_prefix, self.every_n_epochs)
         saved = self.resume_state or _saved_state(state, type(self).__name__)
         if saved is not None and state.global_step > 0:  # resumed from a checkpoint (a fresh run saves no state)
             self.monitor.load_state_dict(state_from_json(saved))
@@ -261,9 +239,7 @@ class GradSkipTrainerCallback(TrainerCallback, ExportableState):
         args: dict[str, Any] = {name: dataclasses.asdict(group) for name, group in groups.items()}
         args["discovery"] = None if self.discovery is None else dataclasses.asdict(self.discovery)
         args["normalisation"] = None if self.normalisation is None else dataclasses.asdict(self.normalisation)
-        args.update(
-            every_n_epochs=self.monitor.schedule.every_n_epochs, log_prefix=self.log_prefix, progress=self.progress
-        )
+        args.update(every_n_epochs=self.every_n_epochs, log_prefix=self.log_prefix, progress=self.progress)
         return {"args": json_state(args), "attributes": {"resume_state": json_state(self.monitor.state_dict())}}
 
 

@@ -2,7 +2,7 @@
 class's images have it taken off first, unless erase=False), a flagged class's hotspot is pasted from the next
 epoch, a flagged global property is given from the next epoch, nothing flagged leaves the training bitwise the
 same, the global RNG is never drawn from, the correction survives a checkpoint, its keys are logged, bad settings
-are refused."""
+are refused (in Python and LightningCLI YAML alike)."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.loggers import CSVLogger
 
 from gradskip_lightning import DiscoveryStage, GradSkipCallback, ProbeSettings, ScoreSettings, ShortcutCorrection
+from gradskip_lightning.callbacks.correction_settings import CorrectionSettings
 from gradskip_lightning.callbacks.shortcut_correction import PatchPaste, PropertyPaste
 from gradskip_lightning.core.normalisation import Normalisation
 from gradskip_lightning.shortcuts.image_properties import PROPERTIES
@@ -311,11 +312,53 @@ def test_a_new_fit_on_another_trainer_starts_with_nothing_corrected(tmp_path, ca
         (dict(erase=1), TypeError, "erase must be True or False, got 1"),
         (dict(properties=["hue"]), ValueError, r"properties must be one of \('colour'"),
         (dict(properties="colour"), TypeError, "properties must be None or a list of names"),
+        (dict(normalisation={"mean": (0.5,), "std": (0.0,)}), ValueError, "std must be positive"),
     ],
 )
-def test_settings_are_validated_when_built_naming_the_option(kwargs, error, match):
+@pytest.mark.parametrize("build", [ShortcutCorrection, CorrectionSettings])
+def test_settings_are_validated_when_built_naming_the_option(kwargs, error, match, build):
     with pytest.raises(error, match=match):
-        ShortcutCorrection(**kwargs)
+        build(**kwargs)
+
+
+def test_the_callback_keeps_its_options_as_one_settings_group():
+    given = {"mean": [0.5], "std": [0.25]}  # as a YAML config gives it
+    correction = ShortcutCorrection(p=0.25, classes=[2, 0], properties=["noise"], normalisation=given)
+    assert correction.settings == CorrectionSettings(
+        p=0.25, classes=(2, 0), properties=("noise",), normalisation=Normalisation((0.5,), (0.25,))
+    )
+    assert correction.settings.corrected_properties == ("noise",)
+    assert ShortcutCorrection().settings == CorrectionSettings()
+    assert CorrectionSettings().corrected_properties == tuple(PROPERTIES)  # None: every property
+
+
+def _from_yaml(tmp_path, init_args: str) -> ShortcutCorrection:
+    from lightning.pytorch.cli import LightningCLI
+
+    from gradskip_lightning.data import PlantedShapesDataModule
+    from gradskip_lightning.training.classifier import ViTClassifier
+
+    config = tmp_path / "config.yaml"
+    config.write_text(
+        "trainer:\n  logger: false\n  callbacks:\n    - class_path: gradskip_lightning.ShortcutCorrection\n"
+        f"      init_args: {init_args}\n"
+    )
+    cli = LightningCLI(ViTClassifier, PlantedShapesDataModule, run=False, args=["--config", str(config)])
+    (callback,) = [c for c in cli.trainer.callbacks if isinstance(c, ShortcutCorrection)]
+    return callback
+
+
+def test_lightning_cli_yaml_configures_the_correction_and_refuses_as_python_does(tmp_path):
+    correction = _from_yaml(
+        tmp_path,
+        "{p: 0.25, erase: false, classes: [1], properties: [colour], tag: {target_class: 2, position: [4, 4]}}",
+    )
+    expected = CorrectionSettings(
+        tag=SpuriousTag(target_class=2, position=(4, 4)), p=0.25, erase=False, classes=(1,), properties=("colour",)
+    )
+    assert correction.settings == expected
+    with pytest.raises(ValueError, match=r"p must be a probability in \(0, 1\], got 1.5"):
+        _from_yaml(tmp_path, "{p: 1.5}")
 
 
 @pytest.mark.parametrize(

@@ -69,15 +69,17 @@ class DiscoveryStage(DiscoverySettings):
             flagged).
         every_n_epochs: run at every n-th explained epoch (epochs n-1, 2n-1, ...; always under ``validate()``).
         batch_size: images per forward of the transplant test.
-        method: the method whose maps the stage summarises (default :data:`DISCOVERY_METHOD`; None: the
-            callback's ``method``); one other than the callback's is explained for the discovery probes only
-            (with its default options).
+        method: the method whose maps the stage summarises (default :data:`DISCOVERY_METHOD`, by measurement: it
+            tied GradSkip and LRP on stamps and bars at the last epoch, flagged a stamp on part of a class at 7 of 8
+            epochs where a model relied on it (GradSkip 4) and had the lowest clean suspicion on BloodMNIST, see
+            docs/discovery.md; None: the callback's ``method``); one other than the callback's is explained for the
+            discovery probes only (with its default options).
         properties: the image-wide properties whose transfer each class is tested with (names of
             :data:`~gradskip_lightning.shortcuts.image_properties.PROPERTIES`); None: all that apply to the
-            model's channels (colour needs 3); ``()``: none.
+            model's channels (colour and signature need 3); ``()``: none.
         property_alert_threshold: property suspicion at or above which a (class, property) is flagged (with its
             p-value at most ``alpha``: the sign test of the flips, Holm over the epoch's (class, property) tests),
-            in [0, 1].
+            in [0, 1]: the effect-size floor, set by the properties benchmark.
     """
 
     probes_per_class: int = 8

@@ -68,7 +68,8 @@ class ProbeSource:
         """Draw (or re-read the restored ids) from ``dataset``, unless probes were given or drawn.
 
         Restored ids the dataset does not have (a smaller validation set) are dropped with a warning
-        and the probes drawn afresh; fewer probes than ``num_probes`` to draw from is said once."""
+        and the probes drawn afresh; restored ids of another number than ``num_probes`` (kept) and
+        fewer probes than ``num_probes`` to draw from are said once."""
         if self.probes is not None:
             return self.probes
         self.dataset = dataset
@@ -86,6 +87,12 @@ class ProbeSource:
                     f"probe_seed={self.seed}). Resume with the validation set of the checkpointed run to keep them"
                 )
                 ids = self.restored_ids = None
+        if ids is not None and len(ids) != self.num_probes:  # said here: the discovery stage's number is known now
+            rank_zero_warn(
+                f"GradSkipCallback: the checkpoint's {len(ids)} probes are explained, not the {self.num_probes} of "
+                f"{self.described}: the probe set is kept across a resume so drift compares the same images. "
+                "Start a new run (no ckpt_path) to draw another number"
+            )
         if ids is None:
             drawn = stratified_indices(strata, self.num_probes, self.seed)
             if len(drawn) == 0:
@@ -105,17 +112,11 @@ class ProbeSource:
         return self._drawn
 
     def restore(self, ids: Tensor | None) -> None:
-        """Use the checkpointed probe ``ids`` (re-read now when a dataset is known); says once when
-        their number overrides ``num_probes``; ids the dataset cannot give are dropped with a warning
-        and the probes drawn afresh."""
+        """Use the checkpointed probe ``ids`` (re-read now when a dataset is known, else at :meth:`draw`,
+        which says when their number overrides ``num_probes``); ids the dataset cannot give are dropped
+        with a warning and the probes drawn afresh."""
         if ids is None or self.given is not None:
             return
-        if len(ids) != self.num_probes:
-            rank_zero_warn(
-                f"GradSkipCallback: the checkpoint's {len(ids)} probes are explained, not the {self.num_probes} of "
-                f"{self.described}: the probe set is kept across a resume so drift compares the same images. "
-                "Start a new run (no ckpt_path) to draw another number"
-            )
         self.restored_ids = ids
         if self._drawn is not None and not torch.equal(self._drawn.ids, ids) and self.dataset is not None:
             self._drawn = None
