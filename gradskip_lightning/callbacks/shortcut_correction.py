@@ -47,7 +47,14 @@ from gradskip_lightning.shortcuts.discovery_properties import chosen_properties
 from gradskip_lightning.shortcuts.image_properties import PROPERTIES, PropertyName
 from gradskip_lightning.shortcuts.tags import SpuriousTag
 
-__all__ = ["CORRECTION_VALUES", "Correction", "ShortcutCorrection", "artifact_for", "property_artifact_for"]
+__all__ = [
+    "CORRECTION_VALUES",
+    "Correction",
+    "ShortcutCorrection",
+    "artifact_for",
+    "property_artifact_for",
+    "proved_properties",
+]
 
 #: Logged name -> what it is (the README's key table); ``correction/<prefix><name>``, per corrected class k
 #: ``correction/<prefix><name>/class_<k>``.
@@ -76,14 +83,30 @@ class Correction:
     origin: str
 
 
-def artifact_for(discovered: Discovered, label: int, margin: int) -> Artifact:
-    """The artifact of class ``label`` flagged by a discovery run: the region of its reported test (the class's
-    hotspot, grown hotspot or a strategy's hotspot) grown by ``margin`` patches, with the pixels of that test's
-    discovery probes (the donors: the class's, or the strategy's members). A flagged global property gets its
-    artifact from :func:`property_artifact_for`."""
+def artifact_for(discovered: Discovered, label: int, margin: int = 0) -> Artifact:
+    """The artifact of class ``label`` flagged by a discovery run: the very region its reported test pasted and
+    proved (the class's hotspot, grown hotspot or a strategy's hotspot; grown by ``margin`` patches when asked),
+    with the pixels of that test's discovery probes (the donors: the class's, or the strategy's members). A
+    flagged global property gets its artifact from :func:`property_artifact_for`."""
     test = discovered.found.reported[label]
     donors = discovered.probes.images[test.group.members]
     return PatchPaste.from_hotspot(label, test.region, discovered.patch_size, donors, margin)
+
+
+def proved_properties(flags: dict[PropertyName, bool]) -> list[PropertyName]:
+    """The properties a class's correction gives, of its flags by property name: the signature alone when it is
+    flagged (the stage proved the statistics jointly; a single property flagged beside it is part of it), else
+    each flagged property.
+
+    Example:
+        >>> proved_properties({"brightness": True, "colour": False, "signature": True})
+        ['signature']
+        >>> proved_properties({"brightness": True, "colour": True, "signature": False})
+        ['brightness', 'colour']
+    """
+    if flags.get("signature", False):
+        return ["signature"]
+    return [name for name, flag in flags.items() if flag]
 
 
 def property_artifact_for(discovered: Discovered, name: PropertyName, label: int) -> PropertyPaste:
@@ -128,9 +151,9 @@ class ShortcutCorrection(Callback):
             none, hotspots only). One correction per flagged (class, property).
         flagged_epochs: a class (or a class's property) is corrected once the discovery stage flagged it at
             this many of its runs in a row (1: at the first flag), from the next training epoch on.
-        margin: patches added on every side of a discovered hotspot before pasting (0: the hotspot
-            alone). The hotspot is the smallest region holding ``hotspot_share`` of the class-mean map's
-            mass and often covers only part of the artifact, whose rest then still predicts the class.
+        margin: patches added on every side of a discovered region before pasting (0, the default: the
+            region the discovery stage's transplant test pasted and proved, and nothing around it: a grown
+            region replaces real image content on every pasted image).
         seed: seed of the draws (which images, which donor). Batch ``i`` of epoch ``e`` on rank ``r`` draws
             from a generator of its own seeded by (seed, r, e, i): ranks draw apart, a resumed fit draws as
             the uninterrupted one, the global RNG is never used.
@@ -167,7 +190,7 @@ class ShortcutCorrection(Callback):
         classes: Sequence[int] | None = None,
         properties: Sequence[PropertyName] | None = None,
         flagged_epochs: int = 1,
-        margin: int = 1,
+        margin: int = 0,
         seed: int = 0,
         mean: Sequence[float] | None = None,
         std: Sequence[float] | None = None,
@@ -432,7 +455,8 @@ class ShortcutCorrection(Callback):
                 whose = "class's" if group.strategy is None else f"strategy {group.strategy}'s"
                 origin = (
                     f"flagged by the discovery stage of {source.log_prefix!r} at epoch {discovered.epoch}, suspicion "
-                    f"{suspicion:.2f}; its tested region grown by {self.margin} patches, the pixels from the {whose} "
+                    f"{suspicion:.2f}; the region its transplant test proved"
+                    f"{f' grown by {self.margin} patches' if self.margin else ''}, the pixels from the {whose} "
                     f"{len(group.members)} discovery probes"
                 )
                 self._start(Correction(artifact_for(discovered, label, self.margin), epoch, origin))
@@ -443,15 +467,17 @@ class ShortcutCorrection(Callback):
         found = discovered.properties
         if found is None:
             return
-        for name, flags in found.flagged.items():
-            if name not in self.properties:
+        flags = {name: found.flagged[name].cpu().tolist() for name in found.flagged if name in self.properties}
+        for label in range(len(next(iter(found.flagged.values()), []))):
+            if self.classes is not None and label not in self.classes:
                 continue
-            for label, flag in enumerate(flags.cpu().tolist()):
-                if self.classes is not None and label not in self.classes:
-                    continue
-                runs = self._property_streaks.get((name, label), 0) + 1 if flag else 0
+            ready: dict[PropertyName, bool] = {}
+            for name, flagged in flags.items():
+                runs = self._property_streaks.get((name, label), 0) + 1 if flagged[label] else 0
                 self._property_streaks[(name, label)] = runs
-                if runs < self.flagged_epochs or self._corrected(label, PropertyPaste.kind, f"{name}/"):
+                ready[name] = runs >= self.flagged_epochs
+            for name in proved_properties(ready):
+                if self._corrected(label, PropertyPaste.kind, f"{name}/"):
                     continue
                 transfer = found.transfers[name][label]
                 donors = int((discovered.probes.labels == label).sum())

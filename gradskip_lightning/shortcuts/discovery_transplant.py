@@ -40,6 +40,7 @@ from gradskip_lightning.core.validation import (
     check_targets,
 )
 from gradskip_lightning.metrics.perturbation import ACTIVATIONS, Activation, class_probabilities
+from gradskip_lightning.shortcuts.regions import Region, paste, patch_pixels
 
 
 @dataclass(frozen=True)
@@ -231,16 +232,6 @@ def _patch_pixels(patch_size: int | tuple[int, int]) -> tuple[int, int]:
     return pair[0], pair[1]
 
 
-def _pixel_masks(shape: Tensor, tops: Tensor, lefts: Tensor, grid: tuple[int, int], patch: tuple[int, int]) -> Tensor:
-    """(n, H, W) bool: the patch mask ``shape`` (bh, bw) placed with its corner at (tops, lefts) (n,), in pixels."""
-    height, width = grid
-    rows = torch.arange(height, device=tops.device)[None, :, None] - tops[:, None, None]
-    cols = torch.arange(width, device=tops.device)[None, None, :] - lefts[:, None, None]
-    inside = (rows >= 0) & (rows < shape.shape[0]) & (cols >= 0) & (cols < shape.shape[1])
-    masks = inside & shape[rows.clamp(0, shape.shape[0] - 1), cols.clamp(0, shape.shape[1] - 1)]
-    return masks.repeat_interleave(patch[0], dim=1).repeat_interleave(patch[1], dim=2)
-
-
 def hotspot_transplant(
     model: Callable[[Tensor], Tensor],
     images: Tensor,
@@ -309,7 +300,7 @@ def hotspot_transplant(
     classes, hotspot = classes.to(device), hotspot.to(device)
     others = (classes != target).nonzero()[:, 0]
     donors = (classes == target).nonzero()[:, 0] if donors is None else _checked_donors(donors, classes, target)
-    pixels = hotspot.repeat_interleave(patch[0], dim=0).repeat_interleave(patch[1], dim=1)
+    pixels = patch_pixels(hotspot, patch)
     constancy, constancy_p = constancy_test(images, classes, target, pixels, donors)
 
     def predictions(count: int, build: Callable[[int, int], Tensor]) -> Tensor:
@@ -331,21 +322,22 @@ def hotspot_transplant(
     count = len(eligible)
     if not count:
         return undefined
+    region = Region.of_patches(hotspot, patch)
     rows, cols = hotspot.any(dim=1).nonzero()[:, 0], hotspot.any(dim=0).nonzero()[:, 0]
-    shape = hotspot[rows[0] : rows[-1] + 1, cols[0] : cols[-1] + 1]
+    shape = (int(rows[-1] - rows[0]) + 1, int(cols[-1] - cols[0]) + 1)  # the region's box in patches
     generator = torch.Generator().manual_seed(seed)
-    random_tops = torch.randint(grid[0] - shape.shape[0] + 1, (count,), generator=generator)
-    random_lefts = torch.randint(grid[1] - shape.shape[1] + 1, (count,), generator=generator)
+    random_tops = torch.randint(grid[0] - shape[0] + 1, (count,), generator=generator)
+    random_lefts = torch.randint(grid[1] - shape[1] + 1, (count,), generator=generator)
     index = torch.arange(count, device=device)
     # arms in a row: the region from a donor, (a) a random place from the donor, (b) the region from another class
     recipient = others[eligible].repeat(3)
     donor = torch.cat([donors[index % len(donors)]] * 2 + [others[(eligible + 1) % len(others)]])
-    tops = torch.cat([rows[:1].expand(count), random_tops.to(device), rows[:1].expand(count)])
-    lefts = torch.cat([cols[:1].expand(count), random_lefts.to(device), cols[:1].expand(count)])
+    tops = torch.cat([rows[:1].expand(count), random_tops.to(device), rows[:1].expand(count)]) * patch[0]
+    lefts = torch.cat([cols[:1].expand(count), random_lefts.to(device), cols[:1].expand(count)]) * patch[1]
 
     def pasted(start: int, stop: int) -> Tensor:
-        masks = _pixel_masks(shape, tops[start:stop], lefts[start:stop], grid, patch)
-        return torch.where(masks[:, None], images[donor[start:stop]], images[recipient[start:stop]])
+        corners = (tops[start:stop], lefts[start:stop])
+        return paste(images[recipient[start:stop]], images[donor[start:stop]], region, corners)
 
     test, random_place, other_class = predictions(3 * count, pasted).reshape(3, count)
     flip_p = max(

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from gradskip_lightning.shortcuts.regions import paste
 from gradskip_lightning.shortcuts.tags import SpuriousTag
 
 __all__ = ["Transplant"]
@@ -54,8 +55,7 @@ class Transplant:
         pixels = self.tag.apply(torch.zeros(channels, height, width, dtype=images.dtype, device=images.device))
         mean = torch.as_tensor(self.mean, dtype=images.dtype, device=images.device).reshape(-1, 1, 1)
         std = torch.as_tensor(self.std, dtype=images.dtype, device=images.device).reshape(-1, 1, 1)
-        inside = self.mask(height, width).to(images.device)
-        return torch.where(inside, (pixels - mean) / std, images)
+        return paste(images, (pixels - mean) / std, self.tag.region)
 
     def eligible(self, labels: Tensor, multi_hot: Tensor | None = None) -> Tensor:
         """(P,) bool: probes not of the tag's class (multi-hot labels (P, C): without that label)."""

@@ -20,6 +20,7 @@ from lightning.pytorch.loggers import CSVLogger
 from gradskip_lightning import DiscoveryStage, GradSkipCallback, ProbeSettings, ScoreSettings, ShortcutCorrection
 from gradskip_lightning.callbacks.shortcut_correction import PatchPaste, PropertyPaste
 from gradskip_lightning.shortcuts.image_properties import PROPERTIES
+from gradskip_lightning.shortcuts.regions import Region
 from gradskip_lightning.shortcuts.tags import SpuriousTag
 from tests.callbacks.correction_helpers import carries, in_order_data, recorder
 from tests.callbacks.helpers import tiny_data, tiny_module, tiny_trainer
@@ -138,6 +139,14 @@ def test_a_flagged_classs_hotspot_is_pasted_from_the_next_epoch_with_its_discove
     donors = discovered.probes.images[discovered.probes.labels == last.target]
     top, left, bottom, right = last.box
     assert torch.equal(last.donors, donors[:, :, top:bottom, left:right])
+    fresh = ShortcutCorrection(p=1.0)
+    fresh._follow(gradskip)  # the last run, read by a fresh correction: each class's proved region, not grown
+    for correction_of_class in fresh.corrections:
+        paste, test = correction_of_class.artifact, discovered.found.reported[correction_of_class.artifact.target]
+        proved = Region.of_patches(test.region, discovered.patch_size)  # the very region the transplant test pasted
+        assert isinstance(paste, PatchPaste) and paste.box == proved.bounds and torch.equal(paste.mask, proved.mask)
+        assert torch.equal(paste.donors, proved.cut(discovered.probes.images[test.group.members]))
+        assert "the region its transplant test proved, the pixels" in correction_of_class.origin
     for epoch, images, _ in module.seen:
         pasted = carries(images, last)
         assert pasted.all() if epoch == 1 else not pasted.any()
