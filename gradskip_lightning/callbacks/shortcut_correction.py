@@ -15,21 +15,28 @@ discovery probes, given to other images), the last two corrected from the next t
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import torch
 from lightning.pytorch import Callback, LightningModule, Trainer
 from lightning.pytorch.trainer.states import TrainerFn
-from lightning.pytorch.utilities import rank_zero_info
+from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
+from torch import Tensor
 from typing_extensions import override
 
 from gradskip_lightning.callbacks.gradskip import GradSkipCallback
 from gradskip_lightning.callbacks.host import logged_step
-from gradskip_lightning.callbacks.training_batches import batch_images, batch_seed, class_members
+from gradskip_lightning.callbacks.training_batches import (
+    batch_images,
+    batch_labels,
+    batch_seed,
+    class_members,
+    held_out_correct,
+)
 from gradskip_lightning.core.explanation import UnsupportedModel
-from gradskip_lightning.core.validation import required
+from gradskip_lightning.core.validation import check_choice, required
 from gradskip_lightning.engine.discovery.stage import Discovered
 from gradskip_lightning.engine.keys import key
 from gradskip_lightning.engine.output.monitor import monitor
@@ -48,6 +55,8 @@ from gradskip_lightning.shortcuts.image_properties import PROPERTIES, PropertyNa
 from gradskip_lightning.shortcuts.tags import SpuriousTag
 
 __all__ = [
+    "ACCURACY_DROP_ACTIONS",
+    "AccuracyDrop",
     "CORRECTION_VALUES",
     "Correction",
     "ShortcutCorrection",
@@ -71,16 +80,47 @@ CORRECTION_VALUES: dict[str, str] = {
     "images given another class's image's statistic first (`erase`)",
     "<property>/<statistic>/class_<k>": "the statistic that correction gives, mean over class k's donors, in pixel "
     "units (colour: `alpha` and `beta`; brightness: `luminance`; sharpness: `high_share`; noise: `sigma`)",
+    "accuracy": "share of the epoch's validation images (every rank's) the model gets right (multi-label: every "
+    "label), from the validation step's `logits` or one more forward of each validation batch",
+    "accuracy_change": "`accuracy` minus the last one measured before the first running correction began (NaN "
+    "before any correction, or without a validation before it); below `-accuracy_tolerance` it warns and acts "
+    "(`on_accuracy_drop`)",
+    "p": "the probability in use: `p`, halved at each accuracy drop with `on_accuracy_drop='weaken'`, 0 once "
+    "stopped (`'stop'`)",
+    "[<property>/]spurious/class_<k>": "class k's corrected shortcut's spurious score at this epoch's discovery run: "
+    "the flip rate of its reported transplant test (a property: its transfer's), on the discovery probes",
+    "[<property>/]spurious_change/class_<k>": "that flip rate minus the one of the run that flagged it",
+}
+
+#: The ways to act on an accuracy drop (``on_accuracy_drop``); each has its :class:`DropAction`.
+AccuracyDrop = Literal["warn", "weaken", "stop"]
+
+
+@dataclass(frozen=True)
+class DropAction:
+    """What ``on_accuracy_drop`` does: ``what`` it says (with the new ``{p}``) and the new ``p`` from the one in use."""
+
+    what: str
+    strength: Callable[[float], float]
+
+
+#: ``on_accuracy_drop`` -> its action.
+ACCURACY_DROP_ACTIONS: dict[AccuracyDrop, DropAction] = {
+    "warn": DropAction("going on at p = {p:g} (on_accuracy_drop='warn')", lambda p: p),
+    "weaken": DropAction("halving p to {p:g} from the next epoch (on_accuracy_drop='weaken')", lambda p: p / 2),
+    "stop": DropAction("stopping the correction from the next epoch (on_accuracy_drop='stop')", lambda p: 0.0),
 }
 
 
 @dataclass(frozen=True)
 class Correction:
-    """One shortcut being corrected: its artifact, the epoch it started at, and where it came from."""
+    """One shortcut being corrected: its artifact, the epoch it started at, where it came from, and its spurious
+    score when it was flagged (the discovery stage's flip rate; NaN for a tag)."""
 
     artifact: Artifact
     epoch: int
     origin: str
+    spurious: float = math.nan
 
 
 def artifact_for(discovered: Discovered, label: int, margin: int = 0) -> Artifact:
@@ -115,6 +155,17 @@ def property_artifact_for(discovered: Discovered, name: PropertyName, label: int
     found = required(discovered.properties, "the discovery run's property transplants")
     donors = discovered.probes.images[discovered.probes.labels == label]
     return PropertyPaste.from_probes(label, name, donors, found.space)
+
+
+def _flip_rate(discovered: Discovered, artifact: Artifact) -> float | None:
+    """The flip rate a discovery run reports for ``artifact``'s class: of its reported hotspot test (a patch), or
+    of its property's transfer (None: the run did not test that property)."""
+    if isinstance(artifact, PropertyPaste):
+        found = discovered.properties
+        if found is None or artifact.name not in found.transfers:
+            return None
+        return found.transfers[artifact.name][artifact.target].flip_rate
+    return discovered.found.reported[artifact.target].transplant.flip_rate
 
 
 class ShortcutCorrection(Callback):
@@ -165,6 +216,13 @@ class ShortcutCorrection(Callback):
         label_key: the key of the labels in mapping batches, for ``erase`` (None: the first of ``label``,
             ``labels``, ``target``, ``targets``, ``class``); a tuple batch's labels are its second element.
         log_prefix: the name in the logged keys (``correction/<log_prefix>active``).
+        accuracy_tolerance: how much accuracy on the validation images (a share, in [0, 1)) the correction may
+            cost: at each training epoch's end, the epoch's validation accuracy is compared with the last one
+            measured before the first running correction began; a larger fall is said in one warning line and
+            acted on (``on_accuracy_drop``).
+        on_accuracy_drop: what a fall beyond ``accuracy_tolerance`` does (:data:`ACCURACY_DROP_ACTIONS`):
+            ``"warn"`` (the warning only), ``"weaken"`` (halve ``p`` from the next epoch, at each such epoch) or
+            ``"stop"`` (no artifact from the next epoch on).
 
     The discovery stage's choice is a callback of the Trainer found by its ``log_prefix``, not an object
     given here: that is how a LightningCLI config names it, and a checkpoint holds no reference to it. A
@@ -197,6 +255,8 @@ class ShortcutCorrection(Callback):
         image_key: str | None = None,
         label_key: str | None = None,
         log_prefix: str = "gradskip/",
+        accuracy_tolerance: float = 0.01,
+        on_accuracy_drop: AccuracyDrop = "warn",
     ) -> None:
         super().__init__()
         if tag is not None and not isinstance(tag, SpuriousTag):
@@ -227,6 +287,12 @@ class ShortcutCorrection(Callback):
             if value is not None and (not isinstance(value, str) or not value):
                 raise ValueError(f"{name} must be a non-empty string or None, got {value!r}")
         check_log_prefix(log_prefix)
+        if isinstance(accuracy_tolerance, bool) or not isinstance(accuracy_tolerance, (int, float)):
+            raise TypeError(f"accuracy_tolerance must be a share of accuracy in [0, 1), got {accuracy_tolerance!r}")
+        if not 0 <= accuracy_tolerance < 1:
+            raise ValueError(f"accuracy_tolerance must be a share of accuracy in [0, 1), got {accuracy_tolerance!r}")
+        check_choice(on_accuracy_drop, tuple(ACCURACY_DROP_ACTIONS), "on_accuracy_drop")
+        self.accuracy_tolerance, self.on_accuracy_drop = float(accuracy_tolerance), on_accuracy_drop
         self.tag, self.discovery, self.p, self.classes, self.properties = tag, discovery, float(p), classes, chosen
         self.flagged_epochs, self.margin, self.seed, self.mean, self.std = flagged_epochs, margin, seed, mean, std
         self.erase, self.image_key, self.label_key, self.log_prefix = erase, image_key, label_key, log_prefix
@@ -242,6 +308,9 @@ class ShortcutCorrection(Callback):
         # (3, corrections), this epoch: images it was pasted on, images of its class it was taken off, of its class
         self._tallies = torch.zeros(3, 0, dtype=torch.long)
         self._counts = [0, 0]  # images with any artifact, images seen (this epoch)
+        self._strength = self.p  # the p in use: halved or 0 by on_accuracy_drop
+        self._accuracy: dict[int, float] = {}  # epoch -> accuracy on its validation images
+        self._held_out = [0, 0]  # validation images right, seen (this epoch)
 
     @property
     def corrections(self) -> tuple[Correction, ...]:
@@ -261,7 +330,7 @@ class ShortcutCorrection(Callback):
             return
         if self._fit_trainer is not None and self._fit_trainer is not trainer:  # a new fit: nothing corrected yet
             self._corrections, self._streaks, self._last_run, self._resumed = [], {}, None, []
-            self._property_streaks = {}
+            self._property_streaks, self._strength, self._accuracy = {}, self.p, {}
         self._fit_trainer = trainer  # a checkpoint's state is loaded after setup
         self._source = self._followed(trainer)
         if self.tag is not None:
@@ -318,7 +387,7 @@ class ShortcutCorrection(Callback):
         if self._source is not None:
             self._follow(self._source)
         self._tallies = torch.zeros(3, len(self._corrections), dtype=torch.long)
-        self._counts = [0, 0]
+        self._counts, self._held_out = [0, 0], [0, 0]
 
     @override
     def on_train_batch_start(self, trainer: Trainer, pl_module: LightningModule, batch: Any, batch_idx: int) -> None:
@@ -336,21 +405,49 @@ class ShortcutCorrection(Callback):
                     erased = erase_from_class(images, originals, members, correction.artifact, self._generator)
                     self._tallies[1:, index] += torch.tensor([erased, int(members.sum())])
             for index, correction in active:
-                chosen = paste_share(images, correction.artifact, self.p, self._generator)
+                chosen = paste_share(images, correction.artifact, self._strength, self._generator)
                 self._tallies[0, index] += int(chosen.sum())
                 pasted |= chosen
         self._counts[0] += int(pasted.sum())
         self._counts[1] += len(images)
 
     @override
+    def on_validation_batch_end(
+        self,
+        trainer: Trainer,
+        pl_module: LightningModule,
+        outputs: Any,
+        batch: Any,
+        batch_idx: int,
+        dataloader_idx: int = 0,
+    ) -> None:
+        if trainer.sanity_checking or trainer.state.fn != TrainerFn.FITTING:
+            return
+        labels = batch_labels(batch, self.label_key)
+        logits = outputs.get("logits") if isinstance(outputs, Mapping) else None
+        if labels is None:
+            return
+        if not isinstance(logits, Tensor):
+            with torch.no_grad():
+                logits = pl_module(batch_images(batch, self.image_key))
+        counted = held_out_correct(logits.detach(), labels) if isinstance(logits, Tensor) else None
+        if counted is not None:
+            self._held_out = [self._held_out[0] + counted[0], self._held_out[1] + counted[1]]
+
+    @override
     def on_train_epoch_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
         counts = torch.tensor(
-            [*self._counts, *self._tallies.flatten().tolist()], dtype=torch.long, device=pl_module.device
+            [*self._counts, *self._held_out, *self._tallies.flatten().tolist()],
+            dtype=torch.long,
+            device=pl_module.device,
         )
         counts = trainer.strategy.reduce(counts, reduce_op="sum").cpu().double()  # every rank's images
-        seen, (pasted, erased, members) = float(counts[1]), counts[2:].reshape(3, -1)
+        seen, (pasted, erased, members) = float(counts[1]), counts[4:].reshape(3, -1)
         share = (counts[:2] / seen).tolist() if seen else [math.nan, math.nan]
-        active = self._active(trainer.current_epoch)
+        epoch, (right, held) = trainer.current_epoch, counts[2:4].tolist()
+        if held:
+            self._accuracy[epoch] = right / held
+        active = self._active(epoch)
         scalars = {
             key("correction", self.log_prefix, "active"): float(len(active)),
             key("correction", self.log_prefix, "pasted_share"): share[0] if active else 0.0,
@@ -367,6 +464,7 @@ class ShortcutCorrection(Callback):
                 )
             for name, number in correction.artifact.scalars().items():
                 scalars[key("correction", self.log_prefix, f"{start}{name}/class_{label}")] = number
+        scalars.update(self._guard(epoch, active))
         monitor(trainer.callback_metrics, scalars)
         if trainer.is_global_zero:
             for logger in trainer.loggers:
@@ -382,8 +480,11 @@ class ShortcutCorrection(Callback):
             self._follow(self._source)
         return {
             "corrections": [
-                {"artifact": c.artifact.state_dict(), "epoch": c.epoch, "origin": c.origin} for c in self._corrections
+                {"artifact": c.artifact.state_dict(), "epoch": c.epoch, "origin": c.origin, "spurious": c.spurious}
+                for c in self._corrections
             ],
+            "p": self._strength,
+            "accuracy": [[epoch, accuracy] for epoch, accuracy in sorted(self._accuracy.items())],
             "streaks": [[label, runs] for label, runs in sorted(self._streaks.items())],
             "property_streaks": [[name, label, runs] for (name, label), runs in sorted(self._property_streaks.items())],
             "last_run": self._last_run,
@@ -392,9 +493,13 @@ class ShortcutCorrection(Callback):
     @override
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         self._corrections = [
-            Correction(restore_artifact(c["artifact"]), int(c["epoch"]), str(c["origin"]))
+            Correction(
+                restore_artifact(c["artifact"]), int(c["epoch"]), str(c["origin"]), float(c.get("spurious", math.nan))
+            )
             for c in state_dict["corrections"]
         ]
+        self._strength = float(state_dict.get("p", self.p))  # none in a checkpoint from before the accuracy guard
+        self._accuracy = {int(epoch): float(accuracy) for epoch, accuracy in state_dict.get("accuracy", [])}
         self._resumed = list(self._corrections)
         self._streaks = {int(label): int(runs) for label, runs in state_dict["streaks"]}
         older = state_dict.get("property_streaks", [])  # none in a checkpoint from before the property corrections
@@ -435,6 +540,8 @@ class ShortcutCorrection(Callback):
     def _active(self, epoch: int) -> list[tuple[int, Correction]]:
         """The corrections (with their index) that correct training epoch ``epoch``: a flag read at the end of the
         epoch it was raised at (a checkpoint saved then) corrects from the next one."""
+        if not self._strength:
+            return []  # stopped (on_accuracy_drop="stop")
         return [(index, c) for index, c in enumerate(self._corrections) if c.epoch <= epoch]
 
     def _follow(self, source: GradSkipCallback) -> None:
@@ -459,7 +566,9 @@ class ShortcutCorrection(Callback):
                     f"{f' grown by {self.margin} patches' if self.margin else ''}, the pixels from the {whose} "
                     f"{len(group.members)} discovery probes"
                 )
-                self._start(Correction(artifact_for(discovered, label, self.margin), epoch, origin))
+                artifact = artifact_for(discovered, label, self.margin)
+                flips = discovered.found.reported[label].transplant.flip_rate
+                self._start(Correction(artifact, epoch, origin, flips))
         self._follow_properties(discovered, source.log_prefix, epoch)
 
     def _follow_properties(self, discovered: Discovered, followed: str, epoch: int) -> None:
@@ -487,7 +596,42 @@ class ShortcutCorrection(Callback):
                     f"{transfer.control_flip_rate:.2f}); the {PROPERTIES[name].what} of the class's {donors} discovery "
                     "probes"
                 )
-                self._start(Correction(property_artifact_for(discovered, name, label), epoch, origin))
+                artifact = property_artifact_for(discovered, name, label)
+                self._start(Correction(artifact, epoch, origin, transfer.flip_rate))
+
+    def _guard(self, epoch: int, active: list[tuple[int, Correction]]) -> dict[str, float]:
+        """The epoch's accuracy, its change since before the correction, the p in use and each corrected shortcut's
+        spurious score (logged); warn and act (``on_accuracy_drop``) when the accuracy fell beyond the tolerance."""
+        accuracy = self._accuracy.get(epoch, math.nan)
+        scalars = {key("correction", self.log_prefix, "p"): self._strength if active else 0.0}
+        if not math.isnan(accuracy):
+            scalars[key("correction", self.log_prefix, "accuracy")] = accuracy
+        if not active:
+            return scalars
+        began = min(correction.epoch for _, correction in active)
+        before = [measured for measured in self._accuracy if measured < began]
+        baseline = self._accuracy[max(before)] if before else math.nan
+        change = accuracy - baseline
+        scalars[key("correction", self.log_prefix, "accuracy_change")] = change
+        discovered = self._source.discovered if self._source is not None else None
+        if discovered is not None and discovered.epoch == epoch:
+            for _, correction in active:
+                spurious = _flip_rate(discovered, correction.artifact)
+                if math.isnan(correction.spurious) or spurious is None:
+                    continue  # a tag: the stage reports no flip rate of it
+                label, start = correction.artifact.target, correction.artifact.key_prefix
+                scalars[key("correction", self.log_prefix, f"{start}spurious/class_{label}")] = spurious
+                change_key = f"{start}spurious_change/class_{label}"
+                scalars[key("correction", self.log_prefix, change_key)] = spurious - correction.spurious
+        if change < -self.accuracy_tolerance:  # False when either is NaN
+            action = ACCURACY_DROP_ACTIONS[self.on_accuracy_drop]
+            self._strength = action.strength(self._strength)
+            rank_zero_warn(
+                f"ShortcutCorrection: the accuracy on the validation images fell from {baseline:.3f} (epoch "
+                f"{max(before)}, before the correction) to {accuracy:.3f} at epoch {epoch}, more than "
+                f"accuracy_tolerance={self.accuracy_tolerance:g}; {action.what.format(p=self._strength)}"
+            )
+        return scalars
 
     def _corrected(self, label: int, kind: str, key_prefix: str) -> bool:
         """Whether an artifact of ``kind`` and ``key_prefix`` (its property) of class ``label`` is corrected."""
@@ -503,7 +647,7 @@ class ShortcutCorrection(Callback):
 
     def _say(self, correction: Correction, verb: str) -> None:
         artifact = correction.artifact
-        images = f"{self.p * 100:g} % of every class's training images"
+        images = f"{self._strength * 100:g} % of every class's training images"
         first = "after taking it off the class's own images (from the batch's other classes) " if self.erase else ""
         rank_zero_info(
             f"ShortcutCorrection: {verb} class {artifact.target}'s {artifact.describe()}: {artifact.action(images)} "

@@ -22,7 +22,7 @@ from gradskip_lightning.callbacks.shortcut_correction import PatchPaste, Propert
 from gradskip_lightning.shortcuts.image_properties import PROPERTIES
 from gradskip_lightning.shortcuts.regions import Region
 from gradskip_lightning.shortcuts.tags import SpuriousTag
-from tests.callbacks.correction_helpers import carries, in_order_data, recorder
+from tests.callbacks.correction_helpers import carries, falling, in_order_data, recorder
 from tests.callbacks.helpers import tiny_data, tiny_module, tiny_trainer
 
 C = "correction/gradskip/"
@@ -294,6 +294,56 @@ def test_a_new_fit_on_another_trainer_starts_with_nothing_corrected(tmp_path, ca
     assert sum("ShortcutCorrection: correcting class 1's" in r.getMessage() for r in caplog.records) == 2
 
 
+# ------------------------------------------------------------------------------------- the accuracy guard
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("action", ["weaken", "stop"])
+def test_an_accuracy_drop_is_warned_in_one_line_logged_and_acted_on(tmp_path, action):
+    """Every class flagged at epoch 0's discovery, corrected from epoch 1 at p = 1; the validation accuracy is 1 at
+    epoch 0 and 0 from epoch 1: the fall is said once per corrected epoch, logged, and p halved or the correction
+    stopped from the next epoch."""
+    gradskip = _gradskip(alert_threshold=0.0, alpha=1.0)
+    correction = ShortcutCorrection(p=1.0, properties=(), on_accuracy_drop=action)
+    logger = CSVLogger(str(tmp_path), name="drop")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        module, _, _ = _fit(tmp_path, [gradskip, correction], epochs=3, logger=logger, module=falling(falls_at=1))
+    said = [str(w.message) for w in caught if "ShortcutCorrection: the accuracy" in str(w.message)]
+    what = {"weaken": "halving p to 0.5 from the next epoch", "stop": "stopping the correction from the next epoch"}
+    assert said[0] == (
+        "ShortcutCorrection: the accuracy on the validation images fell from 1.000 (epoch 0, before the correction) to "
+        f"0.000 at epoch 1, more than accuracy_tolerance=0.01; {what[action]} (on_accuracy_drop='{action}')"
+    )
+    assert len(said) == (2 if action == "weaken" else 1)  # weakened: still corrected at epoch 2, and halved again
+    rows = _rows(logger.log_dir, f"{C}active")
+    assert [r[f"{C}accuracy"] for r in rows] == [1.0, 0.0, 0.0]
+    assert rows[1][f"{C}accuracy_change"] == -1.0 and f"{C}accuracy_change" not in rows[0]
+    assert [r[f"{C}p"] for r in rows] == ([0.0, 1.0, 0.5] if action == "weaken" else [0.0, 1.0, 0.0])
+    assert [r[f"{C}active"] for r in rows][2] == (len(correction.corrections) if action == "weaken" else 0.0)
+    label = correction.corrections[0].artifact.target
+    assert 0.0 <= rows[1][f"{C}spurious/class_{label}"] <= 1.0  # the stage's flip rate at the corrected epoch
+    assert rows[1][f"{C}spurious_change/class_{label}"] == pytest.approx(
+        rows[1][f"{C}spurious/class_{label}"] - correction.corrections[0].spurious
+    )
+    assert correction.state_dict()["p"] == (0.25 if action == "weaken" else 0.0)
+    last = correction.corrections[-1].artifact
+    carried = [carries(images, last).float().mean().item() for epoch, images, _ in module.seen if epoch == 2]
+    assert (0.0 < sum(carried) / len(carried) < 1.0) if action == "weaken" else sum(carried) == 0.0
+
+
+@pytest.mark.slow
+def test_a_correction_that_keeps_the_accuracy_is_silent_and_keeps_p(tmp_path):
+    gradskip = _gradskip(alert_threshold=0.0, alpha=1.0)
+    correction = ShortcutCorrection(p=1.0, properties=(), on_accuracy_drop="stop", accuracy_tolerance=0.0)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        _fit(tmp_path, [gradskip, correction], module=falling(falls_at=None))
+    assert not [w for w in caught if "ShortcutCorrection: the accuracy" in str(w.message)]
+    assert correction.corrections and correction.state_dict()["p"] == 1.0
+    assert correction.state_dict()["accuracy"] == [[0, 1.0], [1, 1.0]]
+
+
 # ------------------------------------------------------------------------------------- settings
 
 
@@ -318,6 +368,9 @@ def test_a_new_fit_on_another_trainer_starts_with_nothing_corrected(tmp_path, ca
         (dict(erase=1), TypeError, "erase must be True or False, got 1"),
         (dict(properties=["hue"]), ValueError, r"properties must be one of \('colour'"),
         (dict(properties="colour"), TypeError, "properties must be None or a list of names"),
+        (dict(accuracy_tolerance=1.0), ValueError, r"accuracy_tolerance must be a share .* in \[0, 1\), got 1"),
+        (dict(accuracy_tolerance="0.01"), TypeError, "accuracy_tolerance must be a share of accuracy"),
+        (dict(on_accuracy_drop="halve"), ValueError, r"on_accuracy_drop must be one of \('warn', 'weaken', 'stop'\)"),
     ],
 )
 def test_settings_are_validated_when_built_naming_the_option(kwargs, error, match):
