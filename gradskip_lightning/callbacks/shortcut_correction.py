@@ -52,12 +52,15 @@ from gradskip_lightning.shortcuts.artifacts import (
 )
 from gradskip_lightning.shortcuts.discovery_properties import chosen_properties
 from gradskip_lightning.shortcuts.image_properties import PROPERTIES, PropertyName
+from gradskip_lightning.shortcuts.input_gradient import input_gradient_penalty
 from gradskip_lightning.shortcuts.tags import SpuriousTag
 
 __all__ = [
     "ACCURACY_DROP_ACTIONS",
     "AccuracyDrop",
     "CORRECTION_VALUES",
+    "UNLEARNING",
+    "Unlearning",
     "Correction",
     "ShortcutCorrection",
     "artifact_for",
@@ -90,7 +93,13 @@ CORRECTION_VALUES: dict[str, str] = {
     "[<property>/]spurious/class_<k>": "class k's corrected shortcut's spurious score at this epoch's discovery run: "
     "the flip rate of its reported transplant test (a property: its transfer's), on the discovery probes",
     "[<property>/]spurious_change/class_<k>": "that flip rate minus the one of the run that flagged it",
+    "penalty": "with `unlearn='loss'`: the epoch's mean input-gradient penalty on the artifacts' pixels, before its "
+    "weight (every rank's batches)",
 }
+
+#: How a located shortcut is unlearned (``unlearn``): from the training images, or by a loss.
+Unlearning = Literal["data", "loss"]
+UNLEARNING: tuple[Unlearning, ...] = ("data", "loss")
 
 #: The ways to act on an accuracy drop (``on_accuracy_drop``); each has its :class:`DropAction`.
 AccuracyDrop = Literal["warn", "weaken", "stop"]
@@ -223,6 +232,13 @@ class ShortcutCorrection(Callback):
         on_accuracy_drop: what a fall beyond ``accuracy_tolerance`` does (:data:`ACCURACY_DROP_ACTIONS`):
             ``"warn"`` (the warning only), ``"weaken"`` (halve ``p`` from the next epoch, at each such epoch) or
             ``"stop"`` (no artifact from the next epoch on).
+        unlearn: how a located shortcut (a tag, a flagged hotspot) is unlearned (:data:`UNLEARNING`): ``"data"``
+            (paste and erase, above) or ``"loss"`` (Right for the Right Reasons: after each training step's backward,
+            ``penalty`` times the mean over the batch of the squared input gradient of the summed log-probabilities
+            on the artifacts' pixels is added to the gradients; the images are left as they are; one forward and a
+            double backward more per step; one process and 32-bit precision only). A global property is always
+            unlearned from the data. ``"weaken"`` then halves the penalty, ``"stop"`` ends it.
+        penalty: the weight of the ``"loss"`` correction's penalty, > 0.
 
     The discovery stage's choice is a callback of the Trainer found by its ``log_prefix``, not an object
     given here: that is how a LightningCLI config names it, and a checkpoint holds no reference to it. A
@@ -257,6 +273,8 @@ class ShortcutCorrection(Callback):
         log_prefix: str = "gradskip/",
         accuracy_tolerance: float = 0.01,
         on_accuracy_drop: AccuracyDrop = "warn",
+        unlearn: Unlearning = "data",
+        penalty: float = 1000.0,
     ) -> None:
         super().__init__()
         if tag is not None and not isinstance(tag, SpuriousTag):
@@ -293,6 +311,11 @@ class ShortcutCorrection(Callback):
             raise ValueError(f"accuracy_tolerance must be a share of accuracy in [0, 1), got {accuracy_tolerance!r}")
         check_choice(on_accuracy_drop, tuple(ACCURACY_DROP_ACTIONS), "on_accuracy_drop")
         self.accuracy_tolerance, self.on_accuracy_drop = float(accuracy_tolerance), on_accuracy_drop
+        check_choice(unlearn, UNLEARNING, "unlearn")
+        if isinstance(penalty, bool) or not isinstance(penalty, (int, float)) or not penalty > 0:
+            raise ValueError(f"penalty must be a weight > 0, got {penalty!r}")
+        self.unlearn, self.penalty, self._batch = unlearn, float(penalty), None
+        self._penalties = [0.0, 0]  # sum of the epoch's penalties (before the weight), batches
         self.tag, self.discovery, self.p, self.classes, self.properties = tag, discovery, float(p), classes, chosen
         self.flagged_epochs, self.margin, self.seed, self.mean, self.std = flagged_epochs, margin, seed, mean, std
         self.erase, self.image_key, self.label_key, self.log_prefix = erase, image_key, label_key, log_prefix
@@ -345,6 +368,12 @@ class ShortcutCorrection(Callback):
                 )
             self._normalisation = (tuple(mean), tuple(std))
         self._check_model(pl_module)
+        if self.unlearn == "loss" and (trainer.world_size > 1 or str(trainer.precision) not in ("32-true", "32")):
+            raise ValueError(
+                "ShortcutCorrection(unlearn='loss') adds its penalty's gradients after the step's backward, which runs "
+                f"in one process at 32-bit precision only; this Trainer has {trainer.world_size} processes at "
+                f"precision {trainer.precision!r}: use unlearn='data' there"
+            )
 
     def _check_model(self, pl_module: LightningModule) -> None:
         """Refuse a tag or ``classes`` the trained network does not have (a class out of its range, a tag outside
@@ -387,14 +416,19 @@ class ShortcutCorrection(Callback):
         if self._source is not None:
             self._follow(self._source)
         self._tallies = torch.zeros(3, len(self._corrections), dtype=torch.long)
-        self._counts, self._held_out = [0, 0], [0, 0]
+        self._counts, self._held_out, self._penalties = [0, 0], [0, 0], [0.0, 0]
 
     @override
     def on_train_batch_start(self, trainer: Trainer, pl_module: LightningModule, batch: Any, batch_idx: int) -> None:
-        active = self._active(trainer.current_epoch)
-        if not active:
+        everything = self._active(trainer.current_epoch)
+        active = [(index, c) for index, c in everything if self._from_data(c.artifact)]
+        self._batch = batch if len(active) < len(everything) else None  # its input gradient is penalised
+        if not everything:
             return  # nothing corrected: the batch, the RNGs and the training are untouched
         images = batch_images(batch, self.image_key)
+        self._counts[1] += len(images)
+        if not active:
+            return  # unlearned by the loss only
         self._generator.manual_seed(batch_seed(self.seed, trainer.global_rank, trainer.current_epoch, batch_idx))
         pasted = torch.zeros(len(images), dtype=torch.bool)
         with torch.no_grad():
@@ -409,7 +443,19 @@ class ShortcutCorrection(Callback):
                 self._tallies[0, index] += int(chosen.sum())
                 pasted |= chosen
         self._counts[0] += int(pasted.sum())
-        self._counts[1] += len(images)
+
+    @override
+    def on_after_backward(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        batch, self._batch = self._batch, None
+        if batch is None:
+            return
+        located = [c.artifact for _, c in self._active(trainer.current_epoch) if not self._from_data(c.artifact)]
+        regions = [artifact.region for artifact in located if isinstance(artifact, PatchPaste)]
+        images = batch_images(batch, self.image_key)
+        pixels = torch.stack([region.pixels(*images.shape[-2:]) for region in regions]).any(dim=0)
+        penalty = input_gradient_penalty(pl_module, images, pixels)
+        (self.penalty * self._strength / self.p * penalty).backward()
+        self._penalties = [self._penalties[0] + float(penalty.detach()), self._penalties[1] + 1]
 
     @override
     def on_validation_batch_end(
@@ -465,6 +511,9 @@ class ShortcutCorrection(Callback):
             for name, number in correction.artifact.scalars().items():
                 scalars[key("correction", self.log_prefix, f"{start}{name}/class_{label}")] = number
         scalars.update(self._guard(epoch, active))
+        if self.unlearn == "loss":
+            total = trainer.strategy.reduce(torch.tensor(self._penalties, dtype=torch.float64), reduce_op="sum")
+            scalars[key("correction", self.log_prefix, "penalty")] = float(total[0] / total[1]) if total[1] else 0.0
         monitor(trainer.callback_metrics, scalars)
         if trainer.is_global_zero:
             for logger in trainer.loggers:
@@ -633,6 +682,10 @@ class ShortcutCorrection(Callback):
             )
         return scalars
 
+    def _from_data(self, artifact: Artifact) -> bool:
+        """Whether ``artifact`` is unlearned from the training images (pasted, erased), not by the loss."""
+        return self.unlearn == "data" or not isinstance(artifact, PatchPaste)
+
     def _corrected(self, label: int, kind: str, key_prefix: str) -> bool:
         """Whether an artifact of ``kind`` and ``key_prefix`` (its property) of class ``label`` is corrected."""
         return any(
@@ -649,7 +702,10 @@ class ShortcutCorrection(Callback):
         artifact = correction.artifact
         images = f"{self._strength * 100:g} % of every class's training images"
         first = "after taking it off the class's own images (from the batch's other classes) " if self.erase else ""
+        action = f"{artifact.action(images)} {first}"
+        if not self._from_data(artifact):
+            action = f"penalising the model's input gradient on its pixels (weight {self.penalty:g}) "
         rank_zero_info(
-            f"ShortcutCorrection: {verb} class {artifact.target}'s {artifact.describe()}: {artifact.action(images)} "
-            f"{first}from epoch {correction.epoch} ({correction.origin})"
+            f"ShortcutCorrection: {verb} class {artifact.target}'s {artifact.describe()}: {action}"
+            f"from epoch {correction.epoch} ({correction.origin})"
         )

@@ -20,6 +20,7 @@ from lightning.pytorch.loggers import CSVLogger
 from gradskip_lightning import DiscoveryStage, GradSkipCallback, ProbeSettings, ScoreSettings, ShortcutCorrection
 from gradskip_lightning.callbacks.shortcut_correction import PatchPaste, PropertyPaste
 from gradskip_lightning.shortcuts.image_properties import PROPERTIES
+from gradskip_lightning.shortcuts.input_gradient import input_gradient_penalty
 from gradskip_lightning.shortcuts.regions import Region
 from gradskip_lightning.shortcuts.tags import SpuriousTag
 from tests.callbacks.correction_helpers import carries, falling, in_order_data, recorder
@@ -344,6 +345,43 @@ def test_a_correction_that_keeps_the_accuracy_is_silent_and_keeps_p(tmp_path):
     assert correction.state_dict()["accuracy"] == [[0, 1.0], [1, 1.0]]
 
 
+# ------------------------------------------------------------------------------------- unlearning by the loss
+
+
+@pytest.mark.slow
+def test_a_loss_correction_leaves_the_images_and_makes_the_model_insensitive_to_the_artifacts_pixels(
+    tmp_path, caplog, plain
+):
+    centre = SpuriousTag(target_class=1, pattern=((0.5,) * 16,) * 16, position=(8, 8))  # where the shapes are
+    correction = ShortcutCorrection(centre, discovery=False, unlearn="loss", penalty=1000.0)
+    logger = CSVLogger(str(tmp_path), name="loss")
+    with caplog.at_level(logging.INFO):
+        corrected, _, _ = _fit(tmp_path / "a", [correction], logger=logger)
+    plain_module, _ = plain
+    assert all(torch.equal(a, b) for (_, a, _), (_, b, _) in zip(corrected.seen, plain_module.seen, strict=True))
+    said = [r.getMessage() for r in caplog.records if "ShortcutCorrection" in r.getMessage()]
+    assert said == [
+        "ShortcutCorrection: correcting class 1's shortcut at (8, 8)-(24, 24): penalising the model's input "
+        "gradient on its pixels (weight 1000) from epoch 0 (the given tag)"
+    ]
+    rows = _rows(logger.log_dir, f"{C}penalty")
+    assert len(rows) == 2 and all(r[f"{C}penalty"] > 0 for r in rows) and rows[1][f"{C}pasted_share"] == 0.0
+    images = torch.cat([images for _, images, _ in plain_module.seen[:4]])
+    inside = centre.mask(32, 32)
+    sensitivity = []
+    for module in (plain_module, corrected):
+        module.eval()
+        sensitivity.append(float(input_gradient_penalty(module, images, inside)))
+    assert sensitivity[1] < 0.5 * sensitivity[0], sensitivity  # the penalised model looks less at those pixels
+
+
+def test_a_loss_correction_refuses_a_precision_it_cannot_scale(tmp_path):
+    correction = ShortcutCorrection(TAG, discovery=False, unlearn="loss")
+    trainer = tiny_trainer(tmp_path, precision="bf16-mixed", callbacks=[correction])
+    with pytest.raises(ValueError, match=r"one process at 32-bit precision only; .* precision 'bf16-mixed'"):
+        trainer.fit(tiny_module(), datamodule=tiny_data())
+
+
 # ------------------------------------------------------------------------------------- settings
 
 
@@ -370,6 +408,8 @@ def test_a_correction_that_keeps_the_accuracy_is_silent_and_keeps_p(tmp_path):
         (dict(properties="colour"), TypeError, "properties must be None or a list of names"),
         (dict(accuracy_tolerance=1.0), ValueError, r"accuracy_tolerance must be a share .* in \[0, 1\), got 1"),
         (dict(accuracy_tolerance="0.01"), TypeError, "accuracy_tolerance must be a share of accuracy"),
+        (dict(unlearn="gradient"), ValueError, r"unlearn must be one of \('data', 'loss'\)"),
+        (dict(penalty=0), ValueError, "penalty must be a weight > 0, got 0"),
         (dict(on_accuracy_drop="halve"), ValueError, r"on_accuracy_drop must be one of \('warn', 'weaken', 'stop'\)"),
     ],
 )
