@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 import torch
+import torch.nn.functional as F
 from lightning.pytorch import Callback, LightningModule, Trainer
 from lightning.pytorch.trainer.states import TrainerFn
 from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
@@ -51,8 +52,10 @@ from gradskip_lightning.shortcuts.artifacts import (
     restore_artifact,
 )
 from gradskip_lightning.shortcuts.discovery_properties import chosen_properties
+from gradskip_lightning.shortcuts.discovery_transplant import constant_pixels
 from gradskip_lightning.shortcuts.image_properties import PROPERTIES, PropertyName
 from gradskip_lightning.shortcuts.input_gradient import input_gradient_penalty
+from gradskip_lightning.shortcuts.regions import Region, patch_pixels
 from gradskip_lightning.shortcuts.tags import SpuriousTag
 
 __all__ = [
@@ -133,13 +136,27 @@ class Correction:
 
 
 def artifact_for(discovered: Discovered, label: int, margin: int = 0) -> Artifact:
-    """The artifact of class ``label`` flagged by a discovery run: the very region its reported test pasted and
-    proved (the class's hotspot, grown hotspot or a strategy's hotspot; grown by ``margin`` patches when asked),
-    with the pixels of that test's discovery probes (the donors: the class's, or the strategy's members). A
-    flagged global property gets its artifact from :func:`property_artifact_for`."""
+    """The artifact of class ``label`` flagged by a discovery run, with the pixels of its reported test's discovery
+    probes (the donors: the class's, or the strategy's members).
+
+    With ``margin`` 0: the artifact's own pixels, those the donors share beyond chance
+    (:func:`~gradskip_lightning.shortcuts.discovery_transplant.constant_pixels`: a stamp's) in the region the test
+    pasted and proved (the class's hotspot, grown hotspot or a strategy's hotspot) and its neighbouring patches (a
+    hotspot covers the patches most relevant, a stamp across a patch boundary reaches into the next ones); the
+    proved region itself when no pixel is shared (an artifact that varies). With ``margin`` > 0: the proved region
+    grown by ``margin`` patches. A flagged global property gets its artifact from :func:`property_artifact_for`."""
     test = discovered.found.reported[label]
     donors = discovered.probes.images[test.group.members]
-    return PatchPaste.from_hotspot(label, test.region, discovered.patch_size, donors, margin)
+    if margin:
+        return PatchPaste.from_hotspot(label, test.region, discovered.patch_size, donors, margin)
+    around = F.max_pool2d(test.region.cpu()[None, None].float(), 3, stride=1, padding=1)[0, 0].bool()
+    probes = discovered.probes
+    shared = constant_pixels(
+        probes.images, probes.labels, test.group.members, patch_pixels(around, discovered.patch_size)
+    )
+    if not shared.any():
+        return PatchPaste.from_hotspot(label, test.region, discovered.patch_size, donors)
+    return PatchPaste.from_region(label, Region.of_pixels(shared), donors)
 
 
 def proved_properties(flags: dict[PropertyName, bool]) -> list[PropertyName]:
@@ -609,11 +626,15 @@ class ShortcutCorrection(Callback):
                 suspicion = float(discovered.found.suspicion[label])
                 group = discovered.found.reported[label].group
                 whose = "class's" if group.strategy is None else f"strategy {group.strategy}'s"
+                where = "the region its transplant test proved"
+                where = (
+                    f"{where} grown by {self.margin} patches"
+                    if self.margin
+                    else f"its probes' shared pixels at {where}"
+                )
                 origin = (
                     f"flagged by the discovery stage of {source.log_prefix!r} at epoch {discovered.epoch}, suspicion "
-                    f"{suspicion:.2f}; the region its transplant test proved"
-                    f"{f' grown by {self.margin} patches' if self.margin else ''}, the pixels from the {whose} "
-                    f"{len(group.members)} discovery probes"
+                    f"{suspicion:.2f}; {where}, the pixels from the {whose} {len(group.members)} discovery probes"
                 )
                 artifact = artifact_for(discovered, label, self.margin)
                 flips = discovered.found.reported[label].transplant.flip_rate

@@ -183,7 +183,13 @@ class PatchPaste:
         if margin:  # binary dilation: every patch within ``margin`` patches (Chebyshev) of the hotspot
             window = 2 * margin + 1
             hotspot = F.max_pool2d(hotspot[None, None].float(), window, stride=1, padding=margin)[0, 0].bool()
-        region = Region.of_patches(hotspot, patch_size)
+        return cls.from_region(target, Region.of_patches(hotspot, patch_size), images)
+
+    @classmethod
+    def from_region(cls, target: int, region: Region, images: Tensor) -> PatchPaste:
+        """Class ``target``'s ``region`` with the pixels of ``images`` (n, C, H, W) there (the donors)."""
+        if images.ndim != 4 or len(images) == 0:
+            raise ValueError(f"donor images must be (n >= 1, C, H, W); got {tuple(images.shape)}")
         return cls(target, region.top, region.left, region.mask, region.cut(images.detach().cpu()).clone())
 
     def apply(self, images: Tensor, generator: torch.Generator) -> Tensor:

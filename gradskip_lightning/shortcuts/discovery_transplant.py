@@ -222,6 +222,56 @@ def pixel_constancy(
     return constancy_test(images, classes, target, pixels, members)[0]
 
 
+#: Least per-pixel constancy (:func:`constant_pixels`) of an artifact's own pixels: a stamp on half of the group.
+CONSTANT_PIXEL = 0.25
+
+
+def constant_pixels(images: Tensor, classes: Tensor, members: Tensor, within: Tensor) -> Tensor:
+    """(H, W) bool: the pixels of ``within`` (H, W) bool whose values a group's images share beyond chance, the
+    pixels of a stamp (the constancy of :func:`constancy_test` per pixel, at least :data:`CONSTANT_PIXEL`).
+
+    A pixel agrees for a pair of images when every channel differs by at most :data:`AGREEMENT_TOLERANCE` of its
+    standard deviation over all images; ``a`` is the share of the group's pairs that agree, ``a_o`` the share of
+    pairs within each class outside the group (pooled); the constancy is ``clamp((a - a_o) / (1 - a_o), 0, 1)``
+    (0 where ``a_o`` is 1: a pixel every image shares, a background).
+
+    Args:
+        images: (P, C, H, W) probe images.
+        classes: (P,) their classes.
+        members: (n,) positions of the group's images (all of one class).
+        within: (H, W) bool, where to look.
+
+    Example:
+        >>> images = torch.rand(8, 1, 4, 4, generator=torch.Generator().manual_seed(0))
+        >>> images[:4, :, 1, 1:3] = 0.5  # a 1 x 2 stamp on class 1
+        >>> classes, everywhere = torch.tensor([1, 1, 1, 1, 0, 0, 0, 0]), torch.ones(4, 4, dtype=torch.bool)
+        >>> constant_pixels(images, classes, torch.arange(4), everywhere).nonzero().tolist()
+        [[1, 1], [1, 2]]
+    """
+    values = images[:, :, within.to(images.device)].double()  # (P, C, m)
+    tolerance = AGREEMENT_TOLERANCE * values.std(dim=0)
+
+    def agreeing(group: Tensor) -> tuple[Tensor, int]:  # per pixel: pairs of the group that agree, and pairs
+        chosen = values[group]
+        agree = ((chosen[:, None] - chosen[None]).abs() <= tolerance).all(dim=2).sum(dim=(0, 1)) - len(chosen)
+        return agree.double(), len(chosen) * (len(chosen) - 1)
+
+    members = members.to(images.device)
+    inside, pairs = agreeing(members)
+    group_class = classes[members[:1]]
+    outside, other_pairs = torch.zeros_like(inside), 0
+    for label in classes[classes != group_class].unique():
+        agree, count = agreeing((classes == label).nonzero()[:, 0])
+        outside, other_pairs = outside + agree, other_pairs + count
+    pixels = torch.zeros_like(within, dtype=torch.bool)
+    if pairs == 0 or other_pairs == 0:
+        return pixels
+    share, chance = inside / pairs, outside / other_pairs
+    constancy = torch.where(chance < 1, (share - chance) / (1 - chance).clamp(min=1e-12), 0.0).clamp(0, 1)
+    pixels[within] = (constancy >= CONSTANT_PIXEL).cpu()
+    return pixels
+
+
 def _patch_pixels(patch_size: int | tuple[int, int]) -> tuple[int, int]:
     """(ph, pw) from ``patch_size``, ph or (ph, pw) positive ints."""
     pair = (patch_size, patch_size) if isinstance(patch_size, int) else patch_size

@@ -58,7 +58,15 @@ class Region:
         check_patch_mask(patches)
         if not patches.any():
             raise ValueError("the patches select none: the region is empty")
-        pixels = patch_pixels(patches.cpu(), patch_size)
+        return cls.of_pixels(patch_pixels(patches.cpu(), patch_size))
+
+    @classmethod
+    def of_pixels(cls, pixels: Tensor) -> Region:
+        """The pixels of ``pixels`` (H, W) bool, a whole image's, in their bounding box."""
+        check_patch_mask(pixels, "pixels")
+        if not pixels.any():
+            raise ValueError("the pixels select none: the region is empty")
+        pixels = pixels.cpu()
         rows, cols = pixels.any(dim=1).nonzero()[:, 0], pixels.any(dim=0).nonzero()[:, 0]
         top, bottom, left, right = int(rows[0]), int(rows[-1]) + 1, int(cols[0]), int(cols[-1]) + 1
         return cls(top, left, pixels[top:bottom, left:right].clone())

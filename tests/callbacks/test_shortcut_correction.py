@@ -141,7 +141,8 @@ def test_a_flagged_classs_hotspot_is_pasted_from_the_next_epoch_with_its_discove
     top, left, bottom, right = last.box
     assert torch.equal(last.donors, donors[:, :, top:bottom, left:right])
     fresh = ShortcutCorrection(p=1.0)
-    fresh._follow(gradskip)  # the last run, read by a fresh correction: each class's proved region, not grown
+    fresh._follow(gradskip)  # the last run, read by a fresh correction; no stamp, no pixel the probes share there:
+    # each class's proved region, not grown
     for correction_of_class in fresh.corrections:
         paste, test = correction_of_class.artifact, discovered.found.reported[correction_of_class.artifact.target]
         proved = Region.of_patches(test.region, discovered.patch_size)  # the very region the transplant test pasted

@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from gradskip_lightning.shortcuts.artifacts import PatchPaste
+from gradskip_lightning.shortcuts.discovery_transplant import constant_pixels
 from gradskip_lightning.shortcuts.regions import Region, paste, patch_pixels
 from gradskip_lightning.shortcuts.tags import SpuriousTag
 from gradskip_lightning.shortcuts.transplant import Transplant
@@ -57,3 +58,15 @@ def test_a_tag_its_transplant_and_its_artifact_share_one_region():
     pasted = Transplant(tag, (0.5,), (0.5,)).paste(images)
     assert torch.equal(pasted != 0, (tag.mask(8, 8) & (pasted[0, 0] != 0))[None, None].expand(2, 1, 8, 8))
     assert torch.equal(tag.region.cut(pasted[0, 0]), torch.tensor([[1.0, -1.0], [-1.0, 1.0]]))
+
+
+def test_a_stamps_own_pixels_are_found_across_a_patch_boundary_and_nothing_else():
+    """A 4 x 4 stamp at (6, 6) on class 1's images of 16 px (4 px patches): it spans 4 patches; looking in all of
+    them, the shared pixels are the stamp's 16, not the 64 of the patches."""
+    images = torch.rand(12, 3, 16, 16, generator=torch.Generator().manual_seed(0))
+    classes = torch.arange(12) % 3
+    images[classes == 1, :, 6:10, 6:10] = torch.tensor([1.0, 0.0]).repeat(8)[:16].reshape(4, 4)
+    patches = torch.zeros(4, 4, dtype=torch.bool)
+    patches[1:3, 1:3] = True
+    shared = constant_pixels(images, classes, (classes == 1).nonzero()[:, 0], patch_pixels(patches, (4, 4)))
+    assert Region.of_pixels(shared).bounds == (6, 6, 10, 10) and int(shared.sum()) == 16
