@@ -351,6 +351,7 @@ class ShortcutCorrection(Callback):
         self._strength = self.p  # the p in use: halved or 0 by on_accuracy_drop
         self._accuracy: dict[int, float] = {}  # epoch -> accuracy on its validation images
         self._held_out = [0, 0]  # validation images right, seen (this epoch)
+        self._unmeasured_said = False  # said once that no validation accuracy is measured
 
     @property
     def corrections(self) -> tuple[Correction, ...]:
@@ -678,6 +679,12 @@ class ShortcutCorrection(Callback):
             scalars[key("correction", self.log_prefix, "accuracy")] = accuracy
         if not active:
             return scalars
+        if math.isnan(accuracy) and not self._unmeasured_said:
+            self._unmeasured_said = True
+            rank_zero_info(
+                f"ShortcutCorrection: no validation image was classified at epoch {epoch}: what the correction costs "
+                "in accuracy is not measured (it needs the fit's validation loop, with labels)"
+            )
         began = min(correction.epoch for _, correction in active)
         before = [measured for measured in self._accuracy if measured < began]
         baseline = self._accuracy[max(before)] if before else math.nan

@@ -376,6 +376,18 @@ def test_a_loss_correction_leaves_the_images_and_makes_the_model_insensitive_to_
     assert sensitivity[1] < 0.5 * sensitivity[0], sensitivity  # the penalised model looks less at those pixels
 
 
+def test_without_a_validation_loop_the_cost_is_said_to_be_unmeasured_once(tmp_path, caplog):
+    correction = ShortcutCorrection(TAG, discovery=False)
+    trainer = tiny_trainer(tmp_path, limit_val_batches=0, callbacks=[correction])
+    with caplog.at_level(logging.INFO):
+        trainer.fit(tiny_module(), datamodule=tiny_data())
+    said = [r.getMessage() for r in caplog.records if "is not measured" in r.getMessage()]
+    assert said == [
+        "ShortcutCorrection: no validation image was classified at epoch 0: what the correction costs in accuracy is "
+        "not measured (it needs the fit's validation loop, with labels)"
+    ]
+
+
 def test_a_loss_correction_refuses_a_precision_it_cannot_scale(tmp_path):
     correction = ShortcutCorrection(TAG, discovery=False, unlearn="loss")
     trainer = tiny_trainer(tmp_path, precision="bf16-mixed", callbacks=[correction])
