@@ -13,6 +13,7 @@ from typing import Any
 import torch
 from lightning.pytorch import Callback
 
+from gradskip_lightning.callbacks.correction_settings import UNLEARNING
 from gradskip_lightning.core.normalisation import Normalisation
 from gradskip_lightning.methods import PASS_METHODS
 from gradskip_lightning.shortcuts import DiscoverySettings
@@ -97,6 +98,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )  # fmt: skip
     add_correction_arguments(parser, "corrected variant: ")
     parser.add_argument(
+        "--correction-unlearn", choices=UNLEARNING, default="data",
+        help="how the corrected models unlearn a flagged region: data (paste, erase) or loss (input-gradient penalty)",
+    )  # fmt: skip
+    parser.add_argument(
         "--quick", action="store_true", help="planted shapes, one seed, stamped, clean and cast: minutes"
     )
     add_markdown_argument(parser)
@@ -113,6 +118,7 @@ def describe(dataset: str, variant: Variant, seed: int, args: argparse.Namespace
         of = GLOBAL[variant]
         return SHORTCUTS[of.shortcut].describe + (f" on every class at {CONTROL_P:.0%}" if of.control else "")
     how = "pasted only" if args.correction_paste_only else "taken off the class first"
+    how = "by the input-gradient loss" if args.correction_unlearn == "loss" else how
     corrected_at = f", corrected at p {args.correction_p:g}, margin {args.correction_margin}, {how}"
     return {"clean": "none", "control": f"{stamp.describe()} on every class at {CONTROL_P:.0%}",
             "corrected": f"{stamp.describe()}{corrected_at}"}.get(variant, stamp.describe())  # fmt: skip
@@ -136,7 +142,11 @@ def train_and_trace(
     correction = None
     if variant == "corrected":
         discovery_and_correction, correction = correction_callbacks(
-            args.probes_per_class, args.correction_p, args.correction_margin, not args.correction_paste_only
+            args.probes_per_class,
+            args.correction_p,
+            args.correction_margin,
+            not args.correction_paste_only,
+            args.correction_unlearn,
         )
         callbacks += discovery_and_correction
     start = time.perf_counter()

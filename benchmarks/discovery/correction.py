@@ -14,20 +14,21 @@ import argparse
 from lightning.pytorch import Callback
 
 from gradskip_lightning import DiscoveryStage, GradSkipCallback, ProbeSettings, ScoreSettings, ShortcutCorrection
+from gradskip_lightning.callbacks.correction_settings import Unlearning
 
 #: Share of every class's training images that get the flagged class's hotspot (``--correction-p``).
 CORRECTION_P = 0.5
-#: Patches added around the flagged hotspot (``--correction-margin``).
-CORRECTION_MARGIN = 1
+#: Patches added around the flagged region (``--correction-margin``; the callback's default: the proved region).
+CORRECTION_MARGIN = 0
 
 
 def correction_callbacks(
-    probes_per_class: int, p: float, margin: int, erase: bool = True
+    probes_per_class: int, p: float, margin: int, erase: bool = True, unlearn: Unlearning = "data"
 ) -> tuple[list[Callback], ShortcutCorrection]:
     """A GradSkipCallback with the discovery stage at its defaults (``probes_per_class`` discovery probes per
-    class; its other scores as cheap as they go) and a ShortcutCorrection following it at ``p``, ``margin`` and
-    ``erase``; and the latter."""
-    correction = ShortcutCorrection(p=p, margin=margin, erase=erase)
+    class; its other scores as cheap as they go) and a ShortcutCorrection following it at ``p``, ``margin``,
+    ``erase`` and ``unlearn``; and the latter."""
+    correction = ShortcutCorrection(p=p, margin=margin, erase=erase, unlearn=unlearn)
     gradskip = GradSkipCallback(
         probes=ProbeSettings(num_probes=8),
         scores=ScoreSettings(insertion_steps=2, fvt_top_k=0),

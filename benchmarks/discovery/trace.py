@@ -26,6 +26,7 @@ from gradskip_lightning.methods import PASS_METHODS
 from gradskip_lightning.shortcuts import DiscoverySettings, discover, summarise_classes
 from gradskip_lightning.shortcuts.discovery_properties import PropertyDiscovery, discover_properties
 from gradskip_lightning.shortcuts.image_properties import PixelSpace
+from gradskip_lightning.shortcuts.regions import Region, patch_pixels
 from gradskip_lightning.shortcuts.tags import spurious_score
 
 from ..faithfulness.peers import PEERS, peer_method
@@ -176,15 +177,10 @@ def _overlap(hotspot: Tensor, top: Tensor, stamp: tuple[int, int, int, int] | No
     if stamp is None:
         return math.nan, math.nan
     size = hotspot.shape[0] * patch
-    truth = torch.zeros(size, size, dtype=torch.bool)
-    truth[stamp[0] : stamp[2], stamp[1] : stamp[3]] = True
-
-    def pixels(mask: Tensor) -> Tensor:
-        return mask.repeat_interleave(patch, 0).repeat_interleave(patch, 1)
-
-    found = pixels(hotspot)
+    truth = Region.of_box(*stamp).pixels(size, size)
+    found = patch_pixels(hotspot, (patch, patch))
     iou = float((found & truth).sum() / (found | truth).sum())
-    return iou, float((pixels(top) & truth).any())
+    return iou, float((patch_pixels(top, (patch, patch)) & truth).any())
 
 
 def predicted_share(model: nn.Module, dataset: LabelledDataset, target: int) -> float:

@@ -8,16 +8,41 @@ options as flat keyword arguments and builds this group from them.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Literal
 
 from gradskip_lightning.core.normalisation import Normalisation
+from gradskip_lightning.core.validation import check_choice
 from gradskip_lightning.engine.settings import check_log_prefix, positive
 from gradskip_lightning.shortcuts.discovery_properties import chosen_properties
 from gradskip_lightning.shortcuts.image_properties import PropertyName
 from gradskip_lightning.shortcuts.tags import SpuriousTag
 
-__all__ = ["CorrectionSettings"]
+__all__ = ["ACCURACY_DROP_ACTIONS", "UNLEARNING", "AccuracyDrop", "CorrectionSettings", "DropAction", "Unlearning"]
+
+#: How a located shortcut is unlearned (``unlearn``): from the training images, or by a loss.
+Unlearning = Literal["data", "loss"]
+UNLEARNING: tuple[Unlearning, ...] = ("data", "loss")
+
+#: The ways to act on an accuracy drop (``on_accuracy_drop``); each has its :class:`DropAction`.
+AccuracyDrop = Literal["warn", "weaken", "stop"]
+
+
+@dataclass(frozen=True)
+class DropAction:
+    """What ``on_accuracy_drop`` does: ``what`` it says (with the new ``{p}``) and the new ``p`` from the one in use."""
+
+    what: str
+    strength: Callable[[float], float]
+
+
+#: ``on_accuracy_drop`` -> its action.
+ACCURACY_DROP_ACTIONS: dict[AccuracyDrop, DropAction] = {
+    "warn": DropAction("going on at p = {p:g} (on_accuracy_drop='warn')", lambda p: p),
+    "weaken": DropAction("halving p to {p:g} from the next epoch (on_accuracy_drop='weaken')", lambda p: p / 2),
+    "stop": DropAction("stopping the correction from the next epoch (on_accuracy_drop='stop')", lambda p: 0.0),
+}
 
 
 def _at_least_zero(name: str, value: int, what: str) -> None:
@@ -50,9 +75,9 @@ class CorrectionSettings:
             none, hotspots only). One correction per flagged (class, property).
         flagged_epochs: a class (or a class's property) is corrected once the discovery stage flagged it at
             this many of its runs in a row (1: at the first flag), from the next training epoch on.
-        margin: patches added on every side of a discovered hotspot before pasting (0: the hotspot
-            alone). The hotspot is the smallest region holding ``hotspot_share`` of the class-mean map's
-            mass and often covers only part of the artifact, whose rest then still predicts the class.
+        margin: patches added on every side of a discovered region before pasting (0, the default: the
+            region the discovery stage's transplant test pasted and proved, and nothing around it: a grown
+            region replaces real image content on every pasted image).
         seed: seed of the draws (which images, which donor). Batch ``i`` of epoch ``e`` on rank ``r`` draws
             from a generator of its own seeded by (seed, r, e, i): ranks draw apart, a resumed fit draws as
             the uninterrupted one, the global RNG is never used.
@@ -64,6 +89,20 @@ class CorrectionSettings:
         label_key: the key of the labels in mapping batches, for ``erase`` (None: the first of ``label``,
             ``labels``, ``target``, ``targets``, ``class``); a tuple batch's labels are its second element.
         log_prefix: the name in the logged keys (``correction/<log_prefix>active``).
+        accuracy_tolerance: how much accuracy on the validation images (a share, in [0, 1)) the correction may
+            cost: at each training epoch's end, the epoch's validation accuracy is compared with the last one
+            measured before the first running correction began; a larger fall is said in one warning line and
+            acted on (``on_accuracy_drop``).
+        on_accuracy_drop: what a fall beyond ``accuracy_tolerance`` does (:data:`ACCURACY_DROP_ACTIONS`):
+            ``"warn"`` (the warning only), ``"weaken"`` (halve ``p`` from the next epoch, at each such epoch) or
+            ``"stop"`` (no artifact from the next epoch on).
+        unlearn: how a located shortcut (a tag, a flagged hotspot) is unlearned (:data:`UNLEARNING`): ``"data"``
+            (paste and erase) or ``"loss"`` (Right for the Right Reasons: after each training step's backward,
+            ``penalty`` times the mean over the batch of the squared input gradient of the summed log-probabilities
+            on the artifacts' pixels is added to the gradients; the images are left as they are; one forward and a
+            double backward more per step; one process and 32-bit precision only). A global property is always
+            unlearned from the data. ``"weaken"`` then halves the penalty, ``"stop"`` ends it.
+        penalty: the weight of the ``"loss"`` correction's penalty, > 0.
     """
 
     tag: SpuriousTag | None = None
@@ -73,12 +112,16 @@ class CorrectionSettings:
     classes: Sequence[int] | None = None
     properties: Sequence[PropertyName] | None = None
     flagged_epochs: int = 1
-    margin: int = 1
+    margin: int = 0
     seed: int = 0
     normalisation: Normalisation | None = None
     image_key: str | None = None
     label_key: str | None = None
     log_prefix: str = "gradskip/"
+    accuracy_tolerance: float = 0.01
+    on_accuracy_drop: AccuracyDrop = "warn"
+    unlearn: Unlearning = "data"
+    penalty: float = 1000.0
 
     def __post_init__(self) -> None:
         if self.tag is not None and not isinstance(self.tag, SpuriousTag):
@@ -109,7 +152,18 @@ class CorrectionSettings:
             if value is not None and (not isinstance(value, str) or not value):
                 raise ValueError(f"{name} must be a non-empty string or None, got {value!r}")
         check_log_prefix(self.log_prefix)
+        tolerance = self.accuracy_tolerance
+        if isinstance(tolerance, bool) or not isinstance(tolerance, (int, float)):
+            raise TypeError(f"accuracy_tolerance must be a share of accuracy in [0, 1), got {tolerance!r}")
+        if not 0 <= tolerance < 1:
+            raise ValueError(f"accuracy_tolerance must be a share of accuracy in [0, 1), got {tolerance!r}")
+        check_choice(self.on_accuracy_drop, tuple(ACCURACY_DROP_ACTIONS), "on_accuracy_drop")
+        check_choice(self.unlearn, UNLEARNING, "unlearn")
+        if isinstance(self.penalty, bool) or not isinstance(self.penalty, (int, float)) or not self.penalty > 0:
+            raise ValueError(f"penalty must be a weight > 0, got {self.penalty!r}")
         object.__setattr__(self, "p", float(self.p))
+        object.__setattr__(self, "accuracy_tolerance", float(tolerance))
+        object.__setattr__(self, "penalty", float(self.penalty))
 
     @property
     def corrected_properties(self) -> tuple[PropertyName, ...]:

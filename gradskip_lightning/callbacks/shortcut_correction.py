@@ -15,20 +15,33 @@ discovery probes, given to other images), the last two corrected from the next t
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 from lightning.pytorch import Callback, LightningModule, Trainer
 from lightning.pytorch.trainer.states import TrainerFn
-from lightning.pytorch.utilities import rank_zero_info
+from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
+from torch import Tensor
 from typing_extensions import override
 
-from gradskip_lightning.callbacks.correction_settings import CorrectionSettings
+from gradskip_lightning.callbacks.correction_settings import (
+    ACCURACY_DROP_ACTIONS,
+    AccuracyDrop,
+    CorrectionSettings,
+    Unlearning,
+)
 from gradskip_lightning.callbacks.gradskip import GradSkipCallback
 from gradskip_lightning.callbacks.host import logged_step
-from gradskip_lightning.callbacks.training_batches import batch_images, batch_seed, class_members
+from gradskip_lightning.callbacks.training_batches import (
+    batch_images,
+    batch_labels,
+    batch_seed,
+    class_members,
+    held_out_correct,
+)
 from gradskip_lightning.core.explanation import UnsupportedModel
 from gradskip_lightning.core.normalisation import Normalisation
 from gradskip_lightning.core.validation import required
@@ -44,10 +57,20 @@ from gradskip_lightning.shortcuts.artifacts import (
     paste_share,
     restore_artifact,
 )
+from gradskip_lightning.shortcuts.discovery_transplant import constant_pixels
 from gradskip_lightning.shortcuts.image_properties import PROPERTIES, PropertyName
+from gradskip_lightning.shortcuts.input_gradient import input_gradient_penalty
+from gradskip_lightning.shortcuts.regions import Region, patch_pixels
 from gradskip_lightning.shortcuts.tags import SpuriousTag
 
-__all__ = ["CORRECTION_VALUES", "Correction", "ShortcutCorrection", "artifact_for", "property_artifact_for"]
+__all__ = [
+    "CORRECTION_VALUES",
+    "Correction",
+    "ShortcutCorrection",
+    "artifact_for",
+    "property_artifact_for",
+    "proved_properties",
+]
 
 #: Logged name -> what it is (the README's key table); ``correction/<prefix><name>``, per corrected class k
 #: ``correction/<prefix><name>/class_<k>``.
@@ -64,26 +87,70 @@ CORRECTION_VALUES: dict[str, str] = {
     "images given another class's image's statistic first (`erase`)",
     "<property>/<statistic>/class_<k>": "the statistic that correction gives, mean over class k's donors, in pixel "
     "units (colour: `alpha` and `beta`; brightness: `luminance`; sharpness: `high_share`; noise: `sigma`)",
+    "accuracy": "share of the epoch's validation images (every rank's) the model gets right (multi-label: every "
+    "label), from the validation step's `logits` or one more forward of each validation batch",
+    "accuracy_change": "`accuracy` minus the last one measured before the first running correction began (NaN "
+    "before any correction, or without a validation before it); below `-accuracy_tolerance` it warns and acts "
+    "(`on_accuracy_drop`)",
+    "p": "the probability in use: `p`, halved at each accuracy drop with `on_accuracy_drop='weaken'`, 0 once "
+    "stopped (`'stop'`)",
+    "[<property>/]spurious/class_<k>": "class k's corrected shortcut's spurious score at this epoch's discovery run: "
+    "the flip rate of its reported transplant test (a property: its transfer's), on the discovery probes",
+    "[<property>/]spurious_change/class_<k>": "that flip rate minus the one of the run that flagged it",
+    "penalty": "with `unlearn='loss'`: the epoch's mean input-gradient penalty on the artifacts' pixels, before its "
+    "weight (every rank's batches)",
 }
 
 
 @dataclass(frozen=True)
 class Correction:
-    """One shortcut being corrected: its artifact, the epoch it started at, and where it came from."""
+    """One shortcut being corrected: its artifact, the epoch it started at, where it came from, and its spurious
+    score when it was flagged (the discovery stage's flip rate; NaN for a tag)."""
 
     artifact: Artifact
     epoch: int
     origin: str
+    spurious: float = math.nan
 
 
-def artifact_for(discovered: Discovered, label: int, margin: int) -> Artifact:
-    """The artifact of class ``label`` flagged by a discovery run: the region of its reported test (the class's
-    hotspot, grown hotspot or a strategy's hotspot) grown by ``margin`` patches, with the pixels of that test's
-    discovery probes (the donors: the class's, or the strategy's members). A flagged global property gets its
-    artifact from :func:`property_artifact_for`."""
+def artifact_for(discovered: Discovered, label: int, margin: int = 0) -> Artifact:
+    """The artifact of class ``label`` flagged by a discovery run, with the pixels of its reported test's discovery
+    probes (the donors: the class's, or the strategy's members).
+
+    With ``margin`` 0: the artifact's own pixels, those the donors share beyond chance
+    (:func:`~gradskip_lightning.shortcuts.discovery_transplant.constant_pixels`: a stamp's) in the region the test
+    pasted and proved (the class's hotspot, grown hotspot or a strategy's hotspot) and its neighbouring patches (a
+    hotspot covers the patches most relevant, a stamp across a patch boundary reaches into the next ones); the
+    proved region itself when no pixel is shared (an artifact that varies). With ``margin`` > 0: the proved region
+    grown by ``margin`` patches. A flagged global property gets its artifact from :func:`property_artifact_for`."""
     test = discovered.found.reported[label]
     donors = discovered.probes.images[test.group.members]
-    return PatchPaste.from_hotspot(label, test.region, discovered.patch_size, donors, margin)
+    if margin:
+        return PatchPaste.from_hotspot(label, test.region, discovered.patch_size, donors, margin)
+    around = F.max_pool2d(test.region.cpu()[None, None].float(), 3, stride=1, padding=1)[0, 0].bool()
+    probes = discovered.probes
+    shared = constant_pixels(
+        probes.images, probes.labels, test.group.members, patch_pixels(around, discovered.patch_size)
+    )
+    if not shared.any():
+        return PatchPaste.from_hotspot(label, test.region, discovered.patch_size, donors)
+    return PatchPaste.from_region(label, Region.of_pixels(shared), donors)
+
+
+def proved_properties(flags: dict[PropertyName, bool]) -> list[PropertyName]:
+    """The properties a class's correction gives, of its flags by property name: the signature alone when it is
+    flagged (the stage proved the statistics jointly; a single property flagged beside it is part of it), else
+    each flagged property.
+
+    Example:
+        >>> proved_properties({"brightness": True, "colour": False, "signature": True})
+        ['signature']
+        >>> proved_properties({"brightness": True, "colour": True, "signature": False})
+        ['brightness', 'colour']
+    """
+    if flags.get("signature", False):
+        return ["signature"]
+    return [name for name, flag in flags.items() if flag]
 
 
 def property_artifact_for(discovered: Discovered, name: PropertyName, label: int) -> PropertyPaste:
@@ -92,6 +159,17 @@ def property_artifact_for(discovered: Discovered, name: PropertyName, label: int
     found = required(discovered.properties, "the discovery run's property transplants")
     donors = discovered.probes.images[discovered.probes.labels == label]
     return PropertyPaste.from_probes(label, name, donors, found.space)
+
+
+def _flip_rate(discovered: Discovered, artifact: Artifact) -> float | None:
+    """The flip rate a discovery run reports for ``artifact``'s class: of its reported hotspot test (a patch), or
+    of its property's transfer (None: the run did not test that property)."""
+    if isinstance(artifact, PropertyPaste):
+        found = discovered.properties
+        if found is None or artifact.name not in found.transfers:
+            return None
+        return found.transfers[artifact.name][artifact.target].flip_rate
+    return discovered.found.reported[artifact.target].transplant.flip_rate
 
 
 class ShortcutCorrection(Callback):
@@ -136,20 +214,27 @@ class ShortcutCorrection(Callback):
         classes: Sequence[int] | None = None,
         properties: Sequence[PropertyName] | None = None,
         flagged_epochs: int = 1,
-        margin: int = 1,
+        margin: int = 0,
         seed: int = 0,
         normalisation: Normalisation | None = None,
         image_key: str | None = None,
         label_key: str | None = None,
         log_prefix: str = "gradskip/",
+        accuracy_tolerance: float = 0.01,
+        on_accuracy_drop: AccuracyDrop = "warn",
+        unlearn: Unlearning = "data",
+        penalty: float = 1000.0,
     ) -> None:
         super().__init__()
         #: the options, checked when built (:class:`~.correction_settings.CorrectionSettings`)
         self.settings = CorrectionSettings(
             tag=tag, discovery=discovery, p=p, erase=erase, classes=classes, properties=properties,
             flagged_epochs=flagged_epochs, margin=margin, seed=seed, normalisation=normalisation,
-            image_key=image_key, label_key=label_key, log_prefix=log_prefix,
+            image_key=image_key, label_key=label_key, log_prefix=log_prefix, accuracy_tolerance=accuracy_tolerance,
+            on_accuracy_drop=on_accuracy_drop, unlearn=unlearn, penalty=penalty,
         )  # fmt: skip
+        self._batch: Any = None  # the training batch whose input gradient is penalised (unlearn="loss")
+        self._penalties = [0.0, 0]  # sum of the epoch's penalties (before the weight), batches
         self._source: GradSkipCallback | None = None
         self._fit_trainer: Trainer | None = None
         self._normalisation: Normalisation | None = None  # a tag's: the given one, the followed callback's, the data's
@@ -162,6 +247,10 @@ class ShortcutCorrection(Callback):
         # (3, corrections), this epoch: images it was pasted on, images of its class it was taken off, of its class
         self._tallies = torch.zeros(3, 0, dtype=torch.long)
         self._counts = [0, 0]  # images with any artifact, images seen (this epoch)
+        self._strength = self.settings.p  # the p in use: halved or 0 by on_accuracy_drop
+        self._accuracy: dict[int, float] = {}  # epoch -> accuracy on its validation images
+        self._held_out = [0, 0]  # validation images right, seen (this epoch)
+        self._unmeasured_said = False  # said once that no validation accuracy is measured
 
     @property
     def corrections(self) -> tuple[Correction, ...]:
@@ -181,7 +270,7 @@ class ShortcutCorrection(Callback):
             return
         if self._fit_trainer is not None and self._fit_trainer is not trainer:  # a new fit: nothing corrected yet
             self._corrections, self._streaks, self._last_run, self._resumed = [], {}, None, []
-            self._property_streaks = {}
+            self._property_streaks, self._strength, self._accuracy = {}, self.settings.p, {}
         self._fit_trainer = trainer  # a checkpoint's state is loaded after setup
         self._source = self._followed(trainer)
         if self.settings.tag is not None:
@@ -196,6 +285,14 @@ class ShortcutCorrection(Callback):
                 )
             self._normalisation = normalisation
         self._check_model(pl_module)
+        if self.settings.unlearn == "loss" and (
+            trainer.world_size > 1 or str(trainer.precision) not in ("32-true", "32")
+        ):
+            raise ValueError(
+                "ShortcutCorrection(unlearn='loss') adds its penalty's gradients after the step's backward, which runs "
+                f"in one process at 32-bit precision only; this Trainer has {trainer.world_size} processes at "
+                f"precision {trainer.precision!r}: use unlearn='data' there"
+            )
 
     def _check_model(self, pl_module: LightningModule) -> None:
         """Refuse a tag or ``classes`` the trained network does not have (a class out of its range, a tag outside
@@ -240,14 +337,19 @@ class ShortcutCorrection(Callback):
         if self._source is not None:
             self._follow(self._source)
         self._tallies = torch.zeros(3, len(self._corrections), dtype=torch.long)
-        self._counts = [0, 0]
+        self._counts, self._held_out, self._penalties = [0, 0], [0, 0], [0.0, 0]
 
     @override
     def on_train_batch_start(self, trainer: Trainer, pl_module: LightningModule, batch: Any, batch_idx: int) -> None:
-        active = self._active(trainer.current_epoch)
-        if not active:
+        everything = self._active(trainer.current_epoch)
+        active = [(index, c) for index, c in everything if self._from_data(c.artifact)]
+        self._batch = batch if len(active) < len(everything) else None  # its input gradient is penalised
+        if not everything:
             return  # nothing corrected: the batch, the RNGs and the training are untouched
         images = batch_images(batch, self.settings.image_key)
+        self._counts[1] += len(images)
+        if not active:
+            return  # unlearned by the loss only
         self._generator.manual_seed(
             batch_seed(self.settings.seed, trainer.global_rank, trainer.current_epoch, batch_idx)
         )
@@ -260,21 +362,61 @@ class ShortcutCorrection(Callback):
                     erased = erase_from_class(images, originals, members, correction.artifact, self._generator)
                     self._tallies[1:, index] += torch.tensor([erased, int(members.sum())])
             for index, correction in active:
-                chosen = paste_share(images, correction.artifact, self.settings.p, self._generator)
+                chosen = paste_share(images, correction.artifact, self._strength, self._generator)
                 self._tallies[0, index] += int(chosen.sum())
                 pasted |= chosen
         self._counts[0] += int(pasted.sum())
-        self._counts[1] += len(images)
+
+    @override
+    def on_after_backward(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        batch, self._batch = self._batch, None
+        if batch is None:
+            return
+        located = [c.artifact for _, c in self._active(trainer.current_epoch) if not self._from_data(c.artifact)]
+        regions = [artifact.region for artifact in located if isinstance(artifact, PatchPaste)]
+        images = batch_images(batch, self.settings.image_key)
+        pixels = torch.stack([region.pixels(*images.shape[-2:]) for region in regions]).any(dim=0)
+        penalty = input_gradient_penalty(pl_module, images, pixels)
+        (self.settings.penalty * self._strength / self.settings.p * penalty).backward()
+        self._penalties = [self._penalties[0] + float(penalty.detach()), self._penalties[1] + 1]
+
+    @override
+    def on_validation_batch_end(
+        self,
+        trainer: Trainer,
+        pl_module: LightningModule,
+        outputs: Any,
+        batch: Any,
+        batch_idx: int,
+        dataloader_idx: int = 0,
+    ) -> None:
+        if trainer.sanity_checking or trainer.state.fn != TrainerFn.FITTING:
+            return
+        labels = batch_labels(batch, self.settings.label_key)
+        logits = outputs.get("logits") if isinstance(outputs, Mapping) else None
+        if labels is None:
+            return
+        if not isinstance(logits, Tensor):
+            with torch.no_grad():
+                logits = pl_module(batch_images(batch, self.settings.image_key))
+        counted = held_out_correct(logits.detach(), labels) if isinstance(logits, Tensor) else None
+        if counted is not None:
+            self._held_out = [self._held_out[0] + counted[0], self._held_out[1] + counted[1]]
 
     @override
     def on_train_epoch_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
         counts = torch.tensor(
-            [*self._counts, *self._tallies.flatten().tolist()], dtype=torch.long, device=pl_module.device
+            [*self._counts, *self._held_out, *self._tallies.flatten().tolist()],
+            dtype=torch.long,
+            device=pl_module.device,
         )
         counts = trainer.strategy.reduce(counts, reduce_op="sum").cpu().double()  # every rank's images
-        seen, (pasted, erased, members) = float(counts[1]), counts[2:].reshape(3, -1)
+        seen, (pasted, erased, members) = float(counts[1]), counts[4:].reshape(3, -1)
         share = (counts[:2] / seen).tolist() if seen else [math.nan, math.nan]
-        active = self._active(trainer.current_epoch)
+        epoch, (right, held) = trainer.current_epoch, counts[2:4].tolist()
+        if held:
+            self._accuracy[epoch] = right / held
+        active = self._active(epoch)
         scalars = {
             key("correction", self.settings.log_prefix, "active"): float(len(active)),
             key("correction", self.settings.log_prefix, "pasted_share"): share[0] if active else 0.0,
@@ -291,6 +433,12 @@ class ShortcutCorrection(Callback):
                 )
             for name, number in correction.artifact.scalars().items():
                 scalars[key("correction", self.settings.log_prefix, f"{start}{name}/class_{label}")] = number
+        scalars.update(self._guard(epoch, active))
+        if self.settings.unlearn == "loss":
+            total = trainer.strategy.reduce(torch.tensor(self._penalties, dtype=torch.float64), reduce_op="sum")
+            scalars[key("correction", self.settings.log_prefix, "penalty")] = (
+                float(total[0] / total[1]) if total[1] else 0.0
+            )
         monitor(trainer.callback_metrics, scalars)
         if trainer.is_global_zero:
             for logger in trainer.loggers:
@@ -306,8 +454,11 @@ class ShortcutCorrection(Callback):
             self._follow(self._source)
         return {
             "corrections": [
-                {"artifact": c.artifact.state_dict(), "epoch": c.epoch, "origin": c.origin} for c in self._corrections
+                {"artifact": c.artifact.state_dict(), "epoch": c.epoch, "origin": c.origin, "spurious": c.spurious}
+                for c in self._corrections
             ],
+            "p": self._strength,
+            "accuracy": [[epoch, accuracy] for epoch, accuracy in sorted(self._accuracy.items())],
             "streaks": [[label, runs] for label, runs in sorted(self._streaks.items())],
             "property_streaks": [[name, label, runs] for (name, label), runs in sorted(self._property_streaks.items())],
             "last_run": self._last_run,
@@ -316,9 +467,15 @@ class ShortcutCorrection(Callback):
     @override
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         self._corrections = [
-            Correction(restore_artifact(c["artifact"]), int(c["epoch"]), str(c["origin"]))
+            Correction(
+                restore_artifact(c["artifact"]), int(c["epoch"]), str(c["origin"]), float(c.get("spurious", math.nan))
+            )
             for c in state_dict["corrections"]
         ]
+        self._strength = float(
+            state_dict.get("p", self.settings.p)
+        )  # none in a checkpoint from before the accuracy guard
+        self._accuracy = {int(epoch): float(accuracy) for epoch, accuracy in state_dict.get("accuracy", [])}
         self._resumed = list(self._corrections)
         self._streaks = {int(label): int(runs) for label, runs in state_dict["streaks"]}
         older = state_dict.get("property_streaks", [])  # none in a checkpoint from before the property corrections
@@ -359,6 +516,8 @@ class ShortcutCorrection(Callback):
     def _active(self, epoch: int) -> list[tuple[int, Correction]]:
         """The corrections (with their index) that correct training epoch ``epoch``: a flag read at the end of the
         epoch it was raised at (a checkpoint saved then) corrects from the next one."""
+        if not self._strength:
+            return []  # stopped (on_accuracy_drop="stop")
         return [(index, c) for index, c in enumerate(self._corrections) if c.epoch <= epoch]
 
     def _follow(self, source: GradSkipCallback) -> None:
@@ -377,12 +536,19 @@ class ShortcutCorrection(Callback):
                 suspicion = float(discovered.found.suspicion[label])
                 group = discovered.found.reported[label].group
                 whose = "class's" if group.strategy is None else f"strategy {group.strategy}'s"
+                where = "the region its transplant test proved"
+                where = (
+                    f"{where} grown by {self.settings.margin} patches"
+                    if self.settings.margin
+                    else f"its probes' shared pixels at {where}"
+                )
                 origin = (
                     f"flagged by the discovery stage of {source.log_prefix!r} at epoch {discovered.epoch}, suspicion "
-                    f"{suspicion:.2f}; its tested region grown by {self.settings.margin} patches, the pixels from the "
-                    f"{whose} {len(group.members)} discovery probes"
+                    f"{suspicion:.2f}; {where}, the pixels from the {whose} {len(group.members)} discovery probes"
                 )
-                self._start(Correction(artifact_for(discovered, label, self.settings.margin), epoch, origin))
+                artifact = artifact_for(discovered, label, self.settings.margin)
+                flips = discovered.found.reported[label].transplant.flip_rate
+                self._start(Correction(artifact, epoch, origin, flips))
         self._follow_properties(discovered, source.log_prefix, epoch)
 
     def _follow_properties(self, discovered: Discovered, followed: str, epoch: int) -> None:
@@ -390,15 +556,21 @@ class ShortcutCorrection(Callback):
         found = discovered.properties
         if found is None:
             return
-        for name, flags in found.flagged.items():
-            if name not in self.settings.corrected_properties:
+        flags = {
+            name: found.flagged[name].cpu().tolist()
+            for name in found.flagged
+            if name in self.settings.corrected_properties
+        }
+        for label in range(len(next(iter(found.flagged.values()), []))):
+            if self.settings.classes is not None and label not in self.settings.classes:
                 continue
-            for label, flag in enumerate(flags.cpu().tolist()):
-                if self.settings.classes is not None and label not in self.settings.classes:
-                    continue
-                runs = self._property_streaks.get((name, label), 0) + 1 if flag else 0
+            ready: dict[PropertyName, bool] = {}
+            for name, flagged in flags.items():
+                runs = self._property_streaks.get((name, label), 0) + 1 if flagged[label] else 0
                 self._property_streaks[(name, label)] = runs
-                if runs < self.settings.flagged_epochs or self._corrected(label, PropertyPaste.kind, f"{name}/"):
+                ready[name] = runs >= self.settings.flagged_epochs
+            for name in proved_properties(ready):
+                if self._corrected(label, PropertyPaste.kind, f"{name}/"):
                     continue
                 transfer = found.transfers[name][label]
                 donors = int((discovered.probes.labels == label).sum())
@@ -408,7 +580,52 @@ class ShortcutCorrection(Callback):
                     f"{transfer.control_flip_rate:.2f}); the {PROPERTIES[name].what} of the class's {donors} discovery "
                     "probes"
                 )
-                self._start(Correction(property_artifact_for(discovered, name, label), epoch, origin))
+                artifact = property_artifact_for(discovered, name, label)
+                self._start(Correction(artifact, epoch, origin, transfer.flip_rate))
+
+    def _guard(self, epoch: int, active: list[tuple[int, Correction]]) -> dict[str, float]:
+        """The epoch's accuracy, its change since before the correction, the p in use and each corrected shortcut's
+        spurious score (logged); warn and act (``on_accuracy_drop``) when the accuracy fell beyond the tolerance."""
+        accuracy = self._accuracy.get(epoch, math.nan)
+        scalars = {key("correction", self.settings.log_prefix, "p"): self._strength if active else 0.0}
+        if not math.isnan(accuracy):
+            scalars[key("correction", self.settings.log_prefix, "accuracy")] = accuracy
+        if not active:
+            return scalars
+        if math.isnan(accuracy) and not self._unmeasured_said:
+            self._unmeasured_said = True
+            rank_zero_info(
+                f"ShortcutCorrection: no validation image was classified at epoch {epoch}: what the correction costs "
+                "in accuracy is not measured (it needs the fit's validation loop, with labels)"
+            )
+        began = min(correction.epoch for _, correction in active)
+        before = [measured for measured in self._accuracy if measured < began]
+        baseline = self._accuracy[max(before)] if before else math.nan
+        change = accuracy - baseline
+        scalars[key("correction", self.settings.log_prefix, "accuracy_change")] = change
+        discovered = self._source.discovered if self._source is not None else None
+        if discovered is not None and discovered.epoch == epoch:
+            for _, correction in active:
+                spurious = _flip_rate(discovered, correction.artifact)
+                if math.isnan(correction.spurious) or spurious is None:
+                    continue  # a tag: the stage reports no flip rate of it
+                label, start = correction.artifact.target, correction.artifact.key_prefix
+                scalars[key("correction", self.settings.log_prefix, f"{start}spurious/class_{label}")] = spurious
+                change_key = f"{start}spurious_change/class_{label}"
+                scalars[key("correction", self.settings.log_prefix, change_key)] = spurious - correction.spurious
+        if change < -self.settings.accuracy_tolerance:  # False when either is NaN
+            action = ACCURACY_DROP_ACTIONS[self.settings.on_accuracy_drop]
+            self._strength = action.strength(self._strength)
+            rank_zero_warn(
+                f"ShortcutCorrection: the accuracy on the validation images fell from {baseline:.3f} (epoch "
+                f"{max(before)}, before the correction) to {accuracy:.3f} at epoch {epoch}, more than "
+                f"accuracy_tolerance={self.settings.accuracy_tolerance:g}; {action.what.format(p=self._strength)}"
+            )
+        return scalars
+
+    def _from_data(self, artifact: Artifact) -> bool:
+        """Whether ``artifact`` is unlearned from the training images (pasted, erased), not by the loss."""
+        return self.settings.unlearn == "data" or not isinstance(artifact, PatchPaste)
 
     def _corrected(self, label: int, kind: str, key_prefix: str) -> bool:
         """Whether an artifact of ``kind`` and ``key_prefix`` (its property) of class ``label`` is corrected."""
@@ -424,13 +641,16 @@ class ShortcutCorrection(Callback):
 
     def _say(self, correction: Correction, verb: str) -> None:
         artifact = correction.artifact
-        images = f"{self.settings.p * 100:g} % of every class's training images"
+        images = f"{self._strength * 100:g} % of every class's training images"
         first = (
             "after taking it off the class's own images (from the batch's other classes) "
             if self.settings.erase
             else ""
         )
+        action = f"{artifact.action(images)} {first}"
+        if not self._from_data(artifact):
+            action = f"penalising the model's input gradient on its pixels (weight {self.settings.penalty:g}) "
         rank_zero_info(
-            f"ShortcutCorrection: {verb} class {artifact.target}'s {artifact.describe()}: {artifact.action(images)} "
-            f"{first}from epoch {correction.epoch} ({correction.origin})"
+            f"ShortcutCorrection: {verb} class {artifact.target}'s {artifact.describe()}: {action}"
+            f"from epoch {correction.epoch} ({correction.origin})"
         )

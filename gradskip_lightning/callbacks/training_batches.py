@@ -10,7 +10,7 @@ from torch import Tensor
 
 from gradskip_lightning.engine.probes.items import IMAGE_KEYS, LABEL_KEYS, chosen_key
 
-__all__ = ["batch_images", "batch_seed", "class_members"]
+__all__ = ["batch_images", "batch_labels", "batch_seed", "class_members", "held_out_correct"]
 
 BATCH_FORMS = (
     "a tensor of images (B, C, H, W), a tuple or list whose first element is one ((images, labels, ...), what "
@@ -55,6 +55,43 @@ def batch_images(batch: Any, image_key: str | None = None) -> Tensor:
     return images
 
 
+def batch_labels(batch: Any, label_key: str | None = None) -> Any:
+    """The labels of a ``batch`` as it holds them: the second element of a tuple or list batch, or the mapping's
+    ``label_key`` (default: the first of :data:`~gradskip_lightning.engine.probes.LABEL_KEYS`); None without."""
+    if isinstance(batch, Mapping):
+        key = chosen_key(batch, label_key, LABEL_KEYS)
+        return batch.get(key) if key is not None else None
+    if isinstance(batch, Sequence) and not isinstance(batch, str) and len(batch) > 1:
+        return batch[1]
+    return None
+
+
+def _usable(labels: Any) -> bool:
+    """Whether ``labels`` are class indices (B,) or multi-hot (B, K)."""
+    return isinstance(labels, Tensor) and (labels.ndim == 2 or labels.ndim == 1 and not labels.is_floating_point())
+
+
+def held_out_correct(logits: Tensor, labels: Any) -> tuple[int, int] | None:
+    """(right, images) of ``logits`` (B, K) against a batch's ``labels``: the arg-max is the class (B,), or every
+    label's logit > 0 agrees with the multi-hot labels (B, K); None when the labels are neither or do not match.
+
+    Example:
+        >>> import torch
+        >>> held_out_correct(torch.tensor([[2.0, 0.0], [0.0, 1.0], [3.0, 1.0]]), torch.tensor([0, 1, 1]))
+        (2, 3)
+    """
+    if not _usable(labels) or logits.ndim != 2 or len(logits) != len(labels):
+        return None
+    labels = labels.to(logits.device)
+    if labels.ndim == 1:
+        right = logits.argmax(dim=1) == labels
+    elif labels.shape == logits.shape:
+        right = ((logits > 0) == (labels > 0)).all(dim=1)
+    else:
+        return None
+    return int(right.sum()), len(labels)
+
+
 def class_members(batch: Any, target: int, label_key: str | None = None) -> Tensor:
     """(B,) bool on the CPU: which images of a training ``batch`` are of class ``target``, read from its labels:
     the second element of a tuple or list batch, or the mapping's ``label_key`` (default: the first of
@@ -73,13 +110,8 @@ def class_members(batch: Any, target: int, label_key: str | None = None) -> Tens
         >>> class_members(multi_hot, 1).tolist()
         [True, False]
     """
-    labels: Any = None
-    if isinstance(batch, Mapping):
-        key = chosen_key(batch, label_key, LABEL_KEYS)
-        labels = batch.get(key) if key is not None else None
-    elif isinstance(batch, Sequence) and not isinstance(batch, str) and len(batch) > 1:
-        labels = batch[1]
-    if not isinstance(labels, Tensor) or labels.ndim not in (1, 2) or labels.is_floating_point() and labels.ndim == 1:
+    labels = batch_labels(batch, label_key)
+    if not _usable(labels):
         wanted = repr(label_key) if label_key is not None else f"one of {LABEL_KEYS}"
         if labels is None:
             described = f"a {type(batch).__name__} batch without labels"

@@ -32,6 +32,7 @@ from torch import Tensor
 from gradskip_lightning.core.normalisation import Normalisation
 from gradskip_lightning.core.validation import check_choice, check_patch_mask
 from gradskip_lightning.shortcuts.image_properties import PROPERTIES, PROPERTY_NAMES, PixelSpace, PropertyName
+from gradskip_lightning.shortcuts.regions import Region, paste
 from gradskip_lightning.shortcuts.tags import SpuriousTag
 from gradskip_lightning.shortcuts.transplant import Transplant
 
@@ -147,18 +148,24 @@ class PatchPaste:
             raise ValueError("mask selects no pixel: there is nothing to paste")
 
     @property
+    def region(self) -> Region:
+        """Where it is pasted: the box's ``mask`` pixels."""
+        return Region(self.top, self.left, self.mask)
+
+    @property
     def box(self) -> tuple[int, int, int, int]:
         """(top, left, bottom, right) in pixels, bottom and right exclusive."""
-        return self.top, self.left, self.top + self.mask.shape[0], self.left + self.mask.shape[1]
+        return self.region.bounds
 
     @classmethod
     def from_tag(cls, tag: SpuriousTag, normalisation: Normalisation) -> PatchPaste:
         """The tag's pattern at its place, normalised with ``normalisation`` (1 or C values) as the
         model's images are (one donor of ``normalisation.channels`` channels)."""
-        top, left, bottom, right = tag.box
+        region = tag.region
+        _, _, bottom, right = region.bounds
         blank = torch.zeros(1, normalisation.channels, bottom, right)
-        pixels = Transplant(tag, normalisation).paste(blank)[:, :, top:bottom, left:right]
-        return cls(tag.target_class, top, left, torch.ones(bottom - top, right - left, dtype=torch.bool), pixels)
+        pixels = region.cut(Transplant(tag, normalisation).paste(blank))
+        return cls(tag.target_class, region.top, region.left, region.mask, pixels)
 
     @classmethod
     def from_hotspot(
@@ -178,11 +185,14 @@ class PatchPaste:
         if margin:  # binary dilation: every patch within ``margin`` patches (Chebyshev) of the hotspot
             window = 2 * margin + 1
             hotspot = F.max_pool2d(hotspot[None, None].float(), window, stride=1, padding=margin)[0, 0].bool()
-        pixels = hotspot.repeat_interleave(patch_size[0], dim=0).repeat_interleave(patch_size[1], dim=1)
-        rows, cols = pixels.any(dim=1).nonzero()[:, 0], pixels.any(dim=0).nonzero()[:, 0]
-        top, bottom, left, right = int(rows[0]), int(rows[-1]) + 1, int(cols[0]), int(cols[-1]) + 1
-        donors = images.detach().cpu()[:, :, top:bottom, left:right].clone()
-        return cls(target, top, left, pixels[top:bottom, left:right].clone(), donors)
+        return cls.from_region(target, Region.of_patches(hotspot, patch_size), images)
+
+    @classmethod
+    def from_region(cls, target: int, region: Region, images: Tensor) -> PatchPaste:
+        """Class ``target``'s ``region`` with the pixels of ``images`` (n, C, H, W) there (the donors)."""
+        if images.ndim != 4 or len(images) == 0:
+            raise ValueError(f"donor images must be (n >= 1, C, H, W); got {tuple(images.shape)}")
+        return cls(target, region.top, region.left, region.mask, region.cut(images.detach().cpu()).clone())
 
     def apply(self, images: Tensor, generator: torch.Generator) -> Tensor:
         """``images`` (B, C, H, W) with a donor drawn from ``generator`` pasted on each (a new tensor)."""
@@ -191,9 +201,8 @@ class PatchPaste:
     def erase(self, images: Tensor, others: Tensor, generator: torch.Generator) -> Tensor:
         """``images`` (B, C, H, W) with the box's mask pixels of one of ``others`` (M, C, H, W), drawn from
         ``generator``, in place of the artifact's (a new tensor)."""
-        top, left, bottom, right = self.box
         self._check_fits(others)
-        return self._paste(images, others[:, :, top:bottom, left:right], generator)
+        return self._paste(images, self.region.cut(others), generator)
 
     def _check_fits(self, images: Tensor) -> None:
         """Require the box to fit ``images`` (B, C, H, W) (the message names their H x W, the same for a batch and
@@ -218,13 +227,9 @@ class PatchPaste:
                 f"the artifact has {pool.shape[1]} channels, the training images {images.shape[1]}: give "
                 "a normalisation of 1 or C values"
             )
-        top, left, bottom, right = self.box
         pick = torch.randint(len(pool), (len(images),), generator=generator)
         donors = pool[pick.to(pool.device)].to(device=images.device, dtype=images.dtype)
-        out = images.clone()
-        region = out[:, :, top:bottom, left:right]
-        out[:, :, top:bottom, left:right] = torch.where(self.mask.to(images.device), donors, region)
-        return out
+        return paste(images, donors, self.region)
 
     @property
     def key_prefix(self) -> str:

@@ -40,6 +40,7 @@ from gradskip_lightning.core.validation import (
     check_targets,
 )
 from gradskip_lightning.metrics.perturbation import ACTIVATIONS, Activation, class_probabilities
+from gradskip_lightning.shortcuts.regions import Region, paste, patch_pixels
 
 
 @dataclass(frozen=True)
@@ -224,6 +225,56 @@ def pixel_constancy(
     return constancy_test(images, classes, target, pixels, members)[0]
 
 
+#: Least per-pixel constancy (:func:`constant_pixels`) of an artifact's own pixels: a stamp on half of the group.
+CONSTANT_PIXEL = 0.25
+
+
+def constant_pixels(images: Tensor, classes: Tensor, members: Tensor, within: Tensor) -> Tensor:
+    """(H, W) bool: the pixels of ``within`` (H, W) bool whose values a group's images share beyond chance, the
+    pixels of a stamp (the constancy of :func:`constancy_test` per pixel, at least :data:`CONSTANT_PIXEL`).
+
+    A pixel agrees for a pair of images when every channel differs by at most :data:`AGREEMENT_TOLERANCE` of its
+    standard deviation over all images; ``a`` is the share of the group's pairs that agree, ``a_o`` the share of
+    pairs within each class outside the group (pooled); the constancy is ``clamp((a - a_o) / (1 - a_o), 0, 1)``
+    (0 where ``a_o`` is 1: a pixel every image shares, a background).
+
+    Args:
+        images: (P, C, H, W) probe images.
+        classes: (P,) their classes.
+        members: (n,) positions of the group's images (all of one class).
+        within: (H, W) bool, where to look.
+
+    Example:
+        >>> images = torch.rand(8, 1, 4, 4, generator=torch.Generator().manual_seed(0))
+        >>> images[:4, :, 1, 1:3] = 0.5  # a 1 x 2 stamp on class 1
+        >>> classes, everywhere = torch.tensor([1, 1, 1, 1, 0, 0, 0, 0]), torch.ones(4, 4, dtype=torch.bool)
+        >>> constant_pixels(images, classes, torch.arange(4), everywhere).nonzero().tolist()
+        [[1, 1], [1, 2]]
+    """
+    values = images[:, :, within.to(images.device)].double()  # (P, C, m)
+    tolerance = AGREEMENT_TOLERANCE * values.std(dim=0)
+
+    def agreeing(group: Tensor) -> tuple[Tensor, int]:  # per pixel: pairs of the group that agree, and pairs
+        chosen = values[group]
+        agree = ((chosen[:, None] - chosen[None]).abs() <= tolerance).all(dim=2).sum(dim=(0, 1)) - len(chosen)
+        return agree.double(), len(chosen) * (len(chosen) - 1)
+
+    members = members.to(images.device)
+    inside, pairs = agreeing(members)
+    group_class = classes[members[:1]]
+    outside, other_pairs = torch.zeros_like(inside), 0
+    for label in classes[classes != group_class].unique():
+        agree, count = agreeing((classes == label).nonzero()[:, 0])
+        outside, other_pairs = outside + agree, other_pairs + count
+    pixels = torch.zeros_like(within, dtype=torch.bool)
+    if pairs == 0 or other_pairs == 0:
+        return pixels
+    share, chance = inside / pairs, outside / other_pairs
+    constancy = torch.where(chance < 1, (share - chance) / (1 - chance).clamp(min=1e-12), 0.0).clamp(0, 1)
+    pixels[within] = (constancy >= CONSTANT_PIXEL).cpu()
+    return pixels
+
+
 def _patch_pixels(patch_size: int | tuple[int, int]) -> tuple[int, int]:
     """(ph, pw) from ``patch_size``, ph or (ph, pw) positive ints."""
     pair = (patch_size, patch_size) if isinstance(patch_size, int) else patch_size
@@ -232,16 +283,6 @@ def _patch_pixels(patch_size: int | tuple[int, int]) -> tuple[int, int]:
     if min(pair) < 1:
         raise ValueError(f"patch_size must be positive; got {patch_size!r}")
     return pair[0], pair[1]
-
-
-def _pixel_masks(shape: Tensor, tops: Tensor, lefts: Tensor, grid: tuple[int, int], patch: tuple[int, int]) -> Tensor:
-    """(n, H, W) bool: the patch mask ``shape`` (bh, bw) placed with its corner at (tops, lefts) (n,), in pixels."""
-    height, width = grid
-    rows = torch.arange(height, device=tops.device)[None, :, None] - tops[:, None, None]
-    cols = torch.arange(width, device=tops.device)[None, None, :] - lefts[:, None, None]
-    inside = (rows >= 0) & (rows < shape.shape[0]) & (cols >= 0) & (cols < shape.shape[1])
-    masks = inside & shape[rows.clamp(0, shape.shape[0] - 1), cols.clamp(0, shape.shape[1] - 1)]
-    return masks.repeat_interleave(patch[0], dim=1).repeat_interleave(patch[1], dim=2)
 
 
 def hotspot_transplant(
@@ -315,7 +356,7 @@ def hotspot_transplant(
     classes, hotspot = classes.to(device), hotspot.to(device)
     others = (classes != target).nonzero()[:, 0]
     donors = (classes == target).nonzero()[:, 0] if donors is None else _checked_donors(donors, classes, target)
-    pixels = hotspot.repeat_interleave(patch[0], dim=0).repeat_interleave(patch[1], dim=1)
+    pixels = patch_pixels(hotspot, patch)
     constancy, constancy_p = constancy_test(images, classes, target, pixels, donors)
 
     def predictions(count: int, build: Callable[[int, int], Tensor]) -> Tensor:
@@ -341,21 +382,22 @@ def hotspot_transplant(
         return HotspotTransplant(
             target, count, math.nan, math.nan, math.nan, constancy, 1.0, constancy_p, measured=False
         )  # fmt: skip
+    region = Region.of_patches(hotspot, patch)
     rows, cols = hotspot.any(dim=1).nonzero()[:, 0], hotspot.any(dim=0).nonzero()[:, 0]
-    shape = hotspot[rows[0] : rows[-1] + 1, cols[0] : cols[-1] + 1]
+    shape = (int(rows[-1] - rows[0]) + 1, int(cols[-1] - cols[0]) + 1)  # the region's box in patches
     generator = torch.Generator().manual_seed(seed)
-    random_tops = torch.randint(grid[0] - shape.shape[0] + 1, (count,), generator=generator)
-    random_lefts = torch.randint(grid[1] - shape.shape[1] + 1, (count,), generator=generator)
+    random_tops = torch.randint(grid[0] - shape[0] + 1, (count,), generator=generator)
+    random_lefts = torch.randint(grid[1] - shape[1] + 1, (count,), generator=generator)
     index = torch.arange(count, device=device)
     # arms in a row: the region from a donor, (a) a random place from the donor, (b) the region from another class
     recipient = others[eligible].repeat(3)
     donor = torch.cat([donors[index % len(donors)]] * 2 + [others[(eligible + 1) % len(others)]])
-    tops = torch.cat([rows[:1].expand(count), random_tops.to(device), rows[:1].expand(count)])
-    lefts = torch.cat([cols[:1].expand(count), random_lefts.to(device), cols[:1].expand(count)])
+    tops = torch.cat([rows[:1].expand(count), random_tops.to(device), rows[:1].expand(count)]) * patch[0]
+    lefts = torch.cat([cols[:1].expand(count), random_lefts.to(device), cols[:1].expand(count)]) * patch[1]
 
     def pasted(start: int, stop: int) -> Tensor:
-        masks = _pixel_masks(shape, tops[start:stop], lefts[start:stop], grid, patch)
-        return torch.where(masks[:, None], images[donor[start:stop]], images[recipient[start:stop]])
+        corners = (tops[start:stop], lefts[start:stop])
+        return paste(images[recipient[start:stop]], images[donor[start:stop]], region, corners)
 
     test, random_place, other_class = predictions(3 * count, pasted).reshape(3, count)
     flip_p = max(

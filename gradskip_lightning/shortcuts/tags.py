@@ -26,6 +26,8 @@ from typing import Literal
 import torch
 from torch import Tensor
 
+from gradskip_lightning.shortcuts.regions import Region, paste
+
 TagMode = Literal["sampled", "none", "always"]
 TAG_MODES: tuple[TagMode, ...] = ("sampled", "none", "always")
 #: Spurious score at or above which Adebayo et al. (2022) call a model spurious.
@@ -95,6 +97,11 @@ class SpuriousTag:
         top, left = self.position
         return top, left, top + len(self.pattern), left + len(self.pattern[0])
 
+    @property
+    def region(self) -> Region:
+        """The pattern's pixels: its whole box."""
+        return Region.of_box(*self.box)
+
     def check_fits(self, height: int, width: int) -> None:
         """Raise a ValueError when the pattern does not fit in a (height, width) image."""
         _, _, bottom, right = self.box
@@ -107,17 +114,12 @@ class SpuriousTag:
     def mask(self, height: int, width: int) -> Tensor:
         """(height, width) bool: the tag's pixels."""
         self.check_fits(height, width)
-        top, left, bottom, right = self.box
-        mask = torch.zeros(height, width, dtype=torch.bool)
-        mask[top:bottom, left:right] = True
-        return mask
+        return self.region.pixels(height, width)
 
     def apply(self, image: Tensor) -> Tensor:
         """Paste the pattern into ``image`` (C, H, W), pixel values in [0, 1], in place; returns it."""
         self.check_fits(*image.shape[-2:])
-        top, left, bottom, right = self.box
-        image[:, top:bottom, left:right] = torch.tensor(self.pattern, dtype=image.dtype)
-        return image
+        return image.copy_(paste(image, torch.tensor(self.pattern, dtype=image.dtype), self.region))
 
     def draw(self, in_class: Tensor, stream: int) -> Tensor:
         """Which items carry the tag under ``"sampled"``: (N,) bool.

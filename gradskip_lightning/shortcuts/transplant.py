@@ -17,6 +17,7 @@ import torch
 from torch import Tensor
 
 from gradskip_lightning.core.normalisation import Normalisation
+from gradskip_lightning.shortcuts.regions import paste
 from gradskip_lightning.shortcuts.tags import SpuriousTag
 
 __all__ = ["Transplant"]
@@ -53,8 +54,7 @@ class Transplant:
         """A copy of normalised ``images`` (B, C, H, W) with the tag pasted in (normalised as they are)."""
         channels, height, width = images.shape[1:]
         pixels = self.tag.apply(torch.zeros(channels, height, width, dtype=images.dtype, device=images.device))
-        inside = self.mask(height, width).to(images.device)
-        return torch.where(inside, self.normalisation.from_pixels(pixels), images)
+        return paste(images, self.normalisation.from_pixels(pixels), self.tag.region)
 
     def eligible(self, labels: Tensor, multi_hot: Tensor | None = None) -> Tensor:
         """(P,) bool: probes not of the tag's class (multi-hot labels (P, C): without that label)."""

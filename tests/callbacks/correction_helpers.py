@@ -51,3 +51,27 @@ def carries(images: torch.Tensor, paste: PatchPaste) -> torch.Tensor:
     donors = paste.donors[None].expand(len(images), -1, images.shape[1], -1, -1)
     same = (region == donors) | ~paste.mask
     return same.flatten(2).all(dim=2).any(dim=1)
+
+
+class Falling(Recorder):
+    """The recording classifier whose validation step hands over the logits of its choice: every image right until
+    epoch ``falls_at``, every image wrong from it on (None: never), so a test knows the accuracy the correction
+    measures (the training is the real one)."""
+
+    def __init__(self, falls_at: int | None, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.falls_at = falls_at
+
+    def validation_step(self, batch, batch_idx):
+        loss = super().validation_step(batch, batch_idx)
+        labels = batch[1]
+        wrong = self.falls_at is not None and self.current_epoch >= self.falls_at
+        chosen = (labels + 1) % self.hparams.num_classes if wrong else labels
+        return {"loss": loss, "logits": torch.nn.functional.one_hot(chosen, self.hparams.num_classes).float()}
+
+
+def falling(falls_at: int | None, seed: int = 0) -> Falling:
+    """:func:`recorder` whose validation accuracy falls from 1 to 0 at epoch ``falls_at`` (:class:`Falling`)."""
+    settings = dict(tiny_module(seed).hparams)
+    torch.manual_seed(seed)
+    return Falling(falls_at, **settings)

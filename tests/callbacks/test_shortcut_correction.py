@@ -22,8 +22,10 @@ from gradskip_lightning.callbacks.correction_settings import CorrectionSettings
 from gradskip_lightning.callbacks.shortcut_correction import PatchPaste, PropertyPaste
 from gradskip_lightning.core.normalisation import Normalisation
 from gradskip_lightning.shortcuts.image_properties import PROPERTIES
+from gradskip_lightning.shortcuts.input_gradient import input_gradient_penalty
+from gradskip_lightning.shortcuts.regions import Region
 from gradskip_lightning.shortcuts.tags import SpuriousTag
-from tests.callbacks.correction_helpers import carries, in_order_data, recorder
+from tests.callbacks.correction_helpers import carries, falling, in_order_data, recorder
 from tests.callbacks.helpers import tiny_data, tiny_module, tiny_trainer
 
 C = "correction/gradskip/"
@@ -140,6 +142,15 @@ def test_a_flagged_classs_hotspot_is_pasted_from_the_next_epoch_with_its_discove
     donors = discovered.probes.images[discovered.probes.labels == last.target]
     top, left, bottom, right = last.box
     assert torch.equal(last.donors, donors[:, :, top:bottom, left:right])
+    fresh = ShortcutCorrection(p=1.0)
+    fresh._follow(gradskip)  # the last run, read by a fresh correction; no stamp, no pixel the probes share there:
+    # each class's proved region, not grown
+    for correction_of_class in fresh.corrections:
+        paste, test = correction_of_class.artifact, discovered.found.reported[correction_of_class.artifact.target]
+        proved = Region.of_patches(test.region, discovered.patch_size)  # the very region the transplant test pasted
+        assert isinstance(paste, PatchPaste) and paste.box == proved.bounds and torch.equal(paste.mask, proved.mask)
+        assert torch.equal(paste.donors, proved.cut(discovered.probes.images[test.group.members]))
+        assert "the region its transplant test proved, the pixels" in correction_of_class.origin
     for epoch, images, _ in module.seen:
         pasted = carries(images, last)
         assert pasted.all() if epoch == 1 else not pasted.any()
@@ -287,6 +298,105 @@ def test_a_new_fit_on_another_trainer_starts_with_nothing_corrected(tmp_path, ca
     assert sum("ShortcutCorrection: correcting class 1's" in r.getMessage() for r in caplog.records) == 2
 
 
+# ------------------------------------------------------------------------------------- the accuracy guard
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("action", ["weaken", "stop"])
+def test_an_accuracy_drop_is_warned_in_one_line_logged_and_acted_on(tmp_path, action):
+    """Every class flagged at epoch 0's discovery, corrected from epoch 1 at p = 1; the validation accuracy is 1 at
+    epoch 0 and 0 from epoch 1: the fall is said once per corrected epoch, logged, and p halved or the correction
+    stopped from the next epoch."""
+    gradskip = _gradskip(alert_threshold=0.0, alpha=1.0)
+    correction = ShortcutCorrection(p=1.0, properties=(), on_accuracy_drop=action)
+    logger = CSVLogger(str(tmp_path), name="drop")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        module, _, _ = _fit(tmp_path, [gradskip, correction], epochs=3, logger=logger, module=falling(falls_at=1))
+    said = [str(w.message) for w in caught if "ShortcutCorrection: the accuracy" in str(w.message)]
+    what = {"weaken": "halving p to 0.5 from the next epoch", "stop": "stopping the correction from the next epoch"}
+    assert said[0] == (
+        "ShortcutCorrection: the accuracy on the validation images fell from 1.000 (epoch 0, before the correction) to "
+        f"0.000 at epoch 1, more than accuracy_tolerance=0.01; {what[action]} (on_accuracy_drop='{action}')"
+    )
+    assert len(said) == (2 if action == "weaken" else 1)  # weakened: still corrected at epoch 2, and halved again
+    rows = _rows(logger.log_dir, f"{C}active")
+    assert [r[f"{C}accuracy"] for r in rows] == [1.0, 0.0, 0.0]
+    assert rows[1][f"{C}accuracy_change"] == -1.0 and f"{C}accuracy_change" not in rows[0]
+    assert [r[f"{C}p"] for r in rows] == ([0.0, 1.0, 0.5] if action == "weaken" else [0.0, 1.0, 0.0])
+    assert [r[f"{C}active"] for r in rows][2] == (len(correction.corrections) if action == "weaken" else 0.0)
+    label = correction.corrections[0].artifact.target
+    assert 0.0 <= rows[1][f"{C}spurious/class_{label}"] <= 1.0  # the stage's flip rate at the corrected epoch
+    assert rows[1][f"{C}spurious_change/class_{label}"] == pytest.approx(
+        rows[1][f"{C}spurious/class_{label}"] - correction.corrections[0].spurious
+    )
+    assert correction.state_dict()["p"] == (0.25 if action == "weaken" else 0.0)
+    last = correction.corrections[-1].artifact
+    carried = [carries(images, last).float().mean().item() for epoch, images, _ in module.seen if epoch == 2]
+    assert (0.0 < sum(carried) / len(carried) < 1.0) if action == "weaken" else sum(carried) == 0.0
+
+
+@pytest.mark.slow
+def test_a_correction_that_keeps_the_accuracy_is_silent_and_keeps_p(tmp_path):
+    gradskip = _gradskip(alert_threshold=0.0, alpha=1.0)
+    correction = ShortcutCorrection(p=1.0, properties=(), on_accuracy_drop="stop", accuracy_tolerance=0.0)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        _fit(tmp_path, [gradskip, correction], module=falling(falls_at=None))
+    assert not [w for w in caught if "ShortcutCorrection: the accuracy" in str(w.message)]
+    assert correction.corrections and correction.state_dict()["p"] == 1.0
+    assert correction.state_dict()["accuracy"] == [[0, 1.0], [1, 1.0]]
+
+
+# ------------------------------------------------------------------------------------- unlearning by the loss
+
+
+@pytest.mark.slow
+def test_a_loss_correction_leaves_the_images_and_makes_the_model_insensitive_to_the_artifacts_pixels(
+    tmp_path, caplog, plain
+):
+    centre = SpuriousTag(target_class=1, pattern=((0.5,) * 16,) * 16, position=(8, 8))  # where the shapes are
+    correction = ShortcutCorrection(centre, discovery=False, unlearn="loss", penalty=1000.0)
+    logger = CSVLogger(str(tmp_path), name="loss")
+    with caplog.at_level(logging.INFO):
+        corrected, _, _ = _fit(tmp_path / "a", [correction], logger=logger)
+    plain_module, _ = plain
+    assert all(torch.equal(a, b) for (_, a, _), (_, b, _) in zip(corrected.seen, plain_module.seen, strict=True))
+    said = [r.getMessage() for r in caplog.records if "ShortcutCorrection" in r.getMessage()]
+    assert said == [
+        "ShortcutCorrection: correcting class 1's shortcut at (8, 8)-(24, 24): penalising the model's input "
+        "gradient on its pixels (weight 1000) from epoch 0 (the given tag)"
+    ]
+    rows = _rows(logger.log_dir, f"{C}penalty")
+    assert len(rows) == 2 and all(r[f"{C}penalty"] > 0 for r in rows) and rows[1][f"{C}pasted_share"] == 0.0
+    images = torch.cat([images for _, images, _ in plain_module.seen[:4]])
+    inside = centre.mask(32, 32)
+    sensitivity = []
+    for module in (plain_module, corrected):
+        module.eval()
+        sensitivity.append(float(input_gradient_penalty(module, images, inside)))
+    assert sensitivity[1] < 0.5 * sensitivity[0], sensitivity  # the penalised model looks less at those pixels
+
+
+def test_without_a_validation_loop_the_cost_is_said_to_be_unmeasured_once(tmp_path, caplog):
+    correction = ShortcutCorrection(TAG, discovery=False)
+    trainer = tiny_trainer(tmp_path, limit_val_batches=0, callbacks=[correction])
+    with caplog.at_level(logging.INFO):
+        trainer.fit(tiny_module(), datamodule=tiny_data())
+    said = [r.getMessage() for r in caplog.records if "is not measured" in r.getMessage()]
+    assert said == [
+        "ShortcutCorrection: no validation image was classified at epoch 0: what the correction costs in accuracy is "
+        "not measured (it needs the fit's validation loop, with labels)"
+    ]
+
+
+def test_a_loss_correction_refuses_a_precision_it_cannot_scale(tmp_path):
+    correction = ShortcutCorrection(TAG, discovery=False, unlearn="loss")
+    trainer = tiny_trainer(tmp_path, precision="bf16-mixed", callbacks=[correction])
+    with pytest.raises(ValueError, match=r"one process at 32-bit precision only; .* precision 'bf16-mixed'"):
+        trainer.fit(tiny_module(), datamodule=tiny_data())
+
+
 # ------------------------------------------------------------------------------------- settings
 
 
@@ -313,6 +423,11 @@ def test_a_new_fit_on_another_trainer_starts_with_nothing_corrected(tmp_path, ca
         (dict(properties=["hue"]), ValueError, r"properties must be one of \('colour'"),
         (dict(properties="colour"), TypeError, "properties must be None or a list of names"),
         (dict(normalisation={"mean": (0.5,), "std": (0.0,)}), ValueError, "std must be positive"),
+        (dict(accuracy_tolerance=1.0), ValueError, r"accuracy_tolerance must be a share .* in \[0, 1\), got 1"),
+        (dict(accuracy_tolerance="0.01"), TypeError, "accuracy_tolerance must be a share of accuracy"),
+        (dict(unlearn="gradient"), ValueError, r"unlearn must be one of \('data', 'loss'\)"),
+        (dict(penalty=0), ValueError, "penalty must be a weight > 0, got 0"),
+        (dict(on_accuracy_drop="halve"), ValueError, r"on_accuracy_drop must be one of \('warn', 'weaken', 'stop'\)"),
     ],
 )
 @pytest.mark.parametrize("build", [ShortcutCorrection, CorrectionSettings])
