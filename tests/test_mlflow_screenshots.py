@@ -5,6 +5,7 @@ and 1 once its picture has loaded. Skipped only where playwright or Chromium is 
 from __future__ import annotations
 
 import importlib.util
+import sys
 from pathlib import Path
 from types import ModuleType
 
@@ -23,6 +24,7 @@ def load_script() -> ModuleType:
     spec = importlib.util.spec_from_file_location("mlflow_screenshots", ROOT / "tools" / "mlflow_screenshots.py")
     assert spec and spec.loader
     module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclass looks its module up
     spec.loader.exec_module(module)
     return module
 
