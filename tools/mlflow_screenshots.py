@@ -125,14 +125,6 @@ def free_port() -> int:
         return int(probe.getsockname()[1])
 
 
-def create_store(store: str) -> None:
-    """Create the MLflow tables of ``store`` (a SQLite URI), so that a server and a training can open it
-    side by side."""
-    from mlflow.tracking import MlflowClient
-
-    MlflowClient(tracking_uri=store).search_experiments()
-
-
 class MlflowServer:
     """``mlflow server`` (one worker, no telemetry) for ``store`` on a free local port, started on
     entering the block and stopped on leaving it; its output goes to ``log``."""
@@ -275,9 +267,8 @@ def take_screenshots(out: Path, chromium: str | None = None) -> Screenshots:
     with tempfile.TemporaryDirectory(prefix="mlflow-screenshots-") as scratch:
         folder = Path(scratch)
         store = f"sqlite:///{folder / 'mlflow.db'}"
-        create_store(store)
-        with MlflowServer(store, folder / "artifacts", folder / "server.log") as server:  # starts while the run trains
-            experiment_id, run_id = train_tiny_run(store, folder)
+        experiment_id, run_id = train_tiny_run(store, folder)  # first: beside a starting server it waits on the store
+        with MlflowServer(store, folder / "artifacts", folder / "server.log") as server:
             return shoot(server.wait(), experiment_id, run_id, out, browser)
 
 
