@@ -102,7 +102,8 @@ def require_playwright() -> None:
 def train_tiny_run(store: str, folder: Path) -> tuple[str, str]:
     """Train the tests' tiny classifier for 2 epochs in ``folder`` with the callback and an ``MLFlowLogger``
     writing to ``store`` (artifacts in ``folder/artifacts``); the experiment and run ids."""
-    sys.path.insert(0, str(ROOT))  # tests.callbacks.helpers: the tests' tiny model, data and Trainer
+    if str(ROOT) not in sys.path:  # tests.callbacks.helpers: the tests' tiny model, data and Trainer
+        sys.path.insert(0, str(ROOT))
     from lightning.pytorch import seed_everything
     from lightning.pytorch.loggers import MLFlowLogger
 
