@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from gradskip_lightning.core.normalisation import Normalisation
 from gradskip_lightning.shortcuts.artifacts import PatchPaste
 from gradskip_lightning.shortcuts.discovery_transplant import constant_pixels
 from gradskip_lightning.shortcuts.regions import Region, paste, patch_pixels
@@ -53,9 +54,10 @@ def test_a_region_that_does_not_fit_is_refused_naming_it():
 
 def test_a_tag_its_transplant_and_its_artifact_share_one_region():
     tag = SpuriousTag(target_class=1, pattern=((1.0, 0.0), (0.0, 1.0)), position=(3, 5))
-    assert tag.region.bounds == (3, 5, 5, 7) == PatchPaste.from_tag(tag, (0.5,), (0.5,)).box
+    half = Normalisation(mean=(0.5,), std=(0.5,))
+    assert tag.region.bounds == (3, 5, 5, 7) == PatchPaste.from_tag(tag, half).box
     images = torch.zeros(2, 1, 8, 8)
-    pasted = Transplant(tag, (0.5,), (0.5,)).paste(images)
+    pasted = Transplant(tag, half).paste(images)
     assert torch.equal(pasted != 0, (tag.mask(8, 8) & (pasted[0, 0] != 0))[None, None].expand(2, 1, 8, 8))
     assert torch.equal(tag.region.cut(pasted[0, 0]), torch.tensor([[1.0, -1.0], [-1.0, 1.0]]))
 
