@@ -69,12 +69,12 @@ GROUPS: tuple[OptionGroup, ...] = (
     OptionGroup(
         "discovery", "discovery.", DiscoveryStage,
         "`discovery=DiscoveryStage(...)` turns the discovery stage on ([Discovering a shortcut]"
-        "(guides/discovering-a-shortcut.md)).",
+        "(discovery.md)).",
     ),
     OptionGroup(
         "ShortcutCorrection", "", CorrectionSettings,
         "`ShortcutCorrection(...)`'s arguments (its `CorrectionSettings`; [Unlearning a shortcut]"
-        "(discovery.md#unlearning-a-shortcut)).",
+        "(guides/unlearning-a-shortcut.md)).",
     ),
 )  # fmt: skip
 

@@ -90,7 +90,7 @@ def test_bloodmnist_root_override_and_download_default():
     assert cli.datamodule.path == Path("/somewhere/medmnist/bloodmnist.npz")
     assert cli.datamodule.download and cli.datamodule.img_size == 28
     (callback,) = [cb for cb in cli.trainer.callbacks if isinstance(cb, GradSkipCallback)]
-    # the main config finds shortcuts nobody named, within its 2 % time budget (docs/benchmarks.md)
+    # the main config finds shortcuts nobody named, within its 2 % time budget (docs/results/cost.md)
     assert callback.discovery is not None and callback.discovery.probes_per_class == 8
     assert callback.probes.max_overhead == 0.02
 

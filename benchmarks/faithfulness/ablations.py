@@ -24,7 +24,7 @@ SETTINGS: tuple[tuple[str, str, dict[str, Any]], ...] = (
         for w in ("abs_grad", "pos_grad", "signed_grad", "none")
     ),
     *(("value_norm", f"value_norm={v}", {"value_norm": v}) for v in (True, False)),
-    # Readings that make the maps follow the class and the weights (docs/method.md, issue 21); the
+    # Readings that make the maps follow the class and the weights (docs/method.md); the
     # group's default row is the empty change. Class sensitivity and randomisation: --costly-ablations.
     ("class_specific", "defaults", {}),
     ("class_specific", "normalisation=layer", {"normalisation": "layer"}),

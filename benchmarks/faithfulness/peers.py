@@ -5,7 +5,7 @@ Gradient) and pytorch-grad-cam (Grad-CAM with a ViT or Swin reshape). Every func
 (B, H, W) float32 at input resolution, higher = more relevant to the target class, so they go
 through the same metric functions as the engine's maps.
 
-Map conventions (stated in docs/benchmarks.md):
+Map conventions (stated in docs/results/faithfulness.md):
 - Captum attributions (B, C, H, W) are summed over channels, keeping the sign: a pixel that
   lowers the target logit gets negative relevance (the Faithfulness Violation Test reads signs).
 - Integrated Gradients integrates from the zero baseline of the normalised input (the mean

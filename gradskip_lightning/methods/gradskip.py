@@ -51,7 +51,7 @@ class GradSkipOptions:
         readout: "grad_x_act" multiplies the bottom patch relevance by the tokens' (<dy/du^1_j, u^1_j>)^+
             (gradient x activation after the bottom attention), keeping its total; "relevance" reads R^0.
         gate: skip gates per "token", per "layer" (default: it beat "token" on every score in
-            docs/benchmarks.md), or "off" (beta_main = 1).
+            docs/results/faithfulness.md), or "off" (beta_main = 1).
         cls_mode: "readout" (start at the tokens the head reads) or "paper" (patches only).
         completeness: scale each patch map so that it sums to the explained logit.
         value_norm: multiply W~ by the value-vector norm ||v_j||.
@@ -100,7 +100,7 @@ class GradSkipOptions:
     @classmethod
     def class_specific(cls, **changes: Any) -> GradSkipOptions:
         """The class-specific preset: maps that follow the explained class and the weights (class
-        sensitivity and randomisation similarity measured in docs/benchmarks.md), ``changes`` on top."""
+        sensitivity and randomisation similarity measured in docs/results/faithfulness.md), ``changes`` on top."""
         return cls(**{**CLASS_SPECIFIC, **changes})
 
     @property
@@ -135,7 +135,7 @@ CLASS_SPECIFIC: dict[str, Any] = {"attention_weighting": "pos_grad", "normalisat
 
 def sort_rows(rows: Tensor) -> Tensor:
     """``rows`` sorted ascending along the last axis, values only; float32/float64 CPU tensors go
-    through NumPy's SIMD sort (faster than ``torch.sort`` on CPU: see the cost notes in docs/benchmarks.md)."""
+    through NumPy's SIMD sort (faster than ``torch.sort`` on CPU: see the cost notes in docs/results/cost.md)."""
     if rows.device.type == "cpu" and rows.dtype in (torch.float32, torch.float64):
         return torch.from_numpy(np.sort(rows.detach().numpy(), axis=-1))
     return rows.sort(dim=-1).values

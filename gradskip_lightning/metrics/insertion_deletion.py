@@ -48,7 +48,7 @@ INSERTION_STARTS: tuple[str, ...] = ("blur", "rise", "mean", "zeros")
 #: The insertion start by default.
 DEFAULT_INSERTION_START = "blur"
 
-#: Sigma of the ``"blur"`` start as a fraction of the image's shorter side (measured in docs/benchmarks.md:
+#: Sigma of the ``"blur"`` start as a fraction of the image's shorter side (measured in docs/results/faithfulness.md:
 #: the target's probability on it 0.19 on planted shapes, chance 0.25; 0.23 on BloodMNIST, chance 0.125).
 STRONG_BLUR_SIGMA = 1 / 4
 
@@ -68,7 +68,7 @@ def insertion_start_images(images: Tensor, start: InsertionStart) -> Tensor:
     """The insertion start (B, C, H, W) of images (B, C, H, W).
 
     ``"blur"`` :func:`strong_blur` (the default: its class evidence is gone on the project's
-    testbeds, docs/benchmarks.md); ``"rise"`` the paper's protocol (Petsiuk et al.: kernel 11,
+    testbeds, docs/results/faithfulness.md); ``"rise"`` the paper's protocol (Petsiuk et al.: kernel 11,
     sigma 5 at 224 px, scaled; it keeps the class on small images); ``"mean"`` each image's mean
     colour; ``"zeros"`` zeros of the normalised input (the dataset's mean colour); or a tensor.
     """

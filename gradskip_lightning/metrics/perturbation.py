@@ -42,12 +42,12 @@ ACTIVATIONS: tuple[str, ...] = ("softmax", "sigmoid")
 
 Precision = Literal["full", "bfloat16"]
 """The perturbed forwards' precision: ``"full"`` (the model's dtype) or ``"bfloat16"`` autocast (where
-the device supports it; see docs/benchmarks.md for the measured score change)."""
+the device supports it; see docs/results/cost.md for the measured score change)."""
 
 PRECISIONS: tuple[str, ...] = ("full", "bfloat16")
 
 #: Perturbed images per forward by device type, measured with ``python -m benchmarks metrics``
-#: (docs/benchmarks.md): on CPU larger batches fall out of the cache (0.57 ms per image at 64 against
+#: (docs/results/cost.md): on CPU larger batches fall out of the cache (0.57 ms per image at 64 against
 #: 0.85 at 256 for the main config's ViT); accelerators want large batches.
 DEFAULT_BATCH_SIZES: dict[str, int] = {"cpu": 64, "cuda": 1024, "mps": 256}
 
