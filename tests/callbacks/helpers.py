@@ -4,9 +4,9 @@ a tiny SegFormer and planted-shapes segmentation data at 64 px."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
-from lightning.pytorch import Trainer
+from lightning.pytorch import Callback, Trainer
 
 from gradskip_lightning.data import PlantedShapesDataModule, PlantedShapesSegmentationDataModule
 from gradskip_lightning.training.classifier import ViTClassifier
@@ -60,3 +60,20 @@ def tiny_trainer(root: Path, **kwargs: Any) -> Trainer:
     )
     options.update(kwargs)
     return Trainer(**options)
+
+
+CallbackT = TypeVar("CallbackT", bound=Callback)
+
+
+def callback_from_yaml(tmp_path: Path, callback: type[CallbackT], init_args: str) -> CallbackT:
+    """The one ``callback`` a LightningCLI config builds from ``init_args`` (YAML flow style), as ``train.py`` does."""
+    from lightning.pytorch.cli import LightningCLI
+
+    config = tmp_path / "config.yaml"
+    config.write_text(
+        f"trainer:\n  logger: false\n  callbacks:\n    - class_path: gradskip_lightning.{callback.__name__}\n"
+        f"      init_args: {init_args}\n"
+    )
+    cli = LightningCLI(ViTClassifier, PlantedShapesDataModule, run=False, args=["--config", str(config)])
+    (built,) = [c for c in cli.trainer.callbacks if isinstance(c, callback)]
+    return built

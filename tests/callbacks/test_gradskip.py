@@ -22,7 +22,7 @@ from gradskip_lightning import (
     ScoreSettings,
 )
 from gradskip_lightning.metrics import drift
-from tests.callbacks.helpers import tiny_data, tiny_module, tiny_trainer
+from tests.callbacks.helpers import callback_from_yaml, tiny_data, tiny_module, tiny_trainer
 
 FAST = dict(probes=ProbeSettings(num_probes=8), scores=ScoreSettings(insertion_steps=4))
 
@@ -262,25 +262,10 @@ def test_explicit_probes_and_validate_under_inference_mode(tmp_path):
     assert len(list(overlays)) == 6
 
 
-def _from_yaml(tmp_path, init_args: str) -> GradSkipCallback:
-    from lightning.pytorch.cli import LightningCLI
-
-    from gradskip_lightning.data import PlantedShapesDataModule
-    from gradskip_lightning.training.classifier import ViTClassifier
-
-    config = tmp_path / "config.yaml"
-    config.write_text(
-        "trainer:\n  logger: false\n  callbacks:\n    - class_path: gradskip_lightning.GradSkipCallback\n"
-        f"      init_args: {init_args}\n"
-    )
-    cli = LightningCLI(ViTClassifier, PlantedShapesDataModule, run=False, args=["--config", str(config)])
-    (callback,) = [c for c in cli.trainer.callbacks if isinstance(c, GradSkipCallback)]
-    return callback
-
-
 def test_lightning_cli_yaml_configures_the_callback(tmp_path):
-    callback = _from_yaml(
+    callback = callback_from_yaml(
         tmp_path,
+        GradSkipCallback,
         "{probes: {num_probes: 16}, scores: {target: prediction, insertion_steps: 4}, render: {overlay_alpha: 0.3},"
         " methods: {compare: [rollout], options: {alpha: 0.7}}}",
     )
@@ -292,7 +277,7 @@ def test_lightning_cli_yaml_configures_the_callback(tmp_path):
 
 def test_lightning_cli_yaml_refuses_a_bad_setting(tmp_path):
     with pytest.raises(ValueError, match="insertion_steps must be a positive integer, got 0"):
-        _from_yaml(tmp_path, "{scores: {insertion_steps: 0}}")
+        callback_from_yaml(tmp_path, GradSkipCallback, "{scores: {insertion_steps: 0}}")
 
 
 def test_the_front_door_takes_the_groups_and_at_most_twelve_parameters_and_refuses_flat_names(tmp_path, capsys):
@@ -303,7 +288,7 @@ def test_the_front_door_takes_the_groups_and_at_most_twelve_parameters_and_refus
     with pytest.raises(TypeError, match="num_probes"):
         GradSkipCallback(num_probes=16)  # type: ignore[call-arg]  # the groups only: ProbeSettings(num_probes=16)
     with pytest.raises(SystemExit):  # LightningCLI refuses the unknown key, naming it
-        _from_yaml(tmp_path, "{num_probes: 16}")
+        callback_from_yaml(tmp_path, GradSkipCallback, "{num_probes: 16}")
     assert "Option 'num_probes' is not accepted" in capsys.readouterr().err
 
 

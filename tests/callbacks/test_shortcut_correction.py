@@ -26,7 +26,7 @@ from gradskip_lightning.shortcuts.input_gradient import input_gradient_penalty
 from gradskip_lightning.shortcuts.regions import Region
 from gradskip_lightning.shortcuts.tags import SpuriousTag
 from tests.callbacks.correction_helpers import carries, falling, in_order_data, recorder
-from tests.callbacks.helpers import tiny_data, tiny_module, tiny_trainer
+from tests.callbacks.helpers import callback_from_yaml, tiny_data, tiny_module, tiny_trainer
 
 C = "correction/gradskip/"
 #: A 4 x 4 checkerboard at (20, 20) on class 1: a place and a pattern the planted shapes never draw.
@@ -447,25 +447,10 @@ def test_the_callback_keeps_its_options_as_one_settings_group():
     assert CorrectionSettings().corrected_properties == tuple(PROPERTIES)  # None: every property
 
 
-def _from_yaml(tmp_path, init_args: str) -> ShortcutCorrection:
-    from lightning.pytorch.cli import LightningCLI
-
-    from gradskip_lightning.data import PlantedShapesDataModule
-    from gradskip_lightning.training.classifier import ViTClassifier
-
-    config = tmp_path / "config.yaml"
-    config.write_text(
-        "trainer:\n  logger: false\n  callbacks:\n    - class_path: gradskip_lightning.ShortcutCorrection\n"
-        f"      init_args: {init_args}\n"
-    )
-    cli = LightningCLI(ViTClassifier, PlantedShapesDataModule, run=False, args=["--config", str(config)])
-    (callback,) = [c for c in cli.trainer.callbacks if isinstance(c, ShortcutCorrection)]
-    return callback
-
-
 def test_lightning_cli_yaml_configures_the_correction_and_refuses_as_python_does(tmp_path):
-    correction = _from_yaml(
+    correction = callback_from_yaml(
         tmp_path,
+        ShortcutCorrection,
         "{p: 0.25, erase: false, classes: [1], properties: [colour], tag: {target_class: 2, position: [4, 4]}}",
     )
     expected = CorrectionSettings(
@@ -473,7 +458,7 @@ def test_lightning_cli_yaml_configures_the_correction_and_refuses_as_python_does
     )
     assert correction.settings == expected
     with pytest.raises(ValueError, match=r"p must be a probability in \(0, 1\], got 1.5"):
-        _from_yaml(tmp_path, "{p: 1.5}")
+        callback_from_yaml(tmp_path, ShortcutCorrection, "{p: 1.5}")
 
 
 @pytest.mark.parametrize(
