@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from lightning.pytorch import Callback
+from lightning.pytorch import Callback, LightningModule, Trainer
 
 from gradskip_lightning.callbacks.correction_settings import UNLEARNING
 from gradskip_lightning.core.normalisation import Normalisation
@@ -93,6 +93,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--epochs", type=int, default=None, help="training epochs (default: the config's, 4 BloodMNIST)"
     )
     parser.add_argument(
+        "--keep-weights", type=Path, default=None,
+        help="keep every model's weights after each epoch here (<dataset>/<variant>/seed<k>/epoch<e>.pt), "
+        "to test other detectors on the same trained epochs",
+    )  # fmt: skip
+    parser.add_argument(
         "--correction-margin", type=int, default=CORRECTION_MARGIN,
         help=f"patches the corrected variant adds around the flagged hotspot (default {CORRECTION_MARGIN})",
     )  # fmt: skip
@@ -124,6 +129,17 @@ def describe(dataset: str, variant: Variant, seed: int, args: argparse.Namespace
             "corrected": f"{stamp.describe()}{corrected_at}"}.get(variant, stamp.describe())  # fmt: skip
 
 
+class EpochWeights(Callback):
+    """Saves the module's ``state_dict`` after every training epoch as ``folder/epoch<e>.pt`` (e from 1)."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+
+    def on_train_epoch_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        self.folder.mkdir(parents=True, exist_ok=True)
+        torch.save(pl_module.state_dict(), self.folder / f"epoch{trainer.current_epoch + 1}.pt")
+
+
 def train_and_trace(
     dataset: str, variant: Variant, seed: int, args: argparse.Namespace
 ) -> tuple[list[ClassRecord], list[PropertyRecord]]:
@@ -139,6 +155,8 @@ def train_and_trace(
     space = PixelSpace.of(images, Normalisation(datamodule.mean, datamodule.std))
     trace = DiscoveryTrace(subject, images, classes, methods, args.shares, variant in PLACED, space)
     callbacks: list[Callback] = [trace]
+    if args.keep_weights is not None:
+        callbacks.append(EpochWeights(args.keep_weights / dataset / variant / f"seed{seed}"))
     correction = None
     if variant == "corrected":
         discovery_and_correction, correction = correction_callbacks(
