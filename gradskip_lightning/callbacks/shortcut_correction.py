@@ -183,7 +183,9 @@ class ShortcutCorrection(Callback):
     ``erase`` (the default) the artifact is first taken off every image of its class in the batch: each gets, drawn from
     the batch's images of other classes (as they came, before any correction), one's pixels at the artifact's place or
     one's statistic of the property; then the artifact is as common on every class (``p``) and says nothing about the
-    class. Said once in the log when a correction starts; logged every training epoch under
+    class. A class's property flags wait while its hotspot is flagged and not yet corrected (a placed artifact moves
+    the image-wide statistics too); one still flagged once the hotspot's correction runs is corrected then. Said
+    once in the log when a correction starts; logged every training epoch under
     ``correction/<log_prefix>...`` (a property's under ``correction/<log_prefix><property>/...``).
 
     The arguments (``tag``, then keywords only) are the fields of
@@ -569,6 +571,8 @@ class ShortcutCorrection(Callback):
                 runs = self._property_streaks.get((name, label), 0) + 1 if flagged[label] else 0
                 self._property_streaks[(name, label)] = runs
                 ready[name] = runs >= self.settings.flagged_epochs
+            if self._located_first(discovered, label):
+                continue
             for name in proved_properties(ready):
                 if self._corrected(label, PropertyPaste.kind, f"{name}/"):
                     continue
@@ -622,6 +626,19 @@ class ShortcutCorrection(Callback):
                 f"accuracy_tolerance={self.settings.accuracy_tolerance:g}; {action.what.format(p=self._strength)}"
             )
         return scalars
+
+    def _located_first(self, discovered: Discovered, label: int) -> bool:
+        """Whether class ``label``'s property flags of ``discovered`` wait for its located shortcut: its hotspot is
+        flagged in the same run and no correction of it shaped the epoch that run measured. A placed artifact also
+        moves the image-wide statistics (a checkerboard raises the noise estimate, and the signature with it), so
+        the property flag is often the same shortcut; giving the class's statistics to every image as well would
+        move real content. A property still flagged once the hotspot's correction runs is corrected then."""
+        if not bool(discovered.found.flagged[label]):
+            return False
+        return not any(
+            c.artifact.target == label and c.artifact.kind == PatchPaste.kind and c.epoch <= discovered.epoch
+            for c in self._corrections
+        )
 
     def _from_data(self, artifact: Artifact) -> bool:
         """Whether ``artifact`` is unlearned from the training images (pasted, erased), not by the loss."""

@@ -9,7 +9,9 @@ from __future__ import annotations
 import csv
 import logging
 import warnings
+from dataclasses import replace
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -154,6 +156,29 @@ def test_a_flagged_classs_hotspot_is_pasted_from_the_next_epoch_with_its_discove
     for epoch, images, _ in module.seen:
         pasted = carries(images, last)
         assert pasted.all() if epoch == 1 else not pasted.any()
+
+
+@pytest.mark.slow
+def test_a_property_flagged_beside_its_classs_flagged_hotspot_waits_for_the_hotspots_correction(flagged):
+    _, gradskip, _, _ = flagged
+    run = gradskip.discovered
+    assert run is not None and run.properties is not None and bool(run.found.flagged[0])
+    flags = {name: torch.zeros_like(f) for name, f in run.properties.flagged.items()}
+    flags["noise"] = flags["noise"].index_fill(0, torch.tensor([0]), True)  # class 0's noise, beside its hotspot
+    beside = replace(run, properties=replace(run.properties, flagged=flags))
+    correction = ShortcutCorrection(classes=[0])
+    correction._follow(SimpleNamespace(discovered=beside, log_prefix="gradskip/"))
+    assert [(c.artifact.kind, c.epoch) for c in correction.corrections] == [("patch", run.epoch + 1)]
+    after = replace(beside, epoch=run.epoch + 1)  # the next run measured an epoch the hotspot's correction shaped
+    correction._follow(SimpleNamespace(discovered=after, log_prefix="gradskip/"))
+    assert [(c.artifact.kind, c.epoch) for c in correction.corrections] == [
+        ("patch", run.epoch + 1),
+        ("property", run.epoch + 2),
+    ]  # still flagged with the stamp corrected: a shortcut of its own
+    alone = replace(beside, found=replace(run.found, flagged=torch.zeros_like(run.found.flagged)))
+    correction = ShortcutCorrection(classes=[0])
+    correction._follow(SimpleNamespace(discovered=alone, log_prefix="gradskip/"))
+    assert [(c.artifact.kind, c.epoch) for c in correction.corrections] == [("property", run.epoch + 1)]
 
 
 @pytest.mark.slow
