@@ -4,6 +4,10 @@ flagged at adjusted p-value <= ``alpha`` and suspicion >= ``property_alert_thres
 
 :func:`shortcut_table`: per global variant on one class, whether its class is flagged for the variant's property
 (the detection rate over seeds at the last epoch), the first epoch end it is, its suspicion and spurious score.
+:func:`learned_table`: per global variant on one class, the epoch ends at which its model relies on the shortcut and the
+share of them at which its class is flagged (for any property), and at which another class is.
+:func:`class_epoch_table`: per clean or control variant, the share of its (class, epoch end) pairs flagged for any
+property.
 :func:`false_alarm_table`: per property, the share of the classes of the clean and control models flagged (at
 the last epoch, and at any epoch end: each of those raised an alert) against the issue's bar of 5 %, and the
 highest suspicion.
@@ -19,7 +23,7 @@ from gradskip_lightning.shortcuts.image_properties import PROPERTY_NAMES
 
 from ..shortcut.report import epochs_cell
 from ..shortcuts import SHORTCUTS
-from .scoring import bootstrap_interval, by_seed, final
+from .scoring import LEARNED, bootstrap_interval, by_seed, final, seed_rows
 from .tables import cell
 from .trace import STAGE, PropertyRecord
 from .variants import CONTROL_P, GLOBAL, Variant
@@ -88,6 +92,73 @@ def shortcut_table(records: Sequence[PropertyRecord], dataset: str) -> list[str]
     return [*table(header, rows), ""] if rows else []
 
 
+def _flags_by_class_epoch(records: Sequence[PropertyRecord]) -> dict[tuple, list[str]]:
+    """(seed, variant, epoch, label) -> the properties flagged there, of ``records`` of one dataset."""
+    flags: dict[tuple, list[str]] = {}
+    for r in records:
+        at = (r.seed, r.variant, r.epoch, r.label)
+        flags.setdefault(at, [])
+        if r.flagged:
+            flags[at].append(r.property)
+    return flags
+
+
+def learned_table(records: Sequence[PropertyRecord], dataset: str) -> list[str]:
+    """One row per global variant on one class of ``dataset``: the epoch ends at which its model relies on the
+    shortcut (spurious score at least :data:`~.scoring.LEARNED`), per seed; the share of them at which its class is
+    flagged for any property (interval: hierarchical bootstrap over seeds and epoch ends), what it was flagged for
+    (property: epoch ends) and the epoch ends at which another class was flagged. Empty without such models."""
+    mine = [r for r in records if r.dataset == dataset]
+    flags = _flags_by_class_epoch(mine)
+    rows = []
+    for variant, of in GLOBAL.items():
+        trace = [r for r in mine if r.variant == variant and r.label == r.target and r.property == PROPERTY_NAMES[0]]
+        if of.control or not trace:
+            continue
+        learned = sorted((r for r in trace if r.spurious_score >= LEARNED), key=lambda r: (r.seed, r.epoch))
+        found = [(r.seed, [float(bool(flags[(r.seed, variant, r.epoch, r.label)]))]) for r in learned]
+        named: dict[str, int] = {}
+        for r in learned:
+            for name in flags[(r.seed, variant, r.epoch, r.label)]:
+                named[name] = named.get(name, 0) + 1
+        others = sum(
+            any(flags[(r.seed, variant, r.epoch, label)] for label in {o.label for o in mine if o.label != r.target})
+            for r in learned
+        )
+        per_seed = ", ".join(
+            f"s{seed}: {sum(1 for r in learned if r.seed == seed)}/{sum(1 for r in trace if r.seed == seed)}"
+            for seed in sorted({r.seed for r in trace})
+        )
+        hits = sum(int(v[0]) for _, v in found)
+        rows.append([
+            variant, SHORTCUTS[of.shortcut].describe, per_seed,
+            f"{hits}/{len(learned)}" if learned else "0/0", cell(bootstrap_interval(seed_rows(found))),
+            ", ".join(f"{name} {count}" for name, count in sorted(named.items())) or "none", f"{others}/{len(learned)}",
+        ])  # fmt: skip
+    header = ["variant", "shortcut", f"epoch ends learned (spurious >= {LEARNED:g}), per seed",
+              "its class flagged at those", "share", "flagged for (epoch ends)",
+              "another class flagged at those"]  # fmt: skip
+    return [*table(header, rows), ""] if rows else []
+
+
+def class_epoch_table(records: Sequence[PropertyRecord], dataset: str) -> list[str]:
+    """Per clean or control variant of ``dataset`` (and all together first): the share of its (class, epoch end)
+    pairs flagged for any property (interval: hierarchical bootstrap over seeds and pairs), against :data:`BAR`.
+    Empty without them."""
+    flags = _flags_by_class_epoch([r for r in records if r.dataset == dataset and r.variant in NEGATIVES])
+    present = [v for v in NEGATIVES if any(at[1] == v for at in flags)]
+    rows = []
+    for name, variants in (
+        [("all", present), *((v, [v]) for v in present)] if len(present) > 1 else [(v, [v]) for v in present]
+    ):
+        pairs = [(at[0], [float(bool(f))]) for at, f in flags.items() if at[1] in variants]
+        flagged = sum(int(v[0]) for _, v in pairs)
+        share = cell(bootstrap_interval(seed_rows(pairs)))
+        rows.append([name, f"{flagged}/{len(pairs)}", share, "yes" if flagged <= BAR * len(pairs) else "no"])
+    header = ["models", "(class, epoch end) flagged", "share", f"within {BAR:.0%}"]
+    return [*table(header, rows), ""] if rows else []
+
+
 def false_alarm_table(records: Sequence[PropertyRecord], dataset: str) -> list[str]:
     """Per property, for the clean and control models of ``dataset`` together (the first row, named by their
     variants) and then each variant of them (when there are several):
@@ -129,11 +200,18 @@ def false_alarm_table(records: Sequence[PropertyRecord], dataset: str) -> list[s
 def section(records: Sequence[PropertyRecord], dataset: str) -> list[str]:
     """The global property tables of ``dataset`` with their captions; empty without property records."""
     shortcuts, alarms = shortcut_table(records, dataset), false_alarm_table(records, dataset)
+    learned, pairs = learned_table(records, dataset), class_epoch_table(records, dataset)
     lines = []
     if shortcuts:
         lines += ["Global shortcuts on one class (the discovery stage's property transplants, flagged at adjusted "
                   f"p-value <= {STAGE.alpha:g} and suspicion >= {STAGE.property_alert_threshold:g}):", "",
                   *shortcuts]  # fmt: skip
+    if learned:
+        lines += ["Every epoch end once learned: the shortcut's class flagged for any property at the epoch ends where "
+                  f"the model relies on it (spurious score >= {LEARNED:g}):", "", *learned]  # fmt: skip
+    if pairs:
+        lines += ["Clean and control models, per epoch end: (class, epoch end) pairs flagged for any property:", "",
+                  *pairs]  # fmt: skip
     if alarms:
         lines += [f"Global properties: false alarms of the clean and control models (the bar: at most {BAR:.0%} of "
                   "their classes for every property):", "", *alarms]  # fmt: skip

@@ -9,7 +9,7 @@ from dataclasses import replace
 import pytest
 import torch
 
-from benchmarks.discovery.property_report import false_alarm_table, shortcut_table
+from benchmarks.discovery.property_report import class_epoch_table, false_alarm_table, learned_table, shortcut_table
 from benchmarks.discovery.report import markdown
 from benchmarks.discovery.scoring import FORMULAS, pair_wins, score, seed_rows
 from benchmarks.discovery.trace import ClassRecord, PropertyRecord, property_records
@@ -139,6 +139,21 @@ def test_a_global_shortcut_is_detected_per_seed_with_its_first_fire_and_other_fl
     assert cells[6].startswith("0.95 [0.90, 1.00]") and cells[8] == "0.90, 1.00"
     assert cells[9] == "1/6 (s1 c0 brightness)"
     assert shortcut_table([r for r in property_traces() if r.variant != "cast"], "d") == []
+
+
+def test_a_global_shortcut_is_scored_at_every_epoch_end_its_model_relies_on_it():
+    row = next(r for r in learned_table(property_traces(), "d") if r.startswith("| cast |"))
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    # seed 0 learned it at epoch 2 only (0.2, then 0.9); seed 1 at both; flagged at all 3; seed 1's class 0 at epoch 2
+    assert cells[2:] == ["s0: 1/2, s1: 2/2", "3/3", "1.00", "colour 3", "1/3"]
+    assert learned_table([r for r in property_traces() if r.variant != "cast"], "d") == []
+
+
+def test_clean_and_control_class_epochs_flagged_for_any_property_are_counted_against_the_bar():
+    text = "\n".join(class_epoch_table(property_traces(), "d"))
+    assert "| all | 1/12 | 0.08 [0.00, 0.27] | no |" in text  # clean seed 0's class 0 at epoch 1
+    assert "| clean | 1/8 |" in text and "| dim_control | 0/4 | 0.00 | yes |" in text
+    assert "cast" not in text
 
 
 def test_false_alarms_count_classes_flagged_at_the_last_epoch_and_at_any_epoch_against_the_bar():
