@@ -137,20 +137,28 @@ def artifact_for(discovered: Discovered, label: int, margin: int = 0) -> Artifac
     return PatchPaste.from_region(label, Region.of_pixels(shared), donors)
 
 
-def proved_properties(flags: dict[PropertyName, bool]) -> list[PropertyName]:
-    """The properties a class's correction gives, of its flags by property name: the signature alone when it is
-    flagged (the stage proved the statistics jointly; a single property flagged beside it is part of it), else
-    each flagged property.
+def proved_properties(flags: dict[PropertyName, bool], suspicions: dict[PropertyName, float]) -> list[PropertyName]:
+    """The properties a class's correction gives, of its flags and suspicions by property name: the least that
+    carries what the stage proved. With the signature flagged, the single flagged property of the highest suspicion
+    when that suspicion is at least the signature's (it alone flips as many recipients: giving every statistic would
+    move real content too), else the signature alone (the stage proved the statistics jointly); without it, each
+    flagged property.
 
     Example:
-        >>> proved_properties({"brightness": True, "colour": False, "signature": True})
+        >>> proved_properties({"colour": True, "signature": True}, {"colour": 0.98, "signature": 0.9})
+        ['colour']
+        >>> proved_properties({"brightness": True, "colour": False, "signature": True},
+        ...                   {"brightness": 0.5, "colour": 0.1, "signature": 0.7})
         ['signature']
-        >>> proved_properties({"brightness": True, "colour": True, "signature": False})
+        >>> proved_properties({"brightness": True, "colour": True, "signature": False}, {})
         ['brightness', 'colour']
     """
-    if flags.get("signature", False):
-        return ["signature"]
-    return [name for name, flag in flags.items() if flag]
+    flagged = [name for name, flag in flags.items() if flag]
+    if "signature" not in flagged:
+        return flagged
+    singles = [name for name in flagged if name != "signature"]
+    best = max(singles, key=lambda name: suspicions[name], default=None)
+    return [best] if best is not None and suspicions[best] >= suspicions["signature"] else ["signature"]
 
 
 def property_artifact_for(discovered: Discovered, name: PropertyName, label: int) -> PropertyPaste:
@@ -573,7 +581,8 @@ class ShortcutCorrection(Callback):
                 ready[name] = runs >= self.settings.flagged_epochs
             if self._located_first(discovered, label):
                 continue
-            for name in proved_properties(ready):
+            suspicions = {name: float(found.suspicion[name][label]) for name in ready}
+            for name in proved_properties(ready, suspicions):
                 if self._corrected(label, PropertyPaste.kind, f"{name}/"):
                     continue
                 transfer = found.transfers[name][label]
