@@ -11,6 +11,7 @@ SUBCOMMANDS = {
     "cost": "FLOPs and CPU milliseconds per map of every method",
     "metrics": "insertion/deletion throughput and forward calls",
     "callback": "the callback's epoch-end time against one training epoch",
+    "scaling": "how the callback's epoch-end time grows with the probes, the classes, the model and the image size",
     "faithfulness": "every method scored over training seeds, with intervals, paired differences and ablations",
     "gpu": "checks that need a CUDA device: batch = singles, mixed-precision fits, OOM skipped, ms per map",
     "coverage": "which timm, torchvision and HF ViTs and timm Swins are accepted; properties on small ones",

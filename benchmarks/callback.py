@@ -58,7 +58,7 @@ class _TrainTimer(Callback):
         self.seconds.append(self._end - self._start)
 
 
-class _HookTimer(Callback):
+class HookTimer(Callback):
     """Wall seconds of the callbacks between ``start()`` and this one at each validation end, and the
     callback's own parts (``callback.epoch_seconds``, read after its hook: this one is listed after it)."""
 
@@ -125,7 +125,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--markdown", action="store_true", help="print the per-part table as Markdown")
 
 
-def _callback(args: argparse.Namespace) -> GradSkipCallback:
+def configured_callback(args: argparse.Namespace) -> GradSkipCallback:
     """The config's GradSkipCallback with the command line's overrides."""
     init = callback_settings(args.config)
     probes = dict(init.pop("probes", {}) or {})
@@ -154,21 +154,26 @@ def _callback(args: argparse.Namespace) -> GradSkipCallback:
     )
 
 
+def benchmark_logger(kind: str, folder: str) -> Logger:
+    """The run's logger writing under ``folder``: ``"wandb"``, W&B offline (as the main config logs; its
+    directories pointed at ``folder``), or ``"csv"``, Lightning's CSVLogger. Call ``wandb.finish()`` after a
+    W&B fit."""
+    if kind == "wandb":
+        for variable in ("WANDB_DIR", "WANDB_DATA_DIR", "WANDB_CACHE_DIR"):
+            os.environ[variable] = folder
+        return WandbLogger(offline=True, save_dir=folder, project="gradskip-callback-benchmark")
+    return CSVLogger(folder, name="bench")
+
+
 def run(args: argparse.Namespace) -> list[dict]:
     from gradskip_lightning.data import BloodMNISTDataModule
     from gradskip_lightning.training.classifier import ViTClassifier
 
     seed_everything(0)
-    callback = _callback(args)
-    timer, hook = _TrainTimer(), _HookTimer(callback)
+    callback = configured_callback(args)
+    timer, hook = _TrainTimer(), HookTimer(callback)
     with tempfile.TemporaryDirectory() as folder:
-        logger: Logger
-        if args.logger == "wandb":
-            for variable in ("WANDB_DIR", "WANDB_DATA_DIR", "WANDB_CACHE_DIR"):
-                os.environ[variable] = folder
-            logger = WandbLogger(offline=True, save_dir=folder, project="gradskip-callback-benchmark")
-        else:
-            logger = CSVLogger(folder, name="bench")
+        logger = benchmark_logger(args.logger, folder)
         trainer = Trainer(
             max_epochs=args.epochs,
             accelerator="cpu",

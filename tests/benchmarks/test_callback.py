@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from benchmarks.callback import PARTS, _callback, _HookTimer
+from benchmarks.callback import PARTS, HookTimer, configured_callback
 
 
 def _args(**overrides) -> argparse.Namespace:
@@ -13,10 +13,10 @@ def _args(**overrides) -> argparse.Namespace:
 
 
 def test_the_main_configs_callback_is_measured_with_its_discovery_stage_and_budget():
-    callback = _callback(_args())
+    callback = configured_callback(_args())
     assert callback.methods.compare == ("rollout",) and callback.probes.max_overhead == 0.02
     assert callback.discovery is not None and callback.discovery.probes_per_class == 8
-    override = _callback(_args(discovery=4, max_overhead=None))
+    override = configured_callback(_args(discovery=4, max_overhead=None))
     assert override.discovery is not None and override.discovery.probes_per_class == 4
     assert override.probes.max_overhead is None
 
@@ -29,7 +29,7 @@ def test_the_parts_are_the_callbacks_own_timings_and_add_up_under_the_hook(tmp_p
         probes=ProbeSettings(num_probes=8), scores=ScoreSettings(insertion_steps=4),
         methods=MethodSettings(compare=["rollout"]), progress=False,
     )  # fmt: skip
-    hook = _HookTimer(callback)
+    hook = HookTimer(callback)
     trainer = tiny_trainer(tmp_path, logger=False, max_epochs=2, callbacks=[hook.start(), callback, hook])
     trainer.fit(tiny_module(), datamodule=tiny_data())
     assert set(callback.epoch_seconds) == {
