@@ -171,7 +171,7 @@ class MlflowServer:
 def answers(url: str) -> bool:
     """Whether ``url`` answers 200."""
     try:
-        with urllib.request.urlopen(url, timeout=2) as response:
+        with urllib.request.urlopen(url, timeout=10) as response:
             return bool(response.status == 200)
     except (urllib.error.URLError, OSError):
         return False
