@@ -4,8 +4,10 @@ and 1 once its picture has loaded. Skipped only where playwright or Chromium is 
 
 from __future__ import annotations
 
+import http.server
 import importlib.util
 import sys
+import threading
 from pathlib import Path
 from types import ModuleType
 
@@ -83,3 +85,16 @@ def test_a_missing_browser_is_named(monkeypatch, tmp_path, capsys):
     assert exited.value.code == 2
     assert capsys.readouterr().err.startswith("error: ")
     assert not (tmp_path / "shots").exists()
+
+
+def test_the_local_server_is_asked_directly_whatever_proxy_the_environment_names(monkeypatch):
+    server = http.server.HTTPServer(("127.0.0.1", 0), http.server.SimpleHTTPRequestHandler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        for var in ("http_proxy", "HTTP_PROXY"):
+            monkeypatch.setenv(var, "http://127.0.0.1:9")  # a closed port: through it nothing answers
+        monkeypatch.delenv("no_proxy", raising=False)
+        monkeypatch.delenv("NO_PROXY", raising=False)
+        assert load_script().answers(f"http://127.0.0.1:{server.server_port}/")
+    finally:
+        server.shutdown()

@@ -168,10 +168,15 @@ class MlflowServer:
             self.process.wait()
 
 
+#: Opens local addresses directly: a proxy from the environment (or one cached by ``urlopen``'s global opener when it
+#: was first used) would not reach a server on 127.0.0.1.
+DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+
+
 def answers(url: str) -> bool:
-    """Whether ``url`` answers 200."""
+    """Whether ``url`` answers 200 (asked directly, without a proxy)."""
     try:
-        with urllib.request.urlopen(url, timeout=10) as response:
+        with DIRECT.open(url, timeout=10) as response:
             return bool(response.status == 200)
     except (urllib.error.URLError, OSError):
         return False
