@@ -110,29 +110,26 @@ def learned_table(records: Sequence[PropertyRecord], dataset: str) -> list[str]:
     (property: epoch ends) and the epoch ends at which another class was flagged. Empty without such models."""
     mine = [r for r in records if r.dataset == dataset]
     flags = _flags_by_class_epoch(mine)
+    labels = {r.label for r in mine}
     rows = []
     for variant, of in GLOBAL.items():
         trace = [r for r in mine if r.variant == variant and r.label == r.target and r.property == PROPERTY_NAMES[0]]
         if of.control or not trace:
             continue
         learned = sorted((r for r in trace if r.spurious_score >= LEARNED), key=lambda r: (r.seed, r.epoch))
-        found = [(r.seed, [float(bool(flags[(r.seed, variant, r.epoch, r.label)]))]) for r in learned]
+        own = [flags[(r.seed, variant, r.epoch, r.label)] for r in learned]  # the properties flagged, per epoch end
         named: dict[str, int] = {}
-        for r in learned:
-            for name in flags[(r.seed, variant, r.epoch, r.label)]:
-                named[name] = named.get(name, 0) + 1
-        others = sum(
-            any(flags[(r.seed, variant, r.epoch, label)] for label in {o.label for o in mine if o.label != r.target})
-            for r in learned
-        )
+        for name in (name for names in own for name in names):
+            named[name] = named.get(name, 0) + 1
+        others = sum(any(flags[(r.seed, variant, r.epoch, k)] for k in labels - {r.target}) for r in learned)
         per_seed = ", ".join(
             f"s{seed}: {sum(1 for r in learned if r.seed == seed)}/{sum(1 for r in trace if r.seed == seed)}"
             for seed in sorted({r.seed for r in trace})
         )
-        hits = sum(int(v[0]) for _, v in found)
+        found = [(r.seed, [float(bool(names))]) for r, names in zip(learned, own, strict=True)]
         rows.append([
             variant, SHORTCUTS[of.shortcut].describe, per_seed,
-            f"{hits}/{len(learned)}" if learned else "0/0", cell(bootstrap_interval(seed_rows(found))),
+            f"{sum(map(bool, own))}/{len(learned)}", cell(bootstrap_interval(seed_rows(found))),
             ", ".join(f"{name} {count}" for name, count in sorted(named.items())) or "none", f"{others}/{len(learned)}",
         ])  # fmt: skip
     header = ["variant", "shortcut", f"epoch ends learned (spurious >= {LEARNED:g}), per seed",
@@ -147,10 +144,9 @@ def class_epoch_table(records: Sequence[PropertyRecord], dataset: str) -> list[s
     Empty without them."""
     flags = _flags_by_class_epoch([r for r in records if r.dataset == dataset and r.variant in NEGATIVES])
     present = [v for v in NEGATIVES if any(at[1] == v for at in flags)]
+    groups = ([("all", present)] if len(present) > 1 else []) + [(v, [v]) for v in present]
     rows = []
-    for name, variants in (
-        [("all", present), *((v, [v]) for v in present)] if len(present) > 1 else [(v, [v]) for v in present]
-    ):
+    for name, variants in groups:
         pairs = [(at[0], [float(bool(f))]) for at, f in flags.items() if at[1] in variants]
         flagged = sum(int(v[0]) for _, v in pairs)
         share = cell(bootstrap_interval(seed_rows(pairs)))

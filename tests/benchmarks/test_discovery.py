@@ -8,7 +8,9 @@ from dataclasses import replace
 
 import pytest
 import torch
+from lightning.pytorch import Callback
 
+from benchmarks.discovery.cli import EpochWeights
 from benchmarks.discovery.property_report import class_epoch_table, false_alarm_table, learned_table, shortcut_table
 from benchmarks.discovery.report import markdown
 from benchmarks.discovery.scoring import FORMULAS, pair_wins, score, seed_rows
@@ -17,6 +19,7 @@ from gradskip_lightning.core.normalisation import Normalisation
 from gradskip_lightning.engine.discovery.properties import property_scalars
 from gradskip_lightning.shortcuts.discovery_properties import discover_properties
 from gradskip_lightning.shortcuts.image_properties import PixelSpace
+from tests.callbacks.helpers import tiny_data, tiny_module, tiny_trainer
 
 BASE = ClassRecord(
     dataset="d", seed=0, variant="clean", shortcut="none", target=-1, method="m", share=0.1, epoch=1.0, label=0,
@@ -195,3 +198,27 @@ def test_the_trace_records_the_values_the_discovery_stage_logs():
             assert getattr(r, value) == logged[f"discovery/gradskip/{r.property}/{value}/class_{r.label}"]
     for name in ("colour", "brightness"):
         assert sum(r.flagged for r in traced if r.property == name) == logged[f"discovery/gradskip/{name}/flagged"]
+
+
+class _Snapshots(Callback):
+    """The module's weights at each training epoch's end, as EpochWeights saw them."""
+
+    def __init__(self) -> None:
+        self.weights: list[dict[str, torch.Tensor]] = []
+
+    def on_train_epoch_end(self, trainer, pl_module) -> None:
+        self.weights.append({k: v.clone() for k, v in pl_module.state_dict().items()})
+
+
+def test_kept_weights_are_each_epochs_and_reload_into_the_model(tmp_path):
+    folder, snapshots = tmp_path / "weights" / "seed0", _Snapshots()
+    module = tiny_module()
+    tiny_trainer(tmp_path, callbacks=[EpochWeights(folder), snapshots], limit_train_batches=2).fit(module, tiny_data())
+    assert sorted(p.name for p in folder.iterdir()) == ["epoch1.pt", "epoch2.pt"]
+    for epoch, seen in enumerate(snapshots.weights, start=1):
+        kept = torch.load(folder / f"epoch{epoch}.pt", weights_only=True)
+        assert kept.keys() == seen.keys() and all(torch.equal(kept[k], seen[k]) for k in seen)
+    assert not all(torch.equal(a, b) for a, b in zip(*(w.values() for w in snapshots.weights), strict=True))
+    fresh = tiny_module(seed=1)
+    fresh.load_state_dict(torch.load(folder / "epoch2.pt", weights_only=True))  # a replay loads it as it is
+    assert all(torch.equal(a, b) for a, b in zip(fresh.state_dict().values(), snapshots.weights[1].values()))
