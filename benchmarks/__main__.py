@@ -11,6 +11,7 @@ SUBCOMMANDS = {
     "cost": "FLOPs and CPU milliseconds per map of every method",
     "metrics": "insertion/deletion throughput and forward calls",
     "callback": "the callback's epoch-end time against one training epoch",
+    "stage": "the discovery stage's parts on kept weights: every recipient against the first look, in one run",
     "scaling": "how the callback's epoch-end time grows with the probes, the classes, the model and the image size",
     "faithfulness": "every method scored over training seeds, with intervals, paired differences and ablations",
     "gpu": "checks that need a CUDA device: batch = singles, mixed-precision fits, OOM skipped, ms per map",

@@ -80,7 +80,7 @@ from gradskip_lightning.metrics.perturbation import Activation
 
 from .discovery_maps import ClassMaps, ClassMapSummary, DiscoverySettings, MapGroup, grown_hotspot, summarise_classes
 from .discovery_strategies import Strategies
-from .discovery_transplant import MIN_TESTED_PROBES, HotspotTransplant, hotspot_transplant
+from .discovery_transplant import FIRST_LOOK, MIN_TESTED_PROBES, HotspotTransplant, hotspot_transplant
 from .multiplicity import gated_holm
 
 __all__ = [
@@ -215,6 +215,7 @@ def discover(
     batch_size: int = 256,
     activation: Activation = "softmax",
     measure_all: bool = True,
+    first_look: int | None = FIRST_LOOK,
 ) -> Discovery:
     """Test every group of ``summary`` at its regions on the probes (P, C, H, W) of classes (P,), score and flag.
 
@@ -230,18 +231,20 @@ def discover(
     ``measure_all=False`` (the callback's stage) skips the forwards of the tests that cannot fire while no test
     can: a test whose map and pixel cues are 0 (concentration or constancy; consistency with
     ``settings.consistency``) has suspicion 0 whatever its flips, below a positive ``alert_threshold``. Those
-    tests are measured last, and only when a measured test reaches ``alert_threshold``: then every test is
-    measured and the result is the one of ``measure_all=True``. Otherwise no test fires either way, and the
-    flags, suspicions and reported tests are the same; the unmeasured tests keep their pixels' figures, NaN
-    rates (``transplant.measured`` False) and a flips' p-value of 1, so the measured tests' adjusted p-values are
-    at least those of a full run.
+    tests are measured last, and only when a measured test reaches ``alert_threshold``: then every one of them is
+    measured. The unmeasured tests keep their pixels' figures, NaN rates (``transplant.measured`` False) and a
+    flips' p-value of 1, so the measured tests' adjusted p-values are at least those of a full run. The others
+    first measure ``first_look`` recipients (:data:`~.discovery_transplant.FIRST_LOOK`; the other classes in turn)
+    and stop there when those give less than half of ``alert_threshold`` (their rates, suspicion and p-value are
+    then the first recipients'): a test that could fire goes on to every recipient, and on a model without a
+    shortcut most stop. ``first_look`` None: every measured test takes every recipient.
     """
     check_class_targets(classes, len(images), len(summary.counts))
     settings = summary.settings
     with torch.no_grad():
         logits = torch.cat([model(images[start : start + batch_size]) for start in range(0, len(images), batch_size)])
 
-    def transplant(group: MapGroup, region: Tensor, measure: bool) -> HotspotTransplant:
+    def transplant(group: MapGroup, region: Tensor, measure: bool, futile_below: float = 0.0) -> HotspotTransplant:
         return hotspot_transplant(
             model,
             images,
@@ -255,6 +258,8 @@ def discover(
             activation=activation,
             logits=logits,
             measure=measure,
+            first_look=None if measure_all else first_look,
+            futile_below=futile_below,
         )
 
     def scored(group: MapGroup, region: Tensor, grown: bool, result: HotspotTransplant) -> _Run:
@@ -276,7 +281,10 @@ def discover(
                 if result is not None:
                     consistency = group.consistency if settings.consistency else None
                     cues = suspicion_score(1.0, group.concentration, result.constancy, consistency)
-                    result = result if cues == 0 else None  # NaN or positive: measured now
+                    if cues > 0:  # measured now, stopped at the first look when it cannot reach half the floor
+                        result = transplant(group, region, True, settings.alert_threshold / 2 / cues)
+                    elif math.isnan(cues):
+                        result = transplant(group, region, True)
                 found.append(scored(group, region, grown, result or transplant(group, region, True)))
         runs.append(found)
     if any(score >= settings.alert_threshold for found in runs for *_, score in found):  # False when NaN

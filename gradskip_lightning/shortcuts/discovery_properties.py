@@ -58,7 +58,7 @@ from torch import Tensor
 from gradskip_lightning.core.validation import check_choice, check_class_targets, check_image_batch, check_logits
 from gradskip_lightning.metrics.perturbation import ACTIVATIONS, Activation
 
-from .discovery_transplant import MIN_TESTED_PROBES, predicted_as, sign_test
+from .discovery_transplant import FIRST_LOOK, MIN_TESTED_PROBES, interleaved, predicted_as, sign_test
 from .image_properties import PROPERTIES, PROPERTY_NAMES, PixelSpace, PropertyName
 from .multiplicity import holm
 
@@ -223,27 +223,39 @@ def _transfer_test(
     batch_size: int,
     activation: Activation,
     seed: int,
+    first_look: int | None,
+    futile_below: float,
 ) -> PropertyTransfer:
-    """One class's transfer test of one property, with the probes' pixels and statistics computed once."""
+    """One class's transfer test of one property, with the probes' pixels and statistics computed once; with
+    ``first_look``, stopped after that many recipients when their suspicion is below ``futile_below``."""
     transfer = PROPERTIES[name].transfer
     device = images.device
     apart = separability(statistics, classes, target)
     donors, others = (classes == target).nonzero()[:, 0], (classes != target).nonzero()[:, 0]
     eligible = others[~predicted_as(logits[others], target, activation)] if len(donors) else others[:0]
+    eligible = interleaved(eligible, classes)
     count = len(eligible)
     if not count:
         return PropertyTransfer(name, target, 0, math.nan, math.nan, apart)
     donor = donors[torch.arange(count, device=device) % len(donors)]
     control = _control_donors(classes, eligible, target)
     generator = torch.Generator().manual_seed(seed * 1_000_003 + target)
-    flips, controls, kept = [], [], []
+    flips: list[Tensor] = []
+    controls: list[Tensor] = []
+    kept: list[Tensor] = []
     step = max(1, batch_size // 2)  # the two arms of a chunk go through one forward
+    look = count if first_look is None else min(first_look, count)
+    starts = [*range(0, look, step), *range(look, count, step)]  # no chunk crosses the first look's end
+    stopped = False
     with torch.no_grad():
-        for start in range(0, count, step):
-            chunk, has_control = eligible[start : start + step], control[start : start + step] >= 0
-            given = transfer(pixels[chunk], statistics[donor[start : start + step]], generator)
+        for start, end in zip(starts, [*starts[1:], count], strict=True):
+            if start == look and _looks_futile(flips, controls, futile_below):
+                stopped, eligible, donor, control = True, eligible[:look], donor[:look], control[:look]
+                break
+            chunk, has_control = eligible[start:end], control[start:end] >= 0
+            given = transfer(pixels[chunk], statistics[donor[start:end]], generator)
             checked = chunk[has_control]
-            controlled = transfer(pixels[checked], statistics[control[start : start + step][has_control]], generator)
+            controlled = transfer(pixels[checked], statistics[control[start:end][has_control]], generator)
             inputs = space.inputs(torch.cat([given, controlled]), images.dtype)
             out = model(inputs)
             check_logits(model, out, len(inputs))
@@ -253,15 +265,25 @@ def _transfer_test(
             if start == 0:
                 shown = min(EXAMPLES, len(chunk))
                 kept = [chunk[:shown], inputs[:shown], out[:shown].argmax(dim=1)]
+    count = len(eligible)
     test_flips, control_flips = torch.cat(flips), torch.cat(controls)
     flip_rate = float(test_flips.double().mean())
     control_rate = float(control_flips.double().mean()) if len(control_flips) else math.nan
     paired = test_flips[(control >= 0).to(test_flips.device)]  # the recipients with a control, in the same order
     wins, losses = int((paired & ~control_flips).sum()), int((control_flips & ~paired).sum())
     testable = len(control_flips) > 0 and len(donors) >= MIN_TESTED_PROBES  # the hotspot test's class-size rule
-    p_value = sign_test(wins, losses) if testable else math.nan
+    p_value = (1.0 if stopped else sign_test(wins, losses)) if testable else math.nan
     examples = TransferExamples(kept[0], kept[1], logits[kept[0]].argmax(dim=1), kept[2])
     return PropertyTransfer(name, target, count, flip_rate, control_rate, apart, p_value, examples)
+
+
+def _looks_futile(flips: list[Tensor], controls: list[Tensor], below: float) -> bool:
+    """Whether the recipients measured so far (the flips (n,) and their controls' flips, chunk by chunk) give
+    a suspicion below ``below``."""
+    test, control = torch.cat(flips), torch.cat(controls)
+    if not len(control):
+        return False
+    return property_suspicion(float(test.double().mean()), float(control.double().mean())) < below
 
 
 def chosen_properties(
@@ -308,12 +330,15 @@ def discover_properties(
     activation: Activation = "softmax",
     seed: int = 0,
     logits: Tensor | None = None,
+    first_look: int | None = FIRST_LOOK,
 ) -> PropertyDiscovery:
     """Every class's transfer test of every property in ``properties``, its suspicion and flag.
 
     All images go through ``model`` in chunks of ``batch_size`` under ``torch.no_grad()``: the probes
     once unchanged (unless ``logits`` gives them), then per property and class two transferred copies
-    of each recipient (P + 2 x properties x sum over classes of recipients images). The noise transfer's
+    of each recipient (P + 2 x properties x sum over classes of recipients images, at most; a test whose
+    ``first_look`` recipients show no excess stops there: on a model with no global shortcut nearly every one). The
+    noise transfer's
     draws come from a generator seeded by ``seed`` and the class: the result is the same on every
     process for the same probes, seed and ``batch_size``.
 
@@ -332,6 +357,9 @@ def discover_properties(
         activation: "softmax" (a flip: arg-max) or "sigmoid" (multi-label: its sigmoid > 0.5).
         seed: of the noise transfer's draws.
         logits: (P, K) the model's logits of the unchanged ``images``, when known.
+        first_look: recipients measured first (None: every one at once); a test whose first ones give a
+            suspicion under half of ``alert_threshold`` stops there: its rates are theirs, its p-value 1 (it
+            cannot fire, and claims nothing in the Holm family).
 
     Example:
         >>> from gradskip_lightning.core.normalisation import Normalisation
@@ -360,6 +388,8 @@ def discover_properties(
     chosen = chosen_properties(properties, images.shape[1])
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    if first_look is not None and (isinstance(first_look, bool) or not isinstance(first_look, int) or first_look < 1):
+        raise ValueError(f"first_look must be a number of recipients >= 1 or None, got {first_look!r}")
     if not 0 <= alert_threshold <= 1:
         raise ValueError(f"alert_threshold must be in [0, 1]; got {alert_threshold}")
     if not 0 < alpha <= 1:
@@ -378,7 +408,8 @@ def discover_properties(
         transfers[name] = tuple(
             _transfer_test(
                 model, images, classes, label, name, space=space, pixels=pixels, statistics=statistics,
-                logits=logits, batch_size=batch_size, activation=activation, seed=seed,
+                logits=logits, batch_size=batch_size, activation=activation, seed=seed, first_look=first_look,
+                futile_below=alert_threshold / 2,
             )
             for label in range(num_classes)
         )  # fmt: skip

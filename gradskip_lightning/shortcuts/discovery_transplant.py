@@ -107,7 +107,24 @@ AGREEMENT_TOLERANCE = 0.1
 #: every discovery test (the hotspot's here and the global properties'): a smaller group is scored but never flagged
 #: (the pixels' jackknife needs a pair left once an image is out; two donors make no class-wide rule either).
 MIN_TESTED_PROBES = 3
+#: Recipients a transplant or transfer test measures first (the other classes in turn): the rest only when these
+#: give at least half the suspicion that flags (a test that cannot fire stops early: most tests of most epochs).
+FIRST_LOOK = 16
 _CHUNK_ELEMENTS = 1 << 22  # pairwise comparisons held at once
+
+
+def interleaved(positions: Tensor, classes: Tensor) -> Tensor:
+    """``positions`` (n,) reordered class by class in turn: the first of each class (in class order), then the
+    second of each, ...; within a class, in their order. Any prefix then spans the classes evenly.
+
+    Example:
+        >>> interleaved(torch.tensor([0, 1, 2, 3, 4]), torch.tensor([1, 1, 1, 2, 2])).tolist()
+        [0, 3, 1, 4, 2]
+    """
+    own = classes[positions]
+    same = own[:, None] == own[None, :]
+    rank = (same & torch.ones_like(same).tril(diagonal=-1)).sum(dim=1)  # earlier positions of the same class
+    return positions[torch.argsort(rank * (int(own.max()) + 1) + own, stable=True)] if len(positions) else positions
 
 
 def sign_test(wins: int, losses: int) -> float:
@@ -299,6 +316,8 @@ def hotspot_transplant(
     activation: Activation = "softmax",
     logits: Tensor | None = None,
     measure: bool = True,
+    first_look: int | None = None,
+    futile_below: float = 0.0,
 ) -> HotspotTransplant:
     """Paste a region of class ``target``'s donors onto the other classes' probes, with controls and p-values
     (see the module docstring).
@@ -322,6 +341,10 @@ def hotspot_transplant(
             then skipped; :func:`~.discovery.discover` computes them once for every class).
         measure: False: count the recipients and test the pixels only, without forwarding the pasted copies
             (``measured`` False: NaN rates, flips' p-value 1).
+        first_look: recipients measured first (taken from the other classes in turn; None: every one at once);
+            when their flip rate's excess over the controls is below ``futile_below``, the test stops there:
+            its rates are theirs and its flips' p-value is 1 (it claims nothing, as an unmeasured test's).
+        futile_below: see ``first_look``.
 
     Example:
         >>> def model(x):  # class 1 iff the top-left 2 x 2 pixels are 1
@@ -374,7 +397,7 @@ def hotspot_transplant(
     else:
         check_logits(model, logits, len(images))
         clean = predicted_as(logits.to(device)[others], target, activation)
-    eligible = (~clean.to(device)).nonzero()[:, 0]
+    eligible = interleaved((~clean.to(device)).nonzero()[:, 0], classes[others])
     count = len(eligible)
     if not count:
         return undefined
@@ -388,23 +411,42 @@ def hotspot_transplant(
     generator = torch.Generator().manual_seed(seed)
     random_tops = torch.randint(grid[0] - shape[0] + 1, (count,), generator=generator)
     random_lefts = torch.randint(grid[1] - shape[1] + 1, (count,), generator=generator)
+
+    def arms(index: Tensor) -> Tensor:
+        """(3, n) flips of recipients ``index`` (n,) (positions among the eligible): the region from a donor,
+        (a) a random place from the donor, (b) the region from another class, pasted in a row."""
+        n, chosen = len(index), eligible[index]
+        recipient = others[chosen].repeat(3)
+        donor = torch.cat([donors[index % len(donors)]] * 2 + [others[(chosen + 1) % len(others)]])
+        top, left = rows[:1].expand(n), cols[:1].expand(n)
+        tops = torch.cat([top, random_tops.to(device)[index], top]) * patch[0]
+        lefts = torch.cat([left, random_lefts.to(device)[index], left]) * patch[1]
+
+        def pasted(start: int, stop: int) -> Tensor:
+            corners = (tops[start:stop], lefts[start:stop])
+            return paste(images[recipient[start:stop]], images[donor[start:stop]], region, corners)
+
+        return predictions(3 * n, pasted).reshape(3, n)
+
     index = torch.arange(count, device=device)
-    # arms in a row: the region from a donor, (a) a random place from the donor, (b) the region from another class
-    recipient = others[eligible].repeat(3)
-    donor = torch.cat([donors[index % len(donors)]] * 2 + [others[(eligible + 1) % len(others)]])
-    tops = torch.cat([rows[:1].expand(count), random_tops.to(device), rows[:1].expand(count)]) * patch[0]
-    lefts = torch.cat([cols[:1].expand(count), random_lefts.to(device), cols[:1].expand(count)]) * patch[1]
-
-    def pasted(start: int, stop: int) -> Tensor:
-        corners = (tops[start:stop], lefts[start:stop])
-        return paste(images[recipient[start:stop]], images[donor[start:stop]], region, corners)
-
-    test, random_place, other_class = predictions(3 * count, pasted).reshape(3, count)
-    flip_p = max(
+    look = count if first_look is None else min(first_look, count)
+    flips = arms(index[:look])
+    stopped = look < count and _excess(flips) < futile_below
+    if look < count and not stopped:
+        flips = torch.cat([flips, arms(index[look:])], dim=1)
+    count = flips.shape[1]
+    test, random_place, other_class = flips
+    flip_p = 1.0 if stopped else max(
         sign_test(int((test & ~control).sum()), int((control & ~test).sum())) for control in (random_place, other_class)
-    )
+    )  # fmt: skip
     rates = [float(arm.double().mean()) for arm in (test, random_place, other_class)]
     return HotspotTransplant(target, count, rates[0], rates[1], rates[2], constancy, flip_p, constancy_p)
+
+
+def _excess(flips: Tensor) -> float:
+    """The flip rate's excess over the larger control's, ``max(0, test - max(a, b))``, of flips (3, n)."""
+    rates = flips.double().mean(dim=1)
+    return max(0.0, float(rates[0] - rates[1:].max()))
 
 
 def _checked_donors(donors: Tensor, classes: Tensor, target: int) -> Tensor:

@@ -89,6 +89,27 @@ def test_a_model_reading_a_colour_cast_is_flagged_for_colour_on_that_class_only(
     assert found.transfers["colour"][0].flip_rate == found.transfers["colour"][0].control_flip_rate == 0.5
 
 
+def test_a_test_whose_first_recipients_show_no_excess_stops_there_and_a_shortcut_is_measured_in_full():
+    images, classes = cast_case(per_class=16)  # 32 recipients a class
+    model = CountingModel(CastModel())
+    found = discover_properties(model, images, classes, 3, ["colour", "brightness"], space=_space(images),
+                                alert_threshold=0.5)  # fmt: skip
+    measured = {name: [t.recipients for t in found.transfers[name]] for name in ("colour", "brightness")}
+    assert measured["colour"][2] == 32 and found.transfers["colour"][2].flip_rate == 1.0  # the cast: in full
+    assert found.flagged["colour"].tolist() == [False, False, True]
+    assert measured["brightness"] == [16, 16, 16]  # nothing to find: the first look (8 of each other class)
+    assert all(t.p_value == 1.0 for t in found.transfers["brightness"])  # a stopped test claims nothing
+    assert model.images == len(images) + 2 * sum(sum(counts) for counts in measured.values())
+    full = discover_properties(CastModel(), images, classes, 3, ["colour", "brightness"], space=_space(images),
+                               alert_threshold=0.5, first_look=None)  # fmt: skip
+    assert [t.recipients for t in full.transfers["brightness"]] == [32, 32, 32]
+    assert full.flagged["colour"].tolist() == found.flagged["colour"].tolist()
+    assert full.transfers["colour"][2] == found.transfers["colour"][2]  # measured in full either way
+    for bad in (0, True, 1.5):
+        with pytest.raises(ValueError, match="first_look"):
+            discover_properties(model, images, classes, 3, space=_space(images), alert_threshold=0.5, first_look=bad)
+
+
 def test_a_model_reading_the_objects_is_not_flagged():
     images, classes = cast_case()
     found = discover_properties(ObjectModel(), images, classes, 3, space=_space(images), alert_threshold=0.3)
@@ -108,8 +129,8 @@ def test_recipients_and_forwards_are_counted_and_examples_kept():
     assert model.images == len(images) + 2 * recipients  # the probes once, then two arms per recipient
     assert model.calls == math.ceil(24 / 10) + 2 * 3 * math.ceil(16 / 5)  # 5 recipients (10 images) a forward
     examples = found.transfers["colour"][2].examples
-    assert examples is not None and examples.positions.tolist() == [0, 1, 2, 3]
-    assert examples.before.tolist() == [0] * 4 and examples.after.tolist() == [2] * 4
+    assert examples is not None and examples.positions.tolist() == [0, 8, 1, 9]  # the other classes in turn
+    assert examples.before.tolist() == [0, 1, 0, 1] and examples.after.tolist() == [2] * 4
     assert examples.images.shape == (4, 3, SIDE, SIDE) and examples.images.dtype == images.dtype
     with pytest.raises(ValueError, match="logits"):
         discover_properties(model, images, classes, 3, space=_space(images), alert_threshold=0.5,
@@ -279,6 +300,7 @@ def test_a_shortcut_on_two_axes_is_found_by_the_signature_alone_and_its_main_axi
     assert axis is not None and axis[1] == 0.0  # no single axis carries any of it
     _, text = property_alert_text(found, "signature", 2, ["left", "right", "stained"], 0)
     assert f"The axis that carries most of it: {axis[0]} (its transfer alone gives 0% of the signature's" in text
+    assert "excess: the rest needs several properties at once)" in text
     assert found.axis(0) is None  # nothing to name: its signature's suspicion is 0
     casts, _ = cast_case()
     cast = discover_properties(CastModel(), casts, classes, 3, space=_space(casts), alert_threshold=0.5)

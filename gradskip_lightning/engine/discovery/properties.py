@@ -123,8 +123,9 @@ def property_alert_text(
     carried = found.axis(label) if name == "signature" else None
     if carried is not None:
         axis, share = carried
+        reading = "it alone carries the shortcut" if share >= 1 else "the rest needs several properties at once"
         text += (
             f" The axis that carries most of it: {axis} (its transfer alone gives {share:.0%} of the signature's "
-            "excess; far below 100 %: the shortcut needs several properties at once)."
+            f"excess: {reading})."
         )
     return title, text

@@ -78,6 +78,7 @@ def test_a_learned_colour_cast_is_flagged_for_colour_on_its_class_only_and_alert
     assert len(alerts) == 1 and "class 2 (blue square)" in alerts[0]  # once per fit, not every epoch
     (signature,) = [w for w in warnings if "may use a signature shortcut" in w]
     assert "The axis that carries most of it: colour" in signature  # the signature's excess is the colour's
+    assert "it alone carries the shortcut" in signature
     assert callback.state_dict()["discovery"]["alerted_properties"] == [
         ["colour", CAST_CLASS],
         ["signature", CAST_CLASS],
