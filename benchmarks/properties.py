@@ -232,7 +232,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Options of the ``properties`` subcommand."""
     PROFILES.add(parser, "--datasets", "datasets, each trained with its config", nargs="+", choices=list(DATASETS))
     PROFILES.add(parser, "--seeds", "training seeds: one model of each variant each", nargs="+", type=int)
-    PROFILES.add(parser, "--variants", "models per seed", nargs="+", choices=list(VARIANTS))
+    PROFILES.add(
+        parser, "--variants", "models per seed: clean or any shortcut of benchmarks/shortcuts.py (the acquisition "
+        "families too)", nargs="+", choices=["clean", *SHORTCUTS],
+    )  # fmt: skip
     PROFILES.add(parser, "--probes-per-class", "validation images per class", type=int)
     PROFILES.add(parser, "--max-train-batches", "cap on training batches per epoch", type=int)
     parser.add_argument(

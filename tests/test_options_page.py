@@ -33,7 +33,7 @@ def test_every_option_of_every_group_is_a_row_with_its_default():
         assert all(f"| `{group.prefix}{name}` |" in table for name in names), group.title
         assert table in tables
     assert "| `scores.insertion_steps` | int | `16` | K, the perturbation steps of insertion/deletion. |" in tables
-    assert "| `p` | float | `0.5` | probability that a training image gets an artifact" in tables  # ShortcutCorrection
+    assert "| `p` | float | `0.25` | probability that a training image gets an artifact" in tables  # ShortcutCorrection
     assert "| `discovery.alpha` | float | `0.05` |" in tables  # a field DiscoveryStage inherits
 
 

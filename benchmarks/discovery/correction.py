@@ -17,7 +17,7 @@ from gradskip_lightning import DiscoveryStage, GradSkipCallback, ProbeSettings, 
 from gradskip_lightning.callbacks.correction_settings import Unlearning
 
 #: Share of every class's training images that get the flagged class's hotspot (``--correction-p``).
-CORRECTION_P = 0.5
+CORRECTION_P = 0.25
 #: Patches added around the flagged region (``--correction-margin``; the callback's default: the proved region).
 CORRECTION_MARGIN = 0
 

@@ -86,7 +86,8 @@ CORRECTION_VALUES: dict[str, str] = {
     "<property>/erased_share/class_<k>": "the same for a corrected global property: share of class k's training "
     "images given another class's image's statistic first (`erase`)",
     "<property>/<statistic>/class_<k>": "the statistic that correction gives, mean over class k's donors, in pixel "
-    "units (colour: `alpha` and `beta`; brightness: `luminance`; sharpness: `high_share`; noise: `sigma`)",
+    "units (colour: `alpha`, `beta` and the channels' medians `red`, `green`, `blue`; brightness: `luminance`; "
+    "sharpness: `high_share`; noise: `sigma`; signature: all of them)",
     "accuracy": "share of the epoch's validation images (every rank's) the model gets right (multi-label: every "
     "label), from the validation step's `logits` or one more forward of each validation batch",
     "accuracy_change": "`accuracy` minus the last one measured before the first running correction began (NaN "
@@ -187,7 +188,9 @@ class ShortcutCorrection(Callback):
     the same as without it). Once a shortcut is corrected, each training batch gets, in ``on_train_batch_start`` and in
     place (the tensors Lightning then hands to ``training_step``), the artifact on each image with probability ``p``,
     whatever its class: a patch pasted at its place, or (a flagged global property) the image given one of the class's
-    probes' statistics of that property (colour, brightness, sharpness, noise, or the signature: all at once). With
+    probes' statistics of that property (colour, brightness, sharpness, noise, or the signature: all at once; colour
+    and the signature by the stage's transfer or an additive one, half and half:
+    :mod:`~gradskip_lightning.shortcuts.correction_transfers`). With
     ``erase`` (the default) the artifact is first taken off every image of its class in the batch: each gets, drawn from
     the batch's images of other classes (as they came, before any correction), one's pixels at the artifact's place or
     one's statistic of the property; then the artifact is as common on every class (``p``) and says nothing about the
@@ -209,7 +212,7 @@ class ShortcutCorrection(Callback):
 
     Example::
 
-        Trainer(callbacks=[GradSkipCallback(discovery=DiscoveryStage()), ShortcutCorrection(p=0.5)])
+        Trainer(callbacks=[GradSkipCallback(discovery=DiscoveryStage()), ShortcutCorrection()])
         ShortcutCorrection(properties=())  # flagged hotspots only
         ShortcutCorrection(erase=False)  # paste only: the class's own images keep the artifact
     """
@@ -219,7 +222,7 @@ class ShortcutCorrection(Callback):
         tag: SpuriousTag | None = None,
         *,
         discovery: bool | str = True,
-        p: float = 0.5,
+        p: float = 0.25,
         erase: bool = True,
         classes: Sequence[int] | None = None,
         properties: Sequence[PropertyName] | None = None,

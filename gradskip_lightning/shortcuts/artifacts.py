@@ -9,9 +9,11 @@ classes) has there instead. Two kinds
 - :class:`PatchPaste`, a located artifact (pixels at a place): a known tag's pattern
   (:meth:`PatchPaste.from_tag`) or a flagged class's discovery hotspot with the class's own pixels there
   (:meth:`PatchPaste.from_hotspot`);
-- :class:`PropertyPaste`, a shortcut with no place (a class's colour, brightness, sharpness or noise
-  statistic): each image is given a donor's statistic of the property by the very transfer the discovery
-  stage tests with (:mod:`gradskip_lightning.shortcuts.image_properties`), in the stage's pixel space.
+- :class:`PropertyPaste`, a shortcut with no place (a class's colour, brightness, sharpness, noise or whole
+  image-wide signature): each image is given a donor's statistic of the property by the transfer the discovery
+  stage tests with (:mod:`gradskip_lightning.shortcuts.image_properties`), in the stage's pixel space; for
+  colour and the signature, half of the images by an additive one instead
+  (:mod:`gradskip_lightning.shortcuts.correction_transfers`: the stage cannot tell a cast from a gain).
 
 :class:`~.core.ShortcutCorrection` turns a discovery into artifacts (:func:`~.core.artifact_for`,
 :func:`~.core.property_artifact_for`). :func:`paste_share` puts an artifact on a share ``p`` of a batch,
@@ -31,7 +33,8 @@ from torch import Tensor
 
 from gradskip_lightning.core.normalisation import Normalisation
 from gradskip_lightning.core.validation import check_choice, check_patch_mask
-from gradskip_lightning.shortcuts.image_properties import PROPERTIES, PROPERTY_NAMES, PixelSpace, PropertyName
+from gradskip_lightning.shortcuts.correction_transfers import correction_property
+from gradskip_lightning.shortcuts.image_properties import PROPERTY_NAMES, PixelSpace, PropertyName
 from gradskip_lightning.shortcuts.regions import Region, paste
 from gradskip_lightning.shortcuts.tags import SpuriousTag
 from gradskip_lightning.shortcuts.transplant import Transplant
@@ -262,16 +265,18 @@ class PatchPaste:
 
 def _check_applies(name: PropertyName, channels: int) -> None:
     """Require property ``name`` to apply to images of ``channels`` channels (colour: RGB only)."""
-    needed = PROPERTIES[name].channels
-    if not PROPERTIES[name].applies(channels):
+    needed = correction_property(name).channels
+    if not correction_property(name).applies(channels):
         raise ValueError(f"{name} needs {needed}-channel images; the images have {channels}")
 
 
 @dataclass(frozen=True, eq=False)
 class PropertyPaste:
     """A class's image-wide statistic of one property, given to other images: each image gets a donor's
-    statistic, drawn uniformly, by the property's transfer (:data:`~gradskip_lightning.shortcuts.image_properties.
-    PROPERTIES`) in ``space``: to pixels, transfer, back to the model's input space (clamped to the space's range).
+    statistic, drawn uniformly, by the property's correction transfer
+    (:func:`~gradskip_lightning.shortcuts.correction_transfers.correction_property`: the stage's, or for colour and
+    the signature the stage's or an additive one, half and half) in ``space``: to pixels, transfer, back to the
+    model's input space (clamped to the space's range).
 
     Attributes:
         target: the class whose statistic it is.
@@ -297,7 +302,7 @@ class PropertyPaste:
     def __post_init__(self) -> None:
         _check_target(self.target)
         check_choice(self.name, PROPERTY_NAMES, "name")
-        prop = PROPERTIES[self.name]
+        prop = correction_property(self.name)
         if self.statistics.ndim != 2 or len(self.statistics) == 0 or self.statistics.shape[1] != len(prop.statistics):
             raise ValueError(
                 f"statistics must be (n >= 1, {len(prop.statistics)}): the {prop.statistics} of each donor; got "
@@ -319,7 +324,7 @@ class PropertyPaste:
         check_choice(name, PROPERTY_NAMES, "name")
         _check_applies(name, images.shape[1])
         space = space.to("cpu")
-        statistics = PROPERTIES[name].statistic(space.pixels(images.detach().cpu()))
+        statistics = correction_property(name).statistic(space.pixels(images.detach().cpu()))
         return cls(target, name, statistics, space)
 
     def apply(self, images: Tensor, generator: torch.Generator) -> Tensor:
@@ -332,7 +337,7 @@ class PropertyPaste:
         ``generator``, in place of the class's (a new tensor of their dtype)."""
         self._check_channels(others)
         space = self.space.to(others.device)
-        return self._give(images, PROPERTIES[self.name].statistic(space.pixels(others)), generator)
+        return self._give(images, correction_property(self.name).statistic(space.pixels(others)), generator)
 
     def _check_channels(self, images: Tensor) -> None:
         """Require ``images`` (B, C, H, W) of the artifact's channels."""
@@ -349,7 +354,7 @@ class PropertyPaste:
         pick = torch.randint(len(statistics), (len(images),), generator=generator)
         space = self.space.to(images.device)
         targets = statistics[pick.to(statistics.device)].to(images.device)
-        given = PROPERTIES[self.name].transfer(space.pixels(images), targets, generator)
+        given = correction_property(self.name).transfer(space.pixels(images), targets, generator)
         return space.inputs(given, images.dtype)
 
     @property
@@ -360,12 +365,12 @@ class PropertyPaste:
         return f"{self.name} shortcut"
 
     def action(self, images: str) -> str:
-        return f"giving {images} its {PROPERTIES[self.name].what}"
+        return f"giving {images} its {correction_property(self.name).what}"
 
     def scalars(self) -> dict[str, float]:
         """The donors' mean of each of the property's statistics (``alpha``, ``luminance``, ...), in pixel units."""
         means = self.statistics.mean(dim=0).tolist()
-        return dict(zip(PROPERTIES[self.name].statistics, means, strict=True))
+        return dict(zip(correction_property(self.name).statistics, means, strict=True))
 
     def state_dict(self) -> dict[str, Any]:
         norm, low, high = self.space.normalisation, self.space.low.clone(), self.space.high.clone()
