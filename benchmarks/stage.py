@@ -26,7 +26,8 @@ from gradskip_lightning.core.normalisation import Normalisation
 from gradskip_lightning.families.timm_vit import adapter_for
 from gradskip_lightning.metrics import CountingModel
 from gradskip_lightning.shortcuts import discover, summarise_classes
-from gradskip_lightning.shortcuts.discovery_properties import discover_properties
+from gradskip_lightning.shortcuts.discovery import Discovery
+from gradskip_lightning.shortcuts.discovery_properties import PropertyDiscovery, discover_properties
 from gradskip_lightning.shortcuts.discovery_transplant import FIRST_LOOK
 from gradskip_lightning.shortcuts.distinct_forward import DistinctForward
 from gradskip_lightning.shortcuts.image_properties import PixelSpace
@@ -61,7 +62,7 @@ class StageCost:
         return self.maps_s + self.hotspot_s + self.properties_s
 
 
-def _flags(found: Any, properties: Any) -> str:
+def _flags(found: Discovery, properties: PropertyDiscovery) -> str:
     """The classes a run flagged, in words: ``"hotspot [2]; colour [5]"`` or ``"none"``."""
     parts = [f"hotspot {found.flagged.nonzero()[:, 0].tolist()}"] if found.flagged.any() else []
     parts += [f"{name} {flags.nonzero()[:, 0].tolist()}" for name, flags in properties.flagged.items() if flags.any()]

@@ -63,7 +63,8 @@ class CorrectionSettings:
             without a ``tag``); a string, the one with that ``log_prefix``; False: none. A flagged class
             is corrected with its hotspot, the pixels taken from the class's discovery probes; a class
             flagged for a global property (the stage's ``properties``) with that property: each image it is
-            put on gets the statistic of one of the class's discovery probes, by the stage's own transfer.
+            put on gets the statistic of one of the class's discovery probes, by the stage's own transfer (colour
+            and the signature: or by an additive one, half and half).
         p: probability that a training image gets an artifact, in (0, 1] (each artifact draws apart); 0.25 by
             measurement: on BloodMNIST it unlearned a colour cast and kept more accuracy than 0.5
             (docs/results/correction.md).

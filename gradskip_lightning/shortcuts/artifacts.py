@@ -265,9 +265,9 @@ class PatchPaste:
 
 def _check_applies(name: PropertyName, channels: int) -> None:
     """Require property ``name`` to apply to images of ``channels`` channels (colour: RGB only)."""
-    needed = correction_property(name).channels
-    if not correction_property(name).applies(channels):
-        raise ValueError(f"{name} needs {needed}-channel images; the images have {channels}")
+    prop = correction_property(name)
+    if not prop.applies(channels):
+        raise ValueError(f"{name} needs {prop.channels}-channel images; the images have {channels}")
 
 
 @dataclass(frozen=True, eq=False)

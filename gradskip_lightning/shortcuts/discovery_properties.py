@@ -58,7 +58,7 @@ from torch import Tensor
 from gradskip_lightning.core.validation import check_choice, check_class_targets, check_image_batch, check_logits
 from gradskip_lightning.metrics.perturbation import ACTIVATIONS, Activation
 
-from .discovery_transplant import FIRST_LOOK, MIN_TESTED_PROBES, interleaved, predicted_as, sign_test
+from .discovery_transplant import FIRST_LOOK, MIN_TESTED_PROBES, check_first_look, interleaved, predicted_as, sign_test
 from .image_properties import PROPERTIES, PROPERTY_NAMES, PixelSpace, PropertyName
 from .multiplicity import holm
 
@@ -337,10 +337,9 @@ def discover_properties(
     All images go through ``model`` in chunks of ``batch_size`` under ``torch.no_grad()``: the probes
     once unchanged (unless ``logits`` gives them), then per property and class two transferred copies
     of each recipient (P + 2 x properties x sum over classes of recipients images, at most; a test whose
-    ``first_look`` recipients show no excess stops there: on a model with no global shortcut nearly every one). The
-    noise transfer's
-    draws come from a generator seeded by ``seed`` and the class: the result is the same on every
-    process for the same probes, seed and ``batch_size``.
+    ``first_look`` recipients show no excess stops there: on a model with no global shortcut nearly every one).
+    The noise transfer's draws come from a generator seeded by ``seed`` and the class: the result is the same on
+    every process for the same probes, seed and ``batch_size``.
 
     Args:
         model: images (B, C, H, W) -> logits (B, K), in eval mode (the mode is left as it is).
@@ -388,8 +387,7 @@ def discover_properties(
     chosen = chosen_properties(properties, images.shape[1])
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
-    if first_look is not None and (isinstance(first_look, bool) or not isinstance(first_look, int) or first_look < 1):
-        raise ValueError(f"first_look must be a number of recipients >= 1 or None, got {first_look!r}")
+    check_first_look(first_look)
     if not 0 <= alert_threshold <= 1:
         raise ValueError(f"alert_threshold must be in [0, 1]; got {alert_threshold}")
     if not 0 < alpha <= 1:

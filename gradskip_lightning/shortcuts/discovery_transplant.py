@@ -113,6 +113,12 @@ FIRST_LOOK = 16
 _CHUNK_ELEMENTS = 1 << 22  # pairwise comparisons held at once
 
 
+def check_first_look(first_look: int | None) -> None:
+    """Refuse a ``first_look`` that is not a number of recipients >= 1 or None."""
+    if first_look is not None and (isinstance(first_look, bool) or not isinstance(first_look, int) or first_look < 1):
+        raise ValueError(f"first_look must be a number of recipients >= 1 or None, got {first_look!r}")
+
+
 def interleaved(positions: Tensor, classes: Tensor) -> Tensor:
     """``positions`` (n,) reordered class by class in turn: the first of each class (in class order), then the
     second of each, ...; within a class, in their order. Any prefix then spans the classes evenly.
@@ -371,6 +377,7 @@ def hotspot_transplant(
         raise ValueError(f"target must be a class index >= 0; got {target}")
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    check_first_look(first_look)
     patch, grid = _patch_pixels(patch_size), (hotspot.shape[0], hotspot.shape[1])
     covered, size = (grid[0] * patch[0], grid[1] * patch[1]), tuple(images.shape[-2:])
     if covered != size:

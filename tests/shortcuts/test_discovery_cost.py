@@ -134,6 +134,8 @@ def test_with_a_test_at_the_floor_every_test_is_measured_each_in_full_or_stopped
     fired = lazy.reported[1]
     assert fired.transplant.recipients == full.reported[1].transplant.recipients > FIRST_LOOK  # measured in full
     assert stopped >= 1
+    with pytest.raises(ValueError, match="first_look must be a number of recipients >= 1 or None, got 0"):
+        discover(StampModel(), images, classes, summary, patch_size=PATCH, measure_all=False, first_look=0)
 
 
 def _tests(found) -> list[ShortcutTest]:
