@@ -56,6 +56,7 @@ def corrected(correction: ShortcutCorrection) -> str:
     """What ``correction`` corrected, for the records: "class 2 at (12, 12)-(20, 20) from epoch 1; ..." or "none"."""
     parts = [
         f"class {c.artifact.target} {c.artifact.describe().removeprefix('shortcut ')} from epoch {c.epoch}"
+        + ("" if c.until is None else f" until epoch {c.until}")
         for c in correction.corrections
     ]
     return "; ".join(parts) or "none"

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
@@ -105,13 +105,19 @@ CORRECTION_VALUES: dict[str, str] = {
 
 @dataclass(frozen=True)
 class Correction:
-    """One shortcut being corrected: its artifact, the epoch it started at, where it came from, and its spurious
-    score when it was flagged (the discovery stage's flip rate; NaN for a tag)."""
+    """One shortcut being corrected: its artifact, the epoch it started at, where it came from, its spurious
+    score when it was flagged (the discovery stage's flip rate; NaN for a tag), and the epoch it stopped at (None:
+    running; a class's property correction stops when the class's hotspot correction starts)."""
 
     artifact: Artifact
     epoch: int
     origin: str
     spurious: float = math.nan
+    until: int | None = None
+
+    def runs_at(self, epoch: int) -> bool:
+        """Whether it corrects training epoch ``epoch``."""
+        return self.epoch <= epoch and (self.until is None or epoch < self.until)
 
 
 def artifact_for(discovered: Discovered, label: int, margin: int = 0) -> Artifact:
@@ -195,7 +201,8 @@ class ShortcutCorrection(Callback):
     the batch's images of other classes (as they came, before any correction), one's pixels at the artifact's place or
     one's statistic of the property; then the artifact is as common on every class (``p``) and says nothing about the
     class. A class's property flags wait while its hotspot is flagged and not yet corrected (a placed artifact moves
-    the image-wide statistics too); one still flagged once the hotspot's correction runs is corrected then. Said
+    the image-wide statistics too), and its property corrections that began earlier stop when the hotspot's
+    correction starts; one still flagged once the hotspot's correction runs is corrected then. Said
     once in the log when a correction starts; logged every training epoch under
     ``correction/<log_prefix>...`` (a property's under ``correction/<log_prefix><property>/...``).
 
@@ -467,7 +474,13 @@ class ShortcutCorrection(Callback):
             self._follow(self._source)
         return {
             "corrections": [
-                {"artifact": c.artifact.state_dict(), "epoch": c.epoch, "origin": c.origin, "spurious": c.spurious}
+                {
+                    "artifact": c.artifact.state_dict(),
+                    "epoch": c.epoch,
+                    "origin": c.origin,
+                    "spurious": c.spurious,
+                    "until": c.until,
+                }
                 for c in self._corrections
             ],
             "p": self._strength,
@@ -481,7 +494,11 @@ class ShortcutCorrection(Callback):
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         self._corrections = [
             Correction(
-                restore_artifact(c["artifact"]), int(c["epoch"]), str(c["origin"]), float(c.get("spurious", math.nan))
+                restore_artifact(c["artifact"]),
+                int(c["epoch"]),
+                str(c["origin"]),
+                float(c.get("spurious", math.nan)),
+                None if c.get("until") is None else int(c["until"]),  # none before corrections could stop
             )
             for c in state_dict["corrections"]
         ]
@@ -489,7 +506,7 @@ class ShortcutCorrection(Callback):
             state_dict.get("p", self.settings.p)
         )  # none in a checkpoint from before the accuracy guard
         self._accuracy = {int(epoch): float(accuracy) for epoch, accuracy in state_dict.get("accuracy", [])}
-        self._resumed = list(self._corrections)
+        self._resumed = [c for c in self._corrections if c.until is None]
         self._streaks = {int(label): int(runs) for label, runs in state_dict["streaks"]}
         older = state_dict.get("property_streaks", [])  # none in a checkpoint from before the property corrections
         self._property_streaks = {(str(name), int(label)): int(runs) for name, label, runs in older}
@@ -531,7 +548,7 @@ class ShortcutCorrection(Callback):
         epoch it was raised at (a checkpoint saved then) corrects from the next one."""
         if not self._strength:
             return []  # stopped (on_accuracy_drop="stop")
-        return [(index, c) for index, c in enumerate(self._corrections) if c.epoch <= epoch]
+        return [(index, c) for index, c in enumerate(self._corrections) if c.runs_at(epoch)]
 
     def _follow(self, source: GradSkipCallback) -> None:
         """Read the discovery stage's newest run (once) and start correcting the classes, and the classes'
@@ -561,6 +578,7 @@ class ShortcutCorrection(Callback):
                 )
                 artifact = artifact_for(discovered, label, self.settings.margin)
                 flips = discovered.found.reported[label].transplant.flip_rate
+                self._stop_properties(label, epoch)
                 self._start(Correction(artifact, epoch, origin, flips))
         self._follow_properties(discovered, source.log_prefix, epoch)
 
@@ -657,11 +675,28 @@ class ShortcutCorrection(Callback):
         return self.settings.unlearn == "data" or not isinstance(artifact, PatchPaste)
 
     def _corrected(self, label: int, kind: str, key_prefix: str) -> bool:
-        """Whether an artifact of ``kind`` and ``key_prefix`` (its property) of class ``label`` is corrected."""
+        """Whether an artifact of ``kind`` and ``key_prefix`` (its property) of class ``label`` is corrected (and not
+        stopped)."""
         return any(
             c.artifact.target == label and c.artifact.kind == kind and c.artifact.key_prefix == key_prefix
+            and c.until is None
             for c in self._corrections
-        )
+        )  # fmt: skip
+
+    def _stop_properties(self, label: int, epoch: int) -> None:
+        """Stop class ``label``'s running property corrections from ``epoch``, where its hotspot's correction
+        starts: a placed artifact moves the image-wide statistics too, so a property flagged before the hotspot
+        is often the same shortcut, and giving the class's statistics to every image moves real content (the
+        rule of :meth:`_located_first`, for a property flagged first). One still flagged once the hotspot's
+        correction runs is corrected again then."""
+        for index, c in enumerate(self._corrections):
+            if c.artifact.target == label and c.artifact.kind == PropertyPaste.kind and c.until is None:
+                self._corrections[index] = replace(c, until=max(epoch, c.epoch))
+                rank_zero_info(
+                    f"ShortcutCorrection: stopping class {label}'s {c.artifact.describe()} correction from epoch "
+                    f"{max(epoch, c.epoch)}: its hotspot is corrected from then (a placed artifact moves the "
+                    "image-wide statistics too); corrected again if still flagged once the hotspot's correction runs"
+                )
 
     def _start(self, correction: Correction) -> None:
         self._corrections.append(correction)

@@ -183,6 +183,40 @@ def test_a_property_flagged_beside_its_classs_flagged_hotspot_waits_for_the_hots
     assert [(c.artifact.kind, c.epoch) for c in correction.corrections] == [("property", run.epoch + 1)]
 
 
+def test_a_property_corrected_before_its_classs_hotspot_stops_when_the_hotspots_correction_starts(flagged, caplog):
+    _, gradskip, _, _ = flagged
+    run = gradskip.discovered
+    assert run is not None and run.properties is not None and bool(run.found.flagged[0])
+    flags = {name: torch.zeros_like(f) for name, f in run.properties.flagged.items()}
+    flags["noise"] = flags["noise"].index_fill(0, torch.tensor([0]), True)
+    noise_first = replace(run, found=replace(run.found, flagged=torch.zeros_like(run.found.flagged)), epoch=0)
+    noise_first = replace(noise_first, properties=replace(run.properties, flagged=flags))  # class 0's noise alone
+    correction = ShortcutCorrection(classes=[0])
+    correction._follow(SimpleNamespace(discovered=noise_first, log_prefix="gradskip/"))
+    assert [(c.artifact.kind, c.epoch, c.until) for c in correction.corrections] == [("property", 1, None)]
+    quiet = {name: torch.zeros_like(f) for name, f in flags.items()}
+    hotspot = replace(run, epoch=1, properties=replace(run.properties, flagged=quiet))  # then its hotspot
+    with caplog.at_level(logging.INFO):
+        correction._follow(SimpleNamespace(discovered=hotspot, log_prefix="gradskip/"))
+    assert [(c.artifact.kind, c.epoch, c.until) for c in correction.corrections] == [
+        ("property", 1, 2),
+        ("patch", 2, None),
+    ]  # the noise corrected epoch 1 only; the stamp from epoch 2
+    assert [c.artifact.kind for _, c in correction._active(1)] == ["property"]
+    assert [c.artifact.kind for _, c in correction._active(2)] == ["patch"]
+    said = [r.getMessage() for r in caplog.records if "stopping class 0's noise shortcut correction from epoch 2" in
+            r.getMessage()]  # fmt: skip
+    assert len(said) == 1
+    state = correction.state_dict()
+    assert [c["until"] for c in state["corrections"]] == [2, None]
+    fresh = ShortcutCorrection(classes=[0])
+    fresh.load_state_dict(state)  # a resumed fit keeps it stopped and says nothing of it
+    assert [(c.epoch, c.until) for c in fresh.corrections] == [(1, 2), (2, None)] and len(fresh._resumed) == 1
+    again = replace(run, epoch=2, properties=replace(run.properties, flagged=flags))  # still flagged after it
+    correction._follow(SimpleNamespace(discovered=again, log_prefix="gradskip/"))
+    assert [(c.artifact.kind, c.epoch, c.until) for c in correction.corrections][2:] == [("property", 3, None)]
+
+
 @pytest.mark.slow
 def test_the_correction_is_in_the_checkpoint_and_a_resumed_fit_goes_on_correcting(flagged, tmp_path, caplog):
     _, _, correction, checkpoint = flagged
