@@ -32,12 +32,11 @@ from gradskip_lightning.shortcuts.discovery_transplant import FIRST_LOOK
 from gradskip_lightning.shortcuts.distinct_forward import DistinctForward
 from gradskip_lightning.shortcuts.image_properties import PixelSpace
 
-from .configs import config_settings, model_class
 from .discovery.trace import STAGE, discovery_probes, token_map_fn
 from .discovery.variants import DATASETS, VARIANTS, make_datamodule
 from .runs import command_line
 from .tables import table
-from .training import LINKED_FROM_DATA
+from .training import configured_model
 
 #: The two paths: every recipient (before the first look), and the default first look.
 PATHS: dict[str, int | None] = {"every recipient": None, "first look": FIRST_LOOK}
@@ -108,10 +107,7 @@ def _kept_model(dataset: str, weights: Path, kept: str, data_root: Path | None) 
         )
     datamodule = make_datamodule(dataset, variant, int(seed), data_root)
     datamodule.setup("fit")
-    config = DATASETS[dataset].config
-    settings, _, _ = config_settings(config)
-    links = {link: getattr(datamodule, link) for link in LINKED_FROM_DATA}
-    model = model_class(config)(**{**settings, **links})
+    model = configured_model(DATASETS[dataset].config, datamodule)
     model.load_state_dict(torch.load(file, weights_only=True))
     return model.eval(), datamodule
 

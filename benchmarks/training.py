@@ -101,6 +101,15 @@ class TrainingFacts:
     train_seconds: float
 
 
+def configured_model(name: str, datamodule: LightningDataModule) -> LightningModule:
+    """The model of ``configs/<name>.yaml`` at fresh weights (the global seed's), the arguments linked from the data
+    (:data:`~gradskip_lightning.training.classifier.LINKED_FROM_DATA`) taken from ``datamodule``: a config that
+    also sets a linked value (in_chans) gets the data's."""
+    settings, _, _ = config_settings(name)
+    links = {link: getattr(datamodule, link) for link in LINKED_FROM_DATA}
+    return model_class(name)(**{**settings, **links})
+
+
 def train_or_load(
     name: str,
     datamodule: LightningDataModule,
@@ -125,11 +134,10 @@ def train_or_load(
     if checkpoint is not None:
         model = cls.load_from_checkpoint(checkpoint, map_location="cpu")
         return model.eval(), TrainingFacts(str(checkpoint), None, 0.0)
-    settings, _, trainer_args = config_settings(name)
+    _, _, trainer_args = config_settings(name)
     epochs = EPOCHS.get(name, trainer_args["max_epochs"]) if epochs is None else epochs
     seed_everything(seed, verbose=False)
-    links = {link: getattr(datamodule, link) for link in LINKED_FROM_DATA}
-    model = cls(**{**settings, **links})  # a config that also sets a linked value (in_chans) gets the data's
+    model = configured_model(name, datamodule)
     trainer = quiet_trainer(
         max_epochs=epochs,
         limit_val_batches=0,

@@ -6,21 +6,17 @@ import pytest
 import torch
 
 from benchmarks.__main__ import build_parser
-from benchmarks.configs import config_settings, model_class
 from benchmarks.discovery.variants import DATASETS, make_datamodule
 from benchmarks.stage import PATHS, run
-from benchmarks.training import LINKED_FROM_DATA
+from benchmarks.training import configured_model
 
 
 def _keep_random_weights(folder) -> None:
     """The planted-shapes config's model, at its initial weights, kept as the discovery benchmark keeps one."""
     datamodule = make_datamodule("planted_shapes", "clean", 0, None)
     datamodule.setup("fit")
-    settings, _, _ = config_settings(DATASETS["planted_shapes"].config)
     torch.manual_seed(0)
-    model = model_class(DATASETS["planted_shapes"].config)(
-        **{**settings, **{link: getattr(datamodule, link) for link in LINKED_FROM_DATA}}
-    )
+    model = configured_model(DATASETS["planted_shapes"].config, datamodule)
     target = folder / "planted_shapes" / "clean" / "seed0"
     target.mkdir(parents=True)
     torch.save(model.state_dict(), target / "epoch1.pt")
