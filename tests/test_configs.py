@@ -92,7 +92,7 @@ def test_bloodmnist_root_override_and_download_default():
     (callback,) = [cb for cb in cli.trainer.callbacks if isinstance(cb, GradSkipCallback)]
     # the main config finds shortcuts nobody named, within its 2 % time budget (docs/results/cost.md)
     assert callback.discovery is not None and callback.discovery.probes_per_class == 8
-    assert callback.probes.max_overhead == 0.02
+    assert callback.probes.max_overhead == 0.05
 
 
 def test_shortcut_configs_plant_the_tag_in_training_and_validation_alike():

@@ -82,12 +82,12 @@ CORRECTION_VALUES: dict[str, str] = {
     "(`erase`; 1 unless a batch held class k only)",
     "box/top/class_<k>": "the corrected box of class k in pixels: top row (also left, bottom, right; exclusive)",
     "<property>/pasted_share/class_<k>": "a corrected global property of class k (colour, brightness, sharpness, "
-    "noise): share of the epoch's training images given class k's statistics of it",
+    "noise, compression, signature): share of the epoch's training images given class k's statistics of it",
     "<property>/erased_share/class_<k>": "the same for a corrected global property: share of class k's training "
     "images given another class's image's statistic first (`erase`)",
     "<property>/<statistic>/class_<k>": "the statistic that correction gives, mean over class k's donors, in pixel "
     "units (colour: `alpha`, `beta` and the channels' medians `red`, `green`, `blue`; brightness: `luminance`; "
-    "sharpness: `high_share`; noise: `sigma`; signature: all of them)",
+    "sharpness: `high_share`; noise: `sigma`; compression: `blockiness`; signature: all of them)",
     "accuracy": "share of the epoch's validation images (every rank's) the model gets right (multi-label: every "
     "label), from the validation step's `logits` or one more forward of each validation batch",
     "accuracy_change": "`accuracy` minus the last one measured before the first running correction began (NaN "
@@ -178,12 +178,13 @@ def property_artifact_for(discovered: Discovered, name: PropertyName, label: int
 
 def _flip_rate(discovered: Discovered, artifact: Artifact) -> float | None:
     """The flip rate a discovery run reports for ``artifact``'s class: of its reported hotspot test (a patch), or
-    of its property's transfer (None: the run did not test that property)."""
+    of its property's transfer (None: the run did not test that property, or skipped it for the class)."""
     if isinstance(artifact, PropertyPaste):
         found = discovered.properties
         if found is None or artifact.name not in found.transfers:
             return None
-        return found.transfers[artifact.name][artifact.target].flip_rate
+        transfer = found.transfers[artifact.name][artifact.target]
+        return None if transfer.skipped else transfer.flip_rate
     return discovered.found.reported[artifact.target].transplant.flip_rate
 
 
@@ -194,8 +195,8 @@ class ShortcutCorrection(Callback):
     the same as without it). Once a shortcut is corrected, each training batch gets, in ``on_train_batch_start`` and in
     place (the tensors Lightning then hands to ``training_step``), the artifact on each image with probability ``p``,
     whatever its class: a patch pasted at its place, or (a flagged global property) the image given one of the class's
-    probes' statistics of that property (colour, brightness, sharpness, noise, or the signature: all at once; colour
-    and the signature by the stage's transfer or an additive one, half and half:
+    probes' statistics of that property (colour, brightness, sharpness, noise, compression, or the signature: all at
+    once; colour and the signature by the stage's transfer or an additive one, half and half:
     :mod:`~gradskip_lightning.shortcuts.correction_transfers`). With
     ``erase`` (the default) the artifact is first taken off every image of its class in the batch: each gets, drawn from
     the batch's images of other classes (as they came, before any correction), one's pixels at the artifact's place or

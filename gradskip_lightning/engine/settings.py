@@ -56,10 +56,10 @@ class ProbeSettings:
             pairs).
         probe_seed: seed of the draw; the selection is kept in checkpoints.
         explain_batch_size: probes per explain call (bounds memory).
-        max_overhead: the callback's time budget as a fraction of the training epoch (0.02: 2 %):
+        max_overhead: the callback's time budget as a fraction of the training epoch (0.05: 5 %):
             over it, the compared methods are explained on fewer epochs, then the perturbation scores
-            computed and the discovery stage run on fewer epochs together, said in the log and in
-            ``<prefix>budget/...`` scalars (:mod:`.budget`); None: everything every epoch.
+            computed on fewer epochs, and the discovery stage run on fewer epochs last, said in the log and
+            in ``<prefix>budget/...`` scalars (:mod:`.budget`); None: everything every epoch.
         image_key, label_key: the keys of a mapping dataset item (MONAI, HF datasets) holding the
             image and the label; None: the first common name the item has (``image``,
             ``pixel_values``, ``img``, ``images``; ``label``, ``labels``, ``target``, ``targets``,

@@ -29,6 +29,13 @@ flagged for p when its adjusted p-value is at most ``alpha`` and its suspicion a
 :data:`~.discovery_transplant.MIN_TESTED_PROBES` (3) probes has no p-value: scored, never flagged, as in
 the hotspot test.
 
+The signature first: with ``signature`` among the properties, every class's signature (all its statistics at
+once) is tested first, and a class whose signature test stops at its first look (under half the suspicion that
+flags) is not tested one property at a time: those tests are skipped (NaN rates, p-value 1, ``skipped``). The
+signature gives every single statistic too, so a shortcut carried by one of them flips recipients under it as
+well; the single tests then name the axis of a class whose signature shows an effect. On a model without a
+global shortcut this runs one test per class instead of one per property.
+
 Why (docs/discovery.md, *Global properties*: planted shapes and BloodMNIST, clean models and models with a
 colour cast or a darkening on one class): the flips a class's statistics cause are the evidence, as the
 hotspot's are; the control removes what any change of the property does (a default class that catches
@@ -97,12 +104,17 @@ class PropertyTransfer:
         target: the class k whose statistics were given.
         recipients: probes of other classes not predicted as k before (the rates' denominator).
         flip_rate: share of recipients predicted as k with a class-k probe's statistics.
-        control_flip_rate: the same with a third class's probe's statistics (NaN without such a donor).
+        control_flip_rate: the same with a third class's probe's statistics (NaN without such a donor, or when the
+            test stopped on its flip rate alone).
         separability: AUROC of the statistic telling class k's probes from the others' (NaN with < 2 of k).
         p_value: exact one-sided sign test of the flips against the control's, over the recipients with a
             control that flip under one arm only (unadjusted; NaN without recipients or control donors, or with
-            fewer than :data:`~.discovery_transplant.MIN_TESTED_PROBES` class-k donors).
-        examples: the first recipients before and after (not compared).
+            fewer than :data:`~.discovery_transplant.MIN_TESTED_PROBES` class-k donors; 1 for a test stopped or
+            skipped: it claims nothing).
+        examples: the first recipients before and after (not compared; None when skipped).
+        stopped: its first look gave under half the suspicion that flags, so it stopped there (before forwarding
+            the control arm when its flip rate alone was under it).
+        skipped: not run, because the class's signature test stopped at its first look (rates NaN).
     """
 
     name: PropertyName
@@ -113,10 +125,15 @@ class PropertyTransfer:
     separability: float
     p_value: float = math.nan
     examples: TransferExamples | None = field(default=None, compare=False, repr=False)
+    stopped: bool = False
+    skipped: bool = False
 
     @property
     def suspicion(self) -> float:
-        """:func:`property_suspicion` of its rates."""
+        """:func:`property_suspicion` of its rates; a test stopped before its control arm was forwarded (its first
+        look's flip rate already under half the floor) has its flip rate, the most its excess can be."""
+        if self.stopped and math.isnan(self.control_flip_rate):
+            return self.flip_rate
         return property_suspicion(self.flip_rate, self.control_flip_rate)
 
 
@@ -246,20 +263,36 @@ def _transfer_test(
     step = max(1, batch_size // 2)  # the two arms of a chunk go through one forward
     look = count if first_look is None else min(first_look, count)
     starts = [*range(0, look, step), *range(look, count, step)]  # no chunk crosses the first look's end
+    first = look < count  # a look that can stop: its test arm goes first, its controls only if it can fire
+
+    def forward(inputs: Tensor) -> Tensor:
+        out = model(inputs)
+        check_logits(model, out, len(inputs))
+        return out
+
+    def control_arm(start: int, end: int) -> Tensor:
+        has_control = control[start:end] >= 0
+        chosen = eligible[start:end][has_control]
+        return transfer(pixels[chosen], statistics[control[start:end][has_control]], generator)
+
     stopped = False
     with torch.no_grad():
         for start, end in zip(starts, [*starts[1:], count], strict=True):
-            if start == look and _looks_futile(flips, controls, futile_below):
-                stopped, eligible, donor, control = True, eligible[:look], donor[:look], control[:look]
-                break
-            chunk, has_control = eligible[start:end], control[start:end] >= 0
+            if start == look:  # the first look is measured: stop, or measure its controls and stop, or go on
+                stopped = _looks_futile(flips, [], futile_below)  # the flip rate alone: the most the excess can be
+                if not stopped:
+                    looked = [(a, b) for a, b in zip(starts, [*starts[1:], count]) if a < look]
+                    arms = [forward(space.inputs(control_arm(a, b), images.dtype)) for a, b in looked]
+                    controls = [predicted_as(out, target, activation) for out in arms]
+                    stopped = _looks_futile(flips, controls, futile_below)
+                if stopped:
+                    eligible, donor, control = eligible[:look], donor[:look], control[:look]
+                    break
+            chunk = eligible[start:end]
             given = transfer(pixels[chunk], statistics[donor[start:end]], generator)
-            checked = chunk[has_control]
-            controlled = transfer(pixels[checked], statistics[control[start:end][has_control]], generator)
+            controlled = given[:0] if first and start < look else control_arm(start, end)
             inputs = space.inputs(torch.cat([given, controlled]), images.dtype)
-            out = model(inputs)
-            check_logits(model, out, len(inputs))
-            flipped = predicted_as(out, target, activation)
+            flipped = predicted_as(out := forward(inputs), target, activation)
             flips.append(flipped[: len(chunk)])
             controls.append(flipped[len(chunk) :])
             if start == 0:
@@ -269,21 +302,29 @@ def _transfer_test(
     test_flips, control_flips = torch.cat(flips), torch.cat(controls)
     flip_rate = float(test_flips.double().mean())
     control_rate = float(control_flips.double().mean()) if len(control_flips) else math.nan
-    paired = test_flips[(control >= 0).to(test_flips.device)]  # the recipients with a control, in the same order
-    wins, losses = int((paired & ~control_flips).sum()), int((control_flips & ~paired).sum())
-    testable = len(control_flips) > 0 and len(donors) >= MIN_TESTED_PROBES  # the hotspot test's class-size rule
-    p_value = (1.0 if stopped else sign_test(wins, losses)) if testable else math.nan
+    testable = bool((control >= 0).any()) and len(donors) >= MIN_TESTED_PROBES  # the hotspot test's class-size rule
+    if stopped or not testable:
+        p_value = 1.0 if testable else math.nan
+    else:
+        paired = test_flips[(control >= 0).to(test_flips.device)]  # the recipients with a control, in the same order
+        p_value = sign_test(int((paired & ~control_flips).sum()), int((control_flips & ~paired).sum()))
     examples = TransferExamples(kept[0], kept[1], logits[kept[0]].argmax(dim=1), kept[2])
-    return PropertyTransfer(name, target, count, flip_rate, control_rate, apart, p_value, examples)
+    return PropertyTransfer(name, target, count, flip_rate, control_rate, apart, p_value, examples, stopped)
+
+
+def _skipped(name: PropertyName, target: int, statistics: Tensor, classes: Tensor) -> PropertyTransfer:
+    """The test of one property of class ``target`` not run (its signature stopped at the first look): no
+    recipients, NaN rates, p-value 1, its separability (from the probes' ``statistics`` (P, S))."""
+    apart = separability(statistics, classes, target)
+    return PropertyTransfer(name, target, 0, math.nan, math.nan, apart, 1.0, skipped=True)
 
 
 def _looks_futile(flips: list[Tensor], controls: list[Tensor], below: float) -> bool:
-    """Whether the recipients measured so far (the flips (n,) and their controls' flips, chunk by chunk) give
-    a suspicion below ``below``."""
-    test, control = torch.cat(flips), torch.cat(controls)
-    if not len(control):
-        return False
-    return property_suspicion(float(test.double().mean()), float(control.double().mean())) < below
+    """Whether the recipients measured so far (the flips (n,) and their controls' flips, chunk by chunk; no
+    controls: the flip rate alone, the most the suspicion can be) give a suspicion below ``below``."""
+    test, control = torch.cat(flips), torch.cat(controls) if controls else None
+    control_rate = 0.0 if control is None else float(control.double().mean()) if len(control) else math.nan
+    return property_suspicion(float(test.double().mean()), control_rate) < below
 
 
 def chosen_properties(
@@ -295,7 +336,7 @@ def chosen_properties(
 
     Example:
         >>> chosen_properties(None, 1), chosen_properties(["noise"], 3)
-        (('brightness', 'sharpness', 'noise'), ('noise',))
+        (('brightness', 'sharpness', 'noise', 'compression'), ('noise',))
     """
     if properties is None:
         return tuple(name for name in PROPERTY_NAMES if channels is None or PROPERTIES[name].applies(channels))
@@ -337,7 +378,9 @@ def discover_properties(
     All images go through ``model`` in chunks of ``batch_size`` under ``torch.no_grad()``: the probes
     once unchanged (unless ``logits`` gives them), then per property and class two transferred copies
     of each recipient (P + 2 x properties x sum over classes of recipients images, at most; a test whose
-    ``first_look`` recipients show no excess stops there: on a model with no global shortcut nearly every one).
+    ``first_look`` recipients show no excess stops there, and with ``signature`` among the properties a class
+    whose signature test stops is tested for no other property: on a model with no global shortcut, about
+    2 x ``first_look`` images per class).
     The noise transfer's draws come from a generator seeded by ``seed`` and the class: the result is the same on
     every process for the same probes, seed and ``batch_size``.
 
@@ -356,9 +399,10 @@ def discover_properties(
         activation: "softmax" (a flip: arg-max) or "sigmoid" (multi-label: its sigmoid > 0.5).
         seed: of the noise transfer's draws.
         logits: (P, K) the model's logits of the unchanged ``images``, when known.
-        first_look: recipients measured first (None: every one at once); a test whose first ones give a
-            suspicion under half of ``alert_threshold`` stops there: its rates are theirs, its p-value 1 (it
-            cannot fire, and claims nothing in the Holm family).
+        first_look: recipients measured first (None: every one at once, and every test runs); a test whose first
+            ones give a suspicion under half of ``alert_threshold`` stops there: its rates are theirs, its p-value 1
+            (it cannot fire, and claims nothing in the Holm family); where that test is a class's signature, the
+            class's other properties are skipped.
 
     Example:
         >>> from gradskip_lightning.core.normalisation import Normalisation
@@ -400,17 +444,26 @@ def discover_properties(
             )
         check_logits(model, logits, len(images))
         pixels = space.pixels(images)
-    transfers = {}
-    for name in chosen:
-        statistics = PROPERTIES[name].statistic(pixels)
-        transfers[name] = tuple(
-            _transfer_test(
-                model, images, classes, label, name, space=space, pixels=pixels, statistics=statistics,
-                logits=logits, batch_size=batch_size, activation=activation, seed=seed, first_look=first_look,
-                futile_below=alert_threshold / 2,
-            )
-            for label in range(num_classes)
+    statistics = {name: PROPERTIES[name].statistic(pixels) for name in chosen}
+
+    def test(label: int, name: PropertyName) -> PropertyTransfer:
+        return _transfer_test(
+            model, images, classes, label, name, space=space, pixels=pixels, statistics=statistics[name],
+            logits=logits, batch_size=batch_size, activation=activation, seed=seed, first_look=first_look,
+            futile_below=alert_threshold / 2,
         )  # fmt: skip
+
+    # the signature first: a class whose every statistic at once flips nothing at the first look is not tested
+    # one statistic at a time (:func:`_skipped`)
+    signature = tuple(test(label, "signature") for label in range(num_classes)) if "signature" in chosen else None
+    transfers = {
+        name: signature if name == "signature" and signature is not None else tuple(
+            _skipped(name, label, statistics[name], classes) if signature is not None and signature[label].stopped
+            else test(label, name)
+            for label in range(num_classes)
+        )
+        for name in chosen
+    }  # fmt: skip
     raw = torch.tensor([[t.p_value for t in row] for row in transfers.values()], dtype=torch.float64)
     adjusted = holm(raw.reshape(-1)).reshape(raw.shape)
     suspicion, p_value, flagged = {}, {}, {}

@@ -59,6 +59,8 @@ class HotspotTransplant:
         constancy_p_value: p-value of the donors' pixel agreement beyond chance (:func:`constancy_test`).
         measured: False when the pasted copies were not forwarded (``hotspot_transplant(measure=False)``): the
             rates are NaN and ``flip_p_value`` is 1, a valid p-value that claims nothing.
+        stopped: the test stopped at its first look (``first_look``): ``flip_p_value`` 1; its controls NaN when its
+            flip rate alone was under ``futile_below`` (they were not forwarded).
     """
 
     target: int
@@ -70,11 +72,15 @@ class HotspotTransplant:
     flip_p_value: float = math.nan
     constancy_p_value: float = math.nan
     measured: bool = True
+    stopped: bool = False
 
     @property
     def excess(self) -> float:
-        """``max(0, flip_rate - max(random_flip_rate, other_class_flip_rate))``; NaN when a rate is."""
+        """``max(0, flip_rate - max(random_flip_rate, other_class_flip_rate))``; NaN when a rate is, but for a test
+        stopped before its controls were forwarded: its flip rate, the most the excess can be."""
         controls = max(self.random_flip_rate, self.other_class_flip_rate)
+        if self.stopped and math.isnan(controls) and not math.isnan(self.flip_rate):
+            return self.flip_rate
         if math.isnan(self.flip_rate) or math.isnan(self.random_flip_rate) or math.isnan(self.other_class_flip_rate):
             return math.nan
         return max(0.0, self.flip_rate - controls)
@@ -349,7 +355,9 @@ def hotspot_transplant(
             (``measured`` False: NaN rates, flips' p-value 1).
         first_look: recipients measured first (taken from the other classes in turn; None: every one at once);
             when their flip rate's excess over the controls is below ``futile_below``, the test stops there:
-            its rates are theirs and its flips' p-value is 1 (it claims nothing, as an unmeasured test's).
+            its rates are theirs and its flips' p-value is 1 (it claims nothing, as an unmeasured test's). The
+            region goes first: when its flip rate alone is below ``futile_below``, the controls are not
+            forwarded (NaN; the excess is then the flip rate, the most it can be).
         futile_below: see ``first_look``.
 
     Example:
@@ -419,25 +427,36 @@ def hotspot_transplant(
     random_tops = torch.randint(grid[0] - shape[0] + 1, (count,), generator=generator)
     random_lefts = torch.randint(grid[1] - shape[1] + 1, (count,), generator=generator)
 
-    def arms(index: Tensor) -> Tensor:
-        """(3, n) flips of recipients ``index`` (n,) (positions among the eligible): the region from a donor,
-        (a) a random place from the donor, (b) the region from another class, pasted in a row."""
+    def arms(index: Tensor, which: tuple[int, ...] = (0, 1, 2)) -> Tensor:
+        """(len(which), n) flips of recipients ``index`` (n,) (positions among the eligible) under the arms ``which``
+        of: 0 the region from a donor, 1 (a) a random place from the donor, 2 (b) the region from another class."""
         n, chosen = len(index), eligible[index]
-        recipient = others[chosen].repeat(3)
-        donor = torch.cat([donors[index % len(donors)]] * 2 + [others[(chosen + 1) % len(others)]])
+        recipient = others[chosen].repeat(len(which))
+        sources = (donors[index % len(donors)], donors[index % len(donors)], others[(chosen + 1) % len(others)])
+        donor = torch.cat([sources[arm] for arm in which])
         top, left = rows[:1].expand(n), cols[:1].expand(n)
-        tops = torch.cat([top, random_tops.to(device)[index], top]) * patch[0]
-        lefts = torch.cat([left, random_lefts.to(device)[index], left]) * patch[1]
+        places = ((top, left), (random_tops.to(device)[index], random_lefts.to(device)[index]), (top, left))
+        tops = torch.cat([places[arm][0] for arm in which]) * patch[0]
+        lefts = torch.cat([places[arm][1] for arm in which]) * patch[1]
 
         def pasted(start: int, stop: int) -> Tensor:
             corners = (tops[start:stop], lefts[start:stop])
             return paste(images[recipient[start:stop]], images[donor[start:stop]], region, corners)
 
-        return predictions(3 * n, pasted).reshape(3, n)
+        return predictions(len(which) * n, pasted).reshape(len(which), n)
 
     index = torch.arange(count, device=device)
     look = count if first_look is None else min(first_look, count)
-    flips = arms(index[:look])
+    if look < count:  # a look that can stop: the region first, its controls only if the flips alone could fire
+        region_flips = arms(index[:look], (0,))
+        if float(region_flips.double().mean()) < futile_below:  # the most the excess can be
+            rate = float(region_flips.double().mean())
+            return HotspotTransplant(
+                target, look, rate, math.nan, math.nan, constancy, 1.0, constancy_p, stopped=True
+            )  # fmt: skip
+        flips = torch.cat([region_flips, arms(index[:look], (1, 2))])
+    else:
+        flips = arms(index)
     stopped = look < count and _excess(flips) < futile_below
     if look < count and not stopped:
         flips = torch.cat([flips, arms(index[look:])], dim=1)
@@ -447,7 +466,9 @@ def hotspot_transplant(
         sign_test(int((test & ~control).sum()), int((control & ~test).sum())) for control in (random_place, other_class)
     )  # fmt: skip
     rates = [float(arm.double().mean()) for arm in (test, random_place, other_class)]
-    return HotspotTransplant(target, count, rates[0], rates[1], rates[2], constancy, flip_p, constancy_p)
+    return HotspotTransplant(
+        target, count, rates[0], rates[1], rates[2], constancy, flip_p, constancy_p, stopped=stopped
+    )
 
 
 def _excess(flips: Tensor) -> float:

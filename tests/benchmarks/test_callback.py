@@ -14,7 +14,7 @@ def _args(**overrides) -> argparse.Namespace:
 
 def test_the_main_configs_callback_is_measured_with_its_discovery_stage_and_budget():
     callback = configured_callback(_args())
-    assert callback.methods.compare == ("rollout",) and callback.probes.max_overhead == 0.02
+    assert callback.methods.compare == ("rollout",) and callback.probes.max_overhead == 0.05
     assert callback.discovery is not None and callback.discovery.probes_per_class == 8
     override = configured_callback(_args(discovery=4, max_overhead=None))
     assert override.discovery is not None and override.discovery.probes_per_class == 4

@@ -202,6 +202,22 @@ def test_the_hotspot_transplant_flips_to_the_stamped_class_and_the_controls_do_n
     assert model.images == 36 + sum(pasted)
 
 
+def test_at_the_first_look_the_region_goes_first_and_its_controls_only_when_it_could_fire():
+    images, classes, maps = stamp_case()  # 24 recipients a class
+    summary = summarise_classes(maps, classes, 3, DiscoverySettings())
+    logits = StampModel()(images)
+    model = CountingModel(StampModel())
+    clean = hotspot_transplant(model, images, classes, summary.hotspots[0], 0, patch_size=PATCH, logits=logits,
+                               first_look=8, futile_below=0.1)  # fmt: skip
+    assert clean.stopped and clean.recipients == 8 and model.images == 8  # the region alone, on 8 recipients
+    assert clean.flip_rate == 0.0 and math.isnan(clean.random_flip_rate) and math.isnan(clean.other_class_flip_rate)
+    assert clean.excess == 0.0 and clean.flip_p_value == 1.0  # the most the excess can be; it claims nothing
+    stamp = hotspot_transplant(model, images, classes, summary.hotspots[1], 1, patch_size=PATCH, logits=logits,
+                               first_look=8, futile_below=0.1)  # fmt: skip
+    full = hotspot_transplant(StampModel(), images, classes, summary.hotspots[1], 1, patch_size=PATCH, logits=logits)
+    assert not stamp.stopped and stamp == full and model.images == 8 + 3 * 24  # the region could fire: all of it
+
+
 @pytest.mark.parametrize("per_class", [MIN_TESTED_PROBES - 1, MIN_TESTED_PROBES])
 def test_a_class_of_fewer_than_the_tested_minimum_is_scored_and_never_flagged(per_class):
     """The class-size rule every discovery test shares (the global properties' too: test_discovery_properties)."""

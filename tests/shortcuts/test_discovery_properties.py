@@ -99,7 +99,16 @@ def test_a_test_whose_first_recipients_show_no_excess_stops_there_and_a_shortcut
     assert found.flagged["colour"].tolist() == [False, False, True]
     assert measured["brightness"] == [16, 16, 16]  # nothing to find: the first look (8 of each other class)
     assert all(t.p_value == 1.0 for t in found.transfers["brightness"])  # a stopped test claims nothing
-    assert model.images == len(images) + 2 * sum(sum(counts) for counts in measured.values())
+    # its flips alone were under half the floor: no control forwarded, its suspicion the most the excess can be
+    assert all(
+        math.isnan(t.control_flip_rate) and t.suspicion == t.flip_rate < 0.25 for t in found.transfers["brightness"]
+    )
+    arms = [
+        1 if math.isnan(t.control_flip_rate) else 2 for name in ("colour", "brightness") for t in found.transfers[name]
+    ]
+    recipients = [t.recipients for name in ("colour", "brightness") for t in found.transfers[name]]
+    assert model.images == len(images) + sum(a * r for a, r in zip(arms, recipients, strict=True))
+    assert arms.count(1) >= 3
     full = discover_properties(CastModel(), images, classes, 3, ["colour", "brightness"], space=_space(images),
                                alert_threshold=0.5, first_look=None)  # fmt: skip
     assert [t.recipients for t in full.transfers["brightness"]] == [32, 32, 32]
@@ -108,6 +117,25 @@ def test_a_test_whose_first_recipients_show_no_excess_stops_there_and_a_shortcut
     for bad in (0, True, 1.5):
         with pytest.raises(ValueError, match="first_look"):
             discover_properties(model, images, classes, 3, space=_space(images), alert_threshold=0.5, first_look=bad)
+
+
+def test_a_class_whose_signature_shows_nothing_is_not_tested_one_property_at_a_time():
+    images, classes = cast_case(per_class=16)  # 32 recipients a class: the first look (16) can stop a test
+    model = CountingModel(CastModel())
+    found = discover_properties(model, images, classes, 3, space=_space(images), alert_threshold=0.5)
+    signature = found.transfers["signature"]
+    assert [t.stopped for t in signature] == [True, True, False]  # the cast class's signature flips its recipients
+    for name in ("colour", "brightness", "sharpness", "noise", "compression"):
+        for label in (0, 1):  # skipped: nothing forwarded, nothing claimed
+            skipped = found.transfers[name][label]
+            assert skipped.skipped and skipped.recipients == 0 and math.isnan(skipped.flip_rate), (name, label)
+            assert skipped.p_value == 1.0 and not math.isnan(skipped.separability)
+        assert not found.transfers[name][2].skipped and found.transfers[name][2].recipients > 0
+    assert found.flagged["colour"].tolist() == [False, False, True] == found.flagged["signature"].tolist()
+    full = discover_properties(CastModel(), images, classes, 3, space=_space(images), alert_threshold=0.5,
+                               first_look=None)  # fmt: skip
+    assert not any(t.skipped for row in full.transfers.values() for t in row)  # every recipient: every test runs
+    assert full.flagged["colour"].tolist() == found.flagged["colour"].tolist()
 
 
 def test_a_model_reading_the_objects_is_not_flagged():
@@ -143,7 +171,7 @@ def test_known_logits_skip_the_unchanged_forward_and_the_result_is_reproducible(
     model = CountingModel(CastModel())
     given = discover_properties(model, images, classes, 3, space=_space(images), alert_threshold=0.5, seed=1,
                                 logits=CastModel()(images))  # fmt: skip
-    assert first.transfers == given.transfers and model.images == 2 * 5 * 3 * 16  # 5 properties, signature included
+    assert first.transfers == given.transfers and model.images == 2 * 6 * 3 * 16  # 6 properties, signature included
 
 
 def test_with_two_classes_the_control_takes_the_recipients_own_class():
@@ -183,12 +211,12 @@ def test_the_p_value_is_the_sign_test_of_the_flips_against_the_control_bonferron
 
 
 def test_a_large_excess_on_few_recipients_is_not_flagged():
-    images, classes = cast_case(per_class=3)  # 6 recipients of class 2's colour: 2 ** -6 x 15 tests > 0.05
+    images, classes = cast_case(per_class=3)  # 6 recipients of class 2's colour: 2 ** -6 x 18 tests > 0.05
     found = discover_properties(CastModel(), images, classes, 3, space=_space(images), alert_threshold=0.5)
     cast = found.transfers["colour"][2]
     assert cast.recipients == 6 and cast.suspicion == 1.0 and cast.p_value == 2.0**-6
-    # colour and signature both 2 ** -6, the smallest of 15: Holm gives both 15 x 2 ** -6
-    assert found.p_value["colour"][2].item() == pytest.approx(15 * 2.0**-6) and not found.flagged["colour"].any()
+    # colour and signature both 2 ** -6, the smallest of 18: Holm gives both 18 x 2 ** -6
+    assert found.p_value["colour"][2].item() == pytest.approx(18 * 2.0**-6) and not found.flagged["colour"].any()
     assert discover_properties(CastModel(), images, classes, 3, space=_space(images), alert_threshold=0.5,
                                alpha=0.95).flagged["colour"].tolist() == [False, False, True]  # fmt: skip
 
@@ -270,7 +298,7 @@ def test_colour_on_greyscale_probes_is_refused_when_named_and_left_out_by_defaul
     with pytest.raises(ValueError, match="properties has 'colour', which needs 3-channel images; the images have 1"):
         discover_properties(model, grey, classes, 3, ["colour", "noise"], space=space, alert_threshold=0.5)
     found = discover_properties(model, grey, classes, 3, space=space, alert_threshold=0.5)
-    assert tuple(found.transfers) == ("brightness", "sharpness", "noise")
+    assert tuple(found.transfers) == ("brightness", "sharpness", "noise", "compression")
 
 
 class StainModel(CastModel):
@@ -293,9 +321,9 @@ def test_a_shortcut_on_two_axes_is_found_by_the_signature_alone_and_its_main_axi
     signature = found.transfers["signature"][2]
     assert signature.flip_rate == 1.0 and signature.control_flip_rate == 0.0 and signature.recipients == 16
     assert found.flagged["signature"].tolist() == [False, False, True]
-    for name in ("colour", "brightness", "sharpness", "noise"):  # one axis at a time flips nothing
+    for name in ("colour", "brightness", "sharpness", "noise", "compression"):  # one axis at a time flips nothing
         assert found.transfers[name][2].flip_rate == 0.0 and not found.flagged[name].any(), name
-    assert found.p_value["signature"][2].item() == pytest.approx(5 * 3 * 2.0**-16)  # Holm, the smallest of 15
+    assert found.p_value["signature"][2].item() == pytest.approx(6 * 3 * 2.0**-16)  # Holm, the smallest of 18
     axis = found.axis(2)
     assert axis is not None and axis[1] == 0.0  # no single axis carries any of it
     _, text = property_alert_text(found, "signature", 2, ["left", "right", "stained"], 0)

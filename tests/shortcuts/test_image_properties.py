@@ -39,33 +39,58 @@ def textured(count: int, channels: int = 3, side: int = 28, seed: int = 0) -> Te
 
 
 def test_the_registry_matches_the_literal_and_every_statistic_has_its_names():
-    assert tuple(PROPERTIES) == PROPERTY_NAMES == ("colour", "brightness", "sharpness", "noise", "signature")
+    assert (
+        tuple(PROPERTIES)
+        == PROPERTY_NAMES
+        == ("colour", "brightness", "sharpness", "noise", "compression", "signature")
+    )
     pixels = textured(3)
     for name, prop in PROPERTIES.items():
         assert prop.name == name and prop.statistic(pixels).shape == (3, len(prop.statistics))
 
 
 @pytest.mark.parametrize(
-    ("name", "channels"), [(n, c) for n in PROPERTY_NAMES for c in (3, 1) if PROPERTIES[n].applies(c)]
+    ("name", "channels"),
+    [(n, c) for n in PROPERTY_NAMES for c in (3, 1) if PROPERTIES[n].applies(c) and n != "compression"],
 )
 def test_every_transfer_gives_the_recipients_the_donors_statistics(name, channels):
+    """Compression, one-sided and on a grid of qualities, has its own test."""
     prop = PROPERTIES[name]
     pixels = textured(6, channels)
     recipients, donors = pixels[:3], pixels[3:]
     targets = prop.statistic(donors)
     given = prop.transfer(recipients, targets, torch.Generator().manual_seed(0))
     assert given.shape == recipients.shape
-    # the signature's parts move each other a little (its brightness, last, stays exact)
-    assert torch.allclose(prop.statistic(given), targets, atol=0.1 if name == "signature" else 1e-4, rtol=0)
+    # the signature's parts move each other a little (its brightness, last, stays exact); its blockiness is
+    # compression's, reached only upwards
+    reached = prop.statistic(given)[:, :5]
+    assert torch.allclose(reached, targets[:, :5], atol=0.1 if name == "signature" else 1e-4, rtol=0)
     if name == "signature":
-        assert torch.allclose(prop.statistic(given)[:, :3], targets[:, :3], atol=5e-3, rtol=0)
+        assert torch.allclose(reached[:, :3], targets[:, :3], atol=5e-3, rtol=0)
     assert given.min() > -0.1 and given.max() < 1.1  # in range, so no clamping interferes in practice
     assert not torch.allclose(prop.statistic(recipients), targets, atol=1e-3, rtol=0)  # they did differ
 
 
+@pytest.mark.parametrize("channels", [3, 1])
+def test_compression_is_jpegs_blockiness_and_its_transfer_compresses_up_to_a_donors(channels):
+    pixels = textured(6, channels)
+    statistic, transfer = PROPERTIES["compression"].statistic, PROPERTIES["compression"].transfer
+    assert statistic(pixels).sub(0.5).abs().max() < 0.04  # never compressed: no edge at the blocks' boundaries
+    compressed = ip.jpeg(pixels, 10)
+    assert statistic(compressed).min() > 0.6  # quality 10: the blocks show
+    targets = statistic(ip.jpeg(pixels[:3], 40))
+    given = transfer(pixels[3:], targets, None)
+    reached = statistic(given)
+    # the highest quality that reaches each target, or the blockiest (a quality's blocks differ between images)
+    assert (reached - targets).abs().max() < 0.03 and (reached - statistic(pixels[3:])).min() > 0.1
+    assert torch.equal(transfer(compressed[:3], statistic(pixels[3:]), None), compressed[:3])  # never undone
+    kept = torch.corrcoef(torch.stack([ip.jpeg(pixels, 90).flatten(), pixels.flatten()]))[0, 1]
+    assert kept > 0.8  # the same picture, channels in place, its grain (and colour detail) smoothed
+
+
 def test_a_transfer_to_its_own_statistics_changes_nothing():
     pixels = textured(4)
-    for name in ("colour", "brightness", "sharpness"):
+    for name in ("colour", "brightness", "sharpness", "compression"):
         prop = PROPERTIES[name]
         assert torch.allclose(prop.transfer(pixels, prop.statistic(pixels), None), pixels, atol=1e-10), name
     unchanged = noise_transfer(pixels, noise_statistic(pixels), torch.Generator().manual_seed(0))

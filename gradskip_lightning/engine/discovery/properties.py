@@ -31,9 +31,12 @@ __all__ = ["PROPERTY_VALUES", "property_alert_text", "property_images", "propert
 #: Per-class value name -> what it is (the README's key table); logged as ``discovery/<prefix><p>/<name>/class_<k>``.
 PROPERTY_VALUES: dict[str, str] = {
     "suspicion": "suspicion in [0, 1] that the class is predicted from the property: flip rate minus control flip "
-    "rate (docs/discovery.md, *Global properties*)",
+    "rate (docs/discovery.md, *Global properties*); a test stopped on its first recipients' flip rate alone: that "
+    "rate, the most it can be; NaN when not tested (a single property of a class whose signature stopped at its "
+    "first look)",
     "flip_rate": "share of other classes' probes predicted as the class once given a class probe's statistics",
-    "control_flip_rate": "control: the same with the statistics of a probe of a third class",
+    "control_flip_rate": "control: the same with the statistics of a probe of a third class (NaN when the test "
+    "stopped on its flip rate alone)",
     "peak_suspicion": "in fit: the class's highest suspicion for the property so far in this fit (kept in checkpoints)",
     "p_value": "sign test of the flips against the control's, Holm-adjusted over every (class, property) test "
     "of the epoch; flagged when at most `alpha` with the suspicion at least `property_alert_threshold`",

@@ -5,16 +5,19 @@ epoch (first batch start to validation start, or to the epoch end without valida
 time at the epoch end (explaining, scoring, discovery, rendering, logging, files). When over budget
 it thins the work, cheapest loss first: the compared methods are explained every n-th explained
 epoch, then the explained method's perturbation scores (insertion/deletion, the violation test) are
-computed every m-th explained epoch and the discovery stage run at every d-th of its epochs, m = d
-(the scores are the trend, discovery the alarm: neither starves); the explained method's maps,
-drift and overlays stay every epoch. A thinned part runs on an epoch of its own where it can (the
-most valuable due part first, :data:`PARTS` reversed), so no epoch end carries them all. It says so
-once in the log and every explained epoch in ``<prefix>budget/...`` scalars, never silently.
+computed every m-th explained epoch, and only when even n = m = :data:`MAX_STRIDE` does not fit is
+the discovery stage run at every d-th of its epochs (the scores are a trend that a missed point barely
+changes; discovery is the alarm, and an alarm an epoch late costs an epoch of learning the shortcut);
+the explained method's maps, drift and overlays stay every epoch. A thinned part runs on an epoch of
+its own where it can (the most valuable due part first, :data:`PARTS` reversed), so no epoch end
+carries them all. It says so once in the log and every explained epoch in ``<prefix>budget/...``
+scalars, never silently.
 ``trainer.validate()`` always does everything.
 """
 
 from __future__ import annotations
 
+import itertools
 import statistics
 import time
 from collections.abc import Sequence
@@ -66,7 +69,7 @@ class TimeBudget:
     method's maps, rendering, logging, files), ``scores`` (its perturbation scores), ``compared``
     (the compared methods' maps and scores) and ``discovery``. The strides (:attr:`every`) fit
     fixed + scores / m + compared / n + discovery / (discovery_every x d) <= max_overhead x training
-    seconds: n raised first (up to :data:`MAX_STRIDE`), then m = d together, each the smallest that fits.
+    seconds, the most valuable part's stride the smallest that fits: d first, then m, then n.
     """
 
     def __init__(
@@ -184,17 +187,14 @@ class TimeBudget:
         return self._costs[part] / (own * stride)
 
     def _strides(self, allowance: float) -> dict[Part, int]:
-        """The strides that fit ``allowance`` seconds: the compared methods thinned first, up to :data:`MAX_STRIDE`;
-        then the scores and discovery together, at the smallest common stride (neither starves the other);
-        all at most when even that does not fit."""
-        shared = [part for part in self.parts if part != "compared"]
-        for level in range(1, MAX_STRIDE + 1):
-            for compared in range(1, MAX_STRIDE + 1) if "compared" in self.parts else (1,):
-                every: dict[Part, int] = dict.fromkeys(shared, level)
-                if "compared" in self.parts:
-                    every["compared"] = compared
-                if self._costs["fixed"] + sum(self._per_epoch(p, s) for p, s in every.items()) <= allowance:
-                    return {part: every[part] for part in self.parts}
+        """The strides (each at most :data:`MAX_STRIDE`) that fit ``allowance`` seconds, the most valuable part's
+        (:data:`PARTS`, last) the smallest, then the next's: the compared methods are thinned before the scores,
+        the scores before discovery; all at most when even that does not fit."""
+        ranges = [range(1, MAX_STRIDE + 1)] * len(self.parts)
+        for strides in itertools.product(*ranges[::-1]):  # the most valuable part varies slowest
+            every = dict(zip(self.parts, strides[::-1], strict=True))
+            if self._costs["fixed"] + sum(self._per_epoch(p, s) for p, s in every.items()) <= allowance:
+                return every
         return dict.fromkeys(self.parts, MAX_STRIDE)
 
     def _described(self) -> str:

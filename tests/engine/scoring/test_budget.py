@@ -111,17 +111,17 @@ def test_strides_thin_the_compared_methods_first_then_the_scores():
     assert budget.plan(fitting=False).methods == ("gradskip", "rollout")  # validate(): everything
 
 
-def test_the_compared_methods_are_thinned_first_then_the_scores_and_discovery_together():
+def test_the_compared_methods_are_thinned_first_then_the_scores_and_discovery_last():
     budget = TimeBudget(0.02, "gradskip", ["rollout"], discovery_every=1)
     budget._train = [100.0]  # 2 s allowance
     everything = budget.plan(fitting=True, discovery_due=True)
     assert everything.discovery and everything.methods == ("gradskip", "rollout")
-    seconds = {"gradskip/maps": 0.2, "gradskip/scores": 0.5, "rollout/maps": 0.1, "rollout/scores": 0.9, "discovery": 4}
-    budget.record(everything, total=6.0, seconds=seconds)
-    # fixed 0.5 + (scores 0.5 + discovery 4) / L + compared 1.0 / n <= 2: L = 4 (1.625), then n = 3 (1.958)
-    assert budget.every == {"compared": 3, "scores": 4, "discovery": 4}
+    seconds = {"gradskip/maps": 0.2, "gradskip/scores": 0.5, "rollout/maps": 0.1, "rollout/scores": 0.9, "discovery": 1}
+    budget.record(everything, total=3.0, seconds=seconds)
+    # fixed 0.5 + discovery 1 / d + scores 0.5 / m + compared 1.0 / n <= 2: d = 1, then m = 2, then n = 4 (2.0)
+    assert budget.every == {"compared": 4, "scores": 2, "discovery": 1}
     scalars = budget.scalars("gradskip/")
-    assert scalars["gradskip/budget/discovery_every"] == 4 and scalars["gradskip/budget/compared_every"] == 3
+    assert scalars["gradskip/budget/discovery_every"] == 1 and scalars["gradskip/budget/compared_every"] == 4
     ran_parts = []
     for _ in range(12):
         plan = budget.plan(fitting=True, discovery_due=True)
@@ -136,22 +136,25 @@ def test_the_compared_methods_are_thinned_first_then_the_scores_and_discovery_to
         }
         ran = {k: v for k, v in ran.items() if k != "gradskip/scores" or parts["scores"]}
         budget.record(plan, total=0.5 + sum(ran.values()) - 0.2, seconds=ran)
-    assert all(len(parts) <= 1 for parts in ran_parts)  # one thinned part per epoch end
-    # discovery (the most valuable) on time every 4th epoch; the scores and rollout when next free
-    assert [e for e, parts in enumerate(ran_parts) if "discovery" in parts] == [3, 7, 11]
-    assert [e for e, parts in enumerate(ran_parts) if "scores" in parts] == [4, 8]
-    assert [e for e, parts in enumerate(ran_parts) if "compared" in parts] == [2, 5, 9]
+    assert all("discovery" in parts for parts in ran_parts)  # the alarm at every epoch end
+    assert all(len(parts - {"discovery"}) <= 1 for parts in ran_parts)  # one thinned part per epoch end
+    assert [e for e, parts in enumerate(ran_parts) if "scores" in parts] == [1, 3, 5, 7, 9, 11]
+    assert [e for e, parts in enumerate(ran_parts) if "compared" in parts] == [4, 8]  # when the scores are not due
     assert budget.plan(fitting=False, discovery_due=True).discovery  # validate(): everything
+    seconds["discovery"] = 4.0  # the stage alone over the allowance: thinned once the others are at their most
+    budget.record(everything, total=6.0, seconds=seconds)
+    # 0.5 + 4 / d + 0.5 / m + 1.0 / n <= 2: d = 3 (1.83), then m = 5 (0.1), then n = 15 (0.067)
+    assert budget.every == {"compared": 15, "scores": 5, "discovery": 3}
 
 
 def test_the_discovery_stride_counts_only_the_stages_own_epochs():
     budget = TimeBudget(0.02, "gradskip", [], discovery_every=2)
     budget._train = [100.0]
     budget.record(budget.plan(True, True), total=2.1, seconds={"gradskip/scores": 0.1, "discovery": 2.0})
-    # fixed 0 + (0.1 + 2.0 / 2) / L <= 2 -> L = 1: the own period already halves discovery's cost
+    # fixed 0 + 0.1 + 2.0 / 2 <= 2: the own period already halves discovery's cost
     assert budget.every == {"scores": 1, "discovery": 1}
     budget.record(budget.plan(True, True), total=8.1, seconds={"gradskip/scores": 0.1, "discovery": 8.0})
-    assert budget.every == {"scores": 3, "discovery": 3}  # (0.1 + 8 / 2) / 3 = 1.37 <= 2 (own period 1: L = 5)
+    assert budget.every == {"scores": 1, "discovery": 3}  # 8 / 2 / 3 + 0.1 = 1.43 <= 2 (own period 1: d = 5)
     due = [False, True] * 4  # the stage's own schedule: every 2nd explained epoch
     runs = []
     for own in due:
