@@ -87,7 +87,7 @@ CORRECTION_VALUES: dict[str, str] = {
     "images given another class's image's statistic first (`erase`)",
     "<property>/<statistic>/class_<k>": "the statistic that correction gives, mean over class k's donors, in pixel "
     "units (colour: `alpha`, `beta` and the channels' medians `red`, `green`, `blue`; brightness: `luminance`; "
-    "sharpness: `high_share`; noise: `sigma`; compression: `blockiness`; signature: all of them)",
+    "sharpness: `high_share`; noise: `sigma`; compression: `blockiness`; signature: all of them but `blockiness`)",
     "accuracy": "share of the epoch's validation images (every rank's) the model gets right (multi-label: every "
     "label), from the validation step's `logits` or one more forward of each validation batch",
     "accuracy_change": "`accuracy` minus the last one measured before the first running correction began (NaN "

@@ -9,14 +9,14 @@ balance the same way (0.24-0.34), each unlearning its own kind only (docs/result
 say which kind made the shortcut, so a correction gives each image one of the two, drawn half and half:
 
 - the stage's multiplicative transfer (``colour``: the α and β medians; ``signature``: those and the luminance
-  median, after the compression, the noise and the sharpness);
+  median, after the noise and the sharpness);
 - an additive one: each channel shifted by the difference of its median from the donor's (``colour``: that
   difference without its luminance, Rec. 601; ``signature``: all of it, which carries the colour and the
-  brightness at once, after the compression, the noise and the sharpness).
+  brightness at once, after the noise and the sharpness).
 
 The statistics of ``colour`` are then ``alpha, beta, red, green, blue`` (red, green, blue: the channels'
-medians), of ``signature`` the stage's six (α, β, luminance, high-frequency share, noise, blockiness) and the
-three medians. Every other property is the stage's own (:data:`~.image_properties.PROPERTIES`), one added there
+medians), of ``signature`` the stage's five (α, β, luminance, high-frequency share, noise) and the three
+medians. Every other property is the stage's own (:data:`~.image_properties.PROPERTIES`), one added there
 included.
 """
 
@@ -83,18 +83,18 @@ def corrected_colour_transfer(pixels: Tensor, targets: Tensor, generator: torch.
 
 
 def corrected_signature_statistic(pixels: Tensor) -> Tensor:
-    """(B, 9): the stage's signature (the α, β and luminance medians, the high-frequency share, the noise, the
-    blockiness) and the channels' medians of RGB pixels (B, 3, H, W)."""
+    """(B, 8): the stage's signature (the α, β and luminance medians, the high-frequency share, the noise) and the
+    channels' medians of RGB pixels (B, 3, H, W)."""
     return torch.cat([signature_statistic(pixels), channel_medians(pixels)], dim=1)
 
 
 def corrected_signature_transfer(pixels: Tensor, targets: Tensor, generator: torch.Generator | None = None) -> Tensor:
-    """RGB pixels (B, 3, H, W) given ``targets`` (B, 9) of :func:`corrected_signature_statistic`: the compression,
-    the noise, the sharpness, then each image the stage's colour and brightness or the channels' whole median
-    offset, half and half (the noise's draws and the choice from ``generator``)."""
+    """RGB pixels (B, 3, H, W) given ``targets`` (B, 8) of :func:`corrected_signature_statistic`: the noise, the
+    sharpness, then each image the stage's colour and brightness or the channels' whole median offset, half and
+    half (the noise's draws and the choice from ``generator``)."""
     stage = len(PROPERTIES["signature"].statistics)
     parts, medians = signature_parts(targets[:, :stage]), targets[:, stage:]
-    for name in ("compression", "noise", "sharpness"):
+    for name in ("noise", "sharpness"):
         pixels = PROPERTIES[name].transfer(pixels, parts[name], generator)  # type: ignore[arg-type]
     multiplicative = brightness_transfer(colour_transfer(pixels, parts["colour"]), parts["brightness"])
     return _either(multiplicative, median_offset(pixels, medians, False), generator)

@@ -31,10 +31,11 @@ the hotspot test.
 
 The signature first: with ``signature`` among the properties, every class's signature (all its statistics at
 once) is tested first, and a class whose signature test stops at its first look (under half the suspicion that
-flags) is not tested one property at a time: those tests are skipped (NaN rates, p-value 1, ``skipped``). The
-signature gives every single statistic too, so a shortcut carried by one of them flips recipients under it as
-well; the single tests then name the axis of a class whose signature shows an effect. On a model without a
-global shortcut this runs one test per class instead of one per property.
+flags) is not tested for the properties the signature gives: those tests are skipped (NaN rates, p-value 1,
+``skipped``). The signature gives each of those statistics too, so a shortcut carried by one of them flips
+recipients under it as well; the single tests then name the axis of a class whose signature shows an effect.
+``compression``, which the signature does not give, is tested for every class. On a model without a global
+shortcut this runs two tests per class instead of one per property.
 
 Why (docs/discovery.md, *Global properties*: planted shapes and BloodMNIST, clean models and models with a
 colour cast or a darkening on one class): the flips a class's statistics cause are the evidence, as the
@@ -66,7 +67,7 @@ from gradskip_lightning.core.validation import check_choice, check_class_targets
 from gradskip_lightning.metrics.perturbation import ACTIVATIONS, Activation
 
 from .discovery_transplant import FIRST_LOOK, MIN_TESTED_PROBES, check_first_look, interleaved, predicted_as, sign_test
-from .image_properties import PROPERTIES, PROPERTY_NAMES, PixelSpace, PropertyName
+from .image_properties import PROPERTIES, PROPERTY_NAMES, SIGNATURE_PARTS, PixelSpace, PropertyName
 from .multiplicity import holm
 
 __all__ = [
@@ -456,10 +457,13 @@ def discover_properties(
     # the signature first: a class whose every statistic at once flips nothing at the first look is not tested
     # one statistic at a time (:func:`_skipped`)
     signature = tuple(test(label, "signature") for label in range(num_classes)) if "signature" in chosen else None
+
+    def skipped(name: PropertyName, label: int) -> bool:  # compression is not in the signature: always tested
+        return signature is not None and name in SIGNATURE_PARTS and signature[label].stopped
+
     transfers = {
         name: signature if name == "signature" and signature is not None else tuple(
-            _skipped(name, label, statistics[name], classes) if signature is not None and signature[label].stopped
-            else test(label, name)
+            _skipped(name, label, statistics[name], classes) if skipped(name, label) else test(label, name)
             for label in range(num_classes)
         )
         for name in chosen

@@ -43,11 +43,14 @@ image shows. Means and spreads flagged classes of clean models whose objects or 
   cannot be undone, and a smaller step is under what the highest quality adds).
   Site-to-site compression differs this way, and no other statistic sees it: JPEG's blocks and lost detail
   barely move the medians, the high-frequency share or the noise estimate.
-- ``signature`` (3 channels): the image-wide signature, every statistic above at once (α, β, Y's median, the
-  high-frequency share, the noise estimate, the blockiness); the transfer applies compression, noise,
-  sharpness, colour and brightness in turn (brightness last: it is exact, the others to within what the later
-  transfers move them). Acquisition (a stain, a white balance, a gain) moves several statistics at once, and a
-  model may need all of them: giving one at a time then flips nothing.
+- ``signature`` (3 channels): the image-wide signature, every statistic above but the blockiness at once (α, β,
+  Y's median, the high-frequency share, the noise estimate); the transfer applies noise, sharpness, colour and
+  brightness in turn (brightness last: it is exact, the others to within what the later transfers move them).
+  Acquisition (a stain, a white balance, a gain) moves several statistics at once, and a model may need all of
+  them: giving one at a time then flips nothing. Compression stays a property of its own: JPEG-encoding the
+  recipients together with the other transfers flipped a young planted-shapes model's recipients to a class
+  that really differs in brightness (signature suspicion 0.42 against 0.4), which the signature without it
+  did not.
 """
 
 from __future__ import annotations
@@ -69,6 +72,7 @@ __all__ = [
     "GlobalProperty",
     "PixelSpace",
     "PropertyName",
+    "SIGNATURE_PARTS",
     "luminance",
 ]
 
@@ -414,42 +418,37 @@ def compression_transfer(pixels: Tensor, targets: Tensor, generator: torch.Gener
 
 # ----------------------------------------------------------------------------- signature
 
-#: The properties the signature gives, in the order of its transfer: compression first (it smooths and quantises:
-#: what follows puts the noise and the colours back), noise before sharpness (noise added or
+#: The properties the signature gives, in the order of its transfer: noise before sharpness (noise added or
 #: smoothed away moves the high-frequency share; the sharpness transfer then moves the noise level little),
 #: colour and brightness last (exact, and they barely move the others).
-SIGNATURE_PARTS: tuple[PropertyName, ...] = ("compression", "noise", "sharpness", "colour", "brightness")
+SIGNATURE_PARTS: tuple[PropertyName, ...] = ("noise", "sharpness", "colour", "brightness")
 #: Its statistics' order.
-_SIGNATURE_ORDER: tuple[PropertyName, ...] = ("colour", "brightness", "sharpness", "noise", "compression")
+_SIGNATURE_ORDER: tuple[PropertyName, ...] = ("colour", "brightness", "sharpness", "noise")
 
 
 def signature_statistic(pixels: Tensor) -> Tensor:
-    """(B, 6): the colour, brightness, sharpness, noise and compression statistics of RGB pixels (B, 3, H, W), side
-    by side.
+    """(B, 5): the colour, brightness, sharpness and noise statistics of RGB pixels (B, 3, H, W), side by side.
 
     Example:
         >>> generator = torch.Generator().manual_seed(0)
         >>> images = 0.3 + 0.4 * torch.rand(2, 3, 16, 16, dtype=torch.float64, generator=generator)
         >>> images[1] += torch.tensor([0.1, 0.0, -0.1], dtype=torch.float64)[:, None, None]  # image 1 has a cast
         >>> given = signature_transfer(images[:1], signature_statistic(images[1:]), torch.Generator().manual_seed(0))
-        >>> statistics = signature_statistic(torch.cat([given, images]))  # image 0 given 1's, image 0, image 1
-        >>> torch.allclose(statistics[0, :5], statistics[2, :5], atol=0.02)  # the medians, sharpness and noise
+        >>> torch.allclose(signature_statistic(given), signature_statistic(images[1:]), atol=0.02)  # image 0 given 1's
         True
-        >>> [round(value, 2) for value in statistics[:, 5].tolist()]  # blockiness: nearer, diluted by the noise added
-        [0.53, 0.52, 0.58]
     """
     _check_rgb(pixels)
     return torch.cat([PROPERTIES[name].statistic(pixels) for name in _SIGNATURE_ORDER], dim=1)
 
 
 def signature_parts(signature: Tensor) -> dict[PropertyName, Tensor]:
-    """The columns of ``signature`` (B, 6) (:func:`signature_statistic`) by property: (B, S) each."""
+    """The columns of ``signature`` (B, 5) (:func:`signature_statistic`) by property: (B, S) each."""
     sizes = [len(PROPERTIES[name].statistics) for name in _SIGNATURE_ORDER]
     return dict(zip(_SIGNATURE_ORDER, signature.split(sizes, dim=1), strict=True))
 
 
 def signature_transfer(pixels: Tensor, targets: Tensor, generator: torch.Generator | None = None) -> Tensor:
-    """RGB pixels (B, 3, H, W) given the signature ``targets`` (B, 6): each part's transfer in the order of
+    """RGB pixels (B, 3, H, W) given the signature ``targets`` (B, 5): each part's transfer in the order of
     :data:`SIGNATURE_PARTS`."""
     _check_rgb(pixels)
     parts = signature_parts(targets)
@@ -471,8 +470,7 @@ PROPERTIES: dict[PropertyName, GlobalProperty] = {
     "compression": GlobalProperty("compression", "compression (JPEG blockiness)", ("blockiness",), None,
                                   compression_statistic, compression_transfer),
     "signature": GlobalProperty(
-        "signature", "image-wide signature (colour, brightness, sharpness, noise and compression at once)",
-        ("alpha", "beta", "luminance", "high_share", "sigma", "blockiness"), 3, signature_statistic,
-        signature_transfer,
+        "signature", "image-wide signature (colour, brightness, sharpness and noise at once)",
+        ("alpha", "beta", "luminance", "high_share", "sigma"), 3, signature_statistic, signature_transfer,
     ),
 }  # fmt: skip

@@ -181,12 +181,10 @@ def reaches(name: str, given: torch.Tensor, wanted: torch.Tensor, within: float)
     """(B,) bool: which images (pixels (B, C, H, W)) reached ``wanted`` (B, S) of ``name``'s correction statistic:
     exactly for a property the correction gives as the stage does; for colour and the signature, by either of its
     two transfers (the stage's parts, or the channels' medians: colour's up to the same shift on every channel).
-    Blockiness, on a grid of JPEG qualities and only upwards, is reached when at least ``wanted`` less 0.03 (0.06 in
-    the signature, whose noise and sharpness transfers come after it)."""
+    Blockiness, on a grid of JPEG qualities and only upwards, is reached when at least ``wanted`` less 0.03."""
     statistic = correction_property(name).statistic(given)
     blocky = torch.tensor(["blockiness" == s for s in correction_property(name).statistics])
-    slack = 0.03 if name == "compression" else 0.06
-    upwards = (statistic[:, blocky] >= wanted[:, blocky] - slack).all(dim=1)
+    upwards = (statistic[:, blocky] >= wanted[:, blocky] - 0.03).all(dim=1)
     statistic, wanted = statistic[:, ~blocky], wanted[:, ~blocky]
     if name not in CORRECTION_TRANSFERS:
         return upwards & ((statistic - wanted).abs() <= within).all(dim=1)

@@ -197,7 +197,7 @@ class PeakSeen(Callback):
 
 def test_the_peak_suspicion_survives_a_checkpoint_resume(tmp_path):
     seed_everything(0)
-    first = _callback()
+    first = _callback(properties=("colour",))  # without the signature, colour is tested for every class
     seen = PeakSeen(first)
     checkpoints = ModelCheckpoint(dirpath=str(tmp_path / "ckpt"), filename="last")
     trainer = tiny_trainer(tmp_path, logger=False, callbacks=[first, checkpoints, seen], max_epochs=1,
@@ -219,7 +219,7 @@ def test_the_peak_suspicion_survives_a_checkpoint_resume(tmp_path):
     stored["property_peak"]["colour"] = earlier_colour
     torch.save(checkpoint, path)
 
-    resumed = _callback()
+    resumed = _callback(properties=("colour",))
     later = PeakSeen(resumed)
     trainer = tiny_trainer(tmp_path, logger=False, callbacks=[resumed, later], max_epochs=2, num_sanity_val_steps=0)
     trainer.fit(tiny_module(), datamodule=tiny_data(), ckpt_path=str(path))
