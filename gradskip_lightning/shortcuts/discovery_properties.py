@@ -380,8 +380,8 @@ def discover_properties(
     once unchanged (unless ``logits`` gives them), then per property and class two transferred copies
     of each recipient (P + 2 x properties x sum over classes of recipients images, at most; a test whose
     ``first_look`` recipients show no excess stops there, and with ``signature`` among the properties a class
-    whose signature test stops is tested for no other property: on a model with no global shortcut, about
-    2 x ``first_look`` images per class).
+    whose signature test stops is not tested for the properties the signature gives: on a model with no global
+    shortcut, about 2 x ``first_look`` images per class, the signature's and the compression's first looks).
     The noise transfer's draws come from a generator seeded by ``seed`` and the class: the result is the same on
     every process for the same probes, seed and ``batch_size``.
 
@@ -403,7 +403,7 @@ def discover_properties(
         first_look: recipients measured first (None: every one at once, and every test runs); a test whose first
             ones give a suspicion under half of ``alert_threshold`` stops there: its rates are theirs, its p-value 1
             (it cannot fire, and claims nothing in the Holm family); where that test is a class's signature, the
-            class's other properties are skipped.
+            properties the signature gives (:data:`~.image_properties.SIGNATURE_PARTS`) are skipped for the class.
 
     Example:
         >>> from gradskip_lightning.core.normalisation import Normalisation
@@ -455,7 +455,7 @@ def discover_properties(
         )  # fmt: skip
 
     # the signature first: a class whose every statistic at once flips nothing at the first look is not tested
-    # one statistic at a time (:func:`_skipped`)
+    # for those statistics one at a time (:func:`_skipped`)
     signature = tuple(test(label, "signature") for label in range(num_classes)) if "signature" in chosen else None
 
     def skipped(name: PropertyName, label: int) -> bool:  # compression is not in the signature: always tested

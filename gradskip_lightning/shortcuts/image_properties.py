@@ -36,13 +36,12 @@ image shows. Means and spreads flagged classes of clean models whose objects or 
   the statistic is exact.
 - ``compression``: JPEG's blockiness, the mean absolute difference of Y across the 8 x 8 blocks' boundaries over
   the sum of it and that inside them (about 0.5 for an image never compressed, 0.67 at JPEG quality 10 on 28 px
-  BloodMNIST); the
-  transfer encodes the image as a JPEG (8 bits; RGB as colour, other channel counts each as greyscale) at the
-  quality of :data:`JPEG_QUALITIES`, highest first, whose blockiness first reaches the target (the blockiest
-  tried, if none does); an image above its target less :data:`JPEG_TOLERANCE` is left as it is (compression
-  cannot be undone, and a smaller step is under what the highest quality adds).
-  Site-to-site compression differs this way, and no other statistic sees it: JPEG's blocks and lost detail
-  barely move the medians, the high-frequency share or the noise estimate.
+  BloodMNIST); the transfer encodes the image as a JPEG (8 bits; RGB as colour, other channel counts each as
+  greyscale) at the quality of :data:`JPEG_QUALITIES`, highest first, whose blockiness first reaches the target
+  (the blockiest tried, if none does); an image above its target less :data:`JPEG_TOLERANCE` is left as it is
+  (compression cannot be undone, and a smaller step is under what the highest quality adds). Site-to-site
+  compression differs this way, and no other statistic sees it: JPEG's blocks and lost detail barely move the
+  medians, the high-frequency share or the noise estimate.
 - ``signature`` (3 channels): the image-wide signature, every statistic above but the blockiness at once (α, β,
   Y's median, the high-frequency share, the noise estimate); the transfer applies noise, sharpness, colour and
   brightness in turn (brightness last: it is exact, the others to within what the later transfers move them).

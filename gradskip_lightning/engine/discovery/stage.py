@@ -9,8 +9,8 @@ classes' probes and every class gets a suspicion score and a p-value. The scalar
 class's peak suspicion so far, kept in checkpoints), the class-mean map grid and a flagged class's
 strategies are images (:mod:`.images`), and a newly flagged class raises an alert. The global property
 transplants (``properties``: :mod:`.properties`) give the other classes' probes each class's colour,
-brightness, sharpness, noise and compression statistics, all at once (its signature) and, where that shows an
-effect, one at a time, with their own suspicion, keys, pictures and alerts.
+brightness, sharpness and noise statistics all at once (its signature) and, where that shows an effect, one at
+a time, and its compression (JPEG blockiness), with their own suspicion, keys, pictures and alerts.
 
 DDP: each rank explains its shard (:func:`~.distributed.shard_positions`, padded so every rank runs
 as many forwards), the summary syncs in ``compute()`` (sums and every map, so strategies see the
