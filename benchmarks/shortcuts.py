@@ -151,7 +151,7 @@ SHORTCUTS: dict[ShortcutName, Shortcut] = {
     ),
     "gamma": Shortcut("brightness", "gamma 0.7 (torchvision)", lambda p, index: TF.adjust_gamma(p.clamp(0, 1), 0.7)),
     "saturation": Shortcut("colour", "saturation x 0.5 (torchvision)", lambda p, index: TF.adjust_saturation(p, 0.5)),
-    "jpeg": Shortcut("sharpness", "JPEG quality 10 (torchvision)", _jpeg(10)),
+    "jpeg": Shortcut("compression", "JPEG quality 10 (torchvision)", _jpeg(10)),
     "resolution": Shortcut("sharpness", "down x 2 and back up (torchvision resize)", _resolution(2.0)),
     "focus": Shortcut(
         "sharpness", "defocus, Gaussian sigma 1.5 px (torchvision)", lambda p, index: TF.gaussian_blur(p, [7, 7], [1.5])
