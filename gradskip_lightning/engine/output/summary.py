@@ -1,7 +1,8 @@
 """The end-of-fit summary: one short block of what the callback saw over the fit.
 
 :class:`SummarySink` receives every logged epoch like the other sinks and, at the end of fit, prints
-(rank zero) the explained method's scores at the first and the last explained epoch, the maps' drift
+(rank zero) the explained method's scores at the first and the last explained epoch that computed them (a
+time budget can leave them out of the last; the epoch is then named), the maps' drift
 from the first epoch, and the classes the discovery stage flagged, each with the path of its picture
 (written under ``<folder>/flagged``). The same block goes into the W&B run's summary
 (``<log_prefix>summary``) and into the MLflow run as an artifact (``gradskip/summary.txt``).
@@ -55,12 +56,16 @@ class SummarySink:
     regions: list[str] = field(default_factory=list, init=False)
     class_names: list[str] = field(default_factory=list, init=False)
     flagged: dict[tuple[int, str], tuple[int, Path]] = field(default_factory=dict, init=False)
+    latest: dict[str, tuple[int, float]] = field(default_factory=dict, init=False)
 
     def log(self, report: EpochReport, sheet: ProbeSheet) -> None:
         if key(None, self.prefix, "epoch") not in report.scalars:  # validate()'s keys: <prefix>validate/...
             return
         self.first = self.first or report
         self.last = report
+        for name, value in report.scalars.items():  # each value's last epoch: a budget thins the scores
+            if value == value:  # not NaN
+                self.latest[name] = (report.epoch, value)
         self.regions, self.class_names = list(sheet.regions), list(sheet.class_names)
         for (label, what), image in flagged_pictures(report, self.prefix).items():
             path = write_png(self.folder / "flagged" / f"class_{label}_{what}_epoch_{report.epoch:04d}.png", image)
@@ -78,8 +83,10 @@ class SummarySink:
         lines = [f"GradSkip summary ({last.method}), epoch {first.epoch} -> {last.epoch}:"]
         for title, name in names:
             if name in first.scalars or name in last.scalars:
-                before, after = first.scalars.get(name, float("nan")), last.scalars.get(name, float("nan"))
-                lines.append(f"  {title:<12} {before:.3f} -> {after:.3f}")
+                before = first.scalars.get(name, float("nan"))
+                epoch, after = self.latest.get(name, (last.epoch, float("nan")))
+                when = "" if epoch == last.epoch else f" (epoch {epoch}: not computed since)"
+                lines.append(f"  {title:<12} {before:.3f} -> {after:.3f}{when}")
         drift = last.scalars.get(key("drift", self.prefix, "first/spearman"))
         if drift is not None and last is not first:
             lines.append(f"  drift        Spearman {drift:.3f} of the maps, epoch {first.epoch} against {last.epoch}")

@@ -245,13 +245,15 @@ def test_the_summary_names_flagged_classes_with_their_pictures(tmp_path, caplog)
     flagged.images[f"discovery/{P}brightness/transfer/class_0"] = picture
     sink.log(flagged, sheet)
     sink.log(EpochReport(0, 0, {f"{P}validate/epoch": 0.0}), sheet)  # validate(): not part of the fit's summary
+    thinned = {f"{P}epoch": 2.0, f"faithfulness/{P}insertion": float("nan")}  # a budget left the scores out
+    sink.log(EpochReport(2, 9, thinned), sheet)
     with caplog.at_level(logging.INFO):
         sink.finish()
     hotspot = tmp_path / "flagged" / "class_1_hotspot_epoch_0001.png"
     assert np.asarray(Image.open(hotspot)).mean() == 200
     assert sink.text().splitlines() == [
-        "GradSkip summary (), epoch 0 -> 1:",
-        "  insertion    0.250 -> 0.500",
+        "GradSkip summary (), epoch 0 -> 2:",
+        "  insertion    0.250 -> 0.500 (epoch 1: not computed since)",
         "  flagged classes (discovery):",
         f"    class 0 (cat), brightness, from epoch 1: {tmp_path / 'flagged' / 'class_0_brightness_epoch_0001.png'}",
         f"    class 1 (dog), hotspot, from epoch 1: {hotspot}",
