@@ -323,9 +323,11 @@ def _skipped(name: PropertyName, target: int, statistics: Tensor, classes: Tenso
 def _looks_futile(flips: list[Tensor], controls: list[Tensor], below: float) -> bool:
     """Whether the recipients measured so far (the flips (n,) and their controls' flips, chunk by chunk; no
     controls: the flip rate alone, the most the suspicion can be) give a suspicion below ``below``."""
-    test, control = torch.cat(flips), torch.cat(controls) if controls else None
-    control_rate = 0.0 if control is None else float(control.double().mean()) if len(control) else math.nan
-    return property_suspicion(float(test.double().mean()), control_rate) < below
+    flip_rate = float(torch.cat(flips).double().mean())
+    if not controls:
+        return flip_rate < below
+    control = torch.cat(controls)
+    return property_suspicion(flip_rate, float(control.double().mean()) if len(control) else math.nan) < below
 
 
 def chosen_properties(

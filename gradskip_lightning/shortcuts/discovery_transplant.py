@@ -449,8 +449,8 @@ def hotspot_transplant(
     look = count if first_look is None else min(first_look, count)
     if look < count:  # a look that can stop: the region first, its controls only if the flips alone could fire
         region_flips = arms(index[:look], (0,))
-        if float(region_flips.double().mean()) < futile_below:  # the most the excess can be
-            rate = float(region_flips.double().mean())
+        rate = float(region_flips.double().mean())
+        if rate < futile_below:  # the most the excess can be
             return HotspotTransplant(
                 target, look, rate, math.nan, math.nan, constancy, 1.0, constancy_p, stopped=True
             )  # fmt: skip
