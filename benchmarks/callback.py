@@ -214,7 +214,9 @@ def run(args: argparse.Namespace) -> list[dict]:
     summary = summarise(records)
     print(
         f"callback: median ratio {100 * summary['median_ratio']:.2f} % of the training epoch "
-        f"(mean {100 * summary['mean_ratio']:.2f} %) over {len(records)} epochs; settings {settings}; "
+        f"(mean {100 * summary['mean_ratio']:.2f} %) over {len(records)} epochs; the fit: "
+        f"{100 * summary['fit_ratio']:.2f} % of its training time (every epoch's callback seconds over its training "
+        f"seconds, epoch 0 included); settings {settings}; "
         f"load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}"
     )
     print(markdown_table(records) if args.markdown else summary)
@@ -222,11 +224,13 @@ def run(args: argparse.Namespace) -> list[dict]:
 
 
 def summarise(records: list[dict]) -> dict[str, Any]:
-    """Median and mean ratio, and each part's median seconds and share of the median training epoch."""
+    """Median and mean ratio, the fit's (summed callback over summed training seconds), and each part's median
+    seconds and share of the median training epoch."""
     train = statistics.median(r["train_epoch_s"] for r in records)
     return dict(
         median_ratio=statistics.median(r["ratio"] for r in records),
         mean_ratio=statistics.mean(r["ratio"] for r in records),
+        fit_ratio=sum(r["hook_s"] for r in records) / sum(r["train_epoch_s"] for r in records),
         train_epoch_s=train,
         hook_s=statistics.median(r["hook_s"] for r in records),
         parts={part: statistics.median(r["parts"][part] for r in records) for part in PARTS},
@@ -247,5 +251,6 @@ def markdown_table(records: list[dict]) -> str:
     ratios = " | ".join(f"{100 * r['ratio']:.2f} %" for r in records)
     rows.append(f"| **callback** | {hooks} | {summary['hook_s']:.3f} | **{100 * summary['median_ratio']:.2f}** |")
     rows.append(f"| training epoch | {trains} | {summary['train_epoch_s']:.2f} | |")
-    rows.append(f"| ratio | {ratios} | {100 * summary['median_ratio']:.2f} % | |")
+    fit = f"fit: {100 * summary['fit_ratio']:.2f} %"
+    rows.append(f"| ratio | {ratios} | {100 * summary['median_ratio']:.2f} % | {fit} |")
     return "\n".join(rows)

@@ -1,6 +1,6 @@
-"""The callback's time budget: its own time at epoch ends against the training epoch's.
+"""The callback's time budget: its own time at epoch ends against the training time.
 
-With ``max_overhead`` (e.g. 0.02: 2 % of the training epoch) the callback measures each training
+With ``max_overhead`` (e.g. 0.05: 5 % of the training time) the callback measures each training
 epoch (first batch start to validation start, or to the epoch end without validation) and its own
 time at the epoch end (explaining, scoring, discovery, rendering, logging, files). When over budget
 it thins the work, cheapest loss first: the compared methods are explained every n-th explained
@@ -10,9 +10,13 @@ the discovery stage run at every d-th of its epochs (the scores are a trend that
 changes; discovery is the alarm, and an alarm an epoch late costs an epoch of learning the shortcut);
 the explained method's maps, drift and overlays stay every epoch. A thinned part runs on an epoch of
 its own where it can (the most valuable due part first, :data:`PARTS` reversed), so no epoch end
-carries them all. It says so once in the log and every explained epoch in ``<prefix>budget/...``
-scalars, never silently.
-``trainer.validate()`` always does everything.
+carries them all.
+
+The strides fit one training epoch; the fit's account keeps the whole: the first epoch end does
+everything once (the costs are not known before), so while the fit's callback time would pass
+``max_overhead`` of its training time, the compared methods and then the scores due at an epoch end
+wait for a later one (never discovery). It says so once in the log and every explained epoch in
+``<prefix>budget/...`` scalars, never silently. ``trainer.validate()`` always does everything.
 """
 
 from __future__ import annotations
@@ -57,11 +61,11 @@ class Plan:
 
 
 class TimeBudget:
-    """Plans each epoch's work so the callback's time stays at or under ``max_overhead`` of the training epoch.
+    """Plans each epoch's work so the callback's time stays at or under ``max_overhead`` of the training time.
 
     Args:
-        max_overhead: the callback's time at an epoch end as a fraction of the training epoch's
-            (None: no budget, everything every epoch).
+        max_overhead: the callback's time as a fraction of the training time, at each epoch end and over the
+            fit (None: no budget, everything every epoch).
         method: the explained method; compared: the comparison methods.
         discovery_every: the discovery stage's own period in explained epochs (None: the stage is off).
 
@@ -69,7 +73,9 @@ class TimeBudget:
     method's maps, rendering, logging, files), ``scores`` (its perturbation scores), ``compared``
     (the compared methods' maps and scores) and ``discovery``. The strides (:attr:`every`) fit
     fixed + scores / m + compared / n + discovery / (discovery_every x d) <= max_overhead x training
-    seconds, the most valuable part's stride the smallest that fits: d first, then m, then n.
+    seconds, the most valuable part's stride the smallest that fits: d first, then m, then n. Over the fit,
+    a due compared or scores part waits while the callback's seconds so far plus this epoch end's planned
+    ones would exceed max_overhead x the training seconds so far (:meth:`plan`).
     """
 
     def __init__(
@@ -92,11 +98,15 @@ class TimeBudget:
         self.every: dict[Part, int] = dict.fromkeys(self.parts, 1)
         self.overhead = float("nan")  # the last explained epoch's callback seconds / training seconds
         self._train: list[float] = []
+        self._fit_train = 0.0  # the fit's training seconds, every epoch
+        self._fit_spent = 0.0  # the fit's callback seconds, every epoch end it planned
         self._epoch_start: float | None = None
-        self._costs: dict[str, float] = {}
+        self._costs: dict[str, float] = {}  # each part's last seconds
+        self._recent: dict[str, list[float]] = {}  # each part's last three seconds
         # epochs since each part last ran (discovery: its own epochs): every part is due at once
         self._since: dict[Part, int] = dict.fromkeys(self.parts, MAX_STRIDE)
         self._said = False
+        self._said_fit = False
 
     @property
     def compared_every(self) -> int:
@@ -117,7 +127,9 @@ class TimeBudget:
     def train_ended(self) -> None:
         """The training epoch's batches are done (validation starts, or the epoch end); once per epoch."""
         if self._epoch_start is not None:
-            self._train = [*self._train[-2:], time.perf_counter() - self._epoch_start]
+            seconds = time.perf_counter() - self._epoch_start
+            self._train = [*self._train[-2:], seconds]
+            self._fit_train += seconds
             self._epoch_start = None
 
     @property
@@ -138,15 +150,41 @@ class TimeBudget:
         due = [p for p in offered if self._since[p] + 1 >= self.every[p]]
         thinned = [p for p in due if self.every[p] > 1]
         runs = {p for p in due if self.every[p] == 1} | set(thinned[-1:])  # one thinned part: the most valuable
+        runs = self._within_fit(runs)
         compared = self.compared if "compared" in runs else ()
         scored = {*compared, *((self.method,) if "scores" in runs else ())}
         return Plan((self.method, *compared), frozenset(scored), "discovery" in runs, discovery_due)
+
+    def _within_fit(self, runs: set[Part]) -> set[Part]:
+        """``runs`` less its compared, then its scores part, while the fit's callback seconds with them would pass
+        max_overhead x the fit's training seconds, each part counted at the most of its last three costs
+        (discovery always stays; nothing is dropped before the costs are known)."""
+        if not self._fit_train > 0 or any(part not in self._costs for part in ("fixed", *self.parts)):
+            return runs
+        assert self.max_overhead is not None
+        slowest = {part: max(seconds) for part, seconds in self._recent.items()}  # a slower epoch end does not tip it
+        allowance = self.max_overhead * self._fit_train - self._fit_spent - slowest["fixed"]
+        kept = set(runs)
+        for part in PARTS:
+            if part != "discovery" and part in kept and sum(slowest[p] for p in kept) > allowance:
+                kept.discard(part)
+        if kept != runs and not self._said_fit:
+            self._said_fit = True
+            waiting = {"compared": f"the compared methods {list(self.compared)}", "scores": "the scores"}
+            rank_zero_warn(
+                f"GradSkipCallback: with {' and '.join(waiting[p] for p in PARTS if p in runs - kept)} at this epoch "
+                f"end the fit's callback time would pass max_overhead={self.max_overhead} of its training time "
+                f"(so far {self._fit_spent:.2f} s of {self._fit_train:.1f} s; the first epoch end does everything "
+                "once): they wait for a later epoch end while it would (logged as budget/fit_overhead)"
+            )
+        return kept
 
     def record(self, plan: Plan, total: float, seconds: dict[str, float]) -> None:
         """The epoch end's ``total`` seconds and its parts' (:attr:`~.compute.EpochWork.seconds`:
         ``"<method>/maps"``, ``"<method>/scores"``, ``"discovery"``); re-plan the strides and say so once."""
         if self.max_overhead is None:
             return
+        self._fit_spent += total
         ran: dict[Part, bool] = {
             "compared": any(name in plan.methods for name in self.compared),
             "discovery": plan.discovery,
@@ -168,6 +206,8 @@ class TimeBudget:
                 self._since[part] += 1
         self._costs.update(parts)
         self._costs["fixed"] = max(0.0, total - sum(parts.values()))  # maps, rendering, logging, files
+        for part in (*parts, "fixed"):
+            self._recent[part] = [*self._recent.get(part, [])[-2:], self._costs[part]]
         train = self.train_seconds
         self.overhead = total / train if train > 0 else float("nan")
         if not train > 0 or any(part not in self._costs for part in self.parts):
@@ -206,8 +246,11 @@ class TimeBudget:
         return ", ".join(what[part].format(self.every[part]) for part in self.parts)
 
     def scalars(self, prefix: str) -> dict[str, float]:
-        """The budget's logged scalars (none without a budget): the last epoch end's overhead, the strides."""
+        """The budget's logged scalars (none without a budget): the last epoch end's overhead, the fit's so far,
+        the strides."""
         if self.max_overhead is None:
             return {}
+        fit = self._fit_spent / self._fit_train if self._fit_train > 0 else float("nan")
+        overheads = {"budget/overhead": self.overhead, "budget/fit_overhead": fit}
         strides = {f"budget/{part}_every": float(self.every[part]) for part in self.parts}
-        return {key(None, prefix, name): value for name, value in {"budget/overhead": self.overhead, **strides}.items()}
+        return {key(None, prefix, name): value for name, value in {**overheads, **strides}.items()}

@@ -4,6 +4,7 @@ perturbation scores on fewer epochs, and says so once in the log and every epoch
 from __future__ import annotations
 
 import csv
+import time
 import warnings
 from collections import Counter
 from pathlib import Path
@@ -166,3 +167,39 @@ def test_the_discovery_stride_counts_only_the_stages_own_epochs():
         }
         budget.record(plan, sum(seconds.values()), seconds)
     assert runs == [False, False, False, False, False, True, False, False]  # its 3rd own epoch after the last run
+
+
+def _trained(budget: TimeBudget, seconds: float) -> None:
+    """A training epoch of ``seconds`` for ``budget``."""
+    budget._epoch_start = time.perf_counter() - seconds
+    budget.train_ended()
+
+
+def test_over_the_fit_the_scores_and_compared_methods_wait_until_the_first_epoch_ends_extra_is_repaid():
+    budget = TimeBudget(0.05, "gradskip", ["rollout"], discovery_every=1)
+    costs = {"gradskip/maps": 0.2, "gradskip/scores": 0.9, "rollout/maps": 0.15, "rollout/scores": 0.3, "discovery": 0.6}
+    fit_overheads, ran = [], []
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for _ in range(12):
+            _trained(budget, 30.0)  # 1.5 s a training epoch within the budget
+            plan = budget.plan(fitting=True, discovery_due=True)
+            seconds = {
+                name: value
+                for name, value in costs.items()
+                if (name == "discovery" and plan.discovery)
+                or (name.endswith("/maps") and name.split("/")[0] in plan.methods)
+                or (name.endswith("/scores") and name.split("/")[0] in plan.scored)
+            }
+            budget.record(plan, total=0.1 + sum(seconds.values()), seconds=seconds)  # fixed 0.3 s with the maps
+            fit_overheads.append(budget.scalars("")["budget/fit_overhead"])
+            parts = {"compared": "rollout" in plan.methods, "scores": "gradskip" in plan.scored, "discovery": plan.discovery}
+            ran.append({part for part, on in parts.items() if on})
+    # the first epoch end does everything once: 2.25 s, 7.5 % of its 30 s epoch; the fit's share then comes down
+    assert fit_overheads[0] == pytest.approx(2.25 / 30)
+    assert all(overhead <= 0.05 for overhead in fit_overheads[2:])
+    assert all("discovery" in parts for parts in ran)  # never waits
+    assert ran[1:3] == [{"discovery"}, {"discovery"}]  # what the strides had due waits while the fit is over
+    assert sum("scores" in parts for parts in ran[3:]) >= 3 and sum("compared" in parts for parts in ran[3:]) >= 2
+    said = [str(w.message) for w in caught if "budget/fit_overhead" in str(w.message)]
+    assert len(said) == 1 and "the scores" in said[0]
