@@ -34,6 +34,7 @@ from gradskip_lightning.engine.output.sinks import Sink, log_to_sinks
 from gradskip_lightning.engine.probes import ProbeImages, ProbeSet, ProbeSource
 from gradskip_lightning.engine.scoring.budget import Plan, TimeBudget
 from gradskip_lightning.engine.scoring.compute import EpochWork
+from gradskip_lightning.engine.scoring.distributed import from_rank_zero
 from gradskip_lightning.engine.scoring.drift import DriftTracker
 from gradskip_lightning.engine.scoring.isolated import explain_isolated
 from gradskip_lightning.engine.scoring.record import ProbeRecord
@@ -180,7 +181,7 @@ class EpochRunner:
         """Explain ``module`` (the one the explainers were built on), score, discover, monitor and (rank
         zero) report one epoch end in ``host``'s training loop; never raises."""
         fitting = host.fitting
-        plan = self.budget.plan(fitting, self.discoverer.due(epoch, fitting))
+        plan = from_rank_zero(self.budget.plan(fitting, self.discoverer.due(epoch, fitting)))  # one plan on every rank
         end = EpochEnd(host, module, epoch, plan, EpochWork(scored=plan.scored), fitting)
         prefix = self.prefix(end.trained)
         outcome = EpochOutcome(epoch, host.step, prefix, end.trained, {}, self.settings.methods.method)

@@ -101,8 +101,7 @@ class TimeBudget:
         self._fit_train = 0.0  # the fit's training seconds, every epoch
         self._fit_spent = 0.0  # the fit's callback seconds, every epoch end it planned
         self._epoch_start: float | None = None
-        self._costs: dict[str, float] = {}  # each part's last seconds
-        self._recent: dict[str, list[float]] = {}  # each part's last three seconds
+        self._costs: dict[str, list[float]] = {}  # each part's last three seconds, the last last
         # epochs since each part last ran (discovery: its own epochs): every part is due at once
         self._since: dict[Part, int] = dict.fromkeys(self.parts, MAX_STRIDE)
         self._said = False
@@ -162,7 +161,7 @@ class TimeBudget:
         if not self._fit_train > 0 or any(part not in self._costs for part in ("fixed", *self.parts)):
             return runs
         assert self.max_overhead is not None
-        slowest = {part: max(seconds) for part, seconds in self._recent.items()}  # a slower epoch end does not tip it
+        slowest = {part: max(seconds) for part, seconds in self._costs.items()}  # a slower epoch end does not tip it
         allowance = self.max_overhead * self._fit_train - self._fit_spent - slowest["fixed"]
         kept = set(runs)
         for part in PARTS:
@@ -204,10 +203,9 @@ class TimeBudget:
                 self._since[part] = 0
             elif part != "discovery" or plan.discovery_due:
                 self._since[part] += 1
-        self._costs.update(parts)
-        self._costs["fixed"] = max(0.0, total - sum(parts.values()))  # maps, rendering, logging, files
-        for part in (*parts, "fixed"):
-            self._recent[part] = [*self._recent.get(part, [])[-2:], self._costs[part]]
+        parts["fixed"] = max(0.0, total - sum(parts.values()))  # maps, rendering, logging, files
+        for name, cost in parts.items():
+            self._costs[name] = [*self._costs.get(name, [])[-2:], cost]
         train = self.train_seconds
         self.overhead = total / train if train > 0 else float("nan")
         if not train > 0 or any(part not in self._costs for part in self.parts):
@@ -224,7 +222,7 @@ class TimeBudget:
     def _per_epoch(self, part: Part, stride: int) -> float:
         """The seconds per explained epoch of ``part`` run every ``stride``-th time it is offered."""
         own = (self.discovery_every or 1) if part == "discovery" else 1
-        return self._costs[part] / (own * stride)
+        return self._costs[part][-1] / (own * stride)
 
     def _strides(self, allowance: float) -> dict[Part, int]:
         """The strides (each at most :data:`MAX_STRIDE`) that fit ``allowance`` seconds, the most valuable part's
@@ -233,7 +231,7 @@ class TimeBudget:
         ranges = [range(1, MAX_STRIDE + 1)] * len(self.parts)
         for strides in itertools.product(*ranges[::-1]):  # the most valuable part varies slowest
             every = dict(zip(self.parts, strides[::-1], strict=True))
-            if self._costs["fixed"] + sum(self._per_epoch(p, s) for p, s in every.items()) <= allowance:
+            if self._costs["fixed"][-1] + sum(self._per_epoch(p, s) for p, s in every.items()) <= allowance:
                 return every
         return dict.fromkeys(self.parts, MAX_STRIDE)
 

@@ -15,6 +15,9 @@ explanation failed sends its error, so no rank waits for another forever):
    ``rank_zero``: maps at input resolution, head statistics). Rank zero's memory grows with the
    probe set; the others' does not.
 
+What each epoch end computes is rank zero's plan (:func:`from_rank_zero`): the time budget measures each
+process's own seconds, and ranks that planned apart would enter different collectives.
+
 A failure that one rank detects between forwards (non-finite maps or logits of a probe in its
 shard) is agreed at once with :func:`any_rank`, so every rank stops at the same point: under
 sharded strategies a rank that went on to the next forward would wait for the others forever (or
@@ -27,7 +30,7 @@ run on the same probes (up to float rounding of different batch compositions).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 import torch.distributed as dist
@@ -35,7 +38,9 @@ from torch import Tensor
 
 from gradskip_lightning.engine.scoring.record import ProbeRecord
 
-__all__ = ["Shard", "shard_positions", "gather_records", "any_rank"]
+__all__ = ["Shard", "shard_positions", "gather_records", "any_rank", "from_rank_zero"]
+
+T = TypeVar("T")
 
 
 def _world() -> tuple[int, int]:
@@ -53,6 +58,17 @@ def any_rank(flag: bool, device: torch.device) -> bool:
     value = torch.tensor([1.0 if flag else 0.0], device=device)
     dist.all_reduce(value, op=dist.ReduceOp.MAX)
     return bool(value.item() > 0)
+
+
+def from_rank_zero(value: T) -> T:
+    """Rank zero's ``value`` on every process (one object broadcast; ``value`` itself in one process).
+
+    Every rank must call it at the same point."""
+    if _world()[1] == 1:
+        return value
+    box = [value]
+    dist.broadcast_object_list(box, src=0)
+    return box[0]
 
 
 @dataclass(frozen=True)

@@ -177,7 +177,13 @@ def _trained(budget: TimeBudget, seconds: float) -> None:
 
 def test_over_the_fit_the_scores_and_compared_methods_wait_until_the_first_epoch_ends_extra_is_repaid():
     budget = TimeBudget(0.05, "gradskip", ["rollout"], discovery_every=1)
-    costs = {"gradskip/maps": 0.2, "gradskip/scores": 0.9, "rollout/maps": 0.15, "rollout/scores": 0.3, "discovery": 0.6}
+    costs = {
+        "gradskip/maps": 0.2,
+        "gradskip/scores": 0.9,
+        "rollout/maps": 0.15,
+        "rollout/scores": 0.3,
+        "discovery": 0.6,
+    }
     fit_overheads, ran = [], []
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -193,7 +199,11 @@ def test_over_the_fit_the_scores_and_compared_methods_wait_until_the_first_epoch
             }
             budget.record(plan, total=0.1 + sum(seconds.values()), seconds=seconds)  # fixed 0.3 s with the maps
             fit_overheads.append(budget.scalars("")["budget/fit_overhead"])
-            parts = {"compared": "rollout" in plan.methods, "scores": "gradskip" in plan.scored, "discovery": plan.discovery}
+            parts = {
+                "compared": "rollout" in plan.methods,
+                "scores": "gradskip" in plan.scored,
+                "discovery": plan.discovery,
+            }
             ran.append({part for part, on in parts.items() if on})
     # the first epoch end does everything once: 2.25 s, 7.5 % of its 30 s epoch; the fit's share then comes down
     assert fit_overheads[0] == pytest.approx(2.25 / 30)
