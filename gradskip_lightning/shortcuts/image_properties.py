@@ -42,14 +42,24 @@ image shows. Means and spreads flagged classes of clean models whose objects or 
   (compression cannot be undone, and a smaller step is under what the highest quality adds). Site-to-site
   compression differs this way, and no other statistic sees it: JPEG's blocks and lost detail barely move the
   medians, the high-frequency share or the noise estimate.
-- ``signature`` (3 channels): the image-wide signature, every statistic above but the blockiness at once (α, β,
-  Y's median, the high-frequency share, the noise estimate); the transfer applies noise, sharpness, colour and
-  brightness in turn (brightness last: it is exact, the others to within what the later transfers move them).
+- ``tone``: the background's optical density, ``-mean_c log10 q_c`` with ``q_c`` channel c's
+  :data:`BACKGROUND_QUANTILE` quantile (the brightest 5 % of a bright-field image: the glass and plasma between
+  the cells, which only acquisition colours; 0 for a white background); the transfer raises every channel to one
+  power per image (a gamma), ``g = target / current``, exact because a quantile commutes with ``x ** g`` (within
+  [1 / :data:`MAX_GAMMA`, :data:`MAX_GAMMA`]; an image with a white background is left as it is). A gamma, a gain
+  or a darkening moves the background's density, which the classes' content does not: the cells' medians can
+  stay where another class's are (a gamma of 0.7 brightens the darker monocytes to the others' median
+  luminance), while the background's density changes by the gamma's factor. In dark-field or fluorescence images
+  the brightest pixels are the objects, not the background: there the statistic is content.
+- ``signature`` (3 channels): the image-wide signature, every statistic above but the blockiness and the tone
+  at once (α, β, Y's median, the high-frequency share, the noise estimate); the transfer applies noise,
+  sharpness, colour and brightness in turn (brightness last: it is exact, the others to within what the later
+  transfers move them).
   Acquisition (a stain, a white balance, a gain) moves several statistics at once, and a model may need all of
   them: giving one at a time then flips nothing. Compression stays a property of its own: JPEG-encoding the
   recipients together with the other transfers flipped a young planted-shapes model's recipients to a class
   that really differs in brightness (signature suspicion 0.42 against 0.4), which the signature without it
-  did not.
+  did not. The tone stays out too: it reads the background, which the medians of cells do not.
 """
 
 from __future__ import annotations
@@ -75,7 +85,7 @@ __all__ = [
     "luminance",
 ]
 
-PropertyName = Literal["colour", "brightness", "sharpness", "noise", "compression", "signature"]
+PropertyName = Literal["colour", "brightness", "sharpness", "noise", "compression", "tone", "signature"]
 PROPERTY_NAMES: tuple[PropertyName, ...] = get_args(PropertyName)
 
 #: Spatial frequency (cycles per pixel) from which ``sharpness`` counts energy as high: half the Nyquist limit.
@@ -90,6 +100,12 @@ JPEG_QUALITIES = (75, 50, 30, 20, 15, 10, 7, 5)
 #: The blockiness below its target by which the ``compression`` transfer leaves an image as it is: under what the
 #: highest quality tried adds (and within BloodMNIST's spread of uncompressed images: 0.44-0.59, 5th-95th percentile).
 JPEG_TOLERANCE = 0.02
+#: The quantile of each channel's pixels ``tone`` reads as the background (bright-field: the brightest 5 %).
+BACKGROUND_QUANTILE = 0.95
+#: The largest factor by which the ``tone`` transfer scales the background's density (a gamma in [1/5, 5]).
+MAX_GAMMA = 5.0
+#: The darkest pixel value ``tone`` takes the logarithm of (black pixels).
+TONE_FLOOR = 1e-4
 #: The smallest LMS value before the logarithm of ``colour`` (black pixels).
 LMS_FLOOR = 1e-4
 
@@ -415,6 +431,35 @@ def compression_transfer(pixels: Tensor, targets: Tensor, generator: torch.Gener
     return result
 
 
+# ----------------------------------------------------------------------------- tone
+
+
+def tone_statistic(pixels: Tensor) -> Tensor:
+    """(B, 1): the background's optical density of pixels (B, C, H, W): ``-mean_c log10 q_c``, ``q_c`` the
+    :data:`BACKGROUND_QUANTILE` quantile of channel c (the lower of the two neighbouring values), clamped to
+    [:data:`TONE_FLOOR`, 1]; 0 for a white background.
+
+    Example:
+        >>> image = torch.full((1, 3, 10, 10), 0.001, dtype=torch.float64)  # dark cells on the left half
+        >>> image[:, :, :, 5:] = torch.tensor([1.0, 0.1, 0.01], dtype=torch.float64)[:, None, None]  # background
+        >>> round(tone_statistic(image).item(), 6)  # the background's densities 0, 1 and 2: their mean
+        1.0
+        >>> round(tone_statistic(tone_transfer(image, torch.tensor([[0.7]], dtype=torch.float64))).item(), 6)
+        0.7
+    """
+    levels = pixels.clamp(TONE_FLOOR, 1.0).flatten(2).quantile(BACKGROUND_QUANTILE, dim=2, interpolation="lower")
+    return -levels.log10().mean(dim=1, keepdim=True)
+
+
+def tone_transfer(pixels: Tensor, targets: Tensor, generator: torch.Generator | None = None) -> Tensor:
+    """Pixels (B, C, H, W) whose background density is ``targets`` (B, 1): every channel, in [0, 1], raised to one
+    power per image ``target / current`` (within [1 / :data:`MAX_GAMMA`, :data:`MAX_GAMMA`]; 1 for a white
+    background)."""
+    current = tone_statistic(pixels)[:, 0]
+    power = torch.where(current > 0, targets[:, 0] / torch.where(current > 0, current, 1.0), 1.0)
+    return pixels.clamp(0.0, 1.0) ** power.clamp(1 / MAX_GAMMA, MAX_GAMMA)[:, None, None, None]
+
+
 # ----------------------------------------------------------------------------- signature
 
 #: The properties the signature gives, in the order of its transfer: noise before sharpness (noise added or
@@ -468,6 +513,8 @@ PROPERTIES: dict[PropertyName, GlobalProperty] = {
     "noise": GlobalProperty("noise", "noise level", ("sigma",), None, noise_statistic, noise_transfer),
     "compression": GlobalProperty("compression", "compression (JPEG blockiness)", ("blockiness",), None,
                                   compression_statistic, compression_transfer),
+    "tone": GlobalProperty("tone", "tone (a gamma: the background's density)", ("background_density",), None,
+                           tone_statistic, tone_transfer),
     "signature": GlobalProperty(
         "signature", "image-wide signature (colour, brightness, sharpness and noise at once)",
         ("alpha", "beta", "luminance", "high_share", "sigma"), 3, signature_statistic, signature_transfer,

@@ -42,7 +42,7 @@ def test_the_registry_matches_the_literal_and_every_statistic_has_its_names():
     assert (
         tuple(PROPERTIES)
         == PROPERTY_NAMES
-        == ("colour", "brightness", "sharpness", "noise", "compression", "signature")
+        == ("colour", "brightness", "sharpness", "noise", "compression", "tone", "signature")
     )
     pixels = textured(3)
     for name, prop in PROPERTIES.items():
@@ -89,11 +89,26 @@ def test_compression_is_jpegs_blockiness_and_its_transfer_compresses_up_to_a_don
 
 def test_a_transfer_to_its_own_statistics_changes_nothing():
     pixels = textured(4)
-    for name in ("colour", "brightness", "sharpness", "compression"):
+    for name in ("colour", "brightness", "sharpness", "compression", "tone"):
         prop = PROPERTIES[name]
         assert torch.allclose(prop.transfer(pixels, prop.statistic(pixels), None), pixels, atol=1e-10), name
     unchanged = noise_transfer(pixels, noise_statistic(pixels), torch.Generator().manual_seed(0))
     assert torch.allclose(unchanged, pixels, atol=1e-10)  # t = 0: no noise added
+
+
+def test_tone_reads_the_background_not_the_cells_and_its_transfer_is_a_gamma():
+    background = torch.tensor([0.95, 0.85, 0.75], dtype=torch.float64)[None, :, None, None]
+    smear = background.expand(2, 3, 28, 28).clone()
+    smear[0, :, 4:20, 4:20] = 0.3  # a dark cell on half the image
+    smear[1, :, 2:26, 2:26] = textured(1)[0, :, 2:26, 2:26] - 0.2  # a larger textured one: other content
+    density = -background.log10().mean()
+    assert torch.allclose(ip.tone_statistic(smear), density.expand(2, 1))  # the same background, whatever the cells
+    gamma = 0.7
+    corrected = smear**gamma  # a gamma of 0.7 (torchvision's adjust_gamma, gain 1)
+    assert torch.allclose(ip.tone_statistic(corrected), gamma * density.expand(2, 1))
+    given = ip.tone_transfer(smear, ip.tone_statistic(corrected))
+    assert torch.allclose(given, corrected)  # the transfer recovers the gamma itself
+    assert torch.equal(ip.tone_transfer(torch.ones(1, 3, 4, 4), torch.tensor([[0.5]])), torch.ones(1, 3, 4, 4))
 
 
 def test_colour_is_the_chromaticity_most_pixels_share_and_its_transfer_tints_a_grey_image_keeping_its_pattern():
