@@ -149,7 +149,7 @@ SHORTCUTS: dict[ShortcutName, Shortcut] = {
         "brightness x 1.2, contrast x 1.2 (torchvision)",
         lambda p, index: TF.adjust_contrast(TF.adjust_brightness(p, 1.2), 1.2),
     ),
-    "gamma": Shortcut("brightness", "gamma 0.7 (torchvision)", lambda p, index: TF.adjust_gamma(p.clamp(0, 1), 0.7)),
+    "gamma": Shortcut("tone", "gamma 0.7 (torchvision)", lambda p, index: TF.adjust_gamma(p.clamp(0, 1), 0.7)),
     "saturation": Shortcut("colour", "saturation x 0.5 (torchvision)", lambda p, index: TF.adjust_saturation(p, 0.5)),
     "jpeg": Shortcut("compression", "JPEG quality 10 (torchvision)", _jpeg(10)),
     "resolution": Shortcut("sharpness", "down x 2 and back up (torchvision resize)", _resolution(2.0)),

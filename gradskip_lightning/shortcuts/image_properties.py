@@ -42,15 +42,17 @@ image shows. Means and spreads flagged classes of clean models whose objects or 
   (compression cannot be undone, and a smaller step is under what the highest quality adds). Site-to-site
   compression differs this way, and no other statistic sees it: JPEG's blocks and lost detail barely move the
   medians, the high-frequency share or the noise estimate.
-- ``tone``: the background's optical density, ``-mean_c log10 q_c`` with ``q_c`` channel c's
-  :data:`BACKGROUND_QUANTILE` quantile (the brightest 5 % of a bright-field image: the glass and plasma between
-  the cells, which only acquisition colours; 0 for a white background); the transfer raises every channel to one
-  power per image (a gamma), ``g = target / current``, exact because a quantile commutes with ``x ** g`` (within
-  [1 / :data:`MAX_GAMMA`, :data:`MAX_GAMMA`]; an image with a white background is left as it is). A gamma, a gain
-  or a darkening moves the background's density, which the classes' content does not: the cells' medians can
-  stay where another class's are (a gamma of 0.7 brightens the darker monocytes to the others' median
-  luminance), while the background's density changes by the gamma's factor. In dark-field or fluorescence images
-  the brightest pixels are the objects, not the background: there the statistic is content.
+- ``tone`` (3 channels, bright-field colour images): the background's optical density, ``-mean_c log10 q_c``
+  with ``q_c`` channel c's :data:`BACKGROUND_QUANTILE` quantile (the brightest 5 % of a bright-field image: the
+  glass and plasma between the cells, which only acquisition colours; 0 for a white background); the transfer
+  raises every channel to one power per image (a gamma), ``g = target / current``, exact because a quantile
+  commutes with ``x ** g`` (within [1 / :data:`MAX_GAMMA`, :data:`MAX_GAMMA`]; an image with a white background
+  is left as it is). A gamma, a gain or a darkening moves the background's density, which the classes' content
+  does not: the cells' medians can stay where another class's are (a gamma of 0.7 brightens the darker
+  monocytes to the others' median luminance), while the background's density changes by the gamma's factor.
+  In dark-field or fluorescence images the brightest pixels are the objects, not the background: there the
+  statistic is content; hence RGB only (a greyscale X-ray, CT or MRI image's brightest pixels are anatomy),
+  though the statistic and the transfer take any channel count.
 - ``signature`` (3 channels): the image-wide signature, every statistic above but the blockiness and the tone
   at once (α, β, Y's median, the high-frequency share, the noise estimate); the transfer applies noise,
   sharpness, colour and brightness in turn (brightness last: it is exact, the others to within what the later
@@ -513,7 +515,7 @@ PROPERTIES: dict[PropertyName, GlobalProperty] = {
     "noise": GlobalProperty("noise", "noise level", ("sigma",), None, noise_statistic, noise_transfer),
     "compression": GlobalProperty("compression", "compression (JPEG blockiness)", ("blockiness",), None,
                                   compression_statistic, compression_transfer),
-    "tone": GlobalProperty("tone", "tone (a gamma: the background's density)", ("background_density",), None,
+    "tone": GlobalProperty("tone", "tone (a gamma: the background's density)", ("background_density",), 3,
                            tone_statistic, tone_transfer),
     "signature": GlobalProperty(
         "signature", "image-wide signature (colour, brightness, sharpness and noise at once)",

@@ -203,7 +203,7 @@ def reaches(name: str, given: torch.Tensor, wanted: torch.Tensor, within: float)
 def test_an_image_given_a_property_has_the_drawn_donors_statistic_to_rounding(channels):
     donors, recipients, space = _property_images(channels)
     names = [name for name in PROPERTY_NAMES if PROPERTIES[name].applies(channels)]
-    assert names == (list(PROPERTY_NAMES) if channels == 3 else ["brightness", "sharpness", "noise", "compression", "tone"])
+    assert names == (list(PROPERTY_NAMES) if channels == 3 else ["brightness", "sharpness", "noise", "compression"])
     for name in names:
         statistic = correction_property(name).statistic
         paste = PropertyPaste.from_probes(2, name, donors, space)

@@ -299,7 +299,7 @@ def test_colour_on_greyscale_probes_is_refused_when_named_and_left_out_by_defaul
     with pytest.raises(ValueError, match="properties has 'colour', which needs 3-channel images; the images have 1"):
         discover_properties(model, grey, classes, 3, ["colour", "noise"], space=space, alert_threshold=0.5)
     found = discover_properties(model, grey, classes, 3, space=space, alert_threshold=0.5)
-    assert tuple(found.transfers) == ("brightness", "sharpness", "noise", "compression", "tone")
+    assert tuple(found.transfers) == ("brightness", "sharpness", "noise", "compression")
 
 
 class StainModel(CastModel):

@@ -140,7 +140,8 @@ def test_a_failed_property_transfer_fails_the_stage_alone(tmp_path, monkeypatch)
 
 def test_the_default_takes_every_property_that_applies_and_a_named_one_must_apply():
     assert DiscoveryStage().properties_for(3) == PROPERTY_NAMES
-    assert DiscoveryStage().properties_for(1) == ("brightness", "sharpness", "noise", "compression", "tone")
+    greyscale = ("brightness", "sharpness", "noise", "compression")  # no colour, no tone
+    assert DiscoveryStage().properties_for(1) == greyscale
     assert DiscoveryStage(properties=["noise", "colour"]).properties == ("noise", "colour")  # a YAML list
     assert DiscoveryStage(properties=()).properties_for(3) == ()
     with pytest.raises(ValueError, match=r"discovery.properties has 'colour', which needs 3-channel images; the "
