@@ -454,12 +454,12 @@ def tone_statistic(pixels: Tensor) -> Tensor:
 
 
 def tone_transfer(pixels: Tensor, targets: Tensor, generator: torch.Generator | None = None) -> Tensor:
-    """Pixels (B, C, H, W) whose background density is ``targets`` (B, 1): every channel, in [0, 1], raised to one
-    power per image ``target / current`` (within [1 / :data:`MAX_GAMMA`, :data:`MAX_GAMMA`]; 1 for a white
-    background)."""
+    """Pixels (B, C, H, W) whose background density is ``targets`` (B, 1): every channel raised to one power per
+    image ``target / current`` (within [1 / :data:`MAX_GAMMA`, :data:`MAX_GAMMA`]; 1 for a white background;
+    negative pixels become 0)."""
     current = tone_statistic(pixels)[:, 0]
     power = torch.where(current > 0, targets[:, 0] / torch.where(current > 0, current, 1.0), 1.0)
-    return pixels.clamp(0.0, 1.0) ** power.clamp(1 / MAX_GAMMA, MAX_GAMMA)[:, None, None, None]
+    return pixels.clamp(min=0.0) ** power.clamp(1 / MAX_GAMMA, MAX_GAMMA)[:, None, None, None]
 
 
 # ----------------------------------------------------------------------------- signature
