@@ -455,8 +455,8 @@ def tone_statistic(pixels: Tensor) -> Tensor:
 
 def tone_transfer(pixels: Tensor, targets: Tensor, generator: torch.Generator | None = None) -> Tensor:
     """Pixels (B, C, H, W) whose background density is ``targets`` (B, 1): every channel raised to one power per
-    image ``target / current`` (within [1 / :data:`MAX_GAMMA`, :data:`MAX_GAMMA`]; 1 for a white background;
-    negative pixels become 0)."""
+    image ``target / current`` (within [1 / :data:`MAX_GAMMA`, :data:`MAX_GAMMA`]; an image with a white background
+    is left as it is; negative pixels become 0)."""
     current = tone_statistic(pixels)[:, 0]
     power = torch.where(current > 0, targets[:, 0] / torch.where(current > 0, current, 1.0), 1.0)
     return pixels.clamp(min=0.0) ** power.clamp(1 / MAX_GAMMA, MAX_GAMMA)[:, None, None, None]
@@ -515,8 +515,8 @@ PROPERTIES: dict[PropertyName, GlobalProperty] = {
     "noise": GlobalProperty("noise", "noise level", ("sigma",), None, noise_statistic, noise_transfer),
     "compression": GlobalProperty("compression", "compression (JPEG blockiness)", ("blockiness",), None,
                                   compression_statistic, compression_transfer),
-    "tone": GlobalProperty("tone", "tone (a gamma: the background's density)", ("background_density",), 3,
-                           tone_statistic, tone_transfer),
+    "tone": GlobalProperty("tone", "background tone (the brightest pixels' density, given by a gamma)",
+                           ("background_density",), 3, tone_statistic, tone_transfer),
     "signature": GlobalProperty(
         "signature", "image-wide signature (colour, brightness, sharpness and noise at once)",
         ("alpha", "beta", "luminance", "high_share", "sigma"), 3, signature_statistic, signature_transfer,
