@@ -18,7 +18,7 @@ SUBCOMMANDS = {
     "coverage": "which timm, torchvision and HF ViTs and timm Swins are accepted; properties on small ones",
     "shortcut": "do the maps flag a spurious tag (AUROC against a clean model), and how many epochs early",
     "discovery": "find a shortcut nobody named: per-class maps and hotspot transplants, AUROC and false alarms",
-    "properties": "global property transplants (colour, brightness, sharpness, noise, compression, signature): "
+    "properties": "global property transplants (colour, brightness, sharpness, noise, compression, tone, signature): "
     "shortcuts found, false alarms",
     "segmentation": "SegFormer maps of GradSkip, the baselines and Grad-CAM against planted squares, over seeds",
 }

@@ -9,9 +9,9 @@ classes) has there instead. Two kinds
 - :class:`PatchPaste`, a located artifact (pixels at a place): a known tag's pattern
   (:meth:`PatchPaste.from_tag`) or a flagged class's discovery hotspot with the class's own pixels there
   (:meth:`PatchPaste.from_hotspot`);
-- :class:`PropertyPaste`, a shortcut with no place (a class's colour, brightness, sharpness, noise, compression or whole
-  image-wide signature): each image is given a donor's statistic of the property by the transfer the discovery
-  stage tests with (:mod:`gradskip_lightning.shortcuts.image_properties`), in the stage's pixel space; for
+- :class:`PropertyPaste`, a shortcut with no place (a class's colour, brightness, sharpness, noise, compression,
+  tone or whole image-wide signature): each image is given a donor's statistic of the property by the transfer
+  the discovery stage tests with (:mod:`gradskip_lightning.shortcuts.image_properties`), in the stage's pixel space; for
   colour and the signature, half of the images by an additive one instead
   (:mod:`gradskip_lightning.shortcuts.correction_transfers`: the stage cannot tell a cast from a gain).
 

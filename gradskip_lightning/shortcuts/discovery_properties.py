@@ -34,8 +34,8 @@ once) is tested first, and a class whose signature test stops at its first look 
 flags) is not tested for the properties the signature gives: those tests are skipped (NaN rates, p-value 1,
 ``skipped``). The signature gives each of those statistics too, so a shortcut carried by one of them flips
 recipients under it as well; the single tests then name the axis of a class whose signature shows an effect.
-``compression``, which the signature does not give, is tested for every class. On a model without a global
-shortcut this runs two tests per class instead of one per property.
+``compression`` and ``tone``, which the signature does not give, are tested for every class. On a model without a
+global shortcut this runs three tests per class instead of one per property.
 
 Why (docs/discovery.md, *Global properties*: planted shapes and BloodMNIST, clean models and models with a
 colour cast or a darkening on one class): the flips a class's statistics cause are the evidence, as the
@@ -383,7 +383,8 @@ def discover_properties(
     of each recipient (P + 2 x properties x sum over classes of recipients images, at most; a test whose
     ``first_look`` recipients show no excess stops there, and with ``signature`` among the properties a class
     whose signature test stops is not tested for the properties the signature gives: on a model with no global
-    shortcut, about 2 x ``first_look`` images per class, the signature's and the compression's first looks).
+    shortcut, about 3 x ``first_look`` images per class, the signature's, the compression's and the tone's first
+    looks).
     The noise transfer's draws come from a generator seeded by ``seed`` and the class: the result is the same on
     every process for the same probes, seed and ``batch_size``.
 
@@ -460,7 +461,7 @@ def discover_properties(
     # for those statistics one at a time (:func:`_skipped`)
     signature = tuple(test(label, "signature") for label in range(num_classes)) if "signature" in chosen else None
 
-    def skipped(name: PropertyName, label: int) -> bool:  # compression is not in the signature: always tested
+    def skipped(name: PropertyName, label: int) -> bool:  # compression and tone are not in it: always tested
         return signature is not None and name in SIGNATURE_PARTS and signature[label].stopped
 
     transfers = {
