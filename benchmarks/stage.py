@@ -93,9 +93,11 @@ def stage_cost(model: nn.Module, images: torch.Tensor, classes: torch.Tensor, sp
                      counted.images - hotspot_images, _flags(found, properties))  # fmt: skip
 
 
-def _kept_model(dataset: str, weights: Path, kept: str, data_root: Path | None) -> tuple[nn.Module, Any]:
+def _kept_model(
+    dataset: str, weights: Path, kept: str, data_root: Path | None, target: int | None = None
+) -> tuple[nn.Module, Any]:
     """The model of ``kept`` (``variant/seed/epoch``) under ``weights`` (the discovery benchmark's layout) in eval
-    mode, and its datamodule (set up for fitting)."""
+    mode, and its datamodule (set up for fitting; the shortcut on class ``target``, None: the dataset's)."""
     variant, seed, epoch = kept.split("/")
     if variant not in VARIANTS:
         raise ValueError(f"unknown variant {variant!r} in {kept!r}; known: {', '.join(VARIANTS)}")
@@ -105,7 +107,7 @@ def _kept_model(dataset: str, weights: Path, kept: str, data_root: Path | None) 
             f"no kept weights at {file}: keep them with `python -m benchmarks discovery --keep-weights DIR` (the "
             "layout DIR/<dataset>/<variant>/seed<k>/epoch<e>.pt)"
         )
-    datamodule = make_datamodule(dataset, variant, int(seed), data_root)
+    datamodule = make_datamodule(dataset, variant, int(seed), data_root, target)
     datamodule.setup("fit")
     model = configured_model(DATASETS[dataset].config, datamodule)
     model.load_state_dict(torch.load(file, weights_only=True))
@@ -143,6 +145,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--models", nargs="+", required=True, help="kept models as variant/seed/epoch, e.g. clean/0/4")
     parser.add_argument("--dataset", default="bloodmnist", choices=list(DATASETS))
     parser.add_argument("--data-root", type=Path, default=None, help="folder holding bloodmnist.npz")
+    parser.add_argument("--target", type=int, default=None, help="the shortcut's class the models were trained "
+                        "with (the discovery benchmark's --target; default: the dataset's)")  # fmt: skip
 
 
 def run(args: argparse.Namespace) -> list[dict[str, Any]]:
@@ -150,7 +154,7 @@ def run(args: argparse.Namespace) -> list[dict[str, Any]]:
     torch.set_num_threads(1)
     records = []
     for kept in args.models:
-        model, datamodule = _kept_model(args.dataset, args.weights, kept, args.data_root)
+        model, datamodule = _kept_model(args.dataset, args.weights, kept, args.data_root, args.target)
         images, classes = discovery_probes(datamodule.val_dataset, STAGE.probes_per_class)
         space = PixelSpace.of(images, Normalisation(datamodule.mean, datamodule.std))
         for path in PATHS:

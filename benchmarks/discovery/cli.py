@@ -90,6 +90,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--data-root", type=Path, default=None, help="folder holding bloodmnist.npz (BloodMNIST is skipped without it)"
     )
     parser.add_argument(
+        "--target", type=int, default=None,
+        help="the shortcut's class (default: the dataset's, planted shapes 2, BloodMNIST 5); keep the weights of "
+        "another class's models in their own --keep-weights folder",
+    )  # fmt: skip
+    parser.add_argument(
         "--epochs", type=int, default=None, help="training epochs (default: the config's, 4 BloodMNIST)"
     )
     parser.add_argument(
@@ -145,9 +150,11 @@ def train_and_trace(
 ) -> tuple[list[ClassRecord], list[PropertyRecord]]:
     """Train one model of ``dataset``, ``variant`` and ``seed``, tracing what each method (of the
     :data:`~.variants.MAPPED` variants) and the property transplants discover."""
-    datamodule = make_datamodule(dataset, variant, seed, args.data_root)
-    bench, shortcut = DATASETS[dataset], describe(dataset, variant, seed, args)
-    subject = datamodule_subject(datamodule, dataset, seed, variant, shortcut, bench.target)
+    bench = DATASETS[dataset]
+    target = bench.target if args.target is None else args.target
+    datamodule = make_datamodule(dataset, variant, seed, args.data_root, target)
+    shortcut = describe(dataset, variant, seed, args)
+    subject = datamodule_subject(datamodule, dataset, seed, variant, shortcut, target)
     datamodule.setup("fit")
     images, classes = discovery_probes(datamodule.val_dataset, args.probes_per_class)  # type: ignore[arg-type]
     names = [*args.methods, *available_peers(args.peers)] if variant in MAPPED else []

@@ -142,11 +142,15 @@ def stamp_of(dataset: str, seed: int, variant: Variant = "stamped") -> Stamp:
     return replace(stamp, strength=PARTIAL_P) if variant == "partial" else stamp
 
 
-def make_datamodule(dataset: str, variant: Variant, seed: int, data_root: Path | None) -> ImageClassificationDataModule:
+def make_datamodule(
+    dataset: str, variant: Variant, seed: int, data_root: Path | None, target: int | None = None
+) -> ImageClassificationDataModule:
     """The datamodule of ``dataset``'s config for ``variant`` under ``seed``: every variant carries the
     seed's stamp as its tag (none stamped for clean and the global variants), so the images are otherwise the same;
-    a global variant's splits carry its shortcut (:func:`~benchmarks.shortcuts.add_shortcut`)."""
+    a global variant's splits carry its shortcut (:func:`~benchmarks.shortcuts.add_shortcut`). The shortcut's class
+    is ``target`` (None: the dataset's :attr:`BenchData.target`)."""
     bench = DATASETS[dataset]
+    target = bench.target if target is None else target
     _, data, _ = config_settings(bench.config)
     stamp = stamp_of(dataset, seed, variant)
     shares: dict[Variant, tuple[float, float]] = {
@@ -156,10 +160,10 @@ def make_datamodule(dataset: str, variant: Variant, seed: int, data_root: Path |
         "corrected": (stamp.strength, 0.0),
         "control": (CONTROL_P, CONTROL_P),
     }  # clean and the global variants: none
-    tag = stamp.tag(bench.target, *shares.get(variant, (0.0, 0.0)))
+    tag = stamp.tag(target, *shares.get(variant, (0.0, 0.0)))
     data = with_data_root(dataset, {**data, "tag": tag}, data_root)
     datamodule = build_datamodule(bench.config, ImageClassificationDataModule, **data)
     if variant in GLOBAL:
         shortcut = GLOBAL[variant]
-        add_shortcut(datamodule, bench.target, SHORTCUTS[shortcut.shortcut].change, shortcut.control, CONTROL_P)
+        add_shortcut(datamodule, target, SHORTCUTS[shortcut.shortcut].change, shortcut.control, CONTROL_P)
     return datamodule
