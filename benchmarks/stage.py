@@ -74,13 +74,17 @@ def stage_cost(model: nn.Module, images: torch.Tensor, classes: torch.Tensor, sp
     look = PATHS[path]
     num_classes = int(classes.max()) + 1
     start = time.perf_counter()
-    maps = token_map_fn(STAGE.method or "gradskip", 0)(model, images, classes).detach().double()
-    summary = summarise_classes(maps, classes, num_classes, STAGE.analysis)
+    summaries = {
+        method: summarise_classes(
+            token_map_fn(method, 0)(model, images, classes).detach().double(), classes, num_classes, STAGE.analysis
+        )
+        for method in STAGE.methods("gradskip")
+    }
     mapped = time.perf_counter()
     counted = CountingModel(model)
     forward = DistinctForward(counted)
     patch = adapter_for(model).patch_size
-    found = discover(forward, images, classes, summary, patch_size=patch, batch_size=STAGE.batch_size,
+    found = discover(forward, images, classes, summaries, patch_size=patch, batch_size=STAGE.batch_size,
                      measure_all=False, first_look=look)  # fmt: skip
     hotspot, hotspot_images = time.perf_counter(), counted.images
     properties = discover_properties(

@@ -1,8 +1,8 @@
 """What one model's maps and global property transplants discover, per class, at epoch ends:
-:class:`DiscoveryTrace` records every method's :func:`~gradskip_lightning.shortcuts.discover` result for each
-hotspot share as :class:`ClassRecord`s, and at every epoch end the discovery stage's property transplants
-(:func:`~gradskip_lightning.shortcuts.discovery_properties.discover_properties` at the stage's defaults) as
-:class:`PropertyRecord`s."""
+:class:`DiscoveryTrace` records every method's :func:`~gradskip_lightning.shortcuts.discover` result (and the
+stage's methods' together) for each hotspot share as :class:`ClassRecord`s, and at every epoch end the discovery
+stage's property transplants (:func:`~gradskip_lightning.shortcuts.discovery_properties.discover_properties` at the
+stage's defaults) as :class:`PropertyRecord`s."""
 
 from __future__ import annotations
 
@@ -19,11 +19,11 @@ from torch.utils.data import DataLoader
 from typing_extensions import override
 
 from gradskip_lightning.data.base import ImageClassificationDataModule, LabelledDataset
-from gradskip_lightning.engine.discovery.stage import DiscoveryStage
+from gradskip_lightning.engine.discovery.stage import DISCOVERY_METHODS, DiscoveryStage
 from gradskip_lightning.engine.probes import load_probes, stratified_indices
 from gradskip_lightning.families.timm_vit import TimmViTExplainer, adapter_for
 from gradskip_lightning.methods import PASS_METHODS
-from gradskip_lightning.shortcuts import DiscoverySettings, discover, summarise_classes
+from gradskip_lightning.shortcuts import Discovery, DiscoverySettings, discover, summarise_classes
 from gradskip_lightning.shortcuts.discovery_properties import PropertyDiscovery, discover_properties
 from gradskip_lightning.shortcuts.image_properties import PixelSpace
 from gradskip_lightning.shortcuts.regions import Region, patch_pixels
@@ -39,6 +39,8 @@ TokenMapFn = Callable[[nn.Module, Tensor, Tensor], Tensor]
 BATCH = 64
 #: The discovery stage at its defaults: its property transplants' properties, threshold, batch size and seed.
 STAGE = DiscoveryStage()
+#: The method name of the records of the stage's methods together (a class flagged when either's maps find it).
+UNION = "+".join(DISCOVERY_METHODS)
 
 
 def token_map_fn(name: str, ig_steps: int) -> TokenMapFn:
@@ -281,55 +283,68 @@ class DiscoveryTrace(Callback):
         )  # fmt: skip
 
     def trace(self, model: nn.Module, epoch: float, score: float) -> None:
-        """Record every method and share on ``model`` (in eval mode) at ``epoch``, with its spurious ``score``."""
+        """Record every method and share on ``model`` (in eval mode) at ``epoch``, with its spurious ``score``;
+        and, where every method of the stage's default (:data:`STAGE`) is traced, their union as the stage tests it
+        (one :func:`discover` of both summaries), under the method name :data:`UNION`."""
         with torch.no_grad():
             clean = math.nan if self.subject.clean is None else accuracy(model, self.subject.clean)
         num_classes = int(self.classes.max()) + 1
         patch = adapter_for(model).patch_size
-        for method, fn in self.methods.items():
-            maps = fn(model, self.images, self.classes).detach().double()
-            for share in self.shares:
-                summary = summarise_classes(maps, self.classes, num_classes, DiscoverySettings(hotspot_share=share))
-                found = discover(model, self.images, self.classes, summary, patch_size=patch, batch_size=BATCH)
-                flat = summary.mean_maps.flatten(1)
-                tops = F.one_hot(flat.argmax(dim=1), flat.shape[1]).bool().reshape(summary.hotspots.shape)
-                for label, test in enumerate(found.reported):
-                    transplant = test.transplant
-                    stamp = self.subject.stamp if label == self.subject.target else None
-                    iou, hit = _overlap(test.region.cpu(), tops[label].cpu(), stamp, patch[0])
-                    box = tuple(int(v) * patch[0] for v in test.box)
-                    self.records.append(
-                        ClassRecord(
-                            dataset=self.subject.dataset,
-                            seed=self.subject.seed,
-                            variant=self.subject.variant,
-                            shortcut=self.subject.shortcut,
-                            target=self.subject.target,
-                            method=method,
-                            share=share,
-                            epoch=epoch,
-                            label=label,
-                            probes=int(summary.counts[label]),
-                            flip_rate=transplant.flip_rate,
-                            random_flip_rate=transplant.random_flip_rate,
-                            other_class_flip_rate=transplant.other_class_flip_rate,
-                            constancy=transplant.constancy,
-                            concentration=test.group.concentration,
-                            consistency=test.group.consistency,
-                            strategies=len(summary.strategies[label].sizes),
-                            box=(box[0], box[1], box[2], box[3]),
-                            stamp=stamp,
-                            iou=iou,
-                            hit=hit,
-                            spurious_score=score,
-                            clean_accuracy=clean,
-                            suspicion=float(found.suspicion[label]),
-                            p_value=float(found.p_values[label]),
-                            flagged=bool(found.flagged[label]),
-                            tested_share=test.group.share,
-                            grown=test.grown,
-                        )
-                    )
+        maps = {method: fn(model, self.images, self.classes).detach().double() for method, fn in self.methods.items()}
+        union = len(DISCOVERY_METHODS) > 1 and set(DISCOVERY_METHODS) <= maps.keys()
+        for share in self.shares:
+            settings = DiscoverySettings(hotspot_share=share)
+            summaries = {m: summarise_classes(each, self.classes, num_classes, settings) for m, each in maps.items()}
+            runs = [(m, {m: summary}) for m, summary in summaries.items()]
+            runs += [(UNION, {m: summaries[m] for m in DISCOVERY_METHODS})] if union else []
+            for method, given in runs:
+                found = discover(model, self.images, self.classes, given, patch_size=patch, batch_size=BATCH)
+                self.record(found, method, share, epoch, score, clean, patch[0])
+
+    def record(
+        self, found: Discovery, method: str, share: float, epoch: float, score: float, clean: float, patch: int
+    ) -> None:
+        """One :class:`ClassRecord` per class of what ``found`` reported."""
+        for label, test in enumerate(found.reported):
+            summary = found.summary_of(test)
+            flat = summary.mean_maps[label].flatten()
+            top = F.one_hot(flat.argmax(), flat.numel()).bool().reshape(summary.hotspots.shape[1:])
+            transplant = test.transplant
+            stamp = self.subject.stamp if label == self.subject.target else None
+            iou, hit = _overlap(test.region.cpu(), top.cpu(), stamp, patch)
+            box = tuple(int(v) * patch for v in test.box)
+            self.records.append(
+                ClassRecord(
+                    dataset=self.subject.dataset,
+                    seed=self.subject.seed,
+                    variant=self.subject.variant,
+                    shortcut=self.subject.shortcut,
+                    target=self.subject.target,
+                    method=method,
+                    share=share,
+                    epoch=epoch,
+                    label=label,
+                    probes=int(summary.counts[label]),
+                    flip_rate=transplant.flip_rate,
+                    random_flip_rate=transplant.random_flip_rate,
+                    other_class_flip_rate=transplant.other_class_flip_rate,
+                    constancy=transplant.constancy,
+                    concentration=test.group.concentration,
+                    consistency=test.group.consistency,
+                    strategies=len(summary.strategies[label].sizes),
+                    box=(box[0], box[1], box[2], box[3]),
+                    stamp=stamp,
+                    iou=iou,
+                    hit=hit,
+                    spurious_score=score,
+                    clean_accuracy=clean,
+                    suspicion=float(found.suspicion[label]),
+                    p_value=float(found.p_values[label]),
+                    flagged=bool(found.flagged[label]),
+                    tested_share=test.group.share,
+                    grown=test.grown,
+                )
+            )
 
 
 def datamodule_subject(

@@ -106,10 +106,11 @@ class RunSettings:
 
     @property
     def explained(self) -> list[str]:
-        """The methods explained: the callback's, then the discovery stage's when it is another
+        """The methods explained: the callback's, then the discovery stage's that are others
         (explained for the discovery probes only)."""
         names, stage = list(self.methods.names), self.discovery
-        return names + [stage.method] if stage is not None and stage.method and stage.method not in names else names
+        extra = () if stage is None else stage.methods(self.methods.method)
+        return names + [name for name in extra if name not in names]
 
 
 @dataclass
@@ -240,11 +241,12 @@ class EpochRunner:
         stage = self.settings.discovery
         if not end.plan.discovery or stage is None:
             return
-        explainer = prepared.explainers[stage.method or self.settings.methods.method]
+        explainers = {name: prepared.explainers[name] for name in stage.methods(self.settings.methods.method)}
+        explainer = next(iter(explainers.values()))
         began = time.perf_counter()
         run = self.discoverer.run(
             end.module,
-            explainer,
+            explainers,
             batch_size=self.settings.probes.explain_batch_size,
             activation=prepared.activation,
             normalisation=prepared.data.normalisation,

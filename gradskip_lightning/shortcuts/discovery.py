@@ -69,7 +69,7 @@ Design note: which controls should separate a stamped class from a clean one.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 import torch
@@ -111,6 +111,8 @@ class ShortcutTest:
         suspicion: in [0, 1] (module docstring); NaN where a term is undefined.
         p_value: adjusted over the run's tests (:func:`~.multiplicity.gated_holm` of the transplant's flips' and
             pixels' p-values); NaN where either is undefined.
+        method: the method whose maps gave ``group`` (a name of the summaries :func:`discover` was given by name;
+            None for a lone summary).
     """
 
     group: MapGroup
@@ -119,6 +121,7 @@ class ShortcutTest:
     transplant: HotspotTransplant
     suspicion: float
     p_value: float
+    method: str | None = None
 
     @property
     def box(self) -> tuple[int, int, int, int]:
@@ -134,8 +137,9 @@ class Discovery:
     """What :func:`discover` found, per class (K classes).
 
     Attributes:
-        summary: the :class:`ClassMaps` the groups and hotspots came from.
-        tests: per class its :class:`ShortcutTest` s (the class's hotspot first, then grown, then each
+        summaries: the :class:`ClassMaps` the groups and hotspots came from, by method (the key None for a lone
+            summary).
+        tests: per class its :class:`ShortcutTest` s (per summary, the class's hotspot first, then grown, then each
             strategy's).
         reported: K tests, one per class: the most suspicious test that fires, else the most suspicious one
             (the class's hotspot test when none is defined).
@@ -145,12 +149,21 @@ class Discovery:
             ``alert_threshold``.
     """
 
-    summary: ClassMaps
+    summaries: dict[str | None, ClassMaps]
     tests: tuple[tuple[ShortcutTest, ...], ...]
     reported: tuple[ShortcutTest, ...]
     suspicion: Tensor
     p_values: Tensor
     flagged: Tensor
+
+    @property
+    def summary(self) -> ClassMaps:
+        """The first summary (the one of the first method given)."""
+        return next(iter(self.summaries.values()))
+
+    def summary_of(self, test: ShortcutTest) -> ClassMaps:
+        """The summary whose group ``test`` tested."""
+        return self.summaries[test.method]
 
     @property
     def transplants(self) -> tuple[HotspotTransplant, ...]:
@@ -202,14 +215,14 @@ def _reported(tests: tuple[ShortcutTest, ...], settings: DiscoverySettings) -> S
     return max(defined, key=lambda t: t.suspicion) if defined else tests[0]
 
 
-_Run = tuple[MapGroup, Tensor, bool, HotspotTransplant, float]
+_Run = tuple[MapGroup, Tensor, bool, HotspotTransplant, float, str | None]
 
 
 def discover(
     model: Callable[[Tensor], Tensor],
     images: Tensor,
     classes: Tensor,
-    summary: ClassMaps,
+    summary: ClassMaps | Mapping[str, ClassMaps],
     *,
     patch_size: int | tuple[int, int],
     batch_size: int = 256,
@@ -221,7 +234,10 @@ def discover(
 
     ``summary`` is :func:`summarise_classes` of these probes' token maps (or a :class:`ClassMapSummary`) with
     the probes' positions (its groups' members are positions among ``images``); its settings give the seed,
-    ``alpha``, the floor and the growth. A class without probes or without a hotspot gets NaN rates and NaN
+    ``alpha``, the floor and the growth. Several summaries by method name (the maps of several methods of the same
+    probes, with the same settings): every summary's groups are tested, a region already tested with the same donors
+    is tested once (under the first method), and one Holm adjusts every test, so a class is flagged when a test of
+    any method's maps fires. A class without probes or without a hotspot gets NaN rates and NaN
     suspicion; a group of fewer than :data:`~.discovery_transplant.MIN_TESTED_PROBES` (3) probes has no p-value (it
     never fires), so a strategy that small is
     not tested. See
@@ -239,8 +255,16 @@ def discover(
     then the first recipients'): a test that could fire goes on to every recipient, and on a model without a
     shortcut most stop. ``first_look`` None: every measured test takes every recipient.
     """
-    check_class_targets(classes, len(images), len(summary.counts))
-    settings = summary.settings
+    named = {None: summary}.items() if isinstance(summary, ClassMaps) else summary.items()
+    summaries: dict[str | None, ClassMaps] = dict(named)
+    if not summaries:
+        raise ValueError("discover needs a summary")
+    first = next(iter(summaries.values()))
+    for each in summaries.values():
+        check_class_targets(classes, len(images), len(each.counts))
+        if each.settings != first.settings or each.counts.tolist() != first.counts.tolist():
+            raise ValueError("the summaries of discover must be of the same probes with the same settings")
+    settings = first.settings
     with torch.no_grad():
         logits = torch.cat([model(images[start : start + batch_size]) for start in range(0, len(images), batch_size)])
 
@@ -262,21 +286,25 @@ def discover(
             futile_below=futile_below,
         )
 
-    def scored(group: MapGroup, region: Tensor, grown: bool, result: HotspotTransplant) -> _Run:
+    def scored(group: MapGroup, region: Tensor, grown: bool, result: HotspotTransplant, method: str | None) -> _Run:
         consistency = group.consistency if settings.consistency else None
         if result.measured:
             score = suspicion_score(result.excess, group.concentration, result.constancy, consistency)
         else:  # the cues are 0: 0 whatever the flips, NaN without recipients
             score = 0.0 if result.recipients else math.nan
-        return (group, region, grown, result, score)
+        return (group, region, grown, result, score, method)
 
     runs: list[list[_Run]] = []
-    for groups in summary.groups:
-        found = []
-        for group in groups:
+    for label in range(len(first.counts)):
+        found, seen = [], set[tuple[bytes, bytes]]()
+        for method, group in ((m, g) for m, each in summaries.items() for g in each.groups[label]):
             if group.strategy is not None and len(group.members) < MIN_TESTED_PROBES:
                 continue
             for region, grown in _regions(group, settings):
+                tested = (group.members.numpy().tobytes(), region.cpu().numpy().tobytes())
+                if tested in seen:  # another method's maps gave the same test
+                    continue
+                seen.add(tested)
                 result = None if measure_all or settings.alert_threshold <= 0 else transplant(group, region, False)
                 if result is not None:
                     consistency = group.consistency if settings.consistency else None
@@ -285,14 +313,14 @@ def discover(
                         result = transplant(group, region, True, settings.alert_threshold / 2 / cues)
                     elif math.isnan(cues):
                         result = transplant(group, region, True)
-                found.append(scored(group, region, grown, result or transplant(group, region, True)))
+                found.append(scored(group, region, grown, result or transplant(group, region, True), method))
         runs.append(found)
-    if any(score >= settings.alert_threshold for found in runs for *_, score in found):  # False when NaN
+    if any(run[4] >= settings.alert_threshold for found in runs for run in found):  # False when NaN
         runs = [
-            [run if run[3].measured else scored(*run[:3], transplant(run[0], run[1], True)) for run in found]
+            [run if run[3].measured else scored(*run[:3], transplant(run[0], run[1], True), run[5]) for run in found]
             for found in runs
         ]
-    flat = [transplant for found in runs for _, _, _, transplant, _ in found]
+    flat = [run[3] for found in runs for run in found]
     adjusted = iter(
         gated_holm(
             torch.tensor([t.flip_p_value for t in flat], dtype=torch.float64),
@@ -300,10 +328,12 @@ def discover(
             settings.alpha,
         ).tolist()
     )
-    tests = [tuple(ShortcutTest(*run, next(adjusted)) for run in found) for found in runs]
+    tests = [
+        tuple(ShortcutTest(*run[:5], p_value=next(adjusted), method=run[5]) for run in found) for found in runs
+    ]
     reported = tuple(_reported(found, settings) for found in tests)
-    device = summary.consistency.device
+    device = first.consistency.device
     suspicion = torch.tensor([t.suspicion for t in reported], dtype=torch.float64, device=device)
     p_values = torch.tensor([t.p_value for t in reported], dtype=torch.float64, device=device)
     flagged = torch.tensor([any(_fires(t, settings) for t in found) for found in tests], device=device)
-    return Discovery(summary, tuple(tests), reported, suspicion, p_values, flagged)
+    return Discovery(summaries, tuple(tests), reported, suspicion, p_values, flagged)

@@ -14,9 +14,20 @@ from benchmarks.discovery.cli import EpochWeights
 from benchmarks.discovery.property_report import class_epoch_table, false_alarm_table, learned_table, shortcut_table
 from benchmarks.discovery.report import markdown
 from benchmarks.discovery.scoring import FORMULAS, pair_wins, score, seed_rows
-from benchmarks.discovery.trace import ClassRecord, PropertyRecord, property_records
+from benchmarks.discovery.trace import (
+    UNION,
+    ClassRecord,
+    DiscoveryTrace,
+    PropertyRecord,
+    Subject,
+    discovery_probes,
+    property_records,
+    token_map_fn,
+)
 from gradskip_lightning.core.normalisation import Normalisation
 from gradskip_lightning.engine.discovery.properties import property_scalars
+from gradskip_lightning.engine.discovery.stage import DISCOVERY_METHODS
+from gradskip_lightning.shortcuts import DiscoverySettings, discover, summarise_classes
 from gradskip_lightning.shortcuts.discovery_properties import discover_properties
 from gradskip_lightning.shortcuts.image_properties import PixelSpace
 from tests.callbacks.helpers import tiny_data, tiny_module, tiny_trainer
@@ -222,3 +233,24 @@ def test_kept_weights_are_each_epochs_and_reload_into_the_model(tmp_path):
     fresh = tiny_module(seed=1)
     fresh.load_state_dict(torch.load(folder / "epoch2.pt", weights_only=True))  # a replay loads it as it is
     assert all(torch.equal(a, b) for a, b in zip(fresh.state_dict().values(), snapshots.weights[1].values()))
+
+
+def test_the_trace_records_the_stage_methods_together_as_the_stage_tests_them():
+    module, data = tiny_module().eval(), tiny_data()
+    data.setup("fit")
+    images, classes = discovery_probes(data.val_dataset, 4)
+    methods = {m: token_map_fn(m, 4) for m in DISCOVERY_METHODS}
+    space = PixelSpace.of(images, Normalisation(mean=(0.0,), std=(1.0,)))
+    trace = DiscoveryTrace(
+        Subject("d", 0, "clean", -1, "none", None, None), images, classes, methods, [0.1], False, space
+    )
+    trace.trace(module, 1.0, math.nan)
+    assert [r.method for r in trace.records] == [m for m in (*DISCOVERY_METHODS, UNION) for _ in range(4)]
+    settings = DiscoverySettings(hotspot_share=0.1)
+    summaries = {
+        m: summarise_classes(fn(module, images, classes).double(), classes, 4, settings) for m, fn in methods.items()
+    }
+    both = discover(module, images, classes, summaries, patch_size=8, batch_size=64)
+    union = [r for r in trace.records if r.method == UNION]
+    assert [r.p_value for r in union] == pytest.approx(both.p_values.tolist(), nan_ok=True)
+    assert [r.box for r in union] == [tuple(8 * v for v in t.box) for t in both.reported]

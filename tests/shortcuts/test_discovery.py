@@ -202,6 +202,33 @@ def test_the_hotspot_transplant_flips_to_the_stamped_class_and_the_controls_do_n
     assert model.images == 36 + sum(pasted)
 
 
+def test_two_methods_maps_flag_a_class_when_either_finds_its_stamp_and_a_shared_test_runs_once():
+    images, classes, maps = stamp_case()
+    elsewhere = maps.clone()
+    elsewhere[classes == 1, 0, 0] = 0.0
+    elsewhere[classes == 1, SIDE - 1, SIDE - 1] = 100.0  # a method whose class-1 maps miss the stamp
+    settings = DiscoverySettings()
+    right, wrong = (summarise_classes(m, classes, 3, settings) for m in (maps, elsewhere))
+    missed = discover(StampModel(), images, classes, wrong, patch_size=PATCH)
+    assert not missed.flagged.any() and missed.reported[1].method is None
+    found = discover(StampModel(), images, classes, {"wrong": wrong, "right": right}, patch_size=PATCH)
+    assert found.flagged.tolist() == [False, True, False]
+    assert found.reported[1].method == "right" and found.summary_of(found.reported[1]) is right
+    assert found.summary is wrong  # the first method's, shown
+    alone = discover(StampModel(), images, classes, right, patch_size=PATCH)
+    assert found.suspicion[1] == alone.suspicion[1]  # the same test; its p-value adjusted over more tests
+    assert alone.p_values[1] <= found.p_values[1] <= 0.05
+    # classes 0 and 2 have the same maps in both: each of their tests runs once, under the first method
+    assert all(t.method == "wrong" for label in (0, 2) for t in found.tests[label])
+    assert [len(found.tests[label]) for label in (0, 2)] == [len(alone.tests[label]) for label in (0, 2)]
+    assert found.tests_run == missed.tests_run + len(alone.tests[1])
+    twice = discover(StampModel(), images, classes, {"a": right, "b": right}, patch_size=PATCH)
+    assert twice.p_values.tolist() == alone.p_values.tolist()  # nothing tested twice, nothing adjusted more
+    other = summarise_classes(maps, classes, 3, DiscoverySettings(hotspot_share=0.2))
+    with pytest.raises(ValueError, match="same settings"):
+        discover(StampModel(), images, classes, {"a": right, "b": other}, patch_size=PATCH)
+
+
 def test_at_the_first_look_the_region_goes_first_and_its_controls_only_when_it_could_fire():
     images, classes, maps = stamp_case()  # 24 recipients a class
     summary = summarise_classes(maps, classes, 3, DiscoverySettings())

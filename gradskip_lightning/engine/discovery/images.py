@@ -54,20 +54,20 @@ def discovery_images(
     settings: RenderSettings,
     prefix: str,
 ) -> dict[str, np.ndarray]:
-    """``discovery/<prefix>class_means``: a grid of every class's mean map over its mean image (the reported test's
-    region outlined, captioned with the suspicion); ``discovery/<prefix>strategy_maps/class_<k>`` for each flagged
-    class: its strategies' mean maps (captioned with their sizes)."""
-    summary = found.summary
-    count = len(summary.counts)
+    """``discovery/<prefix>class_means``: a grid of every class's mean map (of the method whose maps gave its
+    reported test) over its mean image (that test's region outlined, captioned with the suspicion);
+    ``discovery/<prefix>strategy_maps/class_<k>`` for each flagged class: its strategies' mean maps (captioned with
+    their sizes)."""
+    count = len(found.summary.counts)
     means = _class_images(probes, normalisation, count)
     tiles = [
-        _tile(means[c], summary.mean_maps[c].numpy(), list(found.reported[c].box), settings,
+        _tile(means[c], found.summary_of(test).mean_maps[c].numpy(), list(test.box), settings,
               f"{class_names[c][:16]} {found.suspicion[c].item():.2f}")
-        for c in range(count)
+        for c, test in enumerate(found.reported)
     ]  # fmt: skip
     images = {key("discovery", prefix, "class_means"): render.image_grid(np.stack(tiles))}
     for label in found.flagged.nonzero()[:, 0].tolist():
-        strategies = summary.strategies[label]
+        strategies = found.summary_of(found.reported[label]).strategies[label]
         tiles = [
             _tile(means[label], strategies.mean_maps[s].numpy(), None, settings, f"strategy {s}: {int(size)} maps")
             for s, size in enumerate(strategies.sizes.tolist())
@@ -82,8 +82,9 @@ def alert_text(
 ) -> tuple[str, str]:
     """(title, text) of the alert for flagged class ``label``: the class (and strategy), the tested region's box in
     pixels, the suspicion and p-value, the flip rates."""
-    summary, test = found.summary, found.reported[label]
-    transplant, group, settings = test.transplant, test.group, found.summary.settings
+    test = found.reported[label]
+    summary, transplant, group = found.summary_of(test), test.transplant, test.group
+    settings = summary.settings
     top, left, bottom, right = test.box
     ph, pw = patch_size
     height, width = summary.mean_maps.shape[1] * ph, summary.mean_maps.shape[2] * pw
@@ -93,7 +94,8 @@ def alert_text(
     title = f"GradSkip discovery: class {class_names[label]!r} may use a shortcut"
     text = (
         f"Epoch {epoch}: {who} may use a shortcut at rows {top * ph}-{bottom * ph}, columns {left * pw}-{right * pw} "
-        f"px (of {height} x {width}; {'the hotspot grown by its relevant neighbours' if test.grown else 'its hotspot'})"
+        f"px (of {height} x {width}; {'the hotspot grown by its relevant neighbours' if test.grown else 'its hotspot'}"
+        f"{'' if test.method is None else f' in the {test.method} maps'})"
         f": suspicion {found.suspicion[label].item():.2f} (floor {settings.alert_threshold:g}), p = "
         f"{found.p_values[label].item():.2g} (alpha {settings.alpha:g}, adjusted for {found.tests_run} tests). "
         f"Pasting it from {'the strategy' if group.strategy is not None else 'the class'}'s images onto other "

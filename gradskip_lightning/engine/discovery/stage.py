@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import torch
@@ -50,11 +51,10 @@ __all__ = ["DiscoveryStage", "Discoverer", "Discovered", "StageRun", "discovery_
 
 #: Default ``property_alert_threshold``, chosen in docs/discovery.md (*Global properties*).
 PROPERTY_ALERT_THRESHOLD = 0.4
-#: Default ``method``, chosen by the discovery benchmark (docs/discovery.md, *Which method*): the three
-#: candidates tied on stamps and bars at the last epoch; Chefer and LRP flagged a stamp on part of a class at 7 of
-#: the 8 epochs a model relied on it (GradSkip 4), Chefer had the lowest clean suspicion on BloodMNIST, and it
-#: runs on every family.
-DISCOVERY_METHOD = "chefer"
+#: Default ``method``: the maps of both, each class tested at either's hotspots (docs/discovery.md, *Which
+#: method*): each alone missed stamps the other found (Chefer a placed stamp at 2 of 12 epoch ends, GradSkip a
+#: stamp on part of a class at 4 of 8), and both run on every family.
+DISCOVERY_METHODS = ("chefer", "gradskip")
 
 
 @dataclass(frozen=True)
@@ -70,11 +70,10 @@ class DiscoveryStage(DiscoverySettings):
             flagged).
         every_n_epochs: run at every n-th explained epoch (epochs n-1, 2n-1, ...; always under ``validate()``).
         batch_size: images per forward of the transplant test.
-        method: the method whose maps the stage summarises (default :data:`DISCOVERY_METHOD`, by measurement: it
-            tied GradSkip and LRP on stamps and bars at the last epoch, flagged a stamp on part of a class at 7 of 8
-            epochs where a model relied on it (GradSkip 4) and had the lowest clean suspicion on BloodMNIST, see
-            docs/discovery.md; None: the callback's ``method``); one other than the callback's is explained for the
-            discovery probes only (with its default options).
+        method: the method, or methods, whose maps the stage summarises: with several, each class is tested at every
+            method's hotspots (one Holm over all), so it is flagged when either's fires (default
+            :data:`DISCOVERY_METHODS`, by measurement: docs/discovery.md; None: the callback's ``method``); one other
+            than the callback's is explained for the discovery probes only (with its default options).
         properties: the image-wide properties whose transfer each class is tested with (names of
             :data:`~gradskip_lightning.shortcuts.image_properties.PROPERTIES`); None: all that apply to the
             model's channels (colour, tone and signature need 3); ``()``: none.
@@ -86,7 +85,7 @@ class DiscoveryStage(DiscoverySettings):
     probes_per_class: int = 8
     every_n_epochs: int = 1
     batch_size: int = 64
-    method: str | None = DISCOVERY_METHOD
+    method: str | tuple[str, ...] | None = DISCOVERY_METHODS
     properties: tuple[PropertyName, ...] | None = None
     property_alert_threshold: float = PROPERTY_ALERT_THRESHOLD
 
@@ -100,8 +99,22 @@ class DiscoveryStage(DiscoverySettings):
         positive("probes_per_class", self.probes_per_class)
         positive("every_n_epochs", self.every_n_epochs)
         positive("batch_size", self.batch_size)
-        if self.method is not None and self.method not in all_methods():
-            raise ValueError(f"discovery method must be None or one of {all_methods()}, got {self.method!r}")
+        if isinstance(self.method, list):  # a YAML list becomes a tuple
+            object.__setattr__(self, "method", tuple(self.method))
+        names = (self.method,) if isinstance(self.method, str) else self.method or ()
+        if (self.method is not None and not names) or any(name not in all_methods() for name in names):
+            raise ValueError(
+                f"discovery method must be None or one or more of {all_methods()}, got {self.method!r}"
+            )
+        if len(set(names)) < len(names):
+            raise ValueError(f"discovery method names a method twice: {self.method!r}")
+
+    def methods(self, default: str) -> tuple[str, ...]:
+        """The methods whose maps the stage summarises, the first the primary (its maps are the ones shown);
+        ``default``: the callback's method, used when ``method`` is None."""
+        if self.method is None:
+            return (default,)
+        return (self.method,) if isinstance(self.method, str) else self.method
 
     def properties_for(self, channels: int) -> tuple[PropertyName, ...]:
         """The properties tested on images of ``channels`` channels; a named one that does not apply is a ValueError."""
@@ -288,38 +301,41 @@ class Discoverer:
     def run(
         self,
         module: nn.Module,
-        explainer: ModelExplainer,
+        explainers: Mapping[str, ModelExplainer],
         *,
         batch_size: int,
         activation: Activation,
         normalisation: Normalisation | None = None,
     ) -> StageRun:
-        """Explain, summarise and transplant on every rank (the same :class:`StageRun` on each).
+        """Explain with each method, summarise and transplant on every rank (the same :class:`StageRun` on each).
 
-        ``module``: the module ``explainer`` explains (a LightningModule, a ``transformers`` model). A probe
-        whose map is degenerate (:func:`usable_maps`) is left out of its class's summary. ``normalisation`` (the
-        probes'; None: each channel's range over them) takes the probes to pixels for the property transfers.
-        Every rank must call it. Isolated like the callback's explanation (RNG, modes, no parameter gradients).
+        ``module``: the module the ``explainers`` (by method, the stage's :meth:`DiscoveryStage.methods`) explain
+        (a LightningModule, a ``transformers`` model). A probe whose map is degenerate (:func:`usable_maps`) is left
+        out of that method's class summary. ``normalisation`` (the probes'; None: each channel's range over them)
+        takes the probes to pixels for the property transfers. Every rank must call it. Isolated like the
+        callback's explanation (RNG, modes, no parameter gradients).
         """
         probes = self.probes
         if probes is None or self.settings is None:
             return StageRun(None, "no discovery probes")
+        explainer = next(iter(explainers.values()))
         shard = shard_positions(len(probes))
+        own = shard.positions[: shard.count]
         device = next(explainer.model.parameters()).device
-        error, maps, usable = None, None, None
+        error, maps = None, dict[str, Tensor]()
         with isolate_rng(include_cuda=True), torch.inference_mode(False), eval_mode(module):
             try:
-                chunks = []
-                for start in range(0, len(shard.positions), batch_size):
-                    index = shard.positions[start : start + batch_size]
-                    images = probes.images[index].clone().to(device)
-                    chunks.append(explainer.explain(images, probes.labels[index].to(device)).token_maps.detach())
-                maps = torch.cat(chunks)[: shard.count]
-                usable = usable_maps(maps)
+                for method, by in explainers.items():
+                    chunks = []
+                    for start in range(0, len(shard.positions), batch_size):
+                        index = shard.positions[start : start + batch_size]
+                        images = probes.images[index].clone().to(device)
+                        chunks.append(by.explain(images, probes.labels[index].to(device)).token_maps.detach())
+                    maps[method] = torch.cat(chunks)[: shard.count]
             except Exception as err:  # noqa: BLE001 - isolation, as the callback's explanation
                 error = f"{type(err).__name__}: {err}"
-            own = shard.positions[: shard.count]
-            left_out = [] if usable is None else own[~usable.cpu()].tolist()
+            usable = {method: usable_maps(token_maps) for method, token_maps in maps.items()}
+            left_out = sorted({p for ok in usable.values() for p in own[~ok.cpu()].tolist()})
             parts: list[tuple[str | None, list[int]]] = [(error, left_out)]
             if _world() > 1:
                 parts = [(None, [])] * _world()
@@ -327,22 +343,23 @@ class Discoverer:
             failed = next((e for e, _ in parts if e is not None), None)
             if failed is not None:
                 return StageRun(None, f"discovery: {failed}")
-            degenerate = sorted(int(probes.ids[p]) for _, positions in parts for p in positions)
-            assert maps is not None and usable is not None
-            metric = ClassMapSummary(
-                explainer.num_classes, (maps.shape[1], maps.shape[2]), settings=self.settings.analysis
-            )
-            metric = metric.to(device)
-            if usable.any():  # a class whose every map is degenerate is a class without maps (NaN suspicion)
-                metric.update(maps[usable].double(), probes.labels[own].to(device)[usable], own[usable.cpu()])
-            summary = metric.compute()  # syncs across processes
+            degenerate = sorted({int(probes.ids[p]) for _, positions in parts for p in positions})
+            summaries = {}
+            for method, token_maps in maps.items():
+                metric = ClassMapSummary(
+                    explainer.num_classes, (token_maps.shape[1], token_maps.shape[2]), settings=self.settings.analysis
+                ).to(device)
+                ok = usable[method]
+                if ok.any():  # a class whose every map is degenerate is a class without maps (NaN suspicion)
+                    metric.update(token_maps[ok].double(), probes.labels[own].to(device)[ok], own[ok.cpu()])
+                summaries[method] = metric.compute()  # syncs across processes
             images, labels = probes.images.clone().to(device), probes.labels.to(device)
             forward = DistinctForward(explainer.model)  # each distinct image once over both tests
             found = discover(
                 forward,
                 images,
                 labels,
-                summary,
+                summaries,
                 patch_size=explainer.patch_size,
                 batch_size=self.settings.batch_size,
                 activation=activation,

@@ -150,7 +150,7 @@ def test_the_stage_summarises_only_the_usable_maps():
     explainer = explainer_for(module)
     discoverer = Discoverer(DiscoveryStage(probes_per_class=4), seed=0)
     discoverer.draw(data.val_dataset, explainer)
-    run = discoverer.run(module, explainer, batch_size=8, activation="softmax")
+    run = discoverer.run(module, {explainer.method: explainer}, batch_size=8, activation="softmax")
     assert run.error is None and run.degenerate == [overflowing]
     probes = discoverer.probes
     label = int(probes.labels[probes.ids.tolist().index(overflowing)])
