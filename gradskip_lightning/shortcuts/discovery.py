@@ -204,6 +204,31 @@ def _regions(group: MapGroup, settings: DiscoverySettings) -> list[tuple[Tensor,
     return regions
 
 
+def _distinct_tests(
+    summaries: Mapping[str | None, ClassMaps], label: int, settings: DiscoverySettings
+) -> list[tuple[MapGroup, Tensor, bool, str | None]]:
+    """Class ``label``'s tests, (group, region, grown, method), in the order of the summaries and their groups: one per
+    distinct (members, region), of the method whose group's cues (concentration, consistency) are the highest, so a
+    test two methods' maps share is run once at the higher suspicion either gives it (the region's constancy is the
+    same for both); a strategy of fewer than :data:`~.discovery_transplant.MIN_TESTED_PROBES` probes is not tested."""
+
+    def cues(group: MapGroup) -> float:
+        consistency = group.consistency if settings.consistency else None
+        score = suspicion_score(1.0, group.concentration, 1.0, consistency)
+        return -math.inf if math.isnan(score) else score
+
+    tests: dict[tuple[bytes, bytes], tuple[MapGroup, Tensor, bool, str | None]] = {}
+    for method, each in summaries.items():
+        for group in each.groups[label]:
+            if group.strategy is not None and len(group.members) < MIN_TESTED_PROBES:
+                continue
+            for region, grown in _regions(group, settings):
+                key = (group.members.cpu().numpy().tobytes(), region.cpu().numpy().tobytes())
+                if key not in tests or cues(group) > cues(tests[key][0]):
+                    tests[key] = (group, region, grown, method)
+    return list(tests.values())
+
+
 def _fires(test: ShortcutTest, settings: DiscoverySettings) -> bool:
     return test.p_value <= settings.alpha and test.suspicion >= settings.alert_threshold  # False when NaN
 
@@ -235,12 +260,11 @@ def discover(
     ``summary`` is :func:`summarise_classes` of these probes' token maps (or a :class:`ClassMapSummary`) with
     the probes' positions (its groups' members are positions among ``images``); its settings give the seed,
     ``alpha``, the floor and the growth. Several summaries by method name (the maps of several methods of the same
-    probes, with the same settings): every summary's groups are tested, a region already tested with the same donors
-    is tested once (under the first method), and one Holm adjusts every test, so a class is flagged when a test of
-    any method's maps fires. A class without probes or without a hotspot gets NaN rates and NaN
-    suspicion; a group of fewer than :data:`~.discovery_transplant.MIN_TESTED_PROBES` (3) probes has no p-value (it
-    never fires), so a strategy that small is
-    not tested. See
+    probes, with the same settings): every summary's groups are tested, a region two of them give with the same
+    donors once (under the method whose group's cues give it the higher suspicion), and one Holm adjusts every
+    test, so a class is flagged when a test of any method's maps fires. A class without probes or without a
+    hotspot gets NaN rates and NaN suspicion; a group of fewer than :data:`~.discovery_transplant.MIN_TESTED_PROBES`
+    (3) probes has no p-value (it never fires), so a strategy that small is not tested. See
     :func:`hotspot_transplant` for ``model``, ``batch_size`` and ``activation``; the unchanged probes go
     through ``model`` once, then each test pastes 3 copies of each recipient.
 
@@ -296,24 +320,17 @@ def discover(
 
     runs: list[list[_Run]] = []
     for label in range(len(first.counts)):
-        found, seen = [], set[tuple[bytes, bytes]]()
-        for method, group in ((m, g) for m, each in summaries.items() for g in each.groups[label]):
-            if group.strategy is not None and len(group.members) < MIN_TESTED_PROBES:
-                continue
-            for region, grown in _regions(group, settings):
-                tested = (group.members.numpy().tobytes(), region.cpu().numpy().tobytes())
-                if tested in seen:  # another method's maps gave the same test
-                    continue
-                seen.add(tested)
-                result = None if measure_all or settings.alert_threshold <= 0 else transplant(group, region, False)
-                if result is not None:
-                    consistency = group.consistency if settings.consistency else None
-                    cues = suspicion_score(1.0, group.concentration, result.constancy, consistency)
-                    if cues > 0:  # measured now, stopped at the first look when it cannot reach half the floor
-                        result = transplant(group, region, True, settings.alert_threshold / 2 / cues)
-                    elif math.isnan(cues):
-                        result = transplant(group, region, True)
-                found.append(scored(group, region, grown, result or transplant(group, region, True), method))
+        found = []
+        for group, region, grown, method in _distinct_tests(summaries, label, settings):
+            result = None if measure_all or settings.alert_threshold <= 0 else transplant(group, region, False)
+            if result is not None:
+                consistency = group.consistency if settings.consistency else None
+                cues = suspicion_score(1.0, group.concentration, result.constancy, consistency)
+                if cues > 0:  # measured now, stopped at the first look when it cannot reach half the floor
+                    result = transplant(group, region, True, settings.alert_threshold / 2 / cues)
+                elif math.isnan(cues):
+                    result = transplant(group, region, True)
+            found.append(scored(group, region, grown, result or transplant(group, region, True), method))
         runs.append(found)
     if any(run[4] >= settings.alert_threshold for found in runs for run in found):  # False when NaN
         runs = [
@@ -328,9 +345,7 @@ def discover(
             settings.alpha,
         ).tolist()
     )
-    tests = [
-        tuple(ShortcutTest(*run[:5], p_value=next(adjusted), method=run[5]) for run in found) for found in runs
-    ]
+    tests = [tuple(ShortcutTest(*run[:5], p_value=next(adjusted), method=run[5]) for run in found) for found in runs]
     reported = tuple(_reported(found, settings) for found in tests)
     device = first.consistency.device
     suspicion = torch.tensor([t.suspicion for t in reported], dtype=torch.float64, device=device)

@@ -202,7 +202,7 @@ def test_the_hotspot_transplant_flips_to_the_stamped_class_and_the_controls_do_n
     assert model.images == 36 + sum(pasted)
 
 
-def test_two_methods_maps_flag_a_class_when_either_finds_its_stamp_and_a_shared_test_runs_once():
+def test_two_methods_flag_a_class_when_either_finds_its_stamp_and_a_shared_test_runs_once_at_the_higher_suspicion():
     images, classes, maps = stamp_case()
     elsewhere = maps.clone()
     elsewhere[classes == 1, 0, 0] = 0.0
@@ -224,6 +224,18 @@ def test_two_methods_maps_flag_a_class_when_either_finds_its_stamp_and_a_shared_
     assert found.tests_run == missed.tests_run + len(alone.tests[1])
     twice = discover(StampModel(), images, classes, {"a": right, "b": right}, patch_size=PATCH)
     assert twice.p_values.tolist() == alone.p_values.tolist()  # nothing tested twice, nothing adjusted more
+    cued = DiscoverySettings(consistency=True)  # the cue two methods' groups of one region can differ in
+    alike = maps.clone()
+    alike[classes == 1] = maps[classes == 1][0] + 0.01 * maps[classes == 1]  # class 1's maps agree: consistent
+    alike[classes == 1, 0, 0] = 100.0
+    agreeing, disagreeing = (summarise_classes(m, classes, 3, cued) for m in (alike, maps))
+    assert agreeing.hotspots[1].equal(disagreeing.hotspots[1])
+    assert agreeing.groups[1][0].consistency > disagreeing.groups[1][0].consistency
+    both = discover(StampModel(), images, classes, {"a": disagreeing, "b": agreeing}, patch_size=PATCH)
+    alone = discover(StampModel(), images, classes, agreeing, patch_size=PATCH)
+    assert both.tests[1][0].method == "b"  # the shared test, run once, at the higher suspicion either gives
+    assert both.suspicion[1] == alone.suspicion[1] > discover(StampModel(), images, classes, disagreeing,
+                                                               patch_size=PATCH).suspicion[1]  # fmt: skip
     other = summarise_classes(maps, classes, 3, DiscoverySettings(hotspot_share=0.2))
     with pytest.raises(ValueError, match="same settings"):
         discover(StampModel(), images, classes, {"a": right, "b": other}, patch_size=PATCH)
