@@ -80,7 +80,7 @@ from gradskip_lightning.metrics.perturbation import Activation
 
 from .discovery_maps import ClassMaps, ClassMapSummary, DiscoverySettings, MapGroup, grown_hotspot, summarise_classes
 from .discovery_strategies import Strategies
-from .discovery_transplant import FIRST_LOOK, MIN_TESTED_PROBES, HotspotTransplant, hotspot_transplant
+from .discovery_transplant import FIRST_LOOK, MIN_TESTED_PROBES, HotspotTransplant, PatchAgreements, hotspot_transplant
 from .multiplicity import gated_holm
 
 __all__ = [
@@ -291,6 +291,7 @@ def discover(
     settings = first.settings
     with torch.no_grad():
         logits = torch.cat([model(images[start : start + batch_size]) for start in range(0, len(images), batch_size)])
+    agreements = PatchAgreements.of(images, classes, patch_size)  # every test's pixel agreement, from one pass
 
     def transplant(group: MapGroup, region: Tensor, measure: bool, futile_below: float = 0.0) -> HotspotTransplant:
         return hotspot_transplant(
@@ -308,6 +309,7 @@ def discover(
             measure=measure,
             first_look=None if measure_all else first_look,
             futile_below=futile_below,
+            agreements=agreements,
         )
 
     def scored(group: MapGroup, region: Tensor, grown: bool, result: HotspotTransplant, method: str | None) -> _Run:

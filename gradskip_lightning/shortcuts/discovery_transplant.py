@@ -163,8 +163,71 @@ def agreement_counts(images: Tensor, pixels: Tensor) -> Tensor:
     return counts
 
 
+@dataclass(frozen=True)
+class PatchAgreements:
+    """:func:`agreement_counts` of every region made of patches, from one pass over the probes: per patch, at how
+    many of its values each ordered pair of distinct probes of the same class agrees (the only pairs
+    :func:`constancy_test` reads); a region's counts are the sums over its patches.
+
+    Attributes:
+        first, second: (n,) positions of the pairs' probes among the P probes.
+        counts: (h, w, n) float64, per patch each pair's agreeing values.
+        patch_values: values per patch (ph * pw * C).
+        probes: P.
+
+    Example:
+        >>> images = torch.rand(6, 2, 4, 4, generator=torch.Generator().manual_seed(0))
+        >>> classes, region = torch.tensor([0, 0, 0, 1, 1, 1]), torch.tensor([[True, False], [True, True]])
+        >>> counts = PatchAgreements.of(images, classes, 2).region(region)
+        >>> whole = agreement_counts(images, patch_pixels(region, (2, 2)))
+        >>> same = classes[:, None] == classes[None, :]
+        >>> torch.equal(counts[same], whole[same]), float(counts[0, 0]), float(counts[0, 3])
+        (True, 24.0, 0.0)
+    """
+
+    first: Tensor
+    second: Tensor
+    counts: Tensor
+    patch_values: int
+    probes: int
+
+    @classmethod
+    def of(cls, images: Tensor, classes: Tensor, patch_size: int | tuple[int, int]) -> PatchAgreements:
+        """The counts of the probes (P, C, H, W) of ``classes`` (P,), for patches of ``patch_size`` pixels."""
+        patch = _patch_pixels(patch_size)
+        count, channels, height, width = images.shape
+        grid = (height // patch[0], width // patch[1])
+        values = images.double()
+        tolerance = AGREEMENT_TOLERANCE * (values.std(dim=0) if count > 1 else torch.zeros_like(values[0]))
+        classes = classes.to(images.device)
+        same = (classes[:, None] == classes[None, :]).fill_diagonal_(False)
+        first, second = same.nonzero(as_tuple=True)
+        step = max(1, _CHUNK_ELEMENTS // max(1, values[0].numel()))
+        chunks = []
+        for start in range(0, len(first), step):
+            i, j = first[start : start + step], second[start : start + step]
+            agree = ((values[i] - values[j]).abs() <= tolerance).double()  # (pairs, C, H, W)
+            shaped = agree.reshape(len(i), channels, grid[0], patch[0], grid[1], patch[1])
+            chunks.append(shaped.sum(dim=(1, 3, 5)))  # (pairs, h, w)
+        counts = torch.cat(chunks) if chunks else values.new_zeros(0, *grid)
+        return cls(first, second, counts.permute(1, 2, 0), channels * patch[0] * patch[1], count)
+
+    def region(self, hotspot: Tensor) -> Tensor:
+        """(P, P) float64: the agreement counts of the region ``hotspot`` (h, w) bool, as :func:`agreement_counts`
+        gives them for pairs of the same class; 0 for pairs of different classes, the diagonal every value."""
+        hotspot = hotspot.to(self.counts.device)
+        counts = self.counts.new_zeros(self.probes, self.probes)
+        counts[self.first, self.second] = self.counts[hotspot].sum(dim=0)
+        return counts.fill_diagonal_(float(hotspot.sum()) * self.patch_values)
+
+
 def constancy_test(
-    images: Tensor, classes: Tensor, target: int, pixels: Tensor, members: Tensor | None = None
+    images: Tensor,
+    classes: Tensor,
+    target: int,
+    pixels: Tensor,
+    members: Tensor | None = None,
+    counts: Tensor | None = None,
 ) -> tuple[float, float]:
     """(constancy, p-value) of a region's pixels over a group of class-``target`` images.
 
@@ -188,6 +251,8 @@ def constancy_test(
         target: the class c.
         pixels: (H, W) bool, the region.
         members: (n,) positions of the group's images among ``images`` (default: every image of class c).
+        counts: (P, P) the region's :func:`agreement_counts`, when known (:meth:`PatchAgreements.region`: only
+            the pairs of the same class are read).
 
     Example:
         >>> images = torch.rand(8, 1, 4, 4, generator=torch.Generator().manual_seed(0))
@@ -203,7 +268,7 @@ def constancy_test(
     sizes = torch.bincount(classes[classes != target])
     if len(group) < 2 or not bool((sizes > 1).any()) or not pixels.any():
         return math.nan, math.nan
-    counts = agreement_counts(images, pixels)
+    counts = agreement_counts(images, pixels) if counts is None else counts.clone()
     values = float(counts[0, 0])
     counts = counts.fill_diagonal_(0)
     inside = counts[group][:, group]
@@ -330,6 +395,7 @@ def hotspot_transplant(
     measure: bool = True,
     first_look: int | None = None,
     futile_below: float = 0.0,
+    agreements: PatchAgreements | None = None,
 ) -> HotspotTransplant:
     """Paste a region of class ``target``'s donors onto the other classes' probes, with controls and p-values
     (see the module docstring).
@@ -359,6 +425,8 @@ def hotspot_transplant(
             region goes first: when its flip rate alone is below ``futile_below``, the controls are not
             forwarded (NaN; the excess is then the flip rate, the most it can be).
         futile_below: see ``first_look``.
+        agreements: the probes' :class:`PatchAgreements` for these patches, when known (the pixel test then sums
+            them instead of comparing the region's pixels; the same counts).
 
     Example:
         >>> def model(x):  # class 1 iff the top-left 2 x 2 pixels are 1
@@ -395,7 +463,8 @@ def hotspot_transplant(
     others = (classes != target).nonzero()[:, 0]
     donors = (classes == target).nonzero()[:, 0] if donors is None else _checked_donors(donors, classes, target)
     pixels = patch_pixels(hotspot, patch)
-    constancy, constancy_p = constancy_test(images, classes, target, pixels, donors)
+    counts = None if agreements is None else agreements.region(hotspot)
+    constancy, constancy_p = constancy_test(images, classes, target, pixels, donors, counts)
 
     def predictions(count: int, build: Callable[[int, int], Tensor]) -> Tensor:
         chunks = []

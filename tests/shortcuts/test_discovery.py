@@ -22,6 +22,7 @@ from gradskip_lightning.shortcuts.discovery_maps import consistency, grown_hotsp
 from gradskip_lightning.shortcuts.discovery_strategies import find_strategies
 from gradskip_lightning.shortcuts.discovery_transplant import (
     MIN_TESTED_PROBES,
+    PatchAgreements,
     constancy_test,
     hotspot_transplant,
     pixel_constancy,
@@ -330,6 +331,26 @@ def test_the_constancy_p_value_is_about_uniform_on_random_texture_and_tiny_for_a
     images[classes == 2, :, :PATCH, :PATCH] = 0.5
     assert constancy_test(images, classes, 2, corner) == (1.0, 0.0)
     assert math.isnan(constancy_test(images, classes, 2, corner, torch.tensor([20, 21]))[1])  # 2 images: no p-value
+
+
+def test_the_patch_agreements_give_every_region_and_group_the_same_pixel_test_as_its_pixels():
+    generator = torch.Generator().manual_seed(3)
+    classes = torch.arange(3).repeat_interleave(7)
+    images = torch.rand(21, 3, 16, 16, generator=generator, dtype=torch.float64)
+    images[classes == 1, :, :PATCH, :PATCH] = 0.5  # a stamp on class 1, at the corner
+    agreements = PatchAgreements.of(images, classes, PATCH)
+    for _ in range(12):
+        region = torch.rand(SIDE, SIDE, generator=generator) < 0.3
+        region[0, 0] = True
+        pixels = region.repeat_interleave(PATCH, 0).repeat_interleave(PATCH, 1)
+        for target, members in ((0, None), (1, None), (1, torch.tensor([7, 9, 11, 12])), (2, torch.tensor([14, 15]))):
+            at_pixels = constancy_test(images, classes, target, pixels, members)
+            summed = constancy_test(images, classes, target, pixels, members, agreements.region(region))
+            assert summed == pytest.approx(at_pixels, nan_ok=True, rel=0, abs=0)
+    corner = torch.zeros(SIDE, SIDE, dtype=torch.bool)
+    corner[0, 0] = True
+    assert constancy_test(images, classes, 1, corner.repeat_interleave(PATCH, 0).repeat_interleave(PATCH, 1),
+                          counts=agreements.region(corner)) == (1.0, 0.0)  # fmt: skip
 
 
 BAR = 0.05
