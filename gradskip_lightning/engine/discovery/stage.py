@@ -1,10 +1,11 @@
 """The callback's discovery stage: find a shortcut nobody named (:mod:`gradskip_lightning.shortcuts.discovery`).
 
 Every ``every_n_epochs``-th explained epoch, the discovery probes (``probes_per_class`` per class,
-drawn like the probes and kept in checkpoints) are explained for their own class with the
-callback's method; the maps are summarised per class (:class:`~gradskip_lightning.metrics.ClassMapSummary`),
-each class's hotspot (and grown hotspot, and each SpRAy strategy's) is transplanted onto the other
-classes' probes and every class gets a suspicion score and a p-value. The scalars go in the
+drawn like the probes and kept in checkpoints) are explained for their own class with the stage's
+methods (Chefer's and GradSkip by default); each method's maps are summarised per class
+(:class:`~gradskip_lightning.metrics.ClassMapSummary`), each class's hotspot (and grown hotspot, and each SpRAy
+strategy's) of either is transplanted onto the other classes' probes and every class gets a suspicion score and
+a p-value (one Holm over every test). The scalars go in the
 ``discovery`` section (:func:`discovery_scalars`, monitorable like the others; in fit also each
 class's peak suspicion so far, kept in checkpoints), the class-mean map grid and a flagged class's
 strategies are images (:mod:`.images`), and a newly flagged class raises an alert. The global property
