@@ -216,6 +216,14 @@ class ExplainerBase:
             regions: (B, h, w) bool on the logits grid, for segmentation families (None: the
                 positions predicted as the class).
         """
+        images, targets, regions = self._inputs(images, targets, regions)
+        with torch.autocast(images.device.type, enabled=False):
+            return self._explain(images, targets, regions)
+
+    def _inputs(
+        self, images: Tensor, targets: Tensor | None, regions: Tensor | None
+    ) -> tuple[Tensor, Tensor | None, Tensor | None]:
+        """The checked inputs of :meth:`explain` on the model's device, the images in its precision."""
         self.check_images(images)
         if images.shape[0] == 0:
             raise ValueError(
@@ -230,5 +238,4 @@ class ExplainerBase:
         if regions is not None:
             self.check_regions(regions, images)
             regions = regions.to(device)
-        with torch.autocast(device.type, enabled=False):
-            return self._explain(images.to(device=device, dtype=dtype), targets, regions)
+        return images.to(device=device, dtype=dtype), targets, regions

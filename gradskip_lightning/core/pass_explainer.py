@@ -10,9 +10,9 @@ head outside the network are honoured.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from functools import cached_property
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
 from torch import Tensor, nn
@@ -21,6 +21,7 @@ from gradskip_lightning.core.adapter import PassAdapter
 from gradskip_lightning.core.explanation import (
     ExplainerBase,
     Explanation,
+    ModelExplainer,
     Task,
     UnsupportedModel,
     all_finite,
@@ -28,9 +29,13 @@ from gradskip_lightning.core.explanation import (
 )
 from gradskip_lightning.core.methods import MethodSpec
 from gradskip_lightning.core.registry import Registry
+from gradskip_lightning.core.tensors import BlockTensors, BlockVisitor, CaptureMode, Top
 from gradskip_lightning.core.validation import check_image_batch, check_logits
 
-__all__ = ["PassExplainer"]
+if TYPE_CHECKING:
+    from gradskip_lightning.methods.output import MethodOutput
+
+__all__ = ["PassExplainer", "explain_each"]
 
 
 class PassExplainer(ExplainerBase):
@@ -133,7 +138,37 @@ class PassExplainer(ExplainerBase):
         visitor = self.spec.step(self.options)
         top = self.adapter.run(self.model, images, targets, visitor)
         self._check_width(top.logits)
-        out = visitor.result()
+        return self._explanation(visitor.result(), top, images)
+
+    def explain_together(
+        self, others: Sequence[PassExplainer], images: Tensor, targets: Tensor | None = None
+    ) -> list[Explanation]:
+        """This explainer's :meth:`explain` of a batch and each of ``others``', from one pass: one forward and one
+        backward, each method's visitor fed the same blocks (the explanations equal each explainer's own).
+
+        Raises:
+            ValueError: an explainer of another network, or a method that captures in another mode (a
+                conservative LRP pass and a gradient pass cannot be shared); and as :meth:`explain`.
+        """
+        explainers = (self, *others)
+        visitors = [explainer.spec.step(explainer.options) for explainer in explainers]
+        foreign = [
+            e.method for e in others if e.model is not self.model or e.adapter.backbone is not self.adapter.backbone
+        ]
+        modes = {visitor.mode for visitor in visitors}
+        if foreign or len(modes) > 1:
+            raise ValueError(
+                f"explain_together shares one pass of one network in one capture mode; got {len(explainers)} methods "
+                f"in modes {sorted(modes)}{f', {foreign} of another network' if foreign else ''}"
+            )
+        images, targets, _ = self._inputs(images, targets, None)
+        with torch.autocast(images.device.type, enabled=False):
+            top = self.adapter.run(self.model, images, targets, _SharedPass(visitors))
+        self._check_width(top.logits)
+        return [e._explanation(visitor.result(), top, images) for e, visitor in zip(explainers, visitors, strict=True)]
+
+    def _explanation(self, out: MethodOutput, top: Top, images: Tensor) -> Explanation:
+        """The :class:`Explanation` of a visitor's ``out`` of the pass whose top is ``top``."""
         token_maps = out.patch_relevance.reshape(-1, *top.grid_size)
         finite = all_finite(out.head_weights, out.gates, token_maps)
         maps, token_maps, valid = relevance_maps(token_maps, finite, (images.shape[2], images.shape[3]))
@@ -149,3 +184,43 @@ class PassExplainer(ExplainerBase):
             sparsity=out.sparsity,
             gates=out.gates,
         )
+
+
+class _SharedPass:
+    """Several visitors of one capture mode fed by one pass: each gets the top and every block, in order."""
+
+    def __init__(self, visitors: Sequence[BlockVisitor]) -> None:
+        self.visitors = tuple(visitors)
+        self.mode: CaptureMode = self.visitors[0].mode
+        self.needs_value_norm = any(visitor.needs_value_norm for visitor in self.visitors)
+        self.needs_branch = any(visitor.needs_branch for visitor in self.visitors)
+
+    def start(self, top: Top) -> None:
+        for visitor in self.visitors:
+            visitor.start(top)
+
+    def block(self, tensors: BlockTensors) -> None:
+        for visitor in self.visitors:
+            visitor.block(tensors)
+
+
+def explain_each(
+    explainers: Sequence[ModelExplainer], images: Tensor, targets: Tensor | None = None
+) -> list[Explanation]:
+    """Each explainer's :meth:`~gradskip_lightning.core.explanation.ModelExplainer.explain` of one batch (B, C, H, W):
+    the :class:`PassExplainer` s of one network whose methods capture in one mode share a pass
+    (:meth:`PassExplainer.explain_together`), the others explain alone; in the order given."""
+    shared: dict[tuple[int, int, str], list[int]] = {}
+    explained: dict[int, Explanation] = {}
+    for position, explainer in enumerate(explainers):
+        if isinstance(explainer, PassExplainer):
+            mode = explainer.spec.step(explainer.options).mode
+            shared.setdefault((id(explainer.model), id(explainer.adapter.backbone), mode), []).append(position)
+        else:
+            explained[position] = explainer.explain(images, targets)
+    for positions in shared.values():
+        first, *others = (explainers[position] for position in positions)
+        assert isinstance(first, PassExplainer)
+        together = first.explain_together([e for e in others if isinstance(e, PassExplainer)], images, targets)
+        explained.update(zip(positions, together, strict=True))
+    return [explained[position] for position in range(len(explainers))]

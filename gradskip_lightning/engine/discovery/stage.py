@@ -36,6 +36,7 @@ from torch.utils.data import Dataset
 from gradskip_lightning.core.adapter import eval_mode
 from gradskip_lightning.core.explanation import ModelExplainer
 from gradskip_lightning.core.normalisation import Normalisation
+from gradskip_lightning.core.pass_explainer import explain_each
 from gradskip_lightning.engine.keys import key
 from gradskip_lightning.engine.probes import ItemKeys, ProbeSet, ProbeSource, check_probes
 from gradskip_lightning.engine.scoring.distributed import shard_positions
@@ -104,9 +105,7 @@ class DiscoveryStage(DiscoverySettings):
             object.__setattr__(self, "method", tuple(self.method))
         names = (self.method,) if isinstance(self.method, str) else self.method or ()
         if (self.method is not None and not names) or any(name not in all_methods() for name in names):
-            raise ValueError(
-                f"discovery method must be None or one or more of {all_methods()}, got {self.method!r}"
-            )
+            raise ValueError(f"discovery method must be None or one or more of {all_methods()}, got {self.method!r}")
         if len(set(names)) < len(names):
             raise ValueError(f"discovery method names a method twice: {self.method!r}")
 
@@ -308,7 +307,9 @@ class Discoverer:
         activation: Activation,
         normalisation: Normalisation | None = None,
     ) -> StageRun:
-        """Explain with each method, summarise and transplant on every rank (the same :class:`StageRun` on each).
+        """Explain with each method (one pass where they can share it:
+        :func:`~gradskip_lightning.core.pass_explainer.explain_each`), summarise and transplant on every rank (the
+        same :class:`StageRun` on each).
 
         ``module``: the module the ``explainers`` (by method, the stage's :meth:`DiscoveryStage.methods`) explain
         (a LightningModule, a ``transformers`` model). A probe whose map is degenerate (:func:`usable_maps`) is left
@@ -326,13 +327,14 @@ class Discoverer:
         error, maps = None, dict[str, Tensor]()
         with isolate_rng(include_cuda=True), torch.inference_mode(False), eval_mode(module):
             try:
-                for method, by in explainers.items():
-                    chunks = []
-                    for start in range(0, len(shard.positions), batch_size):
-                        index = shard.positions[start : start + batch_size]
-                        images = probes.images[index].clone().to(device)
-                        chunks.append(by.explain(images, probes.labels[index].to(device)).token_maps.detach())
-                    maps[method] = torch.cat(chunks)[: shard.count]
+                chunks: dict[str, list[Tensor]] = {method: [] for method in explainers}
+                for start in range(0, len(shard.positions), batch_size):
+                    index = shard.positions[start : start + batch_size]
+                    images = probes.images[index].clone().to(device)
+                    explained = explain_each(list(explainers.values()), images, probes.labels[index].to(device))
+                    for method, explanation in zip(explainers, explained, strict=True):
+                        chunks[method].append(explanation.token_maps.detach())
+                maps = {method: torch.cat(parts)[: shard.count] for method, parts in chunks.items()}
             except Exception as err:  # noqa: BLE001 - isolation, as the callback's explanation
                 error = f"{type(err).__name__}: {err}"
             usable = {method: usable_maps(token_maps) for method, token_maps in maps.items()}
