@@ -2,7 +2,7 @@
 
 For each model of ``--models`` (``variant/seed/epoch`` of the weights the discovery benchmark kept with
 ``--keep-weights``), the stage as the callback runs it at its defaults (:data:`~benchmarks.discovery.trace.STAGE`:
-its method's maps of the dataset's discovery probes, their class summary, the hotspot tests through one
+its methods' maps of the dataset's discovery probes (one pass), their class summaries, the hotspot tests through one
 :class:`~gradskip_lightning.shortcuts.distinct_forward.DistinctForward`, the property tests), twice in a row: with
 every measured test taking every recipient (``first_look=None``: the path before the first look) and at the
 default :data:`~gradskip_lightning.shortcuts.discovery_transplant.FIRST_LOOK`. Seconds per part and images
@@ -23,7 +23,8 @@ import torch
 from torch import nn
 
 from gradskip_lightning.core.normalisation import Normalisation
-from gradskip_lightning.families.timm_vit import adapter_for
+from gradskip_lightning.core.pass_explainer import explain_each
+from gradskip_lightning.families.timm_vit import TimmViTExplainer, adapter_for
 from gradskip_lightning.metrics import CountingModel
 from gradskip_lightning.shortcuts import discover, summarise_classes
 from gradskip_lightning.shortcuts.discovery import Discovery
@@ -32,7 +33,7 @@ from gradskip_lightning.shortcuts.discovery_transplant import FIRST_LOOK
 from gradskip_lightning.shortcuts.distinct_forward import DistinctForward
 from gradskip_lightning.shortcuts.image_properties import PixelSpace
 
-from .discovery.trace import STAGE, discovery_probes, token_map_fn
+from .discovery.trace import STAGE, discovery_probes
 from .discovery.variants import DATASETS, VARIANTS, make_datamodule
 from .runs import command_line
 from .tables import table
@@ -74,11 +75,11 @@ def stage_cost(model: nn.Module, images: torch.Tensor, classes: torch.Tensor, sp
     look = PATHS[path]
     num_classes = int(classes.max()) + 1
     start = time.perf_counter()
+    methods = STAGE.methods("gradskip")
+    explained = explain_each([TimmViTExplainer(model, method) for method in methods], images, classes)
     summaries = {
-        method: summarise_classes(
-            token_map_fn(method, 0)(model, images, classes).detach().double(), classes, num_classes, STAGE.analysis
-        )
-        for method in STAGE.methods("gradskip")
+        method: summarise_classes(explanation.token_maps.detach().double(), classes, num_classes, STAGE.analysis)
+        for method, explanation in zip(methods, explained, strict=True)
     }
     mapped = time.perf_counter()
     counted = CountingModel(model)
