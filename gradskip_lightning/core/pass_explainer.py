@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from functools import cached_property
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar
 
 import torch
 from torch import Tensor, nn
@@ -31,9 +31,6 @@ from gradskip_lightning.core.methods import MethodSpec
 from gradskip_lightning.core.registry import Registry
 from gradskip_lightning.core.tensors import BlockTensors, BlockVisitor, CaptureMode, Top
 from gradskip_lightning.core.validation import check_image_batch, check_logits
-
-if TYPE_CHECKING:
-    from gradskip_lightning.methods.output import MethodOutput
 
 __all__ = ["PassExplainer", "explain_each"]
 
@@ -167,8 +164,9 @@ class PassExplainer(ExplainerBase):
         self._check_width(top.logits)
         return [e._explanation(visitor.result(), top, images) for e, visitor in zip(explainers, visitors, strict=True)]
 
-    def _explanation(self, out: MethodOutput, top: Top, images: Tensor) -> Explanation:
-        """The :class:`Explanation` of a visitor's ``out`` of the pass whose top is ``top``."""
+    def _explanation(self, out: Any, top: Top, images: Tensor) -> Explanation:
+        """The :class:`Explanation` of a method visitor's result ``out`` (its patch relevance (B, P) and, for
+        GradSkip, its internals) from the pass whose top is ``top``."""
         token_maps = out.patch_relevance.reshape(-1, *top.grid_size)
         finite = all_finite(out.head_weights, out.gates, token_maps)
         maps, token_maps, valid = relevance_maps(token_maps, finite, (images.shape[2], images.shape[3]))

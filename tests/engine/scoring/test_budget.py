@@ -70,13 +70,14 @@ def _fit(
 def test_over_budget_the_compared_methods_and_scores_run_less_often_and_it_is_said(tmp_path):
     rows, messages, calls = _fit(tmp_path / "tight", max_overhead=1e-6)  # any epoch end is over this budget
     assert len(rows) == EPOCHS  # the explained method's maps every epoch
-    assert len(messages) == 1 and "every" in messages[0]  # said once
+    # said once each: the second epoch end waits for the fit's account, then the strides (planned from it) thin
+    assert len(messages) == 2 and "fit's callback time" in messages[0] and "every" in messages[1]
     compared = [row for row in rows if "faithfulness/gradskip/insertion/rollout" in row]
     scored = [row for row in rows if "faithfulness/gradskip/insertion" in row]
     assert len(compared) == 1 and len(scored) == 1  # only the first epoch, which measured the costs
     assert calls["rollout"] == 1 and calls["gradskip"] == EPOCHS  # one chunk of 8 probes per explain
-    assert all(row["gradskip/budget/compared_every"] == MAX_STRIDE for row in rows[1:])
-    assert all(row["gradskip/budget/scores_every"] == MAX_STRIDE for row in rows[1:])
+    assert all(row["gradskip/budget/compared_every"] == MAX_STRIDE for row in rows[2:])
+    assert all(row["gradskip/budget/scores_every"] == MAX_STRIDE for row in rows[2:])
     assert all(row["gradskip/budget/overhead"] > 0 for row in rows[1:])
 
     rows, messages, calls = _fit(tmp_path / "loose", max_overhead=1e6)  # never over budget
@@ -85,9 +86,10 @@ def test_over_budget_the_compared_methods_and_scores_run_less_often_and_it_is_sa
     assert all(row["gradskip/budget/compared_every"] == 1 for row in rows)
 
     rows, messages, _ = _fit(tmp_path / "tight-discovery", max_overhead=1e-6, discovery=True)
-    assert len(messages) == 1 and "discovery stage runs at every 16" in messages[0]
-    assert [("discovery/gradskip/max_suspicion" in row) for row in rows] == [True] + [False] * (EPOCHS - 1)
-    assert all(row["gradskip/budget/discovery_every"] == MAX_STRIDE for row in rows[1:])
+    assert len(messages) == 2 and "discovery stage runs at every 16" in messages[1]
+    # the stage at the first two epoch ends: no stride is planned from the first one's costs
+    assert [("discovery/gradskip/max_suspicion" in row) for row in rows] == [True, True] + [False] * (EPOCHS - 2)
+    assert all(row["gradskip/budget/discovery_every"] == MAX_STRIDE for row in rows[2:])
 
     rows, messages, _ = _fit(tmp_path / "off", max_overhead=None)
     assert not messages and all("gradskip/budget/overhead" not in row for row in rows)
@@ -99,6 +101,8 @@ def test_strides_thin_the_compared_methods_first_then_the_scores():
     everything = budget.plan(fitting=True)
     assert everything == Plan(("gradskip", "rollout"), frozenset({"gradskip", "rollout"}))
     seconds = {"gradskip/maps": 0.2, "gradskip/scores": 1.0, "rollout/maps": 0.1, "rollout/scores": 1.9}
+    budget.record(everything, total=3.5, seconds=seconds)  # the first epoch end: it plans no stride
+    assert (budget.compared_every, budget.scores_every) == (1, 1) and budget.plan(fitting=True) == everything
     budget.record(everything, total=3.5, seconds=seconds)  # fixed 0.5 s: 0.5 + 1.0 + 2.0 / n <= 2 -> n = 4
     assert (budget.compared_every, budget.scores_every) == (4, 1)
     assert budget.overhead == pytest.approx(0.035)
@@ -118,6 +122,7 @@ def test_the_compared_methods_are_thinned_first_then_the_scores_and_discovery_la
     everything = budget.plan(fitting=True, discovery_due=True)
     assert everything.discovery and everything.methods == ("gradskip", "rollout")
     seconds = {"gradskip/maps": 0.2, "gradskip/scores": 0.5, "rollout/maps": 0.1, "rollout/scores": 0.9, "discovery": 1}
+    budget.record(everything, total=3.0, seconds=seconds)  # the first epoch end plans nothing; the second:
     budget.record(everything, total=3.0, seconds=seconds)
     # fixed 0.5 + discovery 1 / d + scores 0.5 / m + compared 1.0 / n <= 2: d = 1, then m = 2, then n = 4 (2.0)
     assert budget.every == {"compared": 4, "scores": 2, "discovery": 1}

@@ -30,7 +30,8 @@ def _rank(rank: int, port: int, out: str) -> None:
         first = budget.plan(fitting=True)
         # rank 1's rollout took 10 times as long: on its own it would thin the compared methods 10 times as much
         compared = 0.2 if rank == 0 else 2.0
-        budget.record(first, total=1.0 + compared, seconds={"gradskip/scores": 0.5, "rollout/scores": compared})
+        for _ in range(2):  # the strides are planned from the second epoch end
+            budget.record(first, total=1.0 + compared, seconds={"gradskip/scores": 0.5, "rollout/scores": compared})
         own = budget.plan(fitting=True).methods
         agreed = from_rank_zero(budget.plan(fitting=True))
         Path(out, f"rank{rank}.json").write_text(json.dumps({"own": own, "agreed": agreed.methods}))
