@@ -279,8 +279,8 @@ def discover(
     then the first recipients'): a test that could fire goes on to every recipient, and on a model without a
     shortcut most stop. ``first_look`` None: every measured test takes every recipient.
     """
-    named = {None: summary}.items() if isinstance(summary, ClassMaps) else summary.items()
-    summaries: dict[str | None, ClassMaps] = dict(named)
+    named = {None: summary} if isinstance(summary, ClassMaps) else summary
+    summaries: dict[str | None, ClassMaps] = dict(named.items())
     if not summaries:
         raise ValueError("discover needs a summary")
     first = next(iter(summaries.values()))

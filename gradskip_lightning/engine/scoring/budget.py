@@ -214,7 +214,7 @@ class TimeBudget:
         self.overhead = total / train if train > 0 else float("nan")
         self._ends += 1
         if self._ends < 2 or not train > 0 or any(part not in self._costs for part in self.parts):
-            return  # the first epoch end's costs (first calls, a young model) overstate the next: the fit's only
+            return  # the first epoch end's costs (first calls, a young model) overstate the next: fit's account only
         self.every = self._strides(self.max_overhead * train)
         if any(stride > 1 for stride in self.every.values()) and not self._said:
             self._said = True
