@@ -69,9 +69,10 @@ def _flags(found: Discovery, properties: PropertyDiscovery) -> str:
     return "; ".join(parts) or "none"
 
 
-def stage_cost(model: nn.Module, images: torch.Tensor, classes: torch.Tensor, space: PixelSpace, name: str,
-               path: str) -> StageCost:  # fmt: skip
-    """The stage's parts on ``model`` (eval mode) for the discovery probes ``images`` (P, C, H, W) of ``classes``."""
+def stage_cost(model: nn.Module, images: torch.Tensor, classes: torch.Tensor, pixels: tuple[torch.Tensor, torch.Tensor],
+               space: PixelSpace, name: str, path: str) -> StageCost:  # fmt: skip
+    """The stage's parts on ``model`` (eval mode) for the discovery probes ``images`` (P, C, H, W) of ``classes``, a
+    whole class's pixel test reading ``pixels`` (images (Q, C, H, W), classes (Q,))."""
     look = PATHS[path]
     num_classes = int(classes.max()) + 1
     start = time.perf_counter()
@@ -86,7 +87,7 @@ def stage_cost(model: nn.Module, images: torch.Tensor, classes: torch.Tensor, sp
     forward = DistinctForward(counted)
     patch = adapter_for(model).patch_size
     found = discover(forward, images, classes, summaries, patch_size=patch, batch_size=STAGE.batch_size,
-                     measure_all=False, first_look=look)  # fmt: skip
+                     measure_all=False, first_look=look, pixel_images=pixels[0], pixel_classes=pixels[1])  # fmt: skip
     hotspot, hotspot_images = time.perf_counter(), counted.images
     properties = discover_properties(
         forward, images, classes, num_classes, STAGE.properties_for(images.shape[1]), space=space,
@@ -161,9 +162,10 @@ def run(args: argparse.Namespace) -> list[dict[str, Any]]:
     for kept in args.models:
         model, datamodule = _kept_model(args.dataset, args.weights, kept, args.data_root, args.target)
         images, classes = discovery_probes(datamodule.val_dataset, STAGE.probes_per_class)
+        pixels = discovery_probes(datamodule.val_dataset, STAGE.pixel_probes_per_class)
         space = PixelSpace.of(images, Normalisation(datamodule.mean, datamodule.std))
         for path in PATHS:
-            records.append(stage_cost(model, images, classes, space, kept, path))
+            records.append(stage_cost(model, images, classes, pixels, space, kept, path))
             print(records[-1], flush=True)
     print(f"Command: `{command_line()}`\n")
     print(report(records))

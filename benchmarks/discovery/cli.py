@@ -28,7 +28,15 @@ from ..training import has_data, train_or_load
 from . import report
 from .correction import CORRECTION_MARGIN, add_correction_arguments, corrected, correction_callbacks
 from .scoring import Formula
-from .trace import ClassRecord, DiscoveryTrace, PropertyRecord, datamodule_subject, discovery_probes, token_map_fn
+from .trace import (
+    STAGE,
+    ClassRecord,
+    DiscoveryTrace,
+    PropertyRecord,
+    datamodule_subject,
+    discovery_probes,
+    token_map_fn,
+)
 from .variants import (
     CONTROL_P,
     DATASETS,
@@ -51,6 +59,7 @@ PROFILES = Profiles(
         "datasets": list(DATASETS),
         "seeds": [0, 1, 2],
         "probes_per_class": 8,
+        "pixel_probes_per_class": STAGE.pixel_probes_per_class,
         "shares": [0.1, 0.25],
         "ig_steps": 8,
         "variants": list(DEFAULT_VARIANTS),
@@ -62,6 +71,7 @@ PROFILES = Profiles(
         "datasets": ["planted_shapes"],
         "seeds": [0],
         "probes_per_class": 8,
+        "pixel_probes_per_class": STAGE.pixel_probes_per_class,
         "shares": [0.1, 0.25],
         "ig_steps": 4,
         "variants": ["stamped", "clean", "cast"],
@@ -78,6 +88,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         ("--datasets", "datasets, each trained with its config", {"nargs": "+", "choices": list(DATASETS)}),
         ("--seeds", "training seeds: one model of each variant each", {"nargs": "+", "type": int}),
         ("--probes-per-class", "validation images per class explained and transplanted", {"type": int}),
+        ("--pixel-probes-per-class", "images per class a class's pixel test reads (the probes too)", {"type": int}),
         ("--shares", "hotspot shares tested", {"nargs": "+", "type": float}),
         ("--ig-steps", "Integrated Gradients steps", {"type": int}),
         ("--variants", "models trained per seed", {"nargs": "+", "choices": list(VARIANTS)}),
@@ -157,10 +168,11 @@ def train_and_trace(
     subject = datamodule_subject(datamodule, dataset, seed, variant, shortcut, target)
     datamodule.setup("fit")
     images, classes = discovery_probes(datamodule.val_dataset, args.probes_per_class)  # type: ignore[arg-type]
+    pixels = discovery_probes(datamodule.val_dataset, args.pixel_probes_per_class)  # type: ignore[arg-type]
     names = [*args.methods, *available_peers(args.peers)] if variant in MAPPED else []
     methods = {name: token_map_fn(name, args.ig_steps) for name in names}
     space = PixelSpace.of(images, Normalisation(datamodule.mean, datamodule.std))
-    trace = DiscoveryTrace(subject, images, classes, methods, args.shares, variant in PLACED, space)
+    trace = DiscoveryTrace(subject, images, classes, methods, args.shares, variant in PLACED, space, pixels)
     callbacks: list[Callback] = [trace]
     if args.keep_weights is not None:
         callbacks.append(EpochWeights(args.keep_weights / dataset / variant / f"seed{seed}"))

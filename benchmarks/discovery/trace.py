@@ -227,6 +227,8 @@ class DiscoveryTrace(Callback):
         shares: hotspot shares to test.
         every_epoch: trace the maps every epoch (the first-fire point), else only the last.
         space: the probes' pixel space (the datamodule's mean and std), for the property transfers.
+        pixels: the images (Q, C, H, W) and classes (Q,) a whole class's pixel test reads (the stage's
+            ``pixel_probes_per_class``, the probes among them).
     """
 
     def __init__(
@@ -238,9 +240,10 @@ class DiscoveryTrace(Callback):
         shares: list[float],
         every_epoch: bool,
         space: PixelSpace,
+        pixels: tuple[Tensor, Tensor],
     ) -> None:
         super().__init__()
-        self.subject, self.images, self.classes = subject, images, classes
+        self.subject, self.images, self.classes, self.pixels = subject, images, classes, pixels
         self.methods, self.shares, self.every_epoch, self.space = methods, shares, every_epoch, space
         self.records: list[ClassRecord] = []
         self.property_records: list[PropertyRecord] = []
@@ -298,7 +301,8 @@ class DiscoveryTrace(Callback):
             runs = [(m, {m: summary}) for m, summary in summaries.items()]
             runs += [(UNION, {m: summaries[m] for m in DISCOVERY_METHODS})] if union else []
             for method, given in runs:
-                found = discover(model, self.images, self.classes, given, patch_size=patch, batch_size=BATCH)
+                found = discover(model, self.images, self.classes, given, patch_size=patch, batch_size=BATCH,
+                                 pixel_images=self.pixels[0], pixel_classes=self.pixels[1])  # fmt: skip
                 self.record(found, method, share, epoch, score, clean, patch[0])
 
     def record(

@@ -194,7 +194,7 @@ class PatchAgreements:
     @classmethod
     def of(cls, images: Tensor, classes: Tensor, patch_size: int | tuple[int, int]) -> PatchAgreements:
         """The counts of the probes (P, C, H, W) of ``classes`` (P,), for patches of ``patch_size`` pixels."""
-        patch = _patch_pixels(patch_size)
+        patch = patch_shape(patch_size)
         count, channels, height, width = images.shape
         grid = (height // patch[0], width // patch[1])
         values = images.double()
@@ -369,7 +369,7 @@ def constant_pixels(images: Tensor, classes: Tensor, members: Tensor, within: Te
     return pixels
 
 
-def _patch_pixels(patch_size: int | tuple[int, int]) -> tuple[int, int]:
+def patch_shape(patch_size: int | tuple[int, int]) -> tuple[int, int]:
     """(ph, pw) from ``patch_size``, ph or (ph, pw) positive ints."""
     pair = (patch_size, patch_size) if isinstance(patch_size, int) else patch_size
     if not isinstance(pair, (tuple, list)) or len(pair) != 2 or any(type(p) is not int for p in pair):
@@ -395,7 +395,7 @@ def hotspot_transplant(
     measure: bool = True,
     first_look: int | None = None,
     futile_below: float = 0.0,
-    agreements: PatchAgreements | None = None,
+    pixel_test: tuple[float, float] | None = None,
 ) -> HotspotTransplant:
     """Paste a region of class ``target``'s donors onto the other classes' probes, with controls and p-values
     (see the module docstring).
@@ -425,8 +425,8 @@ def hotspot_transplant(
             region goes first: when its flip rate alone is below ``futile_below``, the controls are not
             forwarded (NaN; the excess is then the flip rate, the most it can be).
         futile_below: see ``first_look``.
-        agreements: the probes' :class:`PatchAgreements` for these patches, when known (the pixel test then sums
-            them instead of comparing the region's pixels; the same counts).
+        pixel_test: the (constancy, p-value) of the region's pixels when tested elsewhere (:func:`~.discovery.discover`
+            tests a whole class on its pixel sample); None: :func:`constancy_test` of the donors among ``images``.
 
     Example:
         >>> def model(x):  # class 1 iff the top-left 2 x 2 pixels are 1
@@ -454,7 +454,7 @@ def hotspot_transplant(
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
     check_first_look(first_look)
-    patch, grid = _patch_pixels(patch_size), (hotspot.shape[0], hotspot.shape[1])
+    patch, grid = patch_shape(patch_size), (hotspot.shape[0], hotspot.shape[1])
     covered, size = (grid[0] * patch[0], grid[1] * patch[1]), tuple(images.shape[-2:])
     if covered != size:
         raise ValueError(f"hotspot {grid} of {patch} px patches covers {covered}, not the images' {size}")
@@ -462,9 +462,7 @@ def hotspot_transplant(
     classes, hotspot = classes.to(device), hotspot.to(device)
     others = (classes != target).nonzero()[:, 0]
     donors = (classes == target).nonzero()[:, 0] if donors is None else _checked_donors(donors, classes, target)
-    pixels = patch_pixels(hotspot, patch)
-    counts = None if agreements is None else agreements.region(hotspot)
-    constancy, constancy_p = constancy_test(images, classes, target, pixels, donors, counts)
+    constancy, constancy_p = pixel_test or constancy_test(images, classes, target, patch_pixels(hotspot, patch), donors)
 
     def predictions(count: int, build: Callable[[int, int], Tensor]) -> Tensor:
         chunks = []

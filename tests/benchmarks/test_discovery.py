@@ -239,10 +239,11 @@ def test_the_trace_records_the_stage_methods_together_as_the_stage_tests_them():
     module, data = tiny_module().eval(), tiny_data()
     data.setup("fit")
     images, classes = discovery_probes(data.val_dataset, 4)
+    pixels = discovery_probes(data.val_dataset, 8)
     methods = {m: token_map_fn(m, 4) for m in DISCOVERY_METHODS}
     space = PixelSpace.of(images, Normalisation(mean=(0.0,), std=(1.0,)))
     trace = DiscoveryTrace(
-        Subject("d", 0, "clean", -1, "none", None, None), images, classes, methods, [0.1], False, space
+        Subject("d", 0, "clean", -1, "none", None, None), images, classes, methods, [0.1], False, space, pixels
     )
     trace.trace(module, 1.0, math.nan)
     assert [r.method for r in trace.records] == [m for m in (*DISCOVERY_METHODS, UNION) for _ in range(4)]
@@ -250,7 +251,8 @@ def test_the_trace_records_the_stage_methods_together_as_the_stage_tests_them():
     summaries = {
         m: summarise_classes(fn(module, images, classes).double(), classes, 4, settings) for m, fn in methods.items()
     }
-    both = discover(module, images, classes, summaries, patch_size=8, batch_size=64)
+    both = discover(module, images, classes, summaries, patch_size=8, batch_size=64, pixel_images=pixels[0],
+                    pixel_classes=pixels[1])  # fmt: skip
     union = [r for r in trace.records if r.method == UNION]
     assert [r.p_value for r in union] == pytest.approx(both.p_values.tolist(), nan_ok=True)
     assert [r.box for r in union] == [tuple(8 * v for v in t.box) for t in both.reported]

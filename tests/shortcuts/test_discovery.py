@@ -435,6 +435,54 @@ def test_a_stamp_on_part_of_a_class_is_found_in_its_strategy_with_its_share():
     assert by_group[(1, False)].transplant.flip_rate == 0.0  # the object's strategy flips nothing
 
 
+def flat_corner_case(seed: int) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """32 images a class whose top-left patch is flat at one of 4 levels (a uniform part every class has: pairs agree
+    there by chance 1 in 4), the stamp on 5 of class 1's first 8 and on about 80 % of its other 24; class 1's maps
+    on that patch. Images, classes, maps and the positions of the probes: the first 8 of each class."""
+    generator = torch.Generator().manual_seed(seed)
+    per_class = 32
+    images, classes, maps = stamp_case(per_class)
+    level = torch.randint(4, (len(classes),), generator=generator).double() / 4
+    images[:, :, :PATCH, :PATCH] = (0.1 + 0.7 * level)[:, None, None, None]
+    members = (classes == 1).nonzero()[:, 0]
+    stamped = torch.cat([members[[0, 2, 3, 5, 6]], members[8:][torch.rand(24, generator=generator) < 0.8]])
+    images[stamped, :, :PATCH, :PATCH] = STAMP
+    probes = (torch.arange(8)[None] + per_class * torch.arange(3)[:, None]).flatten()
+    return images, classes, maps, probes
+
+
+def test_a_stamp_on_5_of_a_class_s_8_probes_is_flagged_when_the_pixel_test_reads_32_images_a_class():
+    """The probes' pairs are too few for a stamp on 5 of 8 to stand out from the flat part's chance agreement
+    (the pixels' p-value 0.09-0.38, adjusted 0.18-0.77); 32 images a class make it plain (0.0001-0.009, adjusted
+    0.010-0.018), and the flips, maps and other classes are the same."""
+    flagged_alone = flagged_with_sample = 0
+    for seed in range(6):
+        images, classes, maps, probes = flat_corner_case(seed)
+        summary = summarise_classes(maps[probes], classes[probes], 3)
+        alone = discover(StampModel(), images[probes], classes[probes], summary, patch_size=PATCH)
+        sampled = discover(StampModel(), images[probes], classes[probes], summary, patch_size=PATCH,
+                           pixel_images=images, pixel_classes=classes)  # fmt: skip
+        before, after = alone.reported[1], sampled.reported[1]
+        assert after.transplant.flip_rate == before.transplant.flip_rate == pytest.approx(5 / 8, abs=0.1)
+        assert after.transplant.constancy > before.transplant.constancy
+        assert after.transplant.constancy_p_value < before.transplant.constancy_p_value
+        assert not sampled.flagged[[0, 2]].any()
+        flagged_alone += bool(alone.flagged[1])
+        flagged_with_sample += bool(sampled.flagged[1])
+    assert (flagged_alone, flagged_with_sample) == (0, 6)
+
+
+def test_the_probes_as_their_own_pixel_sample_give_the_same_discovery():
+    images, classes, maps, _ = partial_stamp_case()  # a class test and its strategies' tests
+    summary = summarise_classes(maps, classes, 3)
+    alone = discover(StampModel(), images, classes, summary, patch_size=PATCH)
+    sampled = discover(StampModel(), images, classes, summary, patch_size=PATCH, pixel_images=images,
+                       pixel_classes=classes)  # fmt: skip
+    pairs = zip((t for ts in alone.tests for t in ts), (t for ts in sampled.tests for t in ts), strict=True)
+    for before, after in pairs:
+        assert after.transplant == before.transplant and after.p_value == pytest.approx(before.p_value, nan_ok=True)
+
+
 def test_the_calibrated_test_raises_no_alarm_on_a_clean_rule_model_and_its_p_values_are_valid():
     class Brightness:
         """The class whose brightness is nearest the image's: no stamp, no place matters."""
@@ -525,6 +573,23 @@ def test_suspicion_is_nan_where_a_term_is_undefined_and_bounded_by_the_excess():
 def test_bad_summary_input_is_a_clear_error(call, error, match):
     with pytest.raises(error, match=match):
         call()
+
+
+@pytest.mark.parametrize(
+    ("change", "match"),
+    [
+        ({"pixel_images": "images"}, "go together"),
+        ({"pixel_classes": "classes"}, "go together"),
+        ({"pixel_images": "small", "pixel_classes": "classes"}, r"\(1, 8, 8\), the probes' \(1, 16, 16\)"),
+        ({"pixel_images": "images", "pixel_classes": "wrong"}, "targets"),
+    ],
+)
+def test_a_bad_pixel_sample_is_a_clear_error(change, match):
+    images, classes, maps = stamp_case(per_class=4)
+    given = {"images": images, "classes": classes, "small": images[:, :, :8, :8], "wrong": classes[:5]}
+    with pytest.raises(ValueError, match=match):
+        discover(StampModel(), images, classes, summarise_classes(maps, classes, 3), patch_size=PATCH,
+                 **{name: given[value] for name, value in change.items()})  # fmt: skip
 
 
 @pytest.mark.parametrize(

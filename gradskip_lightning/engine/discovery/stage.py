@@ -70,6 +70,11 @@ class DiscoveryStage(DiscoverySettings):
             at least :data:`~gradskip_lightning.shortcuts.discovery_transplant.MIN_TESTED_PROBES` (3) for a
             class's p-value in the hotspot and the property tests alike (with fewer a class is scored but never
             flagged).
+        pixel_probes_per_class: images per class the pixel test of a whole class reads (drawn as the discovery probes,
+            which are among them; never forwarded nor explained): at least ``probes_per_class`` (equal: the probes
+            alone). A stamp on part of a class is on few of its 8 probes, too few pairs for their agreement to stand
+            out from the other classes' (a stamp on 5 of 8 was missed at every epoch, and found with 32; kept on the
+            stage's device, ``pixel_probes_per_class`` x classes images, each C x H x W floats).
         every_n_epochs: run at every n-th explained epoch (epochs n-1, 2n-1, ...; always under ``validate()``).
         batch_size: images per forward of the transplant test.
         method: the method, or methods, whose maps the stage summarises: with several, each class is tested at every
@@ -85,6 +90,7 @@ class DiscoveryStage(DiscoverySettings):
     """
 
     probes_per_class: int = 8
+    pixel_probes_per_class: int = 32
     every_n_epochs: int = 1
     batch_size: int = 64
     method: str | tuple[str, ...] | None = DISCOVERY_METHODS
@@ -99,6 +105,12 @@ class DiscoveryStage(DiscoverySettings):
         if isinstance(threshold, bool) or not isinstance(threshold, (int, float)) or not 0 <= threshold <= 1:
             raise ValueError(f"property_alert_threshold must be a number in [0, 1]; got {threshold!r}")
         positive("probes_per_class", self.probes_per_class)
+        positive("pixel_probes_per_class", self.pixel_probes_per_class)
+        if self.pixel_probes_per_class < self.probes_per_class:
+            raise ValueError(
+                f"pixel_probes_per_class ({self.pixel_probes_per_class}) must be at least probes_per_class "
+                f"({self.probes_per_class}): the probes are among the images the pixel test reads"
+            )
         positive("every_n_epochs", self.every_n_epochs)
         positive("batch_size", self.batch_size)
         if isinstance(self.method, list):  # a YAML list becomes a tuple
@@ -256,6 +268,7 @@ class Discoverer:
         self.settings = settings
         per_class = 0 if settings is None else settings.probes_per_class
         self.source = ProbeSource(None, per_class, seed, keys, "discovery.probes_per_class")
+        self.pixel_source = ProbeSource(None, 0, seed, keys, "discovery.pixel_probes_per_class")
         self.alerted: set[int] = set()
         self.peak: list[float] = []  # per class, NaN until a finite suspicion
         self.alerted_properties: set[tuple[str, int]] = set()
@@ -264,6 +277,11 @@ class Discoverer:
     @property
     def probes(self) -> ProbeSet | None:
         return self.source.probes
+
+    @property
+    def pixel_sample(self) -> ProbeSet | None:
+        """The images the pixel test of a whole class reads (the probes among them); None: the probes alone."""
+        return self.pixel_source.probes
 
     @property
     def drawn(self) -> bool:
@@ -282,6 +300,14 @@ class Discoverer:
             probes = self.source.draw(dataset)
             check_probes(probes, explainer.in_chans, explainer.img_size, num_classes, "discovery probe")
             explainer.check_images(probes.images)
+        pixel_per_class = self.settings.pixel_probes_per_class
+        if self.pixel_source.probes is None and pixel_per_class > self.settings.probes_per_class:
+            items = len(dataset)  # type: ignore[arg-type]  # map-style: sized
+            # as many as the dataset has: fewer images for the pixels is no reason to warn
+            self.pixel_source.num_probes = min(pixel_per_class * explainer.num_classes, items)
+            self.pixel_source.setting = f"discovery.pixel_probes_per_class={pixel_per_class}"
+            sample = self.pixel_source.draw(dataset)
+            check_probes(sample, explainer.in_chans, explainer.img_size, explainer.num_classes, "discovery pixel probe")
         self.settings.properties_for(explainer.in_chans)
 
     def due(self, epoch: int, fitting: bool) -> bool:
@@ -295,6 +321,7 @@ class Discoverer:
     def reset(self) -> None:
         """A new fit: draw again, alert again, peaks afresh."""
         self.source.reset()
+        self.pixel_source.reset()
         self.alerted, self.alerted_properties = set(), set()
         self.peak, self.property_peak = [], {}
 
@@ -367,6 +394,8 @@ class Discoverer:
                 batch_size=self.settings.batch_size,
                 activation=activation,
                 measure_all=False,
+                pixel_images=None if self.pixel_sample is None else self.pixel_sample.images.clone().to(device),
+                pixel_classes=None if self.pixel_sample is None else self.pixel_sample.labels.to(device),
             )
             names = self.settings.properties_for(explainer.in_chans)
             try:  # the same probes and seed on every rank: it fails on all or none, with no collective inside
@@ -411,9 +440,10 @@ class Discoverer:
         return new
 
     def state_dict(self) -> dict[str, object]:
-        probes = self.source.probes
+        probes, sample = self.source.probes, self.pixel_source.probes
         return {
             "ids": None if probes is None else probes.ids.clone(),
+            "pixel_ids": None if sample is None else sample.ids.clone(),
             "alerted": sorted(self.alerted),
             "peak": list(self.peak),
             "alerted_properties": [[name, label] for name, label in sorted(self.alerted_properties)],
@@ -425,6 +455,8 @@ class Discoverer:
             return
         ids = state.get("ids")
         self.source.restore(ids if isinstance(ids, Tensor) else None)
+        pixel_ids = state.get("pixel_ids")
+        self.pixel_source.restore(pixel_ids if isinstance(pixel_ids, Tensor) else None)
         alerted, peak = state.get("alerted"), state.get("peak")
         self.alerted = set(alerted) if isinstance(alerted, list) else set()
         self.peak = [float(v) for v in peak] if isinstance(peak, list) else []

@@ -115,6 +115,9 @@ def test_the_discovery_probes_are_kept_in_the_checkpoint_and_restored(stamped):
     fresh.load_state_dict(state)
     discoverer = fresh.monitor.runner.discoverer
     assert torch.equal(discoverer.source.restored_ids, ids) and discoverer.alerted == {STAMP_CLASS}
+    pixel_ids = state["discovery"]["pixel_ids"]  # 32 a class asked, the 64 validation images there are
+    assert sorted(pixel_ids.tolist()) == list(range(64)) and set(ids.tolist()) <= set(pixel_ids.tolist())
+    assert torch.equal(discoverer.pixel_source.restored_ids, pixel_ids)
     assert discoverer.peak == state["discovery"]["peak"]
     fresh.load_state_dict({k: v for k, v in state.items() if k != "discovery"})  # a checkpoint from before
 
@@ -237,6 +240,7 @@ def test_the_peak_suspicion_survives_a_checkpoint_resume(tmp_path):
     ("change", "error", "match"),
     [
         ({"probes_per_class": 0}, ValueError, "probes_per_class"),
+        ({"pixel_probes_per_class": 4}, ValueError, "pixel_probes_per_class .4. must be at least probes_per_class"),
         ({"every_n_epochs": 1.5}, ValueError, "every_n_epochs"),
         ({"hotspot_share": 2.0}, ValueError, "hotspot_share"),
         ({"consistency": 1}, TypeError, "consistency"),
