@@ -26,7 +26,7 @@ from gradskip_lightning.core.normalisation import Normalisation
 from gradskip_lightning.core.pass_explainer import explain_each
 from gradskip_lightning.families.timm_vit import TimmViTExplainer, adapter_for
 from gradskip_lightning.metrics import CountingModel
-from gradskip_lightning.shortcuts import discover, summarise_classes
+from gradskip_lightning.shortcuts import PixelSample, discover, summarise_classes
 from gradskip_lightning.shortcuts.discovery import Discovery
 from gradskip_lightning.shortcuts.discovery_properties import PropertyDiscovery, discover_properties
 from gradskip_lightning.shortcuts.discovery_transplant import FIRST_LOOK
@@ -69,10 +69,10 @@ def _flags(found: Discovery, properties: PropertyDiscovery) -> str:
     return "; ".join(parts) or "none"
 
 
-def stage_cost(model: nn.Module, images: torch.Tensor, classes: torch.Tensor, pixels: tuple[torch.Tensor, torch.Tensor],
-               space: PixelSpace, name: str, path: str) -> StageCost:  # fmt: skip
+def stage_cost(model: nn.Module, images: torch.Tensor, classes: torch.Tensor, pixels: PixelSample, space: PixelSpace,
+               name: str, path: str) -> StageCost:  # fmt: skip
     """The stage's parts on ``model`` (eval mode) for the discovery probes ``images`` (P, C, H, W) of ``classes``, a
-    whole class's pixel test reading ``pixels`` (images (Q, C, H, W), classes (Q,))."""
+    whole class's pixel test reading ``pixels``."""
     look = PATHS[path]
     num_classes = int(classes.max()) + 1
     start = time.perf_counter()
@@ -87,7 +87,7 @@ def stage_cost(model: nn.Module, images: torch.Tensor, classes: torch.Tensor, pi
     forward = DistinctForward(counted)
     patch = adapter_for(model).patch_size
     found = discover(forward, images, classes, summaries, patch_size=patch, batch_size=STAGE.batch_size,
-                     measure_all=False, first_look=look, pixel_images=pixels[0], pixel_classes=pixels[1])  # fmt: skip
+                     measure_all=False, first_look=look, pixel_sample=pixels)  # fmt: skip
     hotspot, hotspot_images = time.perf_counter(), counted.images
     properties = discover_properties(
         forward, images, classes, num_classes, STAGE.properties_for(images.shape[1]), space=space,
@@ -162,7 +162,8 @@ def run(args: argparse.Namespace) -> list[dict[str, Any]]:
     for kept in args.models:
         model, datamodule = _kept_model(args.dataset, args.weights, kept, args.data_root, args.target)
         images, classes = discovery_probes(datamodule.val_dataset, STAGE.probes_per_class)
-        pixels = discovery_probes(datamodule.val_dataset, STAGE.pixel_probes_per_class)
+        pixels = PixelSample(*discovery_probes(datamodule.val_dataset, STAGE.pixel_probes_per_class))
+        pixels.agreements(adapter_for(model).patch_size)  # compared once per fit: the stage's later runs reuse them
         space = PixelSpace.of(images, Normalisation(datamodule.mean, datamodule.std))
         for path in PATHS:
             records.append(stage_cost(model, images, classes, pixels, space, kept, path))

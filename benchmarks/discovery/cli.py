@@ -16,7 +16,7 @@ from lightning.pytorch import Callback, LightningModule, Trainer
 from gradskip_lightning.callbacks.correction_settings import UNLEARNING
 from gradskip_lightning.core.normalisation import Normalisation
 from gradskip_lightning.methods import PASS_METHODS
-from gradskip_lightning.shortcuts import DiscoverySettings
+from gradskip_lightning.shortcuts import DiscoverySettings, PixelSample
 from gradskip_lightning.shortcuts.image_properties import PixelSpace
 
 from ..faithfulness.peers import PEERS, available_peers
@@ -168,7 +168,7 @@ def train_and_trace(
     subject = datamodule_subject(datamodule, dataset, seed, variant, shortcut, target)
     datamodule.setup("fit")
     images, classes = discovery_probes(datamodule.val_dataset, args.probes_per_class)  # type: ignore[arg-type]
-    pixels = discovery_probes(datamodule.val_dataset, args.pixel_probes_per_class)  # type: ignore[arg-type]
+    pixels = PixelSample(*discovery_probes(datamodule.val_dataset, args.pixel_probes_per_class))  # type: ignore[arg-type]
     names = [*args.methods, *available_peers(args.peers)] if variant in MAPPED else []
     methods = {name: token_map_fn(name, args.ig_steps) for name in names}
     space = PixelSpace.of(images, Normalisation(datamodule.mean, datamodule.std))

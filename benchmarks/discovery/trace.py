@@ -23,7 +23,7 @@ from gradskip_lightning.engine.discovery.stage import DISCOVERY_METHODS, Discove
 from gradskip_lightning.engine.probes import load_probes, stratified_indices
 from gradskip_lightning.families.timm_vit import TimmViTExplainer, adapter_for
 from gradskip_lightning.methods import PASS_METHODS
-from gradskip_lightning.shortcuts import Discovery, DiscoverySettings, discover, summarise_classes
+from gradskip_lightning.shortcuts import Discovery, DiscoverySettings, PixelSample, discover, summarise_classes
 from gradskip_lightning.shortcuts.discovery_properties import PropertyDiscovery, discover_properties
 from gradskip_lightning.shortcuts.image_properties import PixelSpace
 from gradskip_lightning.shortcuts.regions import Region, patch_pixels
@@ -227,8 +227,8 @@ class DiscoveryTrace(Callback):
         shares: hotspot shares to test.
         every_epoch: trace the maps every epoch (the first-fire point), else only the last.
         space: the probes' pixel space (the datamodule's mean and std), for the property transfers.
-        pixels: the images (Q, C, H, W) and classes (Q,) a whole class's pixel test reads (the stage's
-            ``pixel_probes_per_class``, the probes among them).
+        pixels: the images a whole class's pixel test reads (the stage's ``pixel_probes_per_class``, the probes
+            among them).
     """
 
     def __init__(
@@ -240,7 +240,7 @@ class DiscoveryTrace(Callback):
         shares: list[float],
         every_epoch: bool,
         space: PixelSpace,
-        pixels: tuple[Tensor, Tensor],
+        pixels: PixelSample,
     ) -> None:
         super().__init__()
         self.subject, self.images, self.classes, self.pixels = subject, images, classes, pixels
@@ -302,7 +302,7 @@ class DiscoveryTrace(Callback):
             runs += [(UNION, {m: summaries[m] for m in DISCOVERY_METHODS})] if union else []
             for method, given in runs:
                 found = discover(model, self.images, self.classes, given, patch_size=patch, batch_size=BATCH,
-                                 pixel_images=self.pixels[0], pixel_classes=self.pixels[1])  # fmt: skip
+                                 pixel_sample=self.pixels)  # fmt: skip
                 self.record(found, method, share, epoch, score, clean, patch[0])
 
     def record(

@@ -13,6 +13,7 @@ from gradskip_lightning.shortcuts.discovery import (
     ClassMapSummary,
     Discovery,
     DiscoverySettings,
+    PixelSample,
     discover,
     summarise_classes,
 )
@@ -23,6 +24,7 @@ __all__ = [
     "ClassMapSummary",
     "Discovery",
     "DiscoverySettings",
+    "PixelSample",
     "SpuriousTag",
     "discover",
     "spurious_score",

@@ -75,7 +75,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from gradskip_lightning.core.validation import check_class_targets, check_image_batch
+from gradskip_lightning.core.validation import check_class_targets
 from gradskip_lightning.metrics.perturbation import Activation
 
 from .discovery_maps import ClassMaps, ClassMapSummary, DiscoverySettings, MapGroup, grown_hotspot, summarise_classes
@@ -85,6 +85,7 @@ from .discovery_transplant import (
     MIN_TESTED_PROBES,
     HotspotTransplant,
     PatchAgreements,
+    PixelSample,
     constancy_test,
     hotspot_transplant,
     patch_shape,
@@ -99,6 +100,7 @@ __all__ = [
     "DiscoverySettings",
     "HotspotTransplant",
     "MapGroup",
+    "PixelSample",
     "ShortcutTest",
     "Strategies",
     "discover",
@@ -238,20 +240,15 @@ def _distinct_tests(
     return list(tests.values())
 
 
-def _pixel_sample(
-    images: Tensor, pixel_images: Tensor | None, pixel_classes: Tensor | None, summary: ClassMaps
-) -> tuple[Tensor, Tensor]:
-    """The pixel sample (Q, C, H, W), (Q,) on the probes' device, checked against the probes (P, C, H, W)."""
-    if pixel_images is None or pixel_classes is None:
-        raise ValueError("discover: pixel_images and pixel_classes go together (the images and the class of each)")
-    check_image_batch(pixel_images)
-    check_class_targets(pixel_classes, len(pixel_images), len(summary.counts))
-    if pixel_images.shape[1:] != images.shape[1:]:
+def _check_pixel_sample(sample: PixelSample, images: Tensor, num_classes: int) -> None:
+    """Refuse a pixel sample whose images are not of the probes' (P, C, H, W) kind and device, or whose classes are
+    not of the summaries' ``num_classes``."""
+    check_class_targets(sample.classes, len(sample.images), num_classes)
+    if sample.images.shape[1:] != images.shape[1:] or sample.images.device != images.device:
         raise ValueError(
-            f"discover: the pixel sample's images are {tuple(pixel_images.shape[1:])}, the probes' "
-            f"{tuple(images.shape[1:])}: they must be images of the same kind (C, H, W)"
+            f"discover: the pixel sample's images are {tuple(sample.images.shape[1:])} on {sample.images.device}, the "
+            f"probes' {tuple(images.shape[1:])} on {images.device}: they must be images of the same kind and device"
         )
-    return pixel_images.to(images.device), pixel_classes.to(images.device)
 
 
 def _fires(test: ShortcutTest, settings: DiscoverySettings) -> bool:
@@ -279,8 +276,7 @@ def discover(
     activation: Activation = "softmax",
     measure_all: bool = True,
     first_look: int | None = FIRST_LOOK,
-    pixel_images: Tensor | None = None,
-    pixel_classes: Tensor | None = None,
+    pixel_sample: PixelSample | None = None,
 ) -> Discovery:
     """Test every group of ``summary`` at its regions on the probes (P, C, H, W) of classes (P,), score and flag.
 
@@ -306,10 +302,11 @@ def discover(
     then the first recipients'): a test that could fire goes on to every recipient, and on a model without a
     shortcut most stop. ``first_look`` None: every measured test takes every recipient.
 
-    ``pixel_images`` (Q, C, H, W) of ``pixel_classes`` (Q,), more images of the classes (the callback's stage: 32 a
-    class, the probes among them): a whole class's pixel test reads every one of its images there, a strategy's its
-    members among the probes. The pixels need no forward, and a stamp on part of a class is shared by few of its 8
-    probes (5 in a case the probes alone missed), too few pairs for its agreement to stand out; None: the probes.
+    ``pixel_sample``: more images of the classes (:class:`~.discovery_transplant.PixelSample`; the callback's stage:
+    32 a class, the probes among them, on the probes' device): a whole class's pixel test reads every one of its
+    images there, a strategy's its members among the probes. The pixels need no forward, and a stamp on part of a
+    class is shared by few of its 8 probes (5 in a case the probes alone missed), too few pairs for its agreement
+    to stand out; None: the probes.
     """
     named = {None: summary} if isinstance(summary, ClassMaps) else summary
     summaries: dict[str | None, ClassMaps] = dict(named.items())
@@ -323,17 +320,17 @@ def discover(
     settings = first.settings
     with torch.no_grad():
         logits = torch.cat([model(images[start : start + batch_size]) for start in range(0, len(images), batch_size)])
-    given = pixel_images is not None or pixel_classes is not None
-    sample = _pixel_sample(images, pixel_images, pixel_classes, first) if given else (images, classes)
+    if pixel_sample is not None:
+        _check_pixel_sample(pixel_sample, images, len(first.counts))
     probe_agreements = PatchAgreements.of(images, classes, patch_size)  # every test's pixel agreement, from one pass
-    sample_agreements = PatchAgreements.of(*sample, patch_size) if given else probe_agreements
     patch = patch_shape(patch_size)
 
     def pixel_test(group: MapGroup, region: Tensor) -> tuple[float, float]:
         """(constancy, p-value): a whole class on the pixel sample (when given), a strategy on its members."""
         pixels = patch_pixels(region, patch)
-        if group.strategy is None and given:
-            return constancy_test(*sample, group.label, pixels, None, sample_agreements.region(region))
+        if group.strategy is None and pixel_sample is not None:
+            counts = pixel_sample.agreements(patch_size).region(region)
+            return constancy_test(pixel_sample.images, pixel_sample.classes, group.label, pixels, None, counts)
         return constancy_test(images, classes, group.label, pixels, group.members, probe_agreements.region(region))
 
     def transplant(group: MapGroup, region: Tensor, measure: bool, futile_below: float = 0.0) -> HotspotTransplant:

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 from torch import Tensor
@@ -200,17 +200,16 @@ class PatchAgreements:
         values = images.double()
         tolerance = AGREEMENT_TOLERANCE * (values.std(dim=0) if count > 1 else torch.zeros_like(values[0]))
         classes = classes.to(images.device)
-        same = (classes[:, None] == classes[None, :]).fill_diagonal_(False)
-        first, second = same.nonzero(as_tuple=True)
+        first, second = (classes[:, None] == classes[None, :]).triu(diagonal=1).nonzero(as_tuple=True)  # once a pair
         step = max(1, _CHUNK_ELEMENTS // max(1, values[0].numel()))
         chunks = []
         for start in range(0, len(first), step):
             i, j = first[start : start + step], second[start : start + step]
-            agree = ((values[i] - values[j]).abs() <= tolerance).double()  # (pairs, C, H, W)
-            shaped = agree.reshape(len(i), channels, grid[0], patch[0], grid[1], patch[1])
-            chunks.append(shaped.sum(dim=(1, 3, 5)))  # (pairs, h, w)
+            agree = ((values[i] - values[j]).abs() <= tolerance).sum(dim=1, dtype=torch.float64)  # (pairs, H, W)
+            chunks.append(agree.reshape(len(i), grid[0], patch[0], grid[1], patch[1]).sum(dim=(2, 4)))  # (pairs, h, w)
         counts = torch.cat(chunks) if chunks else values.new_zeros(0, *grid)
-        return cls(first, second, counts.permute(1, 2, 0), channels * patch[0] * patch[1], count)
+        both = torch.cat([counts, counts]).permute(1, 2, 0)  # (i, j) and (j, i) agree alike
+        return cls(torch.cat([first, second]), torch.cat([second, first]), both, channels * patch[0] * patch[1], count)
 
     def region(self, hotspot: Tensor) -> Tensor:
         """(P, P) float64: the agreement counts of the region ``hotspot`` (h, w) bool, as :func:`agreement_counts`
@@ -219,6 +218,37 @@ class PatchAgreements:
         counts = self.counts.new_zeros(self.probes, self.probes)
         counts[self.first, self.second] = self.counts[hotspot].sum(dim=0)
         return counts.fill_diagonal_(float(hotspot.sum()) * self.patch_values)
+
+
+@dataclass(frozen=True, eq=False)
+class PixelSample:
+    """Images whose pixels a class's pixel test reads (:func:`~.discovery.discover`'s ``pixel_sample``), with their
+    :class:`PatchAgreements` computed once per patch size: a sample kept over a fit is compared once.
+
+    Attributes:
+        images: (Q, C, H, W) images, normalised as the probes are.
+        classes: (Q,) their classes.
+
+    Example:
+        >>> sample = PixelSample(torch.rand(6, 1, 4, 4), torch.tensor([0, 0, 0, 1, 1, 1]))
+        >>> sample.agreements(2) is sample.agreements((2, 2)), sample.agreements(2).counts.shape
+        (True, torch.Size([2, 2, 12]))
+    """
+
+    images: Tensor
+    classes: Tensor
+    _agreements: dict[tuple[int, int], PatchAgreements] = field(default_factory=dict, init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        check_image_batch(self.images)
+        check_targets(self.classes, len(self.images))
+
+    def agreements(self, patch_size: int | tuple[int, int]) -> PatchAgreements:
+        """The sample's :class:`PatchAgreements` for patches of ``patch_size`` pixels (computed at the first call)."""
+        patch = patch_shape(patch_size)
+        if patch not in self._agreements:
+            self._agreements[patch] = PatchAgreements.of(self.images, self.classes, patch)
+        return self._agreements[patch]
 
 
 def constancy_test(

@@ -27,7 +27,7 @@ from benchmarks.discovery.trace import (
 from gradskip_lightning.core.normalisation import Normalisation
 from gradskip_lightning.engine.discovery.properties import property_scalars
 from gradskip_lightning.engine.discovery.stage import DISCOVERY_METHODS
-from gradskip_lightning.shortcuts import DiscoverySettings, discover, summarise_classes
+from gradskip_lightning.shortcuts import DiscoverySettings, PixelSample, discover, summarise_classes
 from gradskip_lightning.shortcuts.discovery_properties import discover_properties
 from gradskip_lightning.shortcuts.image_properties import PixelSpace
 from tests.callbacks.helpers import tiny_data, tiny_module, tiny_trainer
@@ -239,7 +239,7 @@ def test_the_trace_records_the_stage_methods_together_as_the_stage_tests_them():
     module, data = tiny_module().eval(), tiny_data()
     data.setup("fit")
     images, classes = discovery_probes(data.val_dataset, 4)
-    pixels = discovery_probes(data.val_dataset, 8)
+    pixels = PixelSample(*discovery_probes(data.val_dataset, 8))
     methods = {m: token_map_fn(m, 4) for m in DISCOVERY_METHODS}
     space = PixelSpace.of(images, Normalisation(mean=(0.0,), std=(1.0,)))
     trace = DiscoveryTrace(
@@ -251,8 +251,7 @@ def test_the_trace_records_the_stage_methods_together_as_the_stage_tests_them():
     summaries = {
         m: summarise_classes(fn(module, images, classes).double(), classes, 4, settings) for m, fn in methods.items()
     }
-    both = discover(module, images, classes, summaries, patch_size=8, batch_size=64, pixel_images=pixels[0],
-                    pixel_classes=pixels[1])  # fmt: skip
+    both = discover(module, images, classes, summaries, patch_size=8, batch_size=64, pixel_sample=pixels)
     union = [r for r in trace.records if r.method == UNION]
     assert [r.p_value for r in union] == pytest.approx(both.p_values.tolist(), nan_ok=True)
     assert [r.box for r in union] == [tuple(8 * v for v in t.box) for t in both.reported]

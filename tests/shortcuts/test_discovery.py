@@ -16,7 +16,7 @@ import torch
 from torch import Tensor
 
 from gradskip_lightning.metrics import CountingModel
-from gradskip_lightning.shortcuts import ClassMapSummary, DiscoverySettings, discover, summarise_classes
+from gradskip_lightning.shortcuts import ClassMapSummary, DiscoverySettings, PixelSample, discover, summarise_classes
 from gradskip_lightning.shortcuts.discovery import suspicion_score
 from gradskip_lightning.shortcuts.discovery_maps import consistency, grown_hotspot, hotspots, normalise_maps
 from gradskip_lightning.shortcuts.discovery_strategies import find_strategies
@@ -461,7 +461,7 @@ def test_a_stamp_on_5_of_a_class_s_8_probes_is_flagged_when_the_pixel_test_reads
         summary = summarise_classes(maps[probes], classes[probes], 3)
         alone = discover(StampModel(), images[probes], classes[probes], summary, patch_size=PATCH)
         sampled = discover(StampModel(), images[probes], classes[probes], summary, patch_size=PATCH,
-                           pixel_images=images, pixel_classes=classes)  # fmt: skip
+                           pixel_sample=PixelSample(images, classes))  # fmt: skip
         before, after = alone.reported[1], sampled.reported[1]
         assert after.transplant.flip_rate == before.transplant.flip_rate == pytest.approx(5 / 8, abs=0.1)
         assert after.transplant.constancy > before.transplant.constancy
@@ -476,8 +476,8 @@ def test_the_probes_as_their_own_pixel_sample_give_the_same_discovery():
     images, classes, maps, _ = partial_stamp_case()  # a class test and its strategies' tests
     summary = summarise_classes(maps, classes, 3)
     alone = discover(StampModel(), images, classes, summary, patch_size=PATCH)
-    sampled = discover(StampModel(), images, classes, summary, patch_size=PATCH, pixel_images=images,
-                       pixel_classes=classes)  # fmt: skip
+    sampled = discover(StampModel(), images, classes, summary, patch_size=PATCH,
+                       pixel_sample=PixelSample(images, classes))  # fmt: skip
     pairs = zip((t for ts in alone.tests for t in ts), (t for ts in sampled.tests for t in ts), strict=True)
     for before, after in pairs:
         assert after.transplant == before.transplant and after.p_value == pytest.approx(before.p_value, nan_ok=True)
@@ -575,21 +575,18 @@ def test_bad_summary_input_is_a_clear_error(call, error, match):
         call()
 
 
-@pytest.mark.parametrize(
-    ("change", "match"),
-    [
-        ({"pixel_images": "images"}, "go together"),
-        ({"pixel_classes": "classes"}, "go together"),
-        ({"pixel_images": "small", "pixel_classes": "classes"}, r"\(1, 8, 8\), the probes' \(1, 16, 16\)"),
-        ({"pixel_images": "images", "pixel_classes": "wrong"}, "targets"),
-    ],
-)
-def test_a_bad_pixel_sample_is_a_clear_error(change, match):
+def test_a_bad_pixel_sample_is_a_clear_error():
     images, classes, maps = stamp_case(per_class=4)
-    given = {"images": images, "classes": classes, "small": images[:, :, :8, :8], "wrong": classes[:5]}
-    with pytest.raises(ValueError, match=match):
-        discover(StampModel(), images, classes, summarise_classes(maps, classes, 3), patch_size=PATCH,
-                 **{name: given[value] for name, value in change.items()})  # fmt: skip
+    summary = summarise_classes(maps, classes, 3)
+    with pytest.raises(ValueError, match=r"\(1, 8, 8\) on cpu, the probes' \(1, 16, 16\) on cpu"):
+        discover(StampModel(), images, classes, summary, patch_size=PATCH,
+                 pixel_sample=PixelSample(images[:, :, :8, :8], classes))  # fmt: skip
+    with pytest.raises(ValueError, match=r"targets must be in \[0, 3\)"):
+        discover(
+            StampModel(), images, classes, summary, patch_size=PATCH, pixel_sample=PixelSample(images, classes + 1)
+        )
+    with pytest.raises(ValueError, match="targets"):
+        PixelSample(images, classes[:5])
 
 
 @pytest.mark.parametrize(

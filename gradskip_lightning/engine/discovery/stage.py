@@ -43,7 +43,7 @@ from gradskip_lightning.engine.scoring.distributed import shard_positions
 from gradskip_lightning.engine.settings import positive
 from gradskip_lightning.families import all_methods
 from gradskip_lightning.metrics.perturbation import Activation
-from gradskip_lightning.shortcuts import ClassMapSummary, Discovery, DiscoverySettings, discover
+from gradskip_lightning.shortcuts import ClassMapSummary, Discovery, DiscoverySettings, PixelSample, discover
 from gradskip_lightning.shortcuts.discovery_properties import PropertyDiscovery, chosen_properties, discover_properties
 from gradskip_lightning.shortcuts.distinct_forward import DistinctForward
 from gradskip_lightning.shortcuts.image_properties import PixelSpace, PropertyName
@@ -269,6 +269,7 @@ class Discoverer:
         per_class = 0 if settings is None else settings.probes_per_class
         self.source = ProbeSource(None, per_class, seed, keys, "discovery.probes_per_class")
         self.pixel_source = ProbeSource(None, 0, seed, keys, "discovery.pixel_probes_per_class")
+        self._pixels: tuple[ProbeSet, PixelSample] | None = None  # the drawn images, on the stage's device
         self.alerted: set[int] = set()
         self.peak: list[float] = []  # per class, NaN until a finite suspicion
         self.alerted_properties: set[tuple[str, int]] = set()
@@ -278,10 +279,15 @@ class Discoverer:
     def probes(self) -> ProbeSet | None:
         return self.source.probes
 
-    @property
-    def pixel_sample(self) -> ProbeSet | None:
-        """The images the pixel test of a whole class reads (the probes among them); None: the probes alone."""
-        return self.pixel_source.probes
+    def _pixels_on(self, device: torch.device) -> PixelSample | None:
+        """The images the pixel test of a whole class reads (the probes among them) on ``device``, compared once per
+        draw; None: the probes alone."""
+        drawn = self.pixel_source.probes
+        if drawn is None:
+            return None
+        if self._pixels is None or self._pixels[0] is not drawn or self._pixels[1].images.device != device:
+            self._pixels = (drawn, PixelSample(drawn.images.clone().to(device), drawn.labels.to(device)))
+        return self._pixels[1]
 
     @property
     def drawn(self) -> bool:
@@ -322,6 +328,7 @@ class Discoverer:
         """A new fit: draw again, alert again, peaks afresh."""
         self.source.reset()
         self.pixel_source.reset()
+        self._pixels = None
         self.alerted, self.alerted_properties = set(), set()
         self.peak, self.property_peak = [], {}
 
@@ -394,8 +401,7 @@ class Discoverer:
                 batch_size=self.settings.batch_size,
                 activation=activation,
                 measure_all=False,
-                pixel_images=None if self.pixel_sample is None else self.pixel_sample.images.clone().to(device),
-                pixel_classes=None if self.pixel_sample is None else self.pixel_sample.labels.to(device),
+                pixel_sample=self._pixels_on(device),
             )
             names = self.settings.properties_for(explainer.in_chans)
             try:  # the same probes and seed on every rank: it fails on all or none, with no collective inside
