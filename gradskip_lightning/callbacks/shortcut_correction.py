@@ -566,7 +566,6 @@ class ShortcutCorrection(Callback):
             if self._streaks[label] >= self.settings.flagged_epochs and not self._corrected(label, PatchPaste.kind, ""):
                 suspicion = float(discovered.found.suspicion[label])
                 group = discovered.found.reported[label].group
-                whose = "class's" if group.strategy is None else f"strategy {group.strategy}'s"
                 where = "the region its transplant test proved"
                 where = (
                     f"{where} grown by {self.settings.margin} patches"
@@ -575,7 +574,8 @@ class ShortcutCorrection(Callback):
                 )
                 origin = (
                     f"flagged by the discovery stage of {source.log_prefix!r} at epoch {discovered.epoch}, suspicion "
-                    f"{suspicion:.2f}; {where}, the pixels from the {whose} {len(group.members)} discovery probes"
+                    f"{suspicion:.2f}; {where}, the pixels from {len(group.members)} of its discovery probes "
+                    f"({group.describe()})"
                 )
                 artifact = artifact_for(discovered, label, self.settings.margin)
                 flips = discovered.found.reported[label].transplant.flip_rate

@@ -5,9 +5,9 @@ Token maps (P, h, w) of probes of classes (P,) are summarised per class (:mod:`.
 :func:`summarise_classes`, or :class:`ClassMapSummary` over batches and processes): the mean of the
 normalised maps, its hotspot (the fewest patches holding ``hotspot_share`` of the mean's mass), the
 consistency of the maps and their SpRAy strategies (:mod:`.discovery_strategies`). :func:`discover`
-then tests groups of probes (:class:`~.discovery_maps.MapGroup`: each class and, for a class with two
-SpRAy strategies or more, each strategy: a shortcut used by part of a class) at one or two regions
-each (the group's hotspot and, with ``neighbour_relevance``, the hotspot grown by its relevant
+then tests groups of probes (:class:`~.discovery_maps.MapGroup`: each class, for a class with two
+SpRAy strategies or more each strategy, and its peak group: a shortcut used by part of a class) at one or two
+regions each (the group's hotspot and, with ``neighbour_relevance``, the hotspot grown by its relevant
 neighbouring patches: an artefact across a patch boundary), pasting the region onto the other
 classes' probes (:mod:`.discovery_transplant`). This module gathers the public names.
 
@@ -115,7 +115,7 @@ class ShortcutTest:
     """One test: a group's region pasted onto the other classes' probes.
 
     Attributes:
-        group: the :class:`MapGroup` (a class, or one of its strategies) whose probes gave the region.
+        group: the :class:`MapGroup` (a class, one of its strategies, or its peak group) whose probes gave the region.
         region: (h, w) bool the patches pasted: the group's hotspot, or that hotspot grown.
         grown: whether ``region`` is the grown hotspot.
         transplant: the :class:`HotspotTransplant` of the region.
@@ -151,7 +151,7 @@ class Discovery:
         summaries: the :class:`ClassMaps` the groups and hotspots came from, by method (the key None for a lone
             summary).
         tests: per class its :class:`ShortcutTest` s (per summary, the class's hotspot first, then grown, then each
-            strategy's).
+            strategy's, then the peak group's).
         reported: K tests, one per class: the most suspicious test that fires, else the most suspicious one
             (the class's hotspot test when none is defined).
         suspicion: (K,) float64 the reported tests' suspicion; NaN where undefined.
@@ -231,7 +231,7 @@ def _distinct_tests(
     tests: dict[tuple[bytes, bytes], tuple[MapGroup, Tensor, bool, str | None]] = {}
     for method, each in summaries.items():
         for group in each.groups[label]:
-            if group.strategy is not None and len(group.members) < MIN_TESTED_PROBES:
+            if not group.whole and len(group.members) < MIN_TESTED_PROBES:
                 continue
             for region, grown in _regions(group, settings):
                 key = (group.members.cpu().numpy().tobytes(), region.cpu().numpy().tobytes())
@@ -326,9 +326,9 @@ def discover(
     patch = patch_shape(patch_size)
 
     def pixel_test(group: MapGroup, region: Tensor) -> tuple[float, float]:
-        """(constancy, p-value): a whole class on the pixel sample (when given), a strategy on its members."""
+        """(constancy, p-value): a whole class on the pixel sample (when given), another group on its members."""
         pixels = patch_pixels(region, patch)
-        if group.strategy is None and pixel_sample is not None:
+        if group.whole and pixel_sample is not None:
             counts = pixel_sample.agreements(patch_size).region(region)
             return constancy_test(pixel_sample.images, pixel_sample.classes, group.label, pixels, None, counts)
         return constancy_test(images, classes, group.label, pixels, group.members, probe_agreements.region(region))

@@ -5,9 +5,11 @@ uniform); per class the mean of those maps, its hotspot (the fewest patches hold
 ``hotspot_share`` of the mean's mass), the consistency of the maps (mean pairwise Spearman
 correlation) and their strategies (:mod:`.discovery_strategies`), as a function
 (:func:`summarise_classes`) and as a metric over batches and processes (:class:`ClassMapSummary`).
-The groups whose hotspot the transplant tests (:class:`MapGroup`) are each class and, for a class
-with two strategies or more, each of its strategies (a subgroup that may use a shortcut the rest
-of the class does not). The knobs of the whole discovery are one :class:`DiscoverySettings`.
+The groups whose hotspot the transplant tests (:class:`MapGroup`) are each class, for a class
+with two strategies or more each of its strategies (a subgroup that may use a shortcut the rest
+of the class does not), and its peak group (the maps that share a patch off the class's hotspot among
+their most relevant: a stamp on part of a class that SpRAy does not separate). The knobs of the whole
+discovery are one :class:`DiscoverySettings`.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from gradskip_lightning.core.validation import check_class_targets, check_maps
 from gradskip_lightning.metrics.drift import average_ranks
 
 from .discovery_strategies import Strategies, find_strategies
+from .discovery_transplant import MIN_TESTED_PROBES
 
 _ROUNDING = 1e-9  # relative slack so a float64 cumulative mass that should reach the share does
 _SETTING_TYPES: dict[str, tuple[type, ...]] = {
@@ -40,6 +43,7 @@ _SETTING_TYPES: dict[str, tuple[type, ...]] = {
     "consistency": (bool,),
     "alpha": (int, float),
     "neighbour_relevance": (type(None), int, float),
+    "peak_patches": (type(None), int),
 }
 
 
@@ -68,6 +72,9 @@ class DiscoverySettings:
         neighbour_relevance: a patch touching a hotspot (8-neighbourhood) joins its grown hotspot, tested
             beside it, when its mean relevance is at least this share of the hotspot's weakest patch's, in
             [0, 1] (0: every neighbour); None tests the hotspot alone.
+        peak_patches: each map's most relevant patches a class's peak group reads (:class:`MapGroup`: the probes whose
+            maps share a patch off the class's hotspot among theirs, a stamp on part of a class), >= 1; None: no
+            peak groups.
     """
 
     hotspot_share: float = 0.1
@@ -80,6 +87,7 @@ class DiscoverySettings:
     consistency: bool = False
     alpha: float = 0.05
     neighbour_relevance: float | None = 0.5
+    peak_patches: int | None = 3
 
     def __post_init__(self) -> None:
         for name, kinds in _SETTING_TYPES.items():
@@ -99,22 +107,29 @@ class DiscoverySettings:
         for name in ("neighbours", "max_strategies", "kmeans_restarts"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1; got {getattr(self, name)}")
+        if self.peak_patches is not None and self.peak_patches < 1:
+            raise ValueError(f"peak_patches must be None or >= 1; got {self.peak_patches}")
 
 
 @dataclass(frozen=True, eq=False)
 class MapGroup:
-    """Maps of one class whose hotspot is tested: every map of the class, or one of its SpRAy strategies.
+    """Maps of one class whose hotspot is tested: every map of the class, one of its SpRAy strategies, or its peak
+    group (the maps that share a patch off the class's hotspot among their ``peak_patches`` most relevant ones, the
+    patch most of them share: the probes that carry a stamp on part of a class, where too few for the class mean or
+    SpRAy to single out).
 
     Attributes:
         label: the class.
-        strategy: the strategy's index in ``ClassMaps.strategies[label]``; None for the whole class.
+        strategy: the strategy's index in ``ClassMaps.strategies[label]``; None for the whole class and a peak group.
         members: (n,) int64 positions of the group's maps (the numbering the summary was given), ascending,
             on the CPU.
         share: n / the class's maps (1.0 for the whole class; NaN for a class without maps).
         mean_map: (h, w) float64 mean of the group's normalised maps.
-        hotspot: (h, w) bool its hotspot (the fewest patches holding ``hotspot_share`` of its mass).
+        hotspot: (h, w) bool its hotspot (the fewest patches holding ``hotspot_share`` of its mass; a peak group's:
+            its patch).
         concentration: ``clamp(1 - hotspot patches / (hotspot_share * h * w), 0, 1)``; NaN without maps.
         consistency: mean pairwise Spearman correlation of the group's maps; NaN with fewer than 2.
+        peak: a peak group's patch (row, column); None for the others.
     """
 
     label: int
@@ -125,6 +140,21 @@ class MapGroup:
     hotspot: Tensor
     concentration: float
     consistency: float
+    peak: tuple[int, int] | None = None
+
+    @property
+    def whole(self) -> bool:
+        """Whether the group is the whole class."""
+        return self.strategy is None and self.peak is None
+
+    def describe(self) -> str:
+        """The group in words: ``"the class"``, ``"strategy 1 (40% of its probes)"``, ``"the probes whose maps peak at
+        patch (0, 6) (40% of them)"``."""
+        if self.strategy is not None:
+            return f"strategy {self.strategy} ({self.share:.0%} of its probes)"
+        if self.peak is not None:
+            return f"the probes whose maps peak at patch {self.peak} ({self.share:.0%} of them)"
+        return "the class"
 
 
 @dataclass(frozen=True)
@@ -141,7 +171,7 @@ class ClassMaps:
         consistency: (K,) float64 mean pairwise Spearman correlation of the class's maps; NaN with < 2.
         strategies: K SpRAy :class:`Strategies` (on the CPU; assignments in the order of the maps' positions).
         groups: per class the :class:`MapGroup` s whose hotspots are tested: the whole class first, then
-            each strategy when the class has two or more.
+            each strategy when the class has two or more, then its peak group when it has one.
         settings: those the summary was made with.
     """
 
@@ -275,6 +305,41 @@ def _strategy_groups(
     ]
 
 
+def _peak_group(
+    label: int, maps: Tensor, positions: Tensor, hotspot: Tensor, settings: DiscoverySettings
+) -> list[MapGroup]:
+    """Class ``label``'s peak group (:class:`MapGroup`) from its normalised maps (n, h, w) at ``positions`` (n,) and
+    its hotspot (h, w): the patch off the hotspot that the most maps have among their ``settings.peak_patches`` most
+    relevant (ties: the most relevance there), and those maps; none with fewer than
+    :data:`~.discovery_transplant.MIN_TESTED_PROBES` such maps, or ``peak_patches`` None."""
+    if settings.peak_patches is None or len(maps) < MIN_TESTED_PROBES:
+        return []
+    flat = maps.flatten(1)
+    top = flat.topk(min(settings.peak_patches, flat.shape[1]), dim=1).indices
+    hits = torch.zeros_like(flat, dtype=torch.bool).scatter_(1, top, True) & ~hotspot.flatten().to(flat.device)[None]
+    sizes = hits.sum(dim=0)
+    best = int((sizes + (flat * hits).sum(dim=0) / (len(maps) + 1)).argmax())  # mass < 1 per map: size decides
+    chosen = hits[:, best]
+    if int(sizes[best]) < MIN_TESTED_PROBES:
+        return []
+    region = torch.zeros_like(hotspot, dtype=torch.bool).flatten()
+    region[best] = True
+    region = region.reshape(hotspot.shape)
+    return [
+        MapGroup(
+            label=label,
+            strategy=None,
+            members=positions[chosen.to(positions.device)].cpu(),
+            share=int(sizes[best]) / len(maps),
+            mean_map=maps[chosen].mean(dim=0),
+            hotspot=region,
+            concentration=float(concentration(region[None], settings.hotspot_share)[0]),
+            consistency=float(consistency(maps[chosen])),
+            peak=divmod(best, hotspot.shape[1]),
+        )
+    ]
+
+
 def _summary_compute(
     sums: Tensor, counts: Tensor, normalised: Tensor, classes: Tensor, positions: Tensor, settings: DiscoverySettings
 ) -> ClassMaps:
@@ -311,7 +376,11 @@ def _summary_compute(
             concentration=float(cues[label]),
             consistency=float(agreement[label]),
         )
-        groups.append((whole, *_strategy_groups(label, strategies[label], maps, members, settings)))
+        groups.append((
+            whole,
+            *_strategy_groups(label, strategies[label], maps, members, settings),
+            *_peak_group(label, maps, members, masks[label], settings),
+        ))  # fmt: skip
     return ClassMaps(
         counts=counts,
         mean_maps=mean_maps,

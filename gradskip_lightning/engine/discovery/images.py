@@ -89,8 +89,8 @@ def alert_text(
     ph, pw = patch_size
     height, width = summary.mean_maps.shape[1] * ph, summary.mean_maps.shape[2] * pw
     who = f"class {label} ({class_names[label]})"
-    if group.strategy is not None:
-        who += f", strategy {group.strategy} ({group.share:.0%} of its probes)"
+    if not group.whole:
+        who += f", {group.describe()}"
     title = f"GradSkip discovery: class {class_names[label]!r} may use a shortcut"
     text = (
         f"Epoch {epoch}: {who} may use a shortcut at rows {top * ph}-{bottom * ph}, columns {left * pw}-{right * pw} "
@@ -98,7 +98,7 @@ def alert_text(
         f"{'' if test.method is None else f' in the {test.method} maps'})"
         f": suspicion {found.suspicion[label].item():.2f} (floor {settings.alert_threshold:g}), p = "
         f"{found.p_values[label].item():.2g} (alpha {settings.alpha:g}, adjusted for {found.tests_run} tests). "
-        f"Pasting it from {'the strategy' if group.strategy is not None else 'the class'}'s images onto other "
+        f"Pasting it from {'the class' if group.whole else 'those probes'}'s images onto other "
         f"classes' images flips {transplant.flip_rate:.0%} of them to the class (random place "
         f"{transplant.random_flip_rate:.0%}, "
         f"same place from other classes {transplant.other_class_flip_rate:.0%}); its pixels' constancy is "
