@@ -33,6 +33,10 @@ def test_both_paths_run_on_the_same_kept_model_and_the_first_look_forwards_no_mo
     assert before["flagged"] == after["flagged"]
     printed = capsys.readouterr().out
     assert "the same flags on 1 of 1 models" in printed and "| **median** | first look |" in printed
+    (alone,) = run(build_parser().parse_args(["stage", "--weights", str(tmp_path), "--models", "clean/0/1",
+                                              "--dataset", "planted_shapes", "--paths", "first look"]))  # fmt: skip
+    assert alone["path"] == "first look" and alone["flagged"] == after["flagged"]
+    assert "First look / every recipient" not in capsys.readouterr().out
     with pytest.raises(FileNotFoundError, match="--keep-weights"):
         run(build_parser().parse_args(["stage", "--weights", str(tmp_path), "--models", "clean/0/2",
                                        "--dataset", "planted_shapes"]))  # fmt: skip

@@ -153,14 +153,14 @@ CLASS_VALUES: dict[str, str] = {
     "`alert_threshold`), else 0: the class's alarm, to monitor or stop on",
     "peak_suspicion": "in fit: the class's highest suspicion so far in this fit (kept in checkpoints)",
     "tested_share": "share of the class's discovery probes in the reported test's group (1: the whole class; less: "
-    "a SpRAy strategy)",
+    "a SpRAy strategy or its peak group)",
     "flip_rate": "share of other classes' probes predicted as the class with the tested region pasted in; NaN when "
     "the reported test was not measured (its map or pixel cue is 0, so it cannot fire, and no test of the epoch "
     "reached `alert_threshold`; its p-value is then 1)",
     "random_flip_rate": "control: a region of the tested region's shape at a random place of the same probes",
     "other_class_flip_rate": "control: the tested region's place taken from other classes' probes",
-    "constancy": "how much more the tested region's pixels agree across the group's probes than within other "
-    "classes (1: a stamp on every probe, s^2 on a share s)",
+    "constancy": "how much more the tested region's pixels agree across the group's images (the whole class: its "
+    "`pixel_probes_per_class` images) than within other classes (1: a stamp on every image, s^2 on a share s)",
     "consistency": "mean pairwise Spearman correlation of the group's maps",
     "concentration": "1 - the group's hotspot patches / (share x all patches)",
     "strategies": "SpRAy strategies (eigengap) among the class's maps",
