@@ -326,7 +326,8 @@ def discover(
     patch = patch_shape(patch_size)
 
     def pixel_test(group: MapGroup, region: Tensor) -> tuple[float, float]:
-        """(constancy, p-value): a whole class on the pixel sample (when given), another group on its members."""
+        """(constancy, p-value): a whole class on the pixel sample (when given), another group (a strategy, a peak
+        group) on its members: the class's pixels would dilute a stamp on part of it by the share squared."""
         pixels = patch_pixels(region, patch)
         if group.whole and pixel_sample is not None:
             counts = pixel_sample.agreements(patch_size).region(region)
