@@ -251,6 +251,14 @@ def _check_pixel_sample(sample: PixelSample, images: Tensor, num_classes: int) -
         )
 
 
+def _could_fire(transplant: HotspotTransplant, suspicion: float, settings: DiscoverySettings) -> bool:
+    """Whether a measured test can fire once every test is measured: its suspicion at the floor and each of its p-values
+    at most ``alpha / 2`` (each stage of :func:`~.multiplicity.gated_holm` at least doubles it); False when NaN."""
+    half = settings.alpha / 2
+    p_values = (transplant.flip_p_value, transplant.constancy_p_value)
+    return suspicion >= settings.alert_threshold and all(p <= half for p in p_values)
+
+
 def _fires(test: ShortcutTest, settings: DiscoverySettings) -> bool:
     return test.p_value <= settings.alpha and test.suspicion >= settings.alert_threshold  # False when NaN
 
@@ -294,13 +302,15 @@ def discover(
     ``measure_all=False`` (the callback's stage) skips the forwards of the tests that cannot fire while no test
     can: a test whose map and pixel cues are 0 (concentration or constancy; consistency with
     ``settings.consistency``) has suspicion 0 whatever its flips, below a positive ``alert_threshold``. Those
-    tests are measured last, and only when a measured test reaches ``alert_threshold``: then every one of them is
-    measured. The unmeasured tests keep their pixels' figures, NaN rates (``transplant.measured`` False) and a
-    flips' p-value of 1, so the measured tests' adjusted p-values are at least those of a full run. The others
-    first measure ``first_look`` recipients (:data:`~.discovery_transplant.FIRST_LOOK`; the other classes in turn)
-    and stop there when those give less than half of ``alert_threshold`` (their rates, suspicion and p-value are
-    then the first recipients'): a test that could fire goes on to every recipient, and on a model without a
-    shortcut most stop. ``first_look`` None: every measured test takes every recipient.
+    tests are measured last, and only when a measured test could fire (its suspicion reaches ``alert_threshold``
+    and its flips' and pixels' p-values are each at most ``alpha / 2``, which the adjustment at least doubles):
+    then every one of them is measured. The unmeasured tests keep their pixels' figures, NaN rates
+    (``transplant.measured`` False) and a flips' p-value of 1, so the measured tests' adjusted p-values are at
+    least those of a full run, and the flags are a full run's. The others first measure ``first_look``
+    recipients (:data:`~.discovery_transplant.FIRST_LOOK`; the other classes in turn) and stop there when those
+    give less than half of ``alert_threshold`` (their rates, suspicion and p-value are then the first
+    recipients'): a test that could fire goes on to every recipient, and on a model without a shortcut most
+    stop. ``first_look`` None: every measured test takes every recipient.
 
     ``pixel_sample``: more images of the classes (:class:`~.discovery_transplant.PixelSample`; the callback's stage:
     32 a class, the probes among them, on the probes' device): a whole class's pixel test reads every one of its
@@ -375,7 +385,7 @@ def discover(
                     result = transplant(group, region, True)
             found.append(scored(group, region, grown, result or transplant(group, region, True), method))
         runs.append(found)
-    if any(run[4] >= settings.alert_threshold for found in runs for run in found):  # False when NaN
+    if any(_could_fire(run[3], run[4], settings) for found in runs for run in found):
         runs = [
             [run if run[3].measured else scored(*run[:3], transplant(run[0], run[1], True), run[5]) for run in found]
             for found in runs

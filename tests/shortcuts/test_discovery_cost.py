@@ -194,6 +194,35 @@ def test_while_no_test_reaches_the_floor_the_tests_that_cannot_fire_are_not_forw
     assert unmeasured >= 3 and stopped >= 1
 
 
+class _Corner:
+    """The class whose brightness is nearest the top-left 2 x 2 pixels': pasting that corner carries the class (a
+    real feature of every class, whose random-texture pixels agree only by chance)."""
+
+    def __call__(self, images: Tensor) -> Tensor:
+        centres = torch.tensor([0.225, 0.5, 0.775], dtype=images.dtype)
+        return -40 * (images[:, 0, :2, :2].mean(dim=(1, 2))[:, None] - centres).abs()
+
+
+def test_a_test_at_the_floor_that_cannot_pass_its_p_values_leaves_the_others_unmeasured():
+    """The corner flips every recipient, so its tests' suspicion can reach the floor from the pixels' chance
+    agreement, but their pixels' p-values (0.08-0.47) are over alpha / 2, which the adjustment at least doubles:
+    no test can fire, the tests whose cues are 0 stay unmeasured, and the flags are the full run's."""
+    reached = 0
+    for seed in range(4):
+        images, classes, maps = _clean_case(seed)
+        maps[:, 0, 0] = 5.0  # every class's hotspot: the corner
+        summary = summarise_classes(maps, classes, 3)
+        full = discover(_Corner(), images, classes, summary, patch_size=PATCH)
+        lazy = discover(_Corner(), images, classes, summary, patch_size=PATCH, measure_all=False)
+        assert torch.equal(lazy.flagged, full.flagged) and not lazy.flagged.any()
+        tests = _tests(lazy)
+        at_floor = [t for t in tests if t.suspicion >= summary.settings.alert_threshold]
+        assert all(t.transplant.flip_p_value < 1e-5 < 0.025 < t.transplant.constancy_p_value for t in at_floor)
+        assert not all(t.transplant.measured for t in tests)
+        reached += len(at_floor)
+    assert reached >= 2
+
+
 def test_at_a_floor_of_zero_every_test_is_measured():
     images, classes, maps = _clean_case(0)
     settings = DiscoverySettings(alert_threshold=0.0)
