@@ -206,9 +206,10 @@ def suspicion_score(excess: float, concentration: float, constancy: float, consi
 
 
 def _regions(group: MapGroup, settings: DiscoverySettings) -> list[tuple[Tensor, bool]]:
-    """The regions a group is tested at: its hotspot, and grown when that adds a patch."""
+    """The regions a group is tested at: its hotspot, and grown when that adds a patch (not a peak group's: on the
+    stamps it found, its grown region scored under its patch, and costs a test)."""
     regions = [(group.hotspot, False)]
-    if settings.neighbour_relevance is not None:
+    if settings.neighbour_relevance is not None and group.peak is None:
         grown = grown_hotspot(group.hotspot, group.mean_map, settings.neighbour_relevance)
         if not torch.equal(grown, group.hotspot):
             regions.append((grown, True))
