@@ -6,7 +6,7 @@ Token maps (P, h, w) of probes of classes (P,) are summarised per class (:mod:`.
 normalised maps, its hotspot (the fewest patches holding ``hotspot_share`` of the mean's mass), the
 consistency of the maps and their SpRAy strategies (:mod:`.discovery_strategies`). :func:`discover`
 then tests groups of probes (:class:`~.discovery_maps.MapGroup`: each class, for a class with two
-SpRAy strategies or more each strategy, and its peak group: a shortcut used by part of a class) at one or two
+SpRAy strategies or more each strategy, and its shared-patch group: a shortcut used by part of a class) at one or two
 regions each (the group's hotspot and, with ``neighbour_relevance``, the hotspot grown by its relevant
 neighbouring patches: an artefact across a patch boundary), pasting the region onto the other
 classes' probes (:mod:`.discovery_transplant`). This module gathers the public names.
@@ -115,7 +115,8 @@ class ShortcutTest:
     """One test: a group's region pasted onto the other classes' probes.
 
     Attributes:
-        group: the :class:`MapGroup` (a class, one of its strategies, or its peak group) whose probes gave the region.
+        group: the :class:`MapGroup` (a class, one of its strategies, or its shared-patch group) whose probes gave
+            the region.
         region: (h, w) bool the patches pasted: the group's hotspot, or that hotspot grown.
         grown: whether ``region`` is the grown hotspot.
         transplant: the :class:`HotspotTransplant` of the region.
@@ -151,7 +152,7 @@ class Discovery:
         summaries: the :class:`ClassMaps` the groups and hotspots came from, by method (the key None for a lone
             summary).
         tests: per class its :class:`ShortcutTest` s (per summary, the class's hotspot first, then grown, then each
-            strategy's, then the peak group's).
+            strategy's, then the shared-patch group's).
         reported: K tests, one per class: the most suspicious test that fires, else the most suspicious one
             (the class's hotspot test when none is defined).
         suspicion: (K,) float64 the reported tests' suspicion; NaN where undefined.
@@ -206,10 +207,10 @@ def suspicion_score(excess: float, concentration: float, constancy: float, consi
 
 
 def _regions(group: MapGroup, settings: DiscoverySettings) -> list[tuple[Tensor, bool]]:
-    """The regions a group is tested at: its hotspot, and grown when that adds a patch (not a peak group's: on the
-    stamps it found, its grown region scored under its patch, and costs a test)."""
+    """The regions a group is tested at: its hotspot, and grown when that adds a patch (not a shared-patch group's: on
+    the stamps it found, its grown region scored under its patch, and costs a test)."""
     regions = [(group.hotspot, False)]
-    if settings.neighbour_relevance is not None and group.peak is None:
+    if settings.neighbour_relevance is not None and group.shared_patch is None:
         grown = grown_hotspot(group.hotspot, group.mean_map, settings.neighbour_relevance)
         if not torch.equal(grown, group.hotspot):
             regions.append((grown, True))
@@ -302,16 +303,18 @@ def discover(
 
     ``measure_all=False`` (the callback's stage) skips the forwards of the tests that cannot fire while no test
     can: a test whose map and pixel cues are 0 (concentration or constancy; consistency with
-    ``settings.consistency``) has suspicion 0 whatever its flips, below a positive ``alert_threshold``. Those
-    tests are measured last, and only when a measured test could fire (its suspicion reaches ``alert_threshold``
-    and its flips' and pixels' p-values are each at most ``alpha / 2``, which the adjustment at least doubles):
-    then every one of them is measured. The unmeasured tests keep their pixels' figures, NaN rates
-    (``transplant.measured`` False) and a flips' p-value of 1, so the measured tests' adjusted p-values are at
-    least those of a full run, and the flags are a full run's. The others first measure ``first_look``
-    recipients (:data:`~.discovery_transplant.FIRST_LOOK`; the other classes in turn) and stop there when those
-    give less than half of ``alert_threshold`` (their rates, suspicion and p-value are then the first
-    recipients'): a test that could fire goes on to every recipient, and on a model without a shortcut most
-    stop. ``first_look`` None: every measured test takes every recipient.
+    ``settings.consistency``) has suspicion 0 whatever its flips, below a positive ``alert_threshold``; a
+    shared-patch group whose pixels' p-value is over ``alpha / 2`` cannot pass (its suspicion is then NaN: a few
+    probes' pixels agree by chance often enough to reach the floor on a cell feature, and such tests were most of
+    the groups' forwards on clean models). Those tests are measured last, and only when a measured test could fire
+    (its suspicion reaches ``alert_threshold`` and its flips' and pixels' p-values are each at most ``alpha / 2``,
+    which the adjustment at least doubles): then every one of them is measured. The unmeasured tests keep their
+    pixels' figures, NaN rates (``transplant.measured`` False) and a flips' p-value of 1, so the measured tests'
+    adjusted p-values are at least those of a full run, and the flags are a full run's. The others first measure
+    ``first_look`` recipients (:data:`~.discovery_transplant.FIRST_LOOK`; the other classes in turn) and stop there
+    when those give less than half of ``alert_threshold`` (their rates, suspicion and p-value are then the first
+    recipients'): a test that could fire goes on to every recipient, and on a model without a shortcut most stop.
+    ``first_look`` None: every measured test takes every recipient.
 
     ``pixel_sample``: more images of the classes (:class:`~.discovery_transplant.PixelSample`; the callback's stage:
     32 a class, the probes among them, on the probes' device): a whole class's pixel test reads every one of its
@@ -337,8 +340,9 @@ def discover(
     patch = patch_shape(patch_size)
 
     def pixel_test(group: MapGroup, region: Tensor) -> tuple[float, float]:
-        """(constancy, p-value): a whole class on the pixel sample (when given), another group (a strategy, a peak
-        group) on its members: the class's pixels would dilute a stamp on part of it by the share squared."""
+        """(constancy, p-value): a whole class on the pixel sample (when given), another group (a strategy, a
+        shared-patch group) on its members: the class's pixels would dilute a stamp on part of it by the share
+        squared."""
         pixels = patch_pixels(region, patch)
         if group.whole and pixel_sample is not None:
             counts = pixel_sample.agreements(patch_size).region(region)
@@ -368,8 +372,9 @@ def discover(
         consistency = group.consistency if settings.consistency else None
         if result.measured:
             score = suspicion_score(result.excess, group.concentration, result.constancy, consistency)
-        else:  # the cues are 0: 0 whatever the flips, NaN without recipients
-            score = 0.0 if result.recipients else math.nan
+        else:  # cues of 0: 0 whatever the flips; NaN without recipients, or left with cues (pixels that cannot pass)
+            cues = suspicion_score(1.0, group.concentration, result.constancy, consistency)
+            score = 0.0 if result.recipients and cues == 0 else math.nan
         return (group, region, grown, result, score, method)
 
     runs: list[list[_Run]] = []
@@ -380,7 +385,8 @@ def discover(
             if result is not None:
                 consistency = group.consistency if settings.consistency else None
                 cues = suspicion_score(1.0, group.concentration, result.constancy, consistency)
-                if cues > 0:  # measured now, stopped at the first look when it cannot reach half the floor
+                hopeless = group.shared_patch is not None and not result.constancy_p_value <= settings.alpha / 2
+                if cues > 0 and not hopeless:  # measured now (stopped at its first look below half the floor)
                     result = transplant(group, region, True, settings.alert_threshold / 2 / cues)
                 elif math.isnan(cues):
                     result = transplant(group, region, True)

@@ -7,7 +7,7 @@ correlation) and their strategies (:mod:`.discovery_strategies`), as a function
 (:func:`summarise_classes`) and as a metric over batches and processes (:class:`ClassMapSummary`).
 The groups whose hotspot the transplant tests (:class:`MapGroup`) are each class, for a class
 with two strategies or more each of its strategies (a subgroup that may use a shortcut the rest
-of the class does not), and its peak group (the maps that share a patch off the class's hotspot among
+of the class does not), and its shared-patch group (the maps that share a patch off the class's hotspot among
 their most relevant: a stamp on part of a class that SpRAy does not separate). The knobs of the whole
 discovery are one :class:`DiscoverySettings`.
 """
@@ -43,7 +43,7 @@ _SETTING_TYPES: dict[str, tuple[type, ...]] = {
     "consistency": (bool,),
     "alpha": (int, float),
     "neighbour_relevance": (type(None), int, float),
-    "peak_patches": (type(None), int),
+    "top_patches": (type(None), int),
 }
 
 
@@ -72,9 +72,9 @@ class DiscoverySettings:
         neighbour_relevance: a patch touching a hotspot (8-neighbourhood) joins its grown hotspot, tested
             beside it, when its mean relevance is at least this share of the hotspot's weakest patch's, in
             [0, 1] (0: every neighbour); None tests the hotspot alone.
-        peak_patches: each map's most relevant patches a class's peak group reads (:class:`MapGroup`: the probes whose
-            maps share a patch off the class's hotspot among theirs, a stamp on part of a class), >= 1; None: no
-            peak groups.
+        top_patches: each map's most relevant patches a class's shared-patch group reads (:class:`MapGroup`: the
+            probes whose maps share a patch off the class's hotspot among theirs, a stamp on part of a class), >= 1;
+            None: no shared-patch groups.
     """
 
     hotspot_share: float = 0.1
@@ -87,7 +87,7 @@ class DiscoverySettings:
     consistency: bool = False
     alpha: float = 0.05
     neighbour_relevance: float | None = 0.5
-    peak_patches: int | None = 3
+    top_patches: int | None = 3
 
     def __post_init__(self) -> None:
         for name, kinds in _SETTING_TYPES.items():
@@ -107,29 +107,30 @@ class DiscoverySettings:
         for name in ("neighbours", "max_strategies", "kmeans_restarts"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1; got {getattr(self, name)}")
-        if self.peak_patches is not None and self.peak_patches < 1:
-            raise ValueError(f"peak_patches must be None or >= 1; got {self.peak_patches}")
+        if self.top_patches is not None and self.top_patches < 1:
+            raise ValueError(f"top_patches must be None or >= 1; got {self.top_patches}")
 
 
 @dataclass(frozen=True, eq=False)
 class MapGroup:
-    """Maps of one class whose hotspot is tested: every map of the class, one of its SpRAy strategies, or its peak
-    group (the maps that share a patch off the class's hotspot among their ``peak_patches`` most relevant ones, the
-    patch most of them share: the probes that carry a stamp on part of a class, where too few for the class mean or
-    SpRAy to single out).
+    """Maps of one class whose hotspot is tested: every map of the class, one of its SpRAy strategies, or its
+    shared-patch group (the maps that share a patch off the class's hotspot among their ``top_patches`` most
+    relevant ones, the patch most of them share: the probes that carry a stamp on part of a class, where too few for
+    the class mean or SpRAy to single out).
 
     Attributes:
         label: the class.
-        strategy: the strategy's index in ``ClassMaps.strategies[label]``; None for the whole class and a peak group.
+        strategy: the strategy's index in ``ClassMaps.strategies[label]``; None for the whole class and a
+            shared-patch group.
         members: (n,) int64 positions of the group's maps (the numbering the summary was given), ascending,
             on the CPU.
         share: n / the class's maps (1.0 for the whole class; NaN for a class without maps).
         mean_map: (h, w) float64 mean of the group's normalised maps.
-        hotspot: (h, w) bool its hotspot (the fewest patches holding ``hotspot_share`` of its mass; a peak group's:
-            its patch).
+        hotspot: (h, w) bool its hotspot (the fewest patches holding ``hotspot_share`` of its mass; a shared-patch
+            group's: its patch).
         concentration: ``clamp(1 - hotspot patches / (hotspot_share * h * w), 0, 1)``; NaN without maps.
         consistency: mean pairwise Spearman correlation of the group's maps; NaN with fewer than 2.
-        peak: a peak group's patch (row, column); None for the others.
+        shared_patch: a shared-patch group's patch (row, column); None for the others.
     """
 
     label: int
@@ -140,20 +141,20 @@ class MapGroup:
     hotspot: Tensor
     concentration: float
     consistency: float
-    peak: tuple[int, int] | None = None
+    shared_patch: tuple[int, int] | None = None
 
     @property
     def whole(self) -> bool:
         """Whether the group is the whole class."""
-        return self.strategy is None and self.peak is None
+        return self.strategy is None and self.shared_patch is None
 
     def describe(self) -> str:
-        """The group in words: ``"the class"``, ``"strategy 1 (40% of its probes)"``, ``"the probes whose maps peak at
+        """The group in words: ``"the class"``, ``"strategy 1 (40% of its probes)"``, ``"the probes whose maps share
         patch (0, 6) (40% of them)"``."""
         if self.strategy is not None:
             return f"strategy {self.strategy} ({self.share:.0%} of its probes)"
-        if self.peak is not None:
-            return f"the probes whose maps peak at patch {self.peak} ({self.share:.0%} of them)"
+        if self.shared_patch is not None:
+            return f"the probes whose maps share patch {self.shared_patch} ({self.share:.0%} of them)"
         return "the class"
 
 
@@ -171,7 +172,7 @@ class ClassMaps:
         consistency: (K,) float64 mean pairwise Spearman correlation of the class's maps; NaN with < 2.
         strategies: K SpRAy :class:`Strategies` (on the CPU; assignments in the order of the maps' positions).
         groups: per class the :class:`MapGroup` s whose hotspots are tested: the whole class first, then
-            each strategy when the class has two or more, then its peak group when it has one.
+            each strategy when the class has two or more, then its shared-patch group when it has one.
         settings: those the summary was made with.
     """
 
@@ -305,17 +306,17 @@ def _strategy_groups(
     ]
 
 
-def _peak_group(
+def _shared_patch_group(
     label: int, maps: Tensor, positions: Tensor, hotspot: Tensor, settings: DiscoverySettings
 ) -> list[MapGroup]:
-    """Class ``label``'s peak group (:class:`MapGroup`) from its normalised maps (n, h, w) at ``positions`` (n,) and
-    its hotspot (h, w): the patch off the hotspot that the most maps have among their ``settings.peak_patches`` most
-    relevant (ties: the most relevance there), and those maps; none with fewer than
-    :data:`~.discovery_transplant.MIN_TESTED_PROBES` such maps, or ``peak_patches`` None."""
-    if settings.peak_patches is None or len(maps) < MIN_TESTED_PROBES:
+    """Class ``label``'s shared-patch group (:class:`MapGroup`) from its normalised maps (n, h, w) at ``positions``
+    (n,) and its hotspot (h, w): the patch off the hotspot that the most maps have among their
+    ``settings.top_patches`` most relevant (ties: the most relevance there), and those maps; none with fewer than
+    :data:`~.discovery_transplant.MIN_TESTED_PROBES` such maps, or ``top_patches`` None."""
+    if settings.top_patches is None or len(maps) < MIN_TESTED_PROBES:
         return []
     flat = maps.flatten(1)
-    top = flat.topk(min(settings.peak_patches, flat.shape[1]), dim=1).indices
+    top = flat.topk(min(settings.top_patches, flat.shape[1]), dim=1).indices
     hits = torch.zeros_like(flat, dtype=torch.bool).scatter_(1, top, True) & ~hotspot.flatten().to(flat.device)[None]
     sizes = hits.sum(dim=0)
     best = int((sizes + (flat * hits).sum(dim=0) / (len(maps) + 1)).argmax())  # mass < 1 per map: size decides
@@ -335,7 +336,7 @@ def _peak_group(
             hotspot=region,
             concentration=float(concentration(region[None], settings.hotspot_share)[0]),
             consistency=float(consistency(maps[chosen])),
-            peak=divmod(best, hotspot.shape[1]),
+            shared_patch=divmod(best, hotspot.shape[1]),
         )
     ]
 
@@ -379,7 +380,7 @@ def _summary_compute(
         groups.append((
             whole,
             *_strategy_groups(label, strategies[label], maps, members, settings),
-            *_peak_group(label, maps, members, masks[label], settings),
+            *_shared_patch_group(label, maps, members, masks[label], settings),
         ))  # fmt: skip
     return ClassMaps(
         counts=counts,

@@ -391,7 +391,7 @@ def test_a_bar_across_a_patch_boundary_flips_with_the_grown_hotspot_and_not_with
         suspicion_score(grown.transplant.excess, summary.concentration[1].item(), grown.transplant.constancy)
     )
     assert found.suspicion[1] > 0.5 and found.p_values[1] < 1e-4
-    alone_only = summarise_classes(maps, classes, 3, DiscoverySettings(neighbour_relevance=None, peak_patches=None))
+    alone_only = summarise_classes(maps, classes, 3, DiscoverySettings(neighbour_relevance=None, top_patches=None))
     missed = discover(BarModel(), images, classes, alone_only, patch_size=PATCH)
     assert len(missed.tests[1]) == 1 and missed.suspicion[1] == 0.0 and not missed.flagged.any()
 
@@ -421,12 +421,12 @@ def partial_stamp_case() -> tuple[Tensor, Tensor, Tensor, Tensor]:
 def test_a_stamp_on_part_of_a_class_is_found_in_its_strategy_with_its_share():
     images, classes, maps, stamped = partial_stamp_case()
     summary = summarise_classes(maps, classes, 3)
-    whole, *strategies, peak = summary.groups[1]
+    whole, *strategies, shared = summary.groups[1]
     assert whole.whole and whole.share == 1.0 and len(strategies) == 2
     assert torch.equal(strategies[0].members, stamped) and strategies[0].share == pytest.approx(7 / 12)
-    assert peak.peak == (5, 5) and torch.equal(peak.members, strategies[1].members)  # the object's, off the hotspot
+    assert shared.shared_patch == (5, 5) and torch.equal(shared.members, strategies[1].members)  # the object's
     found = discover(StampModel(), images, classes, summary, patch_size=PATCH)
-    by_group = {(t.group.strategy, t.grown): t for t in found.tests[1] if t.group.peak is None}
+    by_group = {(t.group.strategy, t.grown): t for t in found.tests[1] if t.group.shared_patch is None}
     class_test, strategy_test = by_group[(None, False)], by_group[(0, False)]
     assert class_test.transplant.flip_rate == pytest.approx(7 / 12, abs=0.05)  # donors in turn: 7 of 12 stamped
     assert strategy_test.transplant.flip_rate == 1.0 and strategy_test.transplant.constancy == 1.0
@@ -484,9 +484,9 @@ def test_the_probes_as_their_own_pixel_sample_give_the_same_discovery():
         assert after.transplant == before.transplant and after.p_value == pytest.approx(before.p_value, nan_ok=True)
 
 
-def test_a_stamp_second_in_a_third_of_a_class_s_maps_is_found_by_its_peak_group():
+def test_a_stamp_second_in_a_third_of_a_class_s_maps_is_found_by_its_shared_patch_group():
     """Every class-1 map is hottest on the object (patch (4, 4)); the 4 of 12 probes that carry the stamp have it
-    second. The class mean's hotspot and every strategy's are the object, which flips nothing; the peak group
+    second. The class mean's hotspot and every strategy's are the object, which flips nothing; the shared-patch group
     (the maps with the stamp's patch among their 3 most relevant) is exactly the stamped probes, and flagged."""
     images, classes, maps = stamp_case()
     members = (classes == 1).nonzero()[:, 0]
@@ -497,14 +497,15 @@ def test_a_stamp_second_in_a_third_of_a_class_s_maps_is_found_by_its_peak_group(
     maps[members[:4], 0, 0] = 30.0
     summary = summarise_classes(maps, classes, 3)
     assert summary.hotspots[1].nonzero().tolist() == [[4, 4]]
-    peak = summary.groups[1][-1]
-    assert peak.peak == (0, 0) and torch.equal(peak.members, members[:4]) and peak.share == pytest.approx(1 / 3)
+    shared = summary.groups[1][-1]
+    assert shared.shared_patch == (0, 0) and torch.equal(shared.members, members[:4])
+    assert shared.share == pytest.approx(1 / 3)
     found = discover(StampModel(), images, classes, summary, patch_size=PATCH)
     reported = found.reported[1]
-    assert reported.group is peak and reported.box == (0, 0, 1, 1) and found.flagged.tolist() == [False, True, False]
+    assert reported.group is shared and reported.box == (0, 0, 1, 1) and found.flagged.tolist() == [False, True, False]
     assert reported.transplant.flip_rate == 1.0 and reported.transplant.constancy == 1.0
-    assert all(t.transplant.flip_rate == 0.0 for t in found.tests[1] if t.group.peak is None)
-    without = summarise_classes(maps, classes, 3, DiscoverySettings(peak_patches=None))
+    assert all(t.transplant.flip_rate == 0.0 for t in found.tests[1] if t.group.shared_patch is None)
+    without = summarise_classes(maps, classes, 3, DiscoverySettings(top_patches=None))
     assert not discover(StampModel(), images, classes, without, patch_size=PATCH).flagged.any()
 
 
@@ -593,8 +594,8 @@ def test_suspicion_is_nan_where_a_term_is_undefined_and_bounded_by_the_excess():
         (lambda: DiscoverySettings(alpha=0.0), ValueError, "alpha"),
         (lambda: DiscoverySettings(neighbour_relevance=1.5), ValueError, "neighbour_relevance"),
         (lambda: DiscoverySettings(neighbour_relevance="0.5"), TypeError, "neighbour_relevance"),
-        (lambda: DiscoverySettings(peak_patches=0), ValueError, "peak_patches must be None or >= 1"),
-        (lambda: DiscoverySettings(peak_patches=2.0), TypeError, "peak_patches must be int"),
+        (lambda: DiscoverySettings(top_patches=0), ValueError, "top_patches must be None or >= 1"),
+        (lambda: DiscoverySettings(top_patches=2.0), TypeError, "top_patches must be int"),
     ],
 )
 def test_bad_summary_input_is_a_clear_error(call, error, match):

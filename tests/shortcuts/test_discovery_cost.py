@@ -22,7 +22,7 @@ from gradskip_lightning.shortcuts.discovery_properties import discover_propertie
 from gradskip_lightning.shortcuts.discovery_transplant import FIRST_LOOK
 from gradskip_lightning.shortcuts.distinct_forward import DistinctForward
 from gradskip_lightning.shortcuts.image_properties import PROPERTIES, PixelSpace
-from tests.shortcuts.test_discovery import PATCH, StampModel, partial_stamp_case
+from tests.shortcuts.test_discovery import PATCH, SIDE, StampModel, partial_stamp_case, stamp_case
 from tests.shortcuts.test_discovery_properties import MEAN, STD, cast_case
 
 
@@ -221,6 +221,31 @@ def test_a_test_at_the_floor_that_cannot_pass_its_p_values_leaves_the_others_unm
         assert not all(t.transplant.measured for t in tests)
         reached += len(at_floor)
     assert reached >= 2
+
+
+def test_a_shared_patch_group_whose_pixels_cannot_pass_is_not_forwarded():
+    """4 of class 1's 12 maps have the corner second (after the object), but no stamp is there: the shared-patch
+    group's pixels agree by chance only (p-value over alpha / 2), so without a test that could fire it is left
+    unmeasured (suspicion NaN, no forward), with the full run's flags; with the stamp on those 4 it is measured."""
+    images, classes, maps = stamp_case()
+    members = (classes == 1).nonzero()[:, 0]
+    maps[members] = torch.rand(12, SIDE, SIDE, generator=torch.Generator().manual_seed(14), dtype=torch.float64)
+    maps[members, 4, 4] = 100.0
+    maps[members[:4], 0, 0] = 30.0
+    stamped = images.clone()
+    noise = torch.rand(12, 1, PATCH, PATCH, generator=torch.Generator().manual_seed(5), dtype=torch.float64)
+    images[members, :, :PATCH, :PATCH] = 0.275 + 0.45 * noise  # no stamp: the 4's corners agree by chance (0.16)
+    stamped[members[4:], :, :PATCH, :PATCH] = images[members[4:], :, :PATCH, :PATCH]  # the stamp on the 4
+    summary = summarise_classes(maps, classes, 3)
+    lazy = discover(StampModel(), images, classes, summary, patch_size=PATCH, measure_all=False)
+    full = discover(StampModel(), images, classes, summary, patch_size=PATCH)
+    (shared,) = [t for t in lazy.tests[1] if t.group.shared_patch is not None]
+    assert shared.transplant.constancy_p_value > 0.025 and shared.transplant.constancy > 0
+    assert not shared.transplant.measured and math.isnan(shared.suspicion)
+    assert torch.equal(lazy.flagged, full.flagged) and not lazy.flagged.any()
+    found = discover(StampModel(), stamped, classes, summary, patch_size=PATCH, measure_all=False)
+    (shared,) = [t for t in found.tests[1] if t.group.shared_patch is not None]
+    assert shared.transplant.measured and shared.transplant.flip_rate == 1.0 and found.flagged.tolist()[1]
 
 
 def test_at_a_floor_of_zero_every_test_is_measured():
