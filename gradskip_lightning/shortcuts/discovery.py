@@ -310,7 +310,7 @@ def discover(
     (its suspicion reaches ``alert_threshold`` and its flips' and pixels' p-values are each at most ``alpha / 2``,
     which the adjustment at least doubles): then every one of them is measured. The unmeasured tests keep their
     pixels' figures, NaN rates (``transplant.measured`` False) and a flips' p-value of 1, so the measured tests'
-    adjusted p-values are at least those of a full run, and the flags are a full run's. The others first measure
+    adjusted p-values are at least those of a full run. The others first measure
     ``first_look`` recipients (:data:`~.discovery_transplant.FIRST_LOOK`; the other classes in turn) and stop there
     when those give less than half of ``alert_threshold`` (their rates, suspicion and p-value are then the first
     recipients'): a test that could fire goes on to every recipient, and on a model without a shortcut most stop.
