@@ -492,7 +492,9 @@ def hotspot_transplant(
     classes, hotspot = classes.to(device), hotspot.to(device)
     others = (classes != target).nonzero()[:, 0]
     donors = (classes == target).nonzero()[:, 0] if donors is None else _checked_donors(donors, classes, target)
-    constancy, constancy_p = pixel_test or constancy_test(images, classes, target, patch_pixels(hotspot, patch), donors)
+    if pixel_test is None:
+        pixel_test = constancy_test(images, classes, target, patch_pixels(hotspot, patch), donors)
+    constancy, constancy_p = pixel_test
 
     def predictions(count: int, build: Callable[[int, int], Tensor]) -> Tensor:
         chunks = []

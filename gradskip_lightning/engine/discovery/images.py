@@ -80,7 +80,7 @@ def discovery_images(
 def alert_text(
     found: Discovery, label: int, class_names: Sequence[str], patch_size: tuple[int, int], epoch: int
 ) -> tuple[str, str]:
-    """(title, text) of the alert for flagged class ``label``: the class (and strategy), the tested region's box in
+    """(title, text) of the alert for flagged class ``label``: the class (and its group), the tested region's box in
     pixels, the suspicion and p-value, the flip rates."""
     test = found.reported[label]
     summary, transplant, group = found.summary_of(test), test.transplant, test.group
@@ -91,6 +91,7 @@ def alert_text(
     who = f"class {label} ({class_names[label]})"
     if not group.whole:
         who += f", {group.describe()}"
+    donors = "the class's" if group.whole else "those probes'"
     title = f"GradSkip discovery: class {class_names[label]!r} may use a shortcut"
     text = (
         f"Epoch {epoch}: {who} may use a shortcut at rows {top * ph}-{bottom * ph}, columns {left * pw}-{right * pw} "
@@ -98,7 +99,7 @@ def alert_text(
         f"{'' if test.method is None else f' in the {test.method} maps'})"
         f": suspicion {found.suspicion[label].item():.2f} (floor {settings.alert_threshold:g}), p = "
         f"{found.p_values[label].item():.2g} (alpha {settings.alpha:g}, adjusted for {found.tests_run} tests). "
-        f"Pasting it from {'the class' if group.whole else 'those probes'}'s images onto other "
+        f"Pasting it from {donors} images onto other "
         f"classes' images flips {transplant.flip_rate:.0%} of them to the class (random place "
         f"{transplant.random_flip_rate:.0%}, "
         f"same place from other classes {transplant.other_class_flip_rate:.0%}); its pixels' constancy is "
