@@ -349,7 +349,10 @@ def discover(
             return constancy_test(pixel_sample.images, pixel_sample.classes, group.label, pixels, None, counts)
         return constancy_test(images, classes, group.label, pixels, group.members, probe_agreements.region(region))
 
-    def transplant(group: MapGroup, region: Tensor, measure: bool, futile_below: float = 0.0) -> HotspotTransplant:
+    def transplant(
+        group: MapGroup, region: Tensor, tested: tuple[float, float], measure: bool, futile_below: float = 0.0
+    ) -> HotspotTransplant:
+        """The region's transplant, its pixels already ``tested`` (constancy, p-value): once per test."""
         return hotspot_transplant(
             model,
             images,
@@ -365,7 +368,7 @@ def discover(
             measure=measure,
             first_look=None if measure_all else first_look,
             futile_below=futile_below,
-            pixel_test=pixel_test(group, region),
+            pixel_test=tested,
         )
 
     def scored(group: MapGroup, region: Tensor, grown: bool, result: HotspotTransplant, method: str | None) -> _Run:
@@ -377,25 +380,31 @@ def discover(
             score = 0.0 if result.recipients and cues == 0 else math.nan
         return (group, region, grown, result, score, method)
 
+    def remeasured(run: _Run) -> HotspotTransplant:
+        """An unmeasured test's transplant, measured, with the pixel test it already has."""
+        tested = (run[3].constancy, run[3].constancy_p_value)
+        return transplant(run[0], run[1], tested, True)
+
     runs: list[list[_Run]] = []
     for label in range(len(first.counts)):
         found = []
         for group, region, grown, method in _distinct_tests(summaries, label, settings):
-            result = None if measure_all or settings.alert_threshold <= 0 else transplant(group, region, False)
+            tested = pixel_test(group, region)
+            lazy = not measure_all and settings.alert_threshold > 0
+            result = transplant(group, region, tested, False) if lazy else None
             if result is not None:
                 consistency = group.consistency if settings.consistency else None
                 cues = suspicion_score(1.0, group.concentration, result.constancy, consistency)
                 hopeless = group.shared_patch is not None and not result.constancy_p_value <= settings.alpha / 2
                 if cues > 0 and not hopeless:  # measured now (stopped at its first look below half the floor)
-                    result = transplant(group, region, True, settings.alert_threshold / 2 / cues)
+                    result = transplant(group, region, tested, True, settings.alert_threshold / 2 / cues)
                 elif math.isnan(cues):
-                    result = transplant(group, region, True)
-            found.append(scored(group, region, grown, result or transplant(group, region, True), method))
+                    result = transplant(group, region, tested, True)
+            found.append(scored(group, region, grown, result or transplant(group, region, tested, True), method))
         runs.append(found)
     if any(_could_fire(run[3], run[4], settings) for found in runs for run in found):
         runs = [
-            [run if run[3].measured else scored(*run[:3], transplant(run[0], run[1], True), run[5]) for run in found]
-            for found in runs
+            [run if run[3].measured else scored(*run[:3], remeasured(run), run[5]) for run in found] for found in runs
         ]
     flat = [run[3] for found in runs for run in found]
     adjusted = iter(
