@@ -1,6 +1,7 @@
 """Everything about shortcuts: spurious tags (:mod:`.tags`), the live transplant test
 (:mod:`.transplant`), hotspot discovery from class-mean maps (:mod:`.discovery`, with
-:mod:`.discovery_maps`, :mod:`.discovery_strategies`, :mod:`.discovery_transplant`; their family-wise
+:mod:`.discovery_maps`, :mod:`.discovery_strategies`, :mod:`.discovery_transplant`, the pixel sample's
+:mod:`.discovery_pixels`; their family-wise
 error control :mod:`.multiplicity`), image-wide
 properties and their transfer tests (:mod:`.image_properties`, :mod:`.discovery_properties`) and the
 artifacts a correction pastes (:mod:`.artifacts`).

@@ -6,7 +6,8 @@ Token maps (P, h, w) of probes of classes (P,) are summarised per class (:mod:`.
 normalised maps, its hotspot (the fewest patches holding ``hotspot_share`` of the mean's mass), the
 consistency of the maps and their SpRAy strategies (:mod:`.discovery_strategies`). :func:`discover`
 then tests groups of probes (:class:`~.discovery_maps.MapGroup`: each class, for a class with two
-SpRAy strategies or more each strategy, and its shared-patch group: a shortcut used by part of a class) at one or two
+SpRAy strategies or more each strategy, its shared-patch group: a shortcut used by part of a class; and the copy group
+of the pixel sample's copied patch, :mod:`.discovery_pixels`: a stamp no map points at) at one or two
 regions each (the group's hotspot and, with ``neighbour_relevance``, the hotspot grown by its relevant
 neighbouring patches: an artefact across a patch boundary), pasting the region onto the other
 classes' probes (:mod:`.discovery_transplant`). This module gathers the public names.
@@ -78,14 +79,22 @@ from torch import Tensor
 from gradskip_lightning.core.validation import check_class_targets
 from gradskip_lightning.metrics.perturbation import Activation
 
-from .discovery_maps import ClassMaps, ClassMapSummary, DiscoverySettings, MapGroup, grown_hotspot, summarise_classes
+from .discovery_maps import (
+    ClassMaps,
+    ClassMapSummary,
+    DiscoverySettings,
+    MapGroup,
+    concentration,
+    grown_hotspot,
+    summarise_classes,
+)
+from .discovery_pixels import CopiedPatch, PixelSample, copy_carriers
 from .discovery_strategies import Strategies
 from .discovery_transplant import (
     FIRST_LOOK,
     MIN_TESTED_PROBES,
     HotspotTransplant,
     PatchAgreements,
-    PixelSample,
     constancy_test,
     hotspot_transplant,
     patch_shape,
@@ -124,7 +133,7 @@ class ShortcutTest:
         p_value: adjusted over the run's tests (:func:`~.multiplicity.gated_holm` of the transplant's flips' and
             pixels' p-values); NaN where either is undefined.
         method: the method whose maps gave ``group`` (a name of the summaries :func:`discover` was given by name;
-            None for a lone summary).
+            None for a lone summary and a copy group: its pixels gave it).
     """
 
     group: MapGroup
@@ -174,8 +183,8 @@ class Discovery:
         return next(iter(self.summaries.values()))
 
     def summary_of(self, test: ShortcutTest) -> ClassMaps:
-        """The summary whose group ``test`` tested."""
-        return self.summaries[test.method]
+        """The summary whose group ``test`` tested (a copy group's: the first)."""
+        return self.summaries.get(test.method, self.summary)
 
     @property
     def transplants(self) -> tuple[HotspotTransplant, ...]:
@@ -218,12 +227,13 @@ def _regions(group: MapGroup, settings: DiscoverySettings) -> list[tuple[Tensor,
 
 
 def _distinct_tests(
-    summaries: Mapping[str | None, ClassMaps], label: int, settings: DiscoverySettings
+    summaries: Mapping[str | None, ClassMaps], label: int, settings: DiscoverySettings, copies: MapGroup | None = None
 ) -> list[tuple[MapGroup, Tensor, bool, str | None]]:
     """Class ``label``'s tests, (group, region, grown, method), in the order of the summaries and their groups: one per
     distinct (members, region), of the method whose group's cues (concentration, consistency) are the highest, so a
     test two methods' maps share is run once at the higher suspicion either gives it (the region's constancy is the
-    same for both); a strategy of fewer than :data:`~.discovery_transplant.MIN_TESTED_PROBES` probes is not tested."""
+    same for both); a strategy of fewer than :data:`~.discovery_transplant.MIN_TESTED_PROBES` probes is not tested.
+    Last the copy group ``copies`` when it is the class's, unless a group of the maps gave the same test."""
 
     def cues(group: MapGroup) -> float:
         consistency = group.consistency if settings.consistency else None
@@ -239,7 +249,42 @@ def _distinct_tests(
                 key = (group.members.cpu().numpy().tobytes(), region.cpu().numpy().tobytes())
                 if key not in tests or cues(group) > cues(tests[key][0]):
                     tests[key] = (group, region, grown, method)
+    if copies is not None and copies.label == label:
+        key = (copies.members.numpy().tobytes(), copies.hotspot.cpu().numpy().tobytes())
+        tests.setdefault(key, (copies, copies.hotspot, False, None))
     return list(tests.values())
+
+
+def _copy_group(
+    copied: CopiedPatch,
+    images: Tensor,
+    classes: Tensor,
+    sample: PixelSample,
+    summary: ClassMaps,
+    patch: tuple[int, int],
+) -> MapGroup | None:
+    """The copy group of ``copied``'s class: its probes (P, C, H, W) of ``classes`` (P,) whose pixels at the patch
+    are identical to another image of the class in ``sample``; None with fewer than
+    :data:`~.discovery_transplant.MIN_TESTED_PROBES` such probes (it could not fire)."""
+    region = torch.zeros(summary.mean_maps.shape[1:], dtype=torch.bool)
+    region[copied.patch] = True
+    own = (classes == copied.label).nonzero()[:, 0]
+    partners = sample.classes.to(sample.images.device) == copied.label
+    carriers = copy_carriers(images, own, sample.images, patch_pixels(region, patch), partners)
+    if len(carriers) < MIN_TESTED_PROBES:
+        return None
+    return MapGroup(
+        label=copied.label,
+        strategy=None,
+        members=carriers.cpu(),
+        share=len(carriers) / len(own),
+        mean_map=region.double(),
+        hotspot=region,
+        concentration=float(concentration(region[None], summary.settings.hotspot_share)[0]),
+        consistency=math.nan,
+        shared_patch=copied.patch,
+        copied=True,
+    )
 
 
 def _check_pixel_sample(sample: PixelSample, images: Tensor, num_classes: int) -> None:
@@ -320,7 +365,10 @@ def discover(
     32 a class, the probes among them, on the probes' device): a whole class's pixel test reads every one of its
     images there, a strategy's its members among the probes. The pixels need no forward, and a stamp on part of a
     class is shared by few of its 8 probes (5 in a case the probes alone missed), too few pairs for its agreement
-    to stand out; None: the probes.
+    to stand out; None: the probes. With ``settings.copy_permutations``, the sample's copied patch
+    (:meth:`~.discovery_pixels.PixelSample.copied_patch`) gives its class a copy group: the class's probes whose
+    pixels there are identical to another image of the class, tested at that patch, its pixels' p-value the
+    permutation test's (``measure_all=False`` treats it as a shared-patch group).
     """
     named = {None: summary} if isinstance(summary, ClassMaps) else summary
     summaries: dict[str | None, ClassMaps] = dict(named.items())
@@ -339,15 +387,21 @@ def discover(
     probe_agreements = PatchAgreements.of(images, classes, patch_size)  # every test's pixel agreement, from one pass
     patch = patch_shape(patch_size)
 
+    copied, copies = None, None
+    if pixel_sample is not None and settings.copy_permutations is not None:
+        copied = pixel_sample.copied_patch(patch_size, settings.copy_permutations, settings.seed)
+        copies = None if copied is None else _copy_group(copied, images, classes, pixel_sample, first, patch)
+
     def pixel_test(group: MapGroup, region: Tensor) -> tuple[float, float]:
         """(constancy, p-value): a whole class on the pixel sample (when given), another group (a strategy, a
         shared-patch group) on its members: the class's pixels would dilute a stamp on part of it by the share
-        squared."""
+        squared. A copy group's members are chosen by their pixels: its p-value is the copied patch's."""
         pixels = patch_pixels(region, patch)
         if group.whole and pixel_sample is not None:
             counts = pixel_sample.agreements(patch_size).region(region)
             return constancy_test(pixel_sample.images, pixel_sample.classes, group.label, pixels, None, counts)
-        return constancy_test(images, classes, group.label, pixels, group.members, probe_agreements.region(region))
+        tested = constancy_test(images, classes, group.label, pixels, group.members, probe_agreements.region(region))
+        return (tested[0], copied.p_value) if group.copied and copied is not None else tested
 
     def transplant(
         group: MapGroup, region: Tensor, tested: tuple[float, float], measure: bool, futile_below: float = 0.0
@@ -388,7 +442,7 @@ def discover(
     runs: list[list[_Run]] = []
     for label in range(len(first.counts)):
         found = []
-        for group, region, grown, method in _distinct_tests(summaries, label, settings):
+        for group, region, grown, method in _distinct_tests(summaries, label, settings, copies):
             tested = pixel_test(group, region)
             lazy = not measure_all and settings.alert_threshold > 0
             result = transplant(group, region, tested, False) if lazy else None

@@ -44,6 +44,7 @@ _SETTING_TYPES: dict[str, tuple[type, ...]] = {
     "alpha": (int, float),
     "neighbour_relevance": (type(None), int, float),
     "top_patches": (type(None), int),
+    "copy_permutations": (type(None), int),
 }
 
 
@@ -75,6 +76,9 @@ class DiscoverySettings:
         top_patches: each map's most relevant patches a class's shared-patch group reads (:class:`MapGroup`: the
             probes whose maps share a patch off the class's hotspot among theirs, a stamp on part of a class), >= 1;
             None: no shared-patch groups.
+        copy_permutations: shufflings of the classes behind the copy test's p-value (the pixel sample's copied patch,
+            :class:`~.discovery_pixels.CopiedPatch`: the smallest p-value is ``1 / (1 + copy_permutations)``), >= 1;
+            None: no copy test.
     """
 
     hotspot_share: float = 0.1
@@ -88,6 +92,7 @@ class DiscoverySettings:
     alpha: float = 0.05
     neighbour_relevance: float | None = 0.5
     top_patches: int | None = 3
+    copy_permutations: int | None = 999
 
     def __post_init__(self) -> None:
         for name, kinds in _SETTING_TYPES.items():
@@ -107,16 +112,18 @@ class DiscoverySettings:
         for name in ("neighbours", "max_strategies", "kmeans_restarts"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1; got {getattr(self, name)}")
-        if self.top_patches is not None and self.top_patches < 1:
-            raise ValueError(f"top_patches must be None or >= 1; got {self.top_patches}")
+        for name in ("top_patches", "copy_permutations"):
+            if getattr(self, name) is not None and getattr(self, name) < 1:
+                raise ValueError(f"{name} must be None or >= 1; got {getattr(self, name)}")
 
 
 @dataclass(frozen=True, eq=False)
 class MapGroup:
-    """Maps of one class whose hotspot is tested: every map of the class, one of its SpRAy strategies, or its
+    """Probes of one class whose hotspot is tested: every map of the class, one of its SpRAy strategies, its
     shared-patch group (the maps that share a patch off the class's hotspot among their ``top_patches`` most
     relevant ones, the patch most of them share: the probes that carry a stamp on part of a class, where too few for
-    the class mean or SpRAy to single out).
+    the class mean or SpRAy to single out), or its copy group (found by pixels, not maps: the probes that carry the
+    pixel sample's copied patch, :class:`~.discovery_pixels.CopiedPatch`, a stamp no map points at).
 
     Attributes:
         label: the class.
@@ -125,12 +132,14 @@ class MapGroup:
         members: (n,) int64 positions of the group's maps (the numbering the summary was given), ascending,
             on the CPU.
         share: n / the class's maps (1.0 for the whole class; NaN for a class without maps).
-        mean_map: (h, w) float64 mean of the group's normalised maps.
+        mean_map: (h, w) float64 mean of the group's normalised maps (a copy group's: its patch, no maps chose it).
         hotspot: (h, w) bool its hotspot (the fewest patches holding ``hotspot_share`` of its mass; a shared-patch
-            group's: its patch).
+            or copy group's: its patch).
         concentration: ``clamp(1 - hotspot patches / (hotspot_share * h * w), 0, 1)``; NaN without maps.
-        consistency: mean pairwise Spearman correlation of the group's maps; NaN with fewer than 2.
-        shared_patch: a shared-patch group's patch (row, column); None for the others.
+        consistency: mean pairwise Spearman correlation of the group's maps; NaN with fewer than 2 (and for a copy
+            group).
+        shared_patch: a shared-patch or copy group's patch (row, column); None for the others.
+        copied: whether the group is a copy group.
     """
 
     label: int
@@ -142,6 +151,7 @@ class MapGroup:
     concentration: float
     consistency: float
     shared_patch: tuple[int, int] | None = None
+    copied: bool = False
 
     @property
     def whole(self) -> bool:
@@ -150,9 +160,11 @@ class MapGroup:
 
     def describe(self) -> str:
         """The group in words: ``"the class"``, ``"strategy 1 (40% of its probes)"``, ``"the probes whose maps share
-        patch (0, 6) (40% of them)"``."""
+        patch (0, 6) (40% of them)"``, ``"the probes whose pixels at patch (6, 6) are copies (50% of them)"``."""
         if self.strategy is not None:
             return f"strategy {self.strategy} ({self.share:.0%} of its probes)"
+        if self.copied:
+            return f"the probes whose pixels at patch {self.shared_patch} are copies ({self.share:.0%} of them)"
         if self.shared_patch is not None:
             return f"the probes whose maps share patch {self.shared_patch} ({self.share:.0%} of them)"
         return "the class"

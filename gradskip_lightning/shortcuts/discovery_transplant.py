@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 from torch import Tensor
@@ -150,11 +150,22 @@ def sign_test(wins: int, losses: int) -> float:
     return sum(math.comb(count, k) for k in range(wins, count + 1)) / 2**count
 
 
+def agreement_tolerance(values: Tensor) -> Tensor:
+    """The largest difference at which two of the images' values agree, per value: :data:`AGREEMENT_TOLERANCE` of
+    its standard deviation over the images (n, ...) (0 for a single image).
+
+    Example:
+        >>> agreement_tolerance(torch.tensor([[0.0, 1.0], [2.0, 1.0]], dtype=torch.float64)).tolist()
+        [0.14142135623730953, 0.0]
+    """
+    return AGREEMENT_TOLERANCE * (values.std(dim=0) if len(values) > 1 else torch.zeros_like(values[0]))
+
+
 def agreement_counts(images: Tensor, pixels: Tensor) -> Tensor:
     """(P, P) float64: for each pair of images (P, C, H, W), at how many of the region's values (``pixels``
     (H, W) bool, times C channels) they agree (:data:`AGREEMENT_TOLERANCE`; the diagonal is every value)."""
     region = images[:, :, pixels.to(images.device)].flatten(1).double()  # (P, m)
-    tolerance = AGREEMENT_TOLERANCE * (region.std(dim=0) if len(region) > 1 else torch.zeros_like(region[0]))
+    tolerance = agreement_tolerance(region)
     counts = region.new_zeros(len(region), len(region))
     step = max(1, _CHUNK_ELEMENTS // max(1, len(region) ** 2))
     for start in range(0, region.shape[1], step):
@@ -198,7 +209,7 @@ class PatchAgreements:
         count, channels, height, width = images.shape
         grid = (height // patch[0], width // patch[1])
         values = images.double()
-        tolerance = AGREEMENT_TOLERANCE * (values.std(dim=0) if count > 1 else torch.zeros_like(values[0]))
+        tolerance = agreement_tolerance(values)
         classes = classes.to(images.device)
         first, second = (classes[:, None] == classes[None, :]).triu(diagonal=1).nonzero(as_tuple=True)  # once a pair
         step = max(1, _CHUNK_ELEMENTS // max(1, values[0].numel()))
@@ -218,37 +229,6 @@ class PatchAgreements:
         counts = self.counts.new_zeros(self.probes, self.probes)
         counts[self.first, self.second] = self.counts[hotspot].sum(dim=0)
         return counts.fill_diagonal_(float(hotspot.sum()) * self.patch_values)
-
-
-@dataclass(frozen=True, eq=False)
-class PixelSample:
-    """Images whose pixels a class's pixel test reads (:func:`~.discovery.discover`'s ``pixel_sample``), with their
-    :class:`PatchAgreements` computed once per patch size: a sample kept over a fit is compared once.
-
-    Attributes:
-        images: (Q, C, H, W) images, normalised as the probes are.
-        classes: (Q,) their classes.
-
-    Example:
-        >>> sample = PixelSample(torch.rand(6, 1, 4, 4), torch.tensor([0, 0, 0, 1, 1, 1]))
-        >>> sample.agreements(2) is sample.agreements((2, 2)), sample.agreements(2).counts.shape
-        (True, torch.Size([2, 2, 12]))
-    """
-
-    images: Tensor
-    classes: Tensor
-    _agreements: dict[tuple[int, int], PatchAgreements] = field(default_factory=dict, init=False, repr=False)
-
-    def __post_init__(self) -> None:
-        check_image_batch(self.images)
-        check_targets(self.classes, len(self.images))
-
-    def agreements(self, patch_size: int | tuple[int, int]) -> PatchAgreements:
-        """The sample's :class:`PatchAgreements` for patches of ``patch_size`` pixels (computed at the first call)."""
-        patch = patch_shape(patch_size)
-        if patch not in self._agreements:
-            self._agreements[patch] = PatchAgreements.of(self.images, self.classes, patch)
-        return self._agreements[patch]
 
 
 def constancy_test(
@@ -376,7 +356,7 @@ def constant_pixels(images: Tensor, classes: Tensor, members: Tensor, within: Te
         [[1, 1], [1, 2]]
     """
     values = images[:, :, within.to(images.device)].double()  # (P, C, m)
-    tolerance = AGREEMENT_TOLERANCE * values.std(dim=0)
+    tolerance = agreement_tolerance(values)
 
     def agreeing(group: Tensor) -> tuple[Tensor, int]:  # per pixel: pairs of the group that agree, and pairs
         chosen = values[group]

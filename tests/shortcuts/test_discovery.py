@@ -15,6 +15,7 @@ import pytest
 import torch
 from torch import Tensor
 
+from gradskip_lightning.engine.discovery.images import alert_text
 from gradskip_lightning.metrics import CountingModel
 from gradskip_lightning.shortcuts import ClassMapSummary, DiscoverySettings, PixelSample, discover, summarise_classes
 from gradskip_lightning.shortcuts.discovery import suspicion_score
@@ -455,11 +456,12 @@ def flat_corner_case(seed: int) -> tuple[Tensor, Tensor, Tensor, Tensor]:
 def test_a_stamp_on_5_of_a_class_s_8_probes_is_flagged_when_the_pixel_test_reads_32_images_a_class():
     """The probes' pairs are too few for a stamp on 5 of 8 to stand out from the flat part's chance agreement
     (the pixels' p-value 0.09-0.38, adjusted 0.18-0.77); 32 images a class make it plain (0.0001-0.009, adjusted
-    0.010-0.018), and the flips, maps and other classes are the same."""
+    0.010-0.018), and the flips, maps and other classes are the same. The copy test is off: it finds the stamp too,
+    by its copies (below)."""
     flagged_alone = flagged_with_sample = 0
     for seed in range(6):
         images, classes, maps, probes = flat_corner_case(seed)
-        summary = summarise_classes(maps[probes], classes[probes], 3)
+        summary = summarise_classes(maps[probes], classes[probes], 3, DiscoverySettings(copy_permutations=None))
         alone = discover(StampModel(), images[probes], classes[probes], summary, patch_size=PATCH)
         sampled = discover(StampModel(), images[probes], classes[probes], summary, patch_size=PATCH,
                            pixel_sample=PixelSample(images, classes))  # fmt: skip
@@ -471,6 +473,44 @@ def test_a_stamp_on_5_of_a_class_s_8_probes_is_flagged_when_the_pixel_test_reads
         flagged_alone += bool(alone.flagged[1])
         flagged_with_sample += bool(sampled.flagged[1])
     assert (flagged_alone, flagged_with_sample) == (0, 6)
+
+
+def copy_case() -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """32 images a class, the stamp on 5 of class 1's 8 probes (its first 8) and 60 % of its other 24; every
+    class-1 map hottest on the object (patch (4, 4)) and the stamp's patch among the least relevant: no map points at
+    it. Images, classes, the probes' maps and their positions."""
+    generator = torch.Generator().manual_seed(21)
+    images, classes, maps = stamp_case(32)
+    members = (classes == 1).nonzero()[:, 0]
+    unstamped = torch.cat([members[[1, 4, 7]], members[8:][torch.rand(24, generator=generator) >= 0.6]])
+    noise = torch.rand(len(unstamped), 1, PATCH, PATCH, generator=generator, dtype=torch.float64)
+    images[unstamped, :, :PATCH, :PATCH] = 0.275 + 0.45 * noise
+    maps[members] = 1.0 + torch.rand(32, SIDE, SIDE, generator=generator, dtype=torch.float64)
+    maps[members, 4, 4] = 100.0
+    maps[members, 0, 0] = 0.0
+    probes = (torch.arange(8)[None] + 32 * torch.arange(3)[:, None]).flatten()
+    return images, classes, maps[probes], probes
+
+
+def test_a_stamp_no_map_points_at_is_flagged_by_its_copy_group():
+    images, classes, maps, probes = copy_case()
+    summary = summarise_classes(maps, classes[probes], 3)
+    sample = PixelSample(images, classes)
+    found = discover(StampModel(), images[probes], classes[probes], summary, patch_size=PATCH, pixel_sample=sample)
+    assert found.flagged.tolist() == [False, True, False]
+    reported = found.reported[1]
+    assert reported.group.copied and reported.method is None and reported.box == (0, 0, 1, 1)
+    assert reported.group.members.tolist() == [8, 10, 11, 13, 14]  # the stamped probes
+    assert reported.group.describe() == "the probes whose pixels at patch (0, 0) are copies (62% of them)"
+    assert reported.transplant.flip_rate == 1.0 and reported.transplant.constancy == 1.0
+    assert reported.transplant.constancy_p_value == sample.copied_patch(PATCH, 999, 0).p_value == 0.001
+    assert found.summary_of(reported) is summary
+    assert all(t.transplant.flip_rate == 0.0 for t in found.tests[1] if not t.group.copied)  # the maps' tests
+    off = summarise_classes(maps, classes[probes], 3, DiscoverySettings(copy_permutations=None))
+    without = discover(StampModel(), images[probes], classes[probes], off, patch_size=PATCH, pixel_sample=sample)
+    assert not without.flagged.any()
+    title, text = alert_text(found, 1, ["a", "b", "c"], (PATCH, PATCH), epoch=2)
+    assert "the patch whose pixels they share" in text and "maps" not in text.split("px (of")[1].split(")")[0]
 
 
 def test_the_probes_as_their_own_pixel_sample_give_the_same_discovery():
@@ -595,6 +635,8 @@ def test_suspicion_is_nan_where_a_term_is_undefined_and_bounded_by_the_excess():
         (lambda: DiscoverySettings(neighbour_relevance=1.5), ValueError, "neighbour_relevance"),
         (lambda: DiscoverySettings(neighbour_relevance="0.5"), TypeError, "neighbour_relevance"),
         (lambda: DiscoverySettings(top_patches=0), ValueError, "top_patches must be None or >= 1"),
+        (lambda: DiscoverySettings(copy_permutations=0), ValueError, "copy_permutations must be None or >= 1"),
+        (lambda: DiscoverySettings(copy_permutations=9.5), TypeError, "copy_permutations must be int"),
         (lambda: DiscoverySettings(top_patches=2.0), TypeError, "top_patches must be int"),
     ],
 )

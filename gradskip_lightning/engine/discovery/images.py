@@ -14,6 +14,7 @@ from gradskip_lightning.engine.keys import key
 from gradskip_lightning.engine.probes import ProbeSet
 from gradskip_lightning.engine.settings import RenderSettings
 from gradskip_lightning.shortcuts import Discovery
+from gradskip_lightning.shortcuts.discovery import ShortcutTest
 
 __all__ = ["discovery_images", "alert_text", "send_alert"]
 
@@ -95,8 +96,7 @@ def alert_text(
     title = f"GradSkip discovery: class {class_names[label]!r} may use a shortcut"
     text = (
         f"Epoch {epoch}: {who} may use a shortcut at rows {top * ph}-{bottom * ph}, columns {left * pw}-{right * pw} "
-        f"px (of {height} x {width}; {'the hotspot grown by its relevant neighbours' if test.grown else 'its hotspot'}"
-        f"{'' if test.method is None else f' in the {test.method} maps'})"
+        f"px (of {height} x {width}; {_origin(test)})"
         f": suspicion {found.suspicion[label].item():.2f} (floor {settings.alert_threshold:g}), p = "
         f"{found.p_values[label].item():.2g} (alpha {settings.alpha:g}, adjusted for {found.tests_run} tests). "
         f"Pasting it from {donors} images onto other "
@@ -124,3 +124,11 @@ def send_alert(run: Any | None, title: str, text: str) -> None:
             offline = True
     if offline:
         rank_zero_warn(f"{title}. {text}")
+
+
+def _origin(test: ShortcutTest) -> str:
+    """Where the tested region came from, in words."""
+    if test.group.copied:
+        return "the patch whose pixels they share, found in the pixel sample"
+    where = "the hotspot grown by its relevant neighbours" if test.grown else "its hotspot"
+    return where if test.method is None else f"{where} in the {test.method} maps"

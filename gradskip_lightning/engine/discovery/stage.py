@@ -153,7 +153,7 @@ CLASS_VALUES: dict[str, str] = {
     "`alert_threshold`), else 0: the class's alarm, to monitor or stop on",
     "peak_suspicion": "in fit: the class's highest suspicion so far in this fit (kept in checkpoints)",
     "tested_share": "share of the class's discovery probes in the reported test's group (1: the whole class; less: "
-    "a SpRAy strategy or its shared-patch group)",
+    "a SpRAy strategy, its shared-patch group or its copy group)",
     "flip_rate": "share of other classes' probes predicted as the class with the tested region pasted in; NaN when "
     "the reported test was not measured (its map or pixel cue is 0, so it cannot fire, and no test of the epoch "
     "reached `alert_threshold`; its p-value is then 1)",
