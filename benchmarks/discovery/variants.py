@@ -29,6 +29,7 @@ Variant = Literal[
     "white_balance", "stain", "gain", "gamma", "saturation", "jpeg", "resolution", "focus", "sensor_noise",
     "white_balance_control", "stain_control", "gain_control", "gamma_control", "saturation_control", "jpeg_control",
     "resolution_control", "focus_control", "sensor_noise_control",
+    "resolution_strong", "focus_strong", "resolution_strong_control", "focus_strong_control",
 ]  # fmt: skip
 VARIANTS: tuple[Variant, ...] = get_args(Variant)
 #: The variants whose class carries a shortcut with a place (the transplant's targets).
