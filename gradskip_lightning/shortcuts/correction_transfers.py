@@ -27,11 +27,13 @@ from torch import Tensor
 
 from .image_properties import (
     PROPERTIES,
+    Draws,
     GlobalProperty,
     PropertyName,
     brightness_transfer,
     colour_statistic,
     colour_transfer,
+    draw,
     luminance,
     signature_parts,
     signature_statistic,
@@ -65,9 +67,9 @@ def median_offset(pixels: Tensor, targets: Tensor, keep_luminance: bool) -> Tens
     return pixels + shift[:, :, None, None]
 
 
-def _either(multiplicative: Tensor, additive: Tensor, generator: torch.Generator | None) -> Tensor:
-    """Per image of (B, C, H, W), ``additive`` or ``multiplicative``, drawn half and half from ``generator``."""
-    drawn = torch.rand(len(additive), generator=generator) < 0.5
+def _either(multiplicative: Tensor, additive: Tensor, draws: Draws) -> Tensor:
+    """Per image of (B, C, H, W), ``additive`` or ``multiplicative``, drawn half and half from ``draws``."""
+    drawn = draw((len(additive),), draws, torch.rand, torch.float32) < 0.5
     return torch.where(drawn.to(additive.device)[:, None, None, None], additive, multiplicative)
 
 
@@ -76,10 +78,10 @@ def corrected_colour_statistic(pixels: Tensor) -> Tensor:
     return torch.cat([colour_statistic(pixels), channel_medians(pixels)], dim=1)
 
 
-def corrected_colour_transfer(pixels: Tensor, targets: Tensor, generator: torch.Generator | None = None) -> Tensor:
+def corrected_colour_transfer(pixels: Tensor, targets: Tensor, draws: Draws = None) -> Tensor:
     """RGB pixels (B, 3, H, W) given ``targets`` (B, 5) of :func:`corrected_colour_statistic`: each image the stage's
     shift of α and β, or the channels' median offset without its luminance, drawn half and half."""
-    return _either(colour_transfer(pixels, targets[:, :2]), median_offset(pixels, targets[:, 2:], True), generator)
+    return _either(colour_transfer(pixels, targets[:, :2]), median_offset(pixels, targets[:, 2:], True), draws)
 
 
 def corrected_signature_statistic(pixels: Tensor) -> Tensor:
@@ -88,16 +90,16 @@ def corrected_signature_statistic(pixels: Tensor) -> Tensor:
     return torch.cat([signature_statistic(pixels), channel_medians(pixels)], dim=1)
 
 
-def corrected_signature_transfer(pixels: Tensor, targets: Tensor, generator: torch.Generator | None = None) -> Tensor:
+def corrected_signature_transfer(pixels: Tensor, targets: Tensor, draws: Draws = None) -> Tensor:
     """RGB pixels (B, 3, H, W) given ``targets`` (B, 8) of :func:`corrected_signature_statistic`: the noise, the
     sharpness, then each image the stage's colour and brightness or the channels' whole median offset, half and
-    half (the noise's draws and the choice from ``generator``)."""
+    half (the noise's draws and the choice from ``draws``)."""
     stage = len(PROPERTIES["signature"].statistics)
     parts, medians = signature_parts(targets[:, :stage]), targets[:, stage:]
     for name in ("noise", "sharpness"):
-        pixels = PROPERTIES[name].transfer(pixels, parts[name], generator)  # type: ignore[arg-type]
+        pixels = PROPERTIES[name].transfer(pixels, parts[name], draws)
     multiplicative = brightness_transfer(colour_transfer(pixels, parts["colour"]), parts["brightness"])
-    return _either(multiplicative, median_offset(pixels, medians, False), generator)
+    return _either(multiplicative, median_offset(pixels, medians, False), draws)
 
 
 _MEDIANS = ("red", "green", "blue")

@@ -67,7 +67,7 @@ from gradskip_lightning.core.validation import check_choice, check_class_targets
 from gradskip_lightning.metrics.perturbation import ACTIVATIONS, Activation
 
 from .discovery_transplant import FIRST_LOOK, MIN_TESTED_PROBES, check_first_look, interleaved, predicted_as, sign_test
-from .image_properties import PROPERTIES, PROPERTY_NAMES, SIGNATURE_PARTS, PixelSpace, PropertyName
+from .image_properties import PROPERTIES, PROPERTY_NAMES, SIGNATURE_PARTS, ImageSeeds, PixelSpace, PropertyName
 from .multiplicity import holm
 
 __all__ = [
@@ -258,6 +258,8 @@ def _transfer_test(
     donor = donors[torch.arange(count, device=device) % len(donors)]
     control = _control_donors(classes, eligible, target)
     generator = torch.Generator().manual_seed(seed * 1_000_003 + target)
+    # each recipient's draws its own (test arm, control arm), whatever the chunks and the first look
+    seeds = torch.randint(2**62, (2, count), generator=generator)
     flips: list[Tensor] = []
     controls: list[Tensor] = []
     kept: list[Tensor] = []
@@ -274,7 +276,8 @@ def _transfer_test(
     def control_arm(start: int, end: int) -> Tensor:
         has_control = control[start:end] >= 0
         chosen = eligible[start:end][has_control]
-        return transfer(pixels[chosen], statistics[control[start:end][has_control]], generator)
+        drawn = ImageSeeds(seeds[1, start:end][has_control.cpu()])
+        return transfer(pixels[chosen], statistics[control[start:end][has_control]], drawn)
 
     stopped = False
     with torch.no_grad():
@@ -290,7 +293,7 @@ def _transfer_test(
                     eligible, donor, control = eligible[:look], donor[:look], control[:look]
                     break
             chunk = eligible[start:end]
-            given = transfer(pixels[chunk], statistics[donor[start:end]], generator)
+            given = transfer(pixels[chunk], statistics[donor[start:end]], ImageSeeds(seeds[0, start:end]))
             controlled = given[:0] if first and start < look else control_arm(start, end)
             inputs = space.inputs(torch.cat([given, controlled]), images.dtype)
             flipped = predicted_as(out := forward(inputs), target, activation)
@@ -385,8 +388,9 @@ def discover_properties(
     whose signature test stops is not tested for the properties the signature gives: on a model with no global
     shortcut, about 3 x ``first_look`` images per class, the signature's, the compression's and the tone's first
     looks).
-    The noise transfer's draws come from a generator seeded by ``seed`` and the class: the result is the same on
-    every process for the same probes, seed and ``batch_size``.
+    The noise transfer's draws are each recipient's own (:class:`~.image_properties.ImageSeeds`, from ``seed``, the
+    class and the arm): the transfers are the same on every process for the same probes and seed, whatever
+    ``batch_size`` and ``first_look``.
 
     Args:
         model: images (B, C, H, W) -> logits (B, K), in eval mode (the mode is left as it is).

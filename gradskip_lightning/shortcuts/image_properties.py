@@ -4,7 +4,8 @@ Everything works on pixels (B, C, H, W) in [0, 1] (:class:`PixelSpace` maps the 
 and back) in float64. Each property of :data:`PROPERTIES` (keyed by :data:`PropertyName`) has
 
 - ``statistic(pixels) -> (B, S)``: its S numbers per image;
-- ``transfer(pixels, targets (B, S), generator) -> pixels``: the images given those statistics. The
+- ``transfer(pixels, targets (B, S), draws) -> pixels``: the images given those statistics (``draws``: the random
+  draws, one generator for the batch or a seed per image, :class:`ImageSeeds`). The
   result's statistic equals ``targets`` up to rounding wherever the property can reach them (the
   exceptions below), before :meth:`PixelSpace.inputs` clamps the pixels to their range.
 
@@ -29,7 +30,7 @@ image shows. Means and spreads flagged classes of clean models whose objects or 
 - ``noise``: the RMS form of Immerkær's (1996) estimate of white noise, ``sigma = rms(Y * N) / 6``
   over the valid part of the convolution with N = [[1, -2, 1], [-2, 4, -2], [1, -2, 1]] (which
   ignores planes and ramps; for white noise of deviation s, E[(N * n)^2] = 36 s^2). To raise it,
-  white noise ``t * eps`` (eps standard normal, independent per channel, from ``generator``) is
+  white noise ``t * eps`` (eps standard normal, independent per channel, from ``draws``) is
   added (its sign chosen so that the smallest t reaches the target); to lower it, the image is blended
   towards its 3 x 3 binomial smoothing,
   ``x - u (x - S x)``, u in [0, 1] (what u = 1 cannot remove stays). t and u solve a quadratic:
@@ -80,7 +81,9 @@ from gradskip_lightning.core.normalisation import Normalisation
 __all__ = [
     "PROPERTIES",
     "PROPERTY_NAMES",
+    "Draws",
     "GlobalProperty",
+    "ImageSeeds",
     "PixelSpace",
     "PropertyName",
     "SIGNATURE_PARTS",
@@ -123,6 +126,49 @@ _SMOOTHING = torch.outer(*[torch.tensor([1.0, 2.0, 1.0], dtype=torch.float64) / 
 
 
 @dataclass(frozen=True)
+class ImageSeeds:
+    """One seed per image of a batch: each image's random draws are its own, whatever batch it is in and
+    whatever was drawn before it.
+
+    Attributes:
+        seeds: (B,) int64.
+    """
+
+    seeds: Tensor
+
+    def generator(self, index: int) -> torch.Generator:
+        """Image ``index``'s generator (on the CPU)."""
+        return torch.Generator().manual_seed(int(self.seeds[index]))
+
+
+#: A transfer's random draws: one generator for the batch (None: the global one), or one seed per image.
+Draws = torch.Generator | ImageSeeds | None
+
+
+def draw(
+    shape: tuple[int, ...],
+    draws: Draws,
+    sample: Callable[..., Tensor] = torch.randn,
+    dtype: torch.dtype = torch.float64,
+) -> Tensor:
+    """Values of ``sample`` (``torch.randn``, ``torch.rand``) of ``shape`` (B, ...) on the CPU: from one generator, or
+    each image's from its own seed.
+
+    Example:
+        >>> seeds = ImageSeeds(torch.tensor([7, 8]))
+        >>> torch.equal(draw((2, 3), seeds)[1], draw((1, 3), ImageSeeds(torch.tensor([8])))[0])  # its own draws
+        True
+    """
+    if not isinstance(draws, ImageSeeds):
+        return sample(shape, generator=draws, dtype=dtype)
+    if len(draws.seeds) != shape[0]:
+        raise ValueError(f"{len(draws.seeds)} image seeds for {shape[0]} images")
+    if not shape[0]:
+        return torch.empty(shape, dtype=dtype)
+    return torch.stack([sample(shape[1:], generator=draws.generator(k), dtype=dtype) for k in range(shape[0])])
+
+
+@dataclass(frozen=True)
 class GlobalProperty:
     """One image-wide property (module docstring).
 
@@ -132,7 +178,7 @@ class GlobalProperty:
         statistics: names of its S per-image numbers.
         channels: the channel count it needs (None: any).
         statistic: pixels (B, C, H, W) -> (B, S) float64.
-        transfer: (pixels (B, C, H, W), targets (B, S), generator) -> pixels (B, C, H, W) float64.
+        transfer: (pixels (B, C, H, W), targets (B, S), draws) -> pixels (B, C, H, W) float64.
     """
 
     name: PropertyName
@@ -140,7 +186,7 @@ class GlobalProperty:
     statistics: tuple[str, ...]
     channels: int | None
     statistic: Callable[[Tensor], Tensor]
-    transfer: Callable[[Tensor, Tensor, torch.Generator], Tensor]
+    transfer: Callable[[Tensor, Tensor, Draws], Tensor]
 
     def applies(self, channels: int) -> bool:
         """Whether images of ``channels`` channels have this property."""
@@ -255,7 +301,7 @@ def colour_statistic(pixels: Tensor) -> Tensor:
     return _to_lab(pixels)[:, 1:].median(dim=2).values
 
 
-def colour_transfer(pixels: Tensor, targets: Tensor, generator: torch.Generator | None = None) -> Tensor:
+def colour_transfer(pixels: Tensor, targets: Tensor, draws: Draws = None) -> Tensor:
     """RGB pixels (B, 3, H, W) with their α and β shifted to the medians ``targets`` (B, 2)."""
     _check_rgb(pixels)
     lab = _to_lab(pixels)
@@ -276,7 +322,7 @@ def brightness_statistic(pixels: Tensor) -> Tensor:
     return luminance(pixels).flatten(1).median(dim=1).values[:, None]
 
 
-def brightness_transfer(pixels: Tensor, targets: Tensor, generator: torch.Generator | None = None) -> Tensor:
+def brightness_transfer(pixels: Tensor, targets: Tensor, draws: Draws = None) -> Tensor:
     """Pixels (B, C, H, W) whose median luminance is ``targets`` (B, 1): the change added to every channel."""
     return pixels + (targets[:, 0] - brightness_statistic(pixels)[:, 0])[:, None, None, None]
 
@@ -311,7 +357,7 @@ def sharpness_statistic(pixels: Tensor) -> Tensor:
     return torch.where(total > 0, high / torch.where(total > 0, total, 1.0), 0.0)[:, None]
 
 
-def sharpness_transfer(pixels: Tensor, targets: Tensor, generator: torch.Generator | None = None) -> Tensor:
+def sharpness_transfer(pixels: Tensor, targets: Tensor, draws: Draws = None) -> Tensor:
     """Pixels (B, C, H, W) whose high-frequency share is ``targets`` (B, 1): every channel's high frequencies
     multiplied by one gain per image (at most :data:`MAX_GAIN`; 1 for an image without high frequencies)."""
     low, high = _band_energies(luminance(pixels))
@@ -356,12 +402,12 @@ def _root(a: Tensor, b: Tensor, c: Tensor, larger: bool) -> Tensor:
     return torch.where(a > 0, (-b + (discriminant if larger else -discriminant)) / safe, 0.0)
 
 
-def noise_transfer(pixels: Tensor, targets: Tensor, generator: torch.Generator | None = None) -> Tensor:
+def noise_transfer(pixels: Tensor, targets: Tensor, draws: Draws = None) -> Tensor:
     """Pixels (B, C, H, W) whose noise estimate is ``targets`` (B, 1): white noise added, or a blend towards
-    the smoothed image (module docstring); the noise is drawn from ``generator`` on the CPU."""
+    the smoothed image (module docstring); the noise is drawn from ``draws`` on the CPU."""
     wanted = 36 * targets[:, 0].clamp(min=0).square()  # mean square of the kernel's response
     response = _noise_response(luminance(pixels))
-    noise = torch.randn(pixels.shape, generator=generator, dtype=torch.float64).to(pixels)
+    noise = draw(tuple(pixels.shape), draws).to(pixels)
     added = _noise_response(luminance(noise))
     # the noise's sign makes its response agree with the image's: the statistic then grows from t = 0 on
     sign = torch.where((response * added).mean(dim=(1, 2)) < 0, -1.0, 1.0).to(pixels)
@@ -416,7 +462,7 @@ def jpeg(pixels: Tensor, quality: int) -> Tensor:
     return (TF.jpeg(images, quality).reshape(pixels.shape).double() / 255).to(pixels.device)
 
 
-def compression_transfer(pixels: Tensor, targets: Tensor, generator: torch.Generator | None = None) -> Tensor:
+def compression_transfer(pixels: Tensor, targets: Tensor, draws: Draws = None) -> Tensor:
     """Pixels (B, C, H, W) whose blockiness reaches ``targets`` (B, 1): each image below its target by more than
     :data:`JPEG_TOLERANCE` encoded as a JPEG at the highest quality of :data:`JPEG_QUALITIES` that reaches it (when
     none does, the blockiest of them: at the lowest qualities a block can turn flat); the others kept."""
@@ -453,7 +499,7 @@ def tone_statistic(pixels: Tensor) -> Tensor:
     return -levels.log10().mean(dim=1, keepdim=True)
 
 
-def tone_transfer(pixels: Tensor, targets: Tensor, generator: torch.Generator | None = None) -> Tensor:
+def tone_transfer(pixels: Tensor, targets: Tensor, draws: Draws = None) -> Tensor:
     """Pixels (B, C, H, W) whose background density is ``targets`` (B, 1): every channel raised to one power per
     image ``target / current`` (within [1 / :data:`MAX_GAMMA`, :data:`MAX_GAMMA`]; an image with a white background
     is left as it is; negative pixels become 0)."""
@@ -493,13 +539,13 @@ def signature_parts(signature: Tensor) -> dict[PropertyName, Tensor]:
     return dict(zip(_SIGNATURE_ORDER, signature.split(sizes, dim=1), strict=True))
 
 
-def signature_transfer(pixels: Tensor, targets: Tensor, generator: torch.Generator | None = None) -> Tensor:
+def signature_transfer(pixels: Tensor, targets: Tensor, draws: Draws = None) -> Tensor:
     """RGB pixels (B, 3, H, W) given the signature ``targets`` (B, 5): each part's transfer in the order of
     :data:`SIGNATURE_PARTS`."""
     _check_rgb(pixels)
     parts = signature_parts(targets)
     for name in SIGNATURE_PARTS:
-        pixels = PROPERTIES[name].transfer(pixels, parts[name], generator)  # type: ignore[arg-type]
+        pixels = PROPERTIES[name].transfer(pixels, parts[name], draws)
     return pixels
 
 

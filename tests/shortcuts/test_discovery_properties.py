@@ -20,7 +20,7 @@ from gradskip_lightning.shortcuts.discovery_properties import (
     separability,
 )
 from gradskip_lightning.shortcuts.discovery_transplant import MIN_TESTED_PROBES
-from gradskip_lightning.shortcuts.image_properties import PROPERTY_NAMES, PixelSpace
+from gradskip_lightning.shortcuts.image_properties import PROPERTY_NAMES, PixelSpace, noise_statistic
 
 #: The probes' normalisation: pixels = inputs * STD + MEAN.
 MEAN, STD = (0.5, 0.5, 0.5), (0.25, 0.25, 0.25)
@@ -335,3 +335,36 @@ def test_a_shortcut_on_two_axes_is_found_by_the_signature_alone_and_its_main_axi
     cast = discover_properties(CastModel(), casts, classes, 3, space=_space(casts), alert_threshold=0.5)
     assert cast.flagged["signature"].tolist() == cast.flagged["colour"].tolist() == [False, False, True]
     assert cast.axis(2) == ("colour", 1.0)  # a cast: colour carries all of the signature's excess
+
+
+class GrainModel:
+    """Class 2 iff the image is grainy (noise estimate over 0.02) and its top-left red pixel sits above its right
+    neighbour: the flips follow the noise drawn, not its level alone; otherwise class 0 if the image is brighter on
+    the left, else class 1."""
+
+    def __call__(self, images: Tensor) -> Tensor:
+        pixels = images * STD[0] + MEAN[0]
+        grainy = noise_statistic(pixels.double())[:, 0] > 0.02
+        above = pixels[:, 0, 0, 0] > pixels[:, 0, 0, 1]
+        left = pixels[:, :, :, : SIDE // 2].mean(dim=(1, 2, 3)) > pixels[:, :, :, SIDE // 2 :].mean(dim=(1, 2, 3))
+        scores = torch.stack([~(grainy & above) & left, ~(grainy & above) & ~left, grainy & above], dim=1)
+        return torch.where(scores, 5.0, -5.0).to(images.dtype)
+
+
+def test_each_recipient_s_noise_is_its_own_whatever_the_first_look_and_the_batch_size():
+    """The noise transfer draws each recipient's noise from its own seed: the same transfers with and without the
+    first look and at any batch size (with one generator per test, its draws followed the chunks' order)."""
+    per_class = 16
+    classes = torch.arange(3).repeat_interleave(per_class)
+    ramp = torch.linspace(0.0, 0.2, SIDE)
+    pixels = 0.4 + torch.where(classes[:, None, None, None] == 1, ramp.flip(0), ramp).expand(-1, 3, SIDE, -1).clone()
+    grain = torch.randn(per_class, 3, SIDE, SIDE, generator=torch.Generator().manual_seed(3))
+    pixels[classes == 2] += 0.08 * grain
+    images = (pixels - MEAN[0]) / STD[0]
+    runs = [
+        discover_properties(GrainModel(), images, classes, 3, ["noise"], space=_space(images), alert_threshold=0.3,
+                            first_look=first_look, batch_size=batch_size).transfers["noise"][2]  # fmt: skip
+        for first_look, batch_size in ((16, 64), (None, 64), (None, 6))
+    ]
+    assert runs[0].recipients == 32 and 0.2 < runs[0].flip_rate < 0.8  # measured in full; the noise decides
+    assert runs[0] == runs[1] == runs[2]
