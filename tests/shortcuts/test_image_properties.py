@@ -158,22 +158,26 @@ def _lightness(pixels: Tensor) -> Tensor:
     return lms.log10().sum(dim=1) / math.sqrt(3)
 
 
-def cosine_and_checkerboard(side: int = 32, fine: float = 0.1) -> Tensor:
-    """Pixels (1, 1, side, side): 0.5 + 0.2 cos(2 pi x / 16) (low frequency) + ``fine`` x a +-1 checkerboard
+def cosine_and_checkerboard(side: int = 32, fine: float = 0.1, wave: float = 0.2) -> Tensor:
+    """Pixels (1, 1, side, side): 0.5 + ``wave`` cos(2 pi x / 16) (low frequency) + ``fine`` x a +-1 checkerboard
     (the Nyquist frequency)."""
     columns = torch.arange(side, dtype=torch.float64)
-    wave = 0.2 * torch.cos(2 * math.pi * columns / 16).expand(side, side)
+    cosine = wave * torch.cos(2 * math.pi * columns / 16).expand(side, side)
     checkerboard = 1 - 2 * ((columns[:, None] + columns[None, :]) % 2)
-    return (0.5 + wave + fine * checkerboard)[None, None]
+    return (0.5 + cosine + fine * checkerboard)[None, None]
 
 
-def test_sharpness_is_the_high_frequency_share_and_a_blur_scales_the_high_frequencies_by_a_known_factor():
+def test_sharpness_is_the_high_frequency_share_a_defocus_lowers_it_and_a_gain_raises_it():
     image = cosine_and_checkerboard()
     # energies: the cosine's 0.2^2 / 2, the checkerboard's 0.1^2 per pixel: a third at high frequency
     assert sharpness_statistic(image).item() == pytest.approx(1 / 3, abs=1e-12)
-    # a ninth needs a^2 = (1/9 * 0.02) / (8/9 * 0.01) = 1/4: the checkerboard at half its amplitude
+    # a ninth: a Gaussian whose response h(f) = exp(-2 pi^2 s^2 f^2) keeps the checkerboard (f^2 = 1/2) at half the
+    # cosine's (f^2 = 1/256) gain: 0.01 h_c^2 / (0.02 h_w^2 + 0.01 h_c^2) = 1/9 when h_c^2 / h_w^2 = 1/4
+    width = math.sqrt(math.log(4) / (4 * math.pi**2 * (1 / 2 - 1 / 256)))
+    gains = [math.exp(-2 * math.pi**2 * width**2 * f2) for f2 in (1 / 256, 1 / 2)]
     blurred = sharpness_transfer(image, torch.tensor([[1 / 9]], dtype=torch.float64))
-    assert torch.allclose(blurred, cosine_and_checkerboard(fine=0.05), atol=1e-12)
+    assert sharpness_statistic(blurred).item() == pytest.approx(1 / 9, abs=1e-9)
+    assert torch.allclose(blurred, cosine_and_checkerboard(wave=0.2 * gains[0], fine=0.1 * gains[1]), atol=1e-9)
     sharpened = sharpness_transfer(image, torch.tensor([[2 / 3]], dtype=torch.float64))  # a^2 = 4: twice
     assert torch.allclose(sharpened, cosine_and_checkerboard(fine=0.2), atol=1e-12)
     capped = sharpness_transfer(image, torch.tensor([[1.0]], dtype=torch.float64))  # infinite gain, capped at 4
