@@ -75,7 +75,9 @@ class DiscoverySettings:
             [0, 1] (0: every neighbour); None tests the hotspot alone.
         top_patches: each map's most relevant patches a class's shared-patch group reads (:class:`MapGroup`: the
             probes whose maps share a patch off the class's hotspot among theirs, a stamp on part of a class), >= 1;
-            None: no shared-patch groups.
+            None (the default): no shared-patch groups. The copy group found every partial stamp they did, and a
+            few probes of a class defocused on half of every class agree by chance at a shared patch (3 false
+            alarms in 12 such model-epochs with 3; docs/discovery.md).
         copy_permutations: shufflings of the classes behind the copy test's p-value (the pixel sample's copied patch,
             :class:`~.discovery_pixels.CopiedPatch`: the smallest p-value is ``1 / (1 + copy_permutations)``), >= 1;
             None: no copy test.
@@ -91,7 +93,7 @@ class DiscoverySettings:
     consistency: bool = False
     alpha: float = 0.05
     neighbour_relevance: float | None = 0.5
-    top_patches: int | None = 3
+    top_patches: int | None = None
     copy_permutations: int | None = 999
 
     def __post_init__(self) -> None:

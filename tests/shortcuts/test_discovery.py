@@ -46,6 +46,7 @@ ROOT = Path(__file__).resolve().parents[2]
 STAMP = 0.9
 PATCH = 2
 SIDE = 8  # patches per side: 16 x 16 px images
+SHARED_PATCH = DiscoverySettings(top_patches=3)  # the shared-patch groups on (off by default)
 
 
 def stamped_maps(generator: torch.Generator) -> tuple[Tensor, Tensor]:
@@ -421,7 +422,7 @@ def partial_stamp_case() -> tuple[Tensor, Tensor, Tensor, Tensor]:
 
 def test_a_stamp_on_part_of_a_class_is_found_in_its_strategy_with_its_share():
     images, classes, maps, stamped = partial_stamp_case()
-    summary = summarise_classes(maps, classes, 3)
+    summary = summarise_classes(maps, classes, 3, SHARED_PATCH)
     whole, *strategies, shared = summary.groups[1]
     assert whole.whole and whole.share == 1.0 and len(strategies) == 2
     assert torch.equal(strategies[0].members, stamped) and strategies[0].share == pytest.approx(7 / 12)
@@ -535,7 +536,7 @@ def test_a_stamp_second_in_a_third_of_a_class_s_maps_is_found_by_its_shared_patc
     maps[members] = torch.rand(12, SIDE, SIDE, generator=torch.Generator().manual_seed(14), dtype=torch.float64)
     maps[members, 4, 4] = 100.0
     maps[members[:4], 0, 0] = 30.0
-    summary = summarise_classes(maps, classes, 3)
+    summary = summarise_classes(maps, classes, 3, SHARED_PATCH)
     assert summary.hotspots[1].nonzero().tolist() == [[4, 4]]
     shared = summary.groups[1][-1]
     assert shared.shared_patch == (0, 0) and torch.equal(shared.members, members[:4])

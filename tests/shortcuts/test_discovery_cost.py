@@ -236,7 +236,7 @@ def test_a_shared_patch_group_whose_pixels_cannot_pass_is_not_forwarded():
     noise = torch.rand(12, 1, PATCH, PATCH, generator=torch.Generator().manual_seed(5), dtype=torch.float64)
     images[members, :, :PATCH, :PATCH] = 0.275 + 0.45 * noise  # no stamp: the 4's corners agree by chance (0.16)
     stamped[members[4:], :, :PATCH, :PATCH] = images[members[4:], :, :PATCH, :PATCH]  # the stamp on the 4
-    summary = summarise_classes(maps, classes, 3)
+    summary = summarise_classes(maps, classes, 3, DiscoverySettings(top_patches=3))  # the groups on
     lazy = discover(StampModel(), images, classes, summary, patch_size=PATCH, measure_all=False)
     full = discover(StampModel(), images, classes, summary, patch_size=PATCH)
     (shared,) = [t for t in lazy.tests[1] if t.group.shared_patch is not None]
