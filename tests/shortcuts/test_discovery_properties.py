@@ -362,8 +362,17 @@ def test_each_recipient_s_noise_is_its_own_whatever_the_first_look_and_the_batch
     pixels[classes == 2] += 0.08 * grain
     images = (pixels - MEAN[0]) / STD[0]
     runs = [
-        discover_properties(GrainModel(), images, classes, 3, ["noise"], space=_space(images), alert_threshold=0.3,
-                            first_look=first_look, batch_size=batch_size).transfers["noise"][2]  # fmt: skip
+        discover_properties(
+            GrainModel(),
+            images,
+            classes,
+            3,
+            ["noise"],
+            space=_space(images),
+            alert_threshold=0.3,
+            first_look=first_look,
+            batch_size=batch_size,
+        ).transfers["noise"][2]  # fmt: skip
         for first_look, batch_size in ((16, 64), (None, 64), (None, 6))
     ]
     assert runs[0].recipients == 32 and 0.2 < runs[0].flip_rate < 0.8  # measured in full; the noise decides
