@@ -63,12 +63,19 @@ def identical_pairs(images: Tensor, patch_size: int | tuple[int, int]) -> tuple[
     scaled = values / tolerance.clamp(min=torch.finfo(torch.float64).tiny)  # identical: every |difference| <= 1
     patches = scaled.reshape(count, channels, height // ph, ph, width // pw, pw).permute(2, 4, 0, 1, 3, 5)
     patches = patches.reshape((height // ph) * (width // pw), count, -1)  # (h * w, Q, values)
-    # the pairs that agree at each patch's first value, kept while they agree at the next (few natural pairs last)
-    first = ((patches[:, :, None, 0] - patches[:, None, :, 0]).abs() <= 1 + 1e-9).triu(diagonal=1)  # (h w, Q, Q)
-    index, left, right = first.nonzero(as_tuple=True)
-    for value in range(1, patches.shape[2]):
-        agree = (patches[index, left, value] - patches[index, right, value]).abs() <= 1 + 1e-9
-        index, left, right = index[agree], left[agree], right[agree]
+    found = []
+    for index, patch in enumerate(patches):  # (Q, values): a (Q, Q) comparison at a time
+        # the pairs that agree at the patch's first value, kept while they agree at the next (few natural pairs last)
+        left, right = (
+            ((patch[:, None, 0] - patch[None, :, 0]).abs() <= 1 + 1e-9).triu(diagonal=1).nonzero(as_tuple=True)
+        )
+        for value in range(1, patch.shape[1]):
+            if not len(left):
+                break
+            agree = (patch[left, value] - patch[right, value]).abs() <= 1 + 1e-9
+            left, right = left[agree], right[agree]
+        found.append((torch.full_like(left, index), left, right))
+    index, left, right = (torch.cat(parts) for parts in zip(*found, strict=True))
     return index, left, right
 
 
