@@ -76,8 +76,8 @@ class DiscoverySettings:
         top_patches: each map's most relevant patches a class's shared-patch group reads (:class:`MapGroup`: the
             probes whose maps share a patch off the class's hotspot among theirs, a stamp on part of a class), >= 1;
             None (the default): no shared-patch groups. The copy group found every partial stamp they did, and a
-            few probes of a class defocused on half of every class agree by chance at a shared patch (3 false
-            alarms in 12 such model-epochs with 3; docs/discovery.md).
+            few probes of a class defocused on half of every class agree by chance at a shared patch (with 3: 3
+            false alarms in 12 model-epochs of such controls; docs/discovery.md).
         copy_permutations: shufflings of the classes behind the copy test's p-value (the pixel sample's copied patch,
             :class:`~.discovery_pixels.CopiedPatch`: the smallest p-value is ``1 / (1 + copy_permutations)``), >= 1;
             None: no copy test.

@@ -64,7 +64,7 @@ def identical_pairs(images: Tensor, patch_size: int | tuple[int, int]) -> tuple[
     patches = scaled.reshape(count, channels, height // ph, ph, width // pw, pw).permute(2, 4, 0, 1, 3, 5)
     patches = patches.reshape((height // ph) * (width // pw), count, -1)  # (h * w, Q, values)
     found = []
-    for index, patch in enumerate(patches):  # (Q, values): a (Q, Q) comparison at a time
+    for position, patch in enumerate(patches):  # (Q, values): a (Q, Q) comparison at a time
         # the pairs that agree at the patch's first value, kept while they agree at the next (few natural pairs last)
         left, right = (
             ((patch[:, None, 0] - patch[None, :, 0]).abs() <= 1 + 1e-9).triu(diagonal=1).nonzero(as_tuple=True)
@@ -74,7 +74,7 @@ def identical_pairs(images: Tensor, patch_size: int | tuple[int, int]) -> tuple[
                 break
             agree = (patch[left, value] - patch[right, value]).abs() <= 1 + 1e-9
             left, right = left[agree], right[agree]
-        found.append((torch.full_like(left, index), left, right))
+        found.append((torch.full_like(left, position), left, right))
     index, left, right = (torch.cat(parts) for parts in zip(*found, strict=True))
     return index, left, right
 

@@ -99,8 +99,8 @@ __all__ = [
 PropertyName = Literal["colour", "brightness", "sharpness", "noise", "compression", "tone", "signature"]
 PROPERTY_NAMES: tuple[PropertyName, ...] = get_args(PropertyName)
 
-#: Spatial frequency (cycles per pixel) from which ``sharpness`` counts energy as high. A defocus removes energy
-#: from far below half the Nyquist limit: a class defocused by 3 px has the share above 0.25 that a 1.5 px blur gives.
+#: Spatial frequency (cycles per pixel) from which ``sharpness`` counts energy as high: a defocus takes energy from
+#: the middle frequencies too, which the previous cut-off, half the Nyquist limit (0.25), did not count.
 HIGH_FREQUENCY = 0.1
 #: The largest factor ``sharpness`` multiplies the high frequencies by.
 MAX_GAIN = 4.0
@@ -340,11 +340,16 @@ def brightness_transfer(pixels: Tensor, targets: Tensor, draws: Draws = None) ->
 # ----------------------------------------------------------------------------- sharpness
 
 
-def _high_frequencies(height: int, width: int, device: torch.device) -> Tensor:
-    """(H, W) bool: the FFT bins at or above :data:`HIGH_FREQUENCY` cycles per pixel."""
+def _squared_frequencies(height: int, width: int, device: torch.device) -> Tensor:
+    """(H, W) float64: each FFT bin's squared spatial frequency, in cycles per pixel squared."""
     rows = torch.fft.fftfreq(height, device=device, dtype=torch.float64)[:, None]
     cols = torch.fft.fftfreq(width, device=device, dtype=torch.float64)[None, :]
-    return (rows.square() + cols.square()).sqrt() >= HIGH_FREQUENCY
+    return rows.square() + cols.square()
+
+
+def _high_frequencies(height: int, width: int, device: torch.device) -> Tensor:
+    """(H, W) bool: the FFT bins at or above :data:`HIGH_FREQUENCY` cycles per pixel."""
+    return _squared_frequencies(height, width, device).sqrt() >= HIGH_FREQUENCY
 
 
 def _power(values: Tensor) -> Tensor:
@@ -368,13 +373,6 @@ def sharpness_statistic(pixels: Tensor) -> Tensor:
     """
     high = _high_frequencies(pixels.shape[2], pixels.shape[3], pixels.device)
     return _high_share(_power(luminance(pixels)).flatten(1), high.flatten())[:, None]
-
-
-def _squared_frequencies(height: int, width: int, device: torch.device) -> Tensor:
-    """(H, W) float64: each FFT bin's squared spatial frequency, in cycles per pixel squared."""
-    rows = torch.fft.fftfreq(height, device=device, dtype=torch.float64)[:, None]
-    cols = torch.fft.fftfreq(width, device=device, dtype=torch.float64)[None, :]
-    return rows.square() + cols.square()
 
 
 def _gaussian_response(width: Tensor, squared: Tensor) -> Tensor:
