@@ -93,6 +93,7 @@ __all__ = [
     "PixelSpace",
     "PropertyName",
     "SIGNATURE_PARTS",
+    "draw",
     "luminance",
 ]
 
