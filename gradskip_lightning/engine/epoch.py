@@ -3,11 +3,13 @@
 :class:`EpochRunner` holds what lives over a fit (drift, the time budget, the discovery stage, the
 keys made monitorable) and runs one epoch end (:meth:`EpochRunner.run`) with what setup prepared
 (:class:`Prepared`), in the training loop its :class:`~.host.Host` stands for (Lightning's or a
-``transformers.Trainer``'s). Each stage fails alone: a failed explanation skips the epoch (every
-monitored score NaN, ``<prefix>skipped`` = 1); a failed discovery stage leaves the rest of the epoch
-logged, its own keys NaN (the fit's peak suspicion stays) and ``discovery/<prefix>skipped`` = 1.
-Every rank runs the same steps in the same order (the gathers and the discovery summary are
-collectives); only rank zero reports.
+``transformers.Trainer``'s). The parts run in order of value: the explained method's maps and scores,
+the discovery stage, then the compared methods, which the time budget decides last, knowing this epoch
+end's seconds so far (:meth:`~.budget.TimeBudget.admit_compared`). Each stage fails alone: a failed
+explanation skips the epoch (every monitored score NaN, ``<prefix>skipped`` = 1); a failed discovery
+stage leaves the rest of the epoch logged, its own keys NaN (the fit's peak suspicion stays) and
+``discovery/<prefix>skipped`` = 1. Every rank runs the same steps in the same order (the gathers, the
+discovery summary and the budget's decisions are collectives); only rank zero reports.
 """
 
 from __future__ import annotations
@@ -26,7 +28,13 @@ from gradskip_lightning.core.normalisation import Normalisation
 from gradskip_lightning.core.validation import required
 from gradskip_lightning.engine.discovery.images import alert_text
 from gradskip_lightning.engine.discovery.properties import property_alert_text, property_scalars
-from gradskip_lightning.engine.discovery.stage import Discovered, Discoverer, DiscoveryStage, discovery_scalars
+from gradskip_lightning.engine.discovery.stage import (
+    Discovered,
+    Discoverer,
+    DiscoveryStage,
+    StageRun,
+    discovery_scalars,
+)
 from gradskip_lightning.engine.host import Host
 from gradskip_lightning.engine.keys import key
 from gradskip_lightning.engine.output.report import EpochOutcome, ProbeSheet, epoch_report, epoch_scalars
@@ -187,10 +195,17 @@ class EpochRunner:
         prefix = self.prefix(end.trained)
         outcome = EpochOutcome(epoch, host.step, prefix, end.trained, {}, self.settings.methods.method)
         outcome.started = end.started
-        records, error = self._explain(end, prepared)
+        method = self.settings.methods.method
+        records, error = self._explain(end, prepared, (method,))
+        discovery = self._run_discovery(end, prepared) if error is None else None
+        if error is None and len(plan.methods) > 1:  # the compared methods last: the budget knows this end's cost
+            spent = time.perf_counter() - end.started
+            end.plan = from_rank_zero(self.budget.admit_compared(plan, fitting, spent, end.work.seconds))
+            compared, error = self._explain(end, prepared, end.plan.methods[1:])
+            records.update(compared)
         if error is None:
             self._score(end, prepared, records, outcome)
-            self._discover(end, prepared, outcome)
+            self._discover(end, prepared, outcome, discovery)
         else:
             self._skip(end, outcome, error)
         if host.rank_zero:
@@ -200,18 +215,22 @@ class EpochRunner:
             end.work.add("report", time.perf_counter() - began)
         total = time.perf_counter() - end.started
         if error is None and end.trained:
-            self.budget.record(plan, total, end.work.seconds)
+            self.budget.record(end.plan, total, end.work.seconds)
         self.seconds = {**end.work.seconds, "total": total}
 
     # ----------------------------------------------------------------------------- the stages
 
-    def _explain(self, end: EpochEnd, prepared: Prepared) -> tuple[dict[str, ProbeRecord], str | None]:
-        """Every method's gathered records, explained on the weights the user keeps (:mod:`.averaging`)."""
+    def _explain(
+        self, end: EpochEnd, prepared: Prepared, methods: tuple[str, ...]
+    ) -> tuple[dict[str, ProbeRecord], str | None]:
+        """The ``methods``' gathered records, explained on the weights the user keeps (:mod:`.averaging`)."""
+        if not methods:
+            return {}, None
         try:
             with end.host.explained_weights():
                 return explain_isolated(
                     end.module,
-                    {name: prepared.explainers[name] for name in end.plan.methods},
+                    {name: prepared.explainers[name] for name in methods},
                     prepared.probes,
                     self.settings.scores,
                     batch_size=self.settings.probes.explain_batch_size,
@@ -235,14 +254,12 @@ class EpochRunner:
         outcome.records, outcome.drift = records, drift
         self._monitor(end.host, outcome, scalars, set())
 
-    def _discover(self, end: EpochEnd, prepared: Prepared, outcome: EpochOutcome) -> None:
-        """The discovery stage when the plan has it: its scalars, or (failed) its keys NaN and its
-        ``skipped`` flag; alerts for newly flagged classes (rank zero)."""
+    def _run_discovery(self, end: EpochEnd, prepared: Prepared) -> StageRun | None:
+        """The discovery stage's run when the plan has it (None when it has not), timed in ``end.work``."""
         stage = self.settings.discovery
         if not end.plan.discovery or stage is None:
-            return
+            return None
         explainers = {name: prepared.explainers[name] for name in stage.methods(self.settings.methods.method)}
-        explainer = next(iter(explainers.values()))
         began = time.perf_counter()
         run = self.discoverer.run(
             end.module,
@@ -252,6 +269,14 @@ class EpochRunner:
             normalisation=prepared.data.normalisation,
         )
         end.work.add("discovery", time.perf_counter() - began)
+        return run
+
+    def _discover(self, end: EpochEnd, prepared: Prepared, outcome: EpochOutcome, run: StageRun | None) -> None:
+        """The discovery stage's ``run`` (None: not planned): its scalars, or (failed) its keys NaN and its
+        ``skipped`` flag; alerts for newly flagged classes (rank zero)."""
+        if run is None:
+            return
+        patch_size = prepared.explainers[self.settings.methods.method].patch_size  # every method's: one model
         skipped = key("discovery", outcome.prefix, "skipped")
         if run.found is None:  # its keys NaN, but the fit's peak so far stays
             rank_zero_warn(f"GradSkipCallback: shortcut discovery of epoch {end.epoch} skipped. {run.error}")
@@ -278,7 +303,7 @@ class EpochRunner:
             end.host,
             outcome,
             {
-                **discovery_scalars(found, explainer.patch_size, outcome.prefix, peak),
+                **discovery_scalars(found, patch_size, outcome.prefix, peak),
                 skipped: 0.0,
                 degenerate: float(len(run.degenerate)),
                 **(property_scalars(properties, outcome.prefix, peaks) if properties is not None else {}),
@@ -287,13 +312,13 @@ class EpochRunner:
         )
         outcome.discovery = (found, required(self.discoverer.probes, "the discovery probes"))
         if end.trained:
-            self.discovered = Discovered(end.epoch, found, outcome.discovery[1], explainer.patch_size, run.properties)
+            self.discovered = Discovered(end.epoch, found, outcome.discovery[1], patch_size, run.properties)
         outcome.properties = run.properties
         outcome.scalars[key("discovery", outcome.prefix, "time_s")] = end.work.seconds["discovery"]
         if end.host.rank_zero:
             names = prepared.sheet.class_names
             for label in self.discoverer.newly_flagged(found):
-                end.host.alert(*alert_text(found, label, names, explainer.patch_size, end.epoch))
+                end.host.alert(*alert_text(found, label, names, patch_size, end.epoch))
             if run.properties is not None:
                 for name, label in self.discoverer.newly_flagged_properties(run.properties):
                     end.host.alert(*property_alert_text(run.properties, name, label, names, end.epoch))

@@ -59,10 +59,10 @@ class ProbeSettings:
         max_overhead: the callback's time budget as a fraction of the training time (0.05: 5 %), per
             epoch and over the fit: over it, the compared methods are explained on fewer epochs, then the
             perturbation scores computed on fewer epochs, and the discovery stage run on fewer epochs last,
-            planned from the second epoch end on; after the first epoch end (which does everything once) the
-            compared methods and scores wait while the fit's total would pass it; said in the log and in
-            ``<prefix>budget/...`` scalars
-            (:mod:`.budget`); None: everything every epoch.
+            planned from the second epoch end on; over the fit, the scores and then the compared methods wait
+            while the fit's total would pass it (the compared methods are decided last at each epoch end, from
+            its seconds so far: at the first, their cost is predicted from the explained method's); said in the
+            log and in ``<prefix>budget/...`` scalars (:mod:`.budget`); None: everything every epoch.
         image_key, label_key: the keys of a mapping dataset item (MONAI, HF datasets) holding the
             image and the label; None: the first common name the item has (``image``,
             ``pixel_values``, ``img``, ``images``; ``label``, ``labels``, ``target``, ``targets``,

@@ -16,10 +16,13 @@ The strides fit one training epoch, planned from the second epoch end on: the fi
 next (first calls; a young model, whose discovery tests go further: the main config's first epoch end took twice
 the discovery and three times the fixed seconds of the next), and a stride planned from them would skip the
 alarm at the second epoch end, where a shortcut is often first learned. The fit's account keeps the whole: the
-first epoch end does everything once (the costs are not known before), so while the fit's callback time would
-pass ``max_overhead`` of its training time, the compared methods and then the scores due at an epoch end wait
-for a later one (never discovery). It says so once in the log and every explained epoch in
-``<prefix>budget/...`` scalars, never silently. ``trainer.validate()`` always does everything.
+parts run in order of value (the explained method, discovery, then the compared methods), and while the fit's
+callback time would pass ``max_overhead`` of its training time, the scores due at an epoch end wait for a later
+one (planned before it, from the slowest of their last three costs; nothing waits before its costs are known),
+and so do the compared methods (decided once the explained method and discovery have run, from this epoch end's
+seconds so far: at the first one, their cost is predicted as the explained method's maps and scores each). Discovery
+never waits. It says so once in the log and every explained epoch in ``<prefix>budget/...`` scalars, never silently.
+``trainer.validate()`` always does everything.
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ from __future__ import annotations
 import itertools
 import statistics
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -77,8 +80,9 @@ class TimeBudget:
     (the compared methods' maps and scores) and ``discovery``. The strides (:attr:`every`) fit
     fixed + scores / m + compared / n + discovery / (discovery_every x d) <= max_overhead x training
     seconds, the most valuable part's stride the smallest that fits: d first, then m, then n. Over the fit,
-    a due compared or scores part waits while the callback's seconds so far plus this epoch end's planned
-    ones would exceed max_overhead x the training seconds so far (:meth:`plan`).
+    a due scores part waits while the callback's seconds so far plus this epoch end's planned ones would
+    exceed max_overhead x the training seconds so far (:meth:`plan`), and due compared methods wait while
+    the seconds so far, this epoch end's included, plus theirs would (:meth:`admit_compared`).
     """
 
     def __init__(
@@ -159,28 +163,53 @@ class TimeBudget:
         return Plan((self.method, *compared), frozenset(scored), "discovery" in runs, discovery_due)
 
     def _within_fit(self, runs: set[Part]) -> set[Part]:
-        """``runs`` less its compared, then its scores part, while the fit's callback seconds with them would pass
-        max_overhead x the fit's training seconds, each part counted at the most of its last three costs
-        (discovery always stays; nothing is dropped before the costs are known)."""
-        if not self._fit_train > 0 or any(part not in self._costs for part in ("fixed", *self.parts)):
+        """``runs`` less its scores part while the fit's callback seconds with it would pass max_overhead x the
+        fit's training seconds, each part counted at the most of its last three costs (the compared methods are
+        decided later, :meth:`admit_compared`; discovery always stays; nothing is dropped before the costs are
+        known)."""
+        if "scores" not in runs or not self._fit_train > 0 or any(p not in self._costs for p in ("fixed", *self.parts)):
             return runs
         assert self.max_overhead is not None
         slowest = {part: max(seconds) for part, seconds in self._costs.items()}  # a slower epoch end does not tip it
         allowance = self.max_overhead * self._fit_train - self._fit_spent - slowest["fixed"]
-        kept = set(runs)
-        for part in PARTS:
-            if part != "discovery" and part in kept and sum(slowest[p] for p in kept) > allowance:
-                kept.discard(part)
-        if kept != runs and not self._said_fit:
-            self._said_fit = True
-            waiting = {"compared": f"the compared methods {list(self.compared)}", "scores": "the scores"}
-            rank_zero_warn(
-                f"GradSkipCallback: with {' and '.join(waiting[p] for p in PARTS if p in runs - kept)} at this epoch "
-                f"end the fit's callback time would pass max_overhead={self.max_overhead} of its training time "
-                f"(so far {self._fit_spent:.2f} s of {self._fit_train:.1f} s; the first epoch end does everything "
-                "once): they wait for a later epoch end while it would (logged as budget/fit_overhead)"
-            )
-        return kept
+        if sum(slowest[p] for p in runs - {"compared"}) <= allowance:
+            return runs
+        self._say_waiting("the scores")
+        return runs - {"scores"}
+
+    def admit_compared(self, plan: Plan, fitting: bool, spent: float, seconds: Mapping[str, float]) -> Plan:
+        """``plan``, less its compared methods while the fit's account cannot hold them, decided once this epoch
+        end's explained method and discovery have run (``spent`` seconds so far, ``seconds`` its parts as in
+        :meth:`record`).
+
+        The compared methods cost the most of their last three runs; before a first run, the explained method's
+        maps and scores on this epoch end, once per compared method (the same probes and scores; a compared
+        method's maps cost no more than GradSkip's), which also stands for their cost in the strides until they
+        run. The report that follows costs the most of its last three.
+        """
+        if self.max_overhead is None or not fitting or not self._fit_train > 0 or len(plan.methods) < 2:
+            return plan
+        if "compared" not in self._costs:  # the prediction stands for their cost (the strides' too) until they run
+            own = seconds.get(f"{self.method}/scores", max(self._costs.get("scores", [0.0])))
+            self._costs["compared"] = [len(self.compared) * (seconds.get(f"{self.method}/maps", 0.0) + own)]
+        cost = max(self._costs["compared"])
+        report = max(self._costs.get("report", [0.0]))
+        if self._fit_spent + spent + cost + report <= self.max_overhead * self._fit_train:
+            return plan
+        self._say_waiting(f"the compared methods {list(self.compared)}")
+        return Plan((self.method,), plan.scored - set(self.compared), plan.discovery, plan.discovery_due)
+
+    def _say_waiting(self, what: str) -> None:
+        """Say once in the fit that a part waits for the fit's account."""
+        if self._said_fit:
+            return
+        self._said_fit = True
+        rank_zero_warn(
+            f"GradSkipCallback: with {what} at this epoch end the fit's callback time would pass "
+            f"max_overhead={self.max_overhead} of its training time (so far {self._fit_spent:.2f} s of "
+            f"{self._fit_train:.1f} s): they wait for a later epoch end while it would (logged as "
+            "budget/fit_overhead)"
+        )
 
     def record(self, plan: Plan, total: float, seconds: dict[str, float]) -> None:
         """The epoch end's ``total`` seconds and its parts' (:attr:`~.compute.EpochWork.seconds`:
@@ -208,6 +237,7 @@ class TimeBudget:
             elif part != "discovery" or plan.discovery_due:
                 self._since[part] += 1
         parts["fixed"] = max(0.0, total - sum(parts.values()))  # maps, rendering, logging, files
+        parts["report"] = seconds.get("report", 0.0)  # within fixed: what follows the compared methods
         for name, cost in parts.items():
             self._costs[name] = [*self._costs.get(name, [])[-2:], cost]
         train = self.train_seconds
