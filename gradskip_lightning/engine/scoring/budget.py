@@ -248,9 +248,11 @@ class TimeBudget:
         self.every = self._strides(self.max_overhead * train)
         if any(stride > 1 for stride in self.every.values()) and not self._said:
             self._said = True
+            full = self._costs["fixed"][-1] + sum(self._per_epoch(part, 1) for part in self.parts)
             rank_zero_warn(
-                f"GradSkipCallback: the epoch end took {total:.2f} s, {100 * self.overhead:.1f} % of the "
-                f"{train:.1f} s training epoch, over max_overhead={self.max_overhead}: from now on {self._described()} "
+                f"GradSkipCallback: an epoch end with every part would take {full:.2f} s, {100 * full / train:.1f} % "
+                f"of the {train:.1f} s training epoch, over max_overhead={self.max_overhead}: from now on "
+                f"{self._described()} "
                 "(logged as budget/...; raise max_overhead or set it to None to do everything every epoch)"
             )
 

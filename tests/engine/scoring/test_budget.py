@@ -105,7 +105,8 @@ def test_strides_thin_the_compared_methods_first_then_the_scores():
     seconds = {"gradskip/maps": 0.2, "gradskip/scores": 1.0, "rollout/maps": 0.1, "rollout/scores": 1.9}
     budget.record(everything, total=3.5, seconds=seconds)  # the first epoch end: it plans no stride
     assert (budget.compared_every, budget.scores_every) == (1, 1) and budget.plan(fitting=True) == everything
-    budget.record(everything, total=3.5, seconds=seconds)  # fixed 0.5 s: 0.5 + 1.0 + 2.0 / n <= 2 -> n = 4
+    with pytest.warns(UserWarning, match=r"every part would take 3.50 s, 3.5 % of the 100.0 s training epoch"):
+        budget.record(everything, total=3.5, seconds=seconds)  # fixed 0.5 s: 0.5 + 1.0 + 2.0 / n <= 2 -> n = 4
     assert (budget.compared_every, budget.scores_every) == (4, 1)
     assert budget.overhead == pytest.approx(0.035)
     plans = []
