@@ -65,6 +65,7 @@ class HookTimer(Callback):
     def __init__(self, callback: GradSkipCallback) -> None:
         self.seconds: list[float] = []
         self.parts: list[dict[str, float]] = []
+        self.scored: list[list[str]] = []  # the methods whose perturbation scores ran, per epoch
         self._callback = callback
         self._start = 0.0
 
@@ -80,7 +81,9 @@ class HookTimer(Callback):
     def on_validation_epoch_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
         if not trainer.sanity_checking:
             self.seconds.append(time.perf_counter() - self._start)
-            self.parts.append(split_parts(self._callback.epoch_seconds))
+            seconds = self._callback.epoch_seconds
+            self.parts.append(split_parts(seconds))
+            self.scored.append([name.removesuffix("/scores") for name in seconds if name.endswith("/scores")])
 
 
 def split_parts(seconds: dict[str, float]) -> dict[str, float]:
@@ -204,10 +207,13 @@ def run(args: argparse.Namespace) -> list[dict]:
         train_images=len(required(data.train_dataset, "the training split")),
     )
     records = []
-    for epoch, (train_s, hook_s, seconds) in enumerate(zip(timer.seconds, hook.seconds, hook.parts)):
+    epochs = zip(timer.seconds, hook.seconds, hook.parts, hook.scored)
+    for epoch, (train_s, hook_s, seconds, scored) in enumerate(epochs):
         split = {part: seconds.get(part, 0.0) for part in PARTS if part != "other"}
         split["other"] = max(0.0, hook_s - sum(split.values()))
-        record = dict(epoch=epoch, train_epoch_s=train_s, hook_s=hook_s, ratio=hook_s / train_s, parts=split)
+        record = dict(
+            epoch=epoch, train_epoch_s=train_s, hook_s=hook_s, ratio=hook_s / train_s, parts=split, scored=scored
+        )
         records.append({**record, **settings})
         print({k: round(v, 4) if isinstance(v, float) else v for k, v in record.items() if k != "parts"})
     load = os.getloadavg()
@@ -238,7 +244,8 @@ def summarise(records: list[dict]) -> dict[str, Any]:
 
 
 def markdown_table(records: list[dict]) -> str:
-    """The per-part table: seconds per epoch and share of the training epoch, per epoch and the median."""
+    """The per-part table: seconds per epoch and share of the training epoch, per epoch and the median; and the
+    methods whose perturbation scores ran at each epoch end."""
     head = "| part | " + " | ".join(f"epoch {r['epoch']} s" for r in records) + " | median s | % of training epoch |"
     rows = [head, "|---|" + "---:|" * (len(records) + 2)]
     summary = summarise(records)
@@ -251,6 +258,8 @@ def markdown_table(records: list[dict]) -> str:
     ratios = " | ".join(f"{100 * r['ratio']:.2f} %" for r in records)
     rows.append(f"| **callback** | {hooks} | {summary['hook_s']:.3f} | **{100 * summary['median_ratio']:.2f}** |")
     rows.append(f"| training epoch | {trains} | {summary['train_epoch_s']:.2f} | |")
+    scored = " | ".join(", ".join(r["scored"]) or "-" for r in records)
+    rows.append(f"| scored methods | {scored} | | |")
     fit = f"fit: {100 * summary['fit_ratio']:.2f} %"
     rows.append(f"| ratio | {ratios} | {100 * summary['median_ratio']:.2f} % | {fit} |")
     return "\n".join(rows)

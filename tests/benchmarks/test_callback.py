@@ -41,6 +41,24 @@ def test_the_parts_are_the_callbacks_own_timings_and_add_up_under_the_hook(tmp_p
         "total",
     }
     assert len(hook.parts) == 2 and set(hook.parts[0]) == set(PARTS) - {"other"}
+    assert hook.scored == [["gradskip", "rollout"]] * 2
     for seconds, parts in zip(hook.seconds, hook.parts):
         assert parts["maps"] > 0 and parts["scores"] > 0 and parts["report"] > 0
         assert sum(parts.values()) <= seconds  # the callback's parts lie inside the hook's wall time
+
+
+def test_a_method_whose_scores_waited_has_no_scores_seconds(tmp_path):
+    from gradskip_lightning import GradSkipCallback, MethodSettings, ProbeSettings, ScoreSettings
+    from tests.callbacks.helpers import tiny_data, tiny_module, tiny_trainer
+
+    callback = GradSkipCallback(
+        probes=ProbeSettings(num_probes=8, max_overhead=1e-6), scores=ScoreSettings(insertion_steps=4),
+        methods=MethodSettings(compare=["rollout"]), progress=False,
+    )  # fmt: skip
+    hook = HookTimer(callback)
+    trainer = tiny_trainer(tmp_path, logger=False, max_epochs=2, callbacks=[hook.start(), callback, hook])
+    trainer.fit(tiny_module(), datamodule=tiny_data())
+    # every epoch end is over this budget: the first scores GradSkip alone (rollout's predicted cost waits), the
+    # second nothing; both explain both methods
+    assert hook.scored == [["gradskip"], []]
+    assert set(callback.epoch_seconds) == {"gradskip/maps", "rollout/maps", "report", "total"}

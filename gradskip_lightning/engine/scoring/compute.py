@@ -41,7 +41,7 @@ class EpochWork:
         starts: chunk position -> the chunk's :class:`~gradskip_lightning.metrics.insertion_deletion.Starts`
             (made by the first method, reused by the others: the same model and images).
         seconds: ``"<method>/maps"`` (explaining, the other scores) and ``"<method>/scores"``
-            (the perturbation scores) wall seconds.
+            (the perturbation scores; only for a method whose scores ran) wall seconds.
     """
 
     scored: frozenset[str] | None = None
@@ -119,7 +119,8 @@ def _explain_chunk(
         if exp.gates is not None:
             record.gates = exp.gates.nanmean(dim=2)  # (B, L): mean beta_main over tokens (NaN: SegFormer padding)
     result = ProbeRecord(**{name: _cpu(tensor) for name, tensor in record.values().items()})
-    work.add(f"{explainer.method}/scores", scoring)
+    if scored:
+        work.add(f"{explainer.method}/scores", scoring)
     work.add(f"{explainer.method}/maps", time.perf_counter() - start - scoring)
     return result
 
