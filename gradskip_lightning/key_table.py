@@ -110,8 +110,8 @@ def _other_rows(prefix: str) -> list[tuple[str, str]]:
             f"`{key(None, prefix, 'budget/{overhead,fit_overhead,compared_every,discovery_every,scores_every}')}`",
             "with `max_overhead`: the last epoch end's time over the training epoch's; the fit's callback time so "
             "far over its training time; every how many explained "
-            "epochs the compared methods' perturbation scores (with `compare_methods`) and the explained method's "
-            "are computed; at every how many of its epochs the discovery stage runs (with `discovery`)",
+            "epochs the compared methods are explained (with `compare_methods`) and the perturbation scores "
+            "computed; at every how many of its epochs the discovery stage runs (with `discovery`)",
         ),
         (
             f"`<section>/{prefix}validate/...`",

@@ -4,8 +4,8 @@
 keys made monitorable) and runs one epoch end (:meth:`EpochRunner.run`) with what setup prepared
 (:class:`Prepared`), in the training loop its :class:`~.host.Host` stands for (Lightning's or a
 ``transformers.Trainer``'s). The parts run in order of value: the explained method's maps and scores,
-the discovery stage, then the compared methods, whose scores the time budget decides last, knowing this
-epoch end's seconds so far (:meth:`~.budget.TimeBudget.admit_compared`). Each stage fails alone: a failed
+the discovery stage, then the compared methods, which the time budget decides last, knowing this epoch
+end's seconds so far (:meth:`~.budget.TimeBudget.admit_compared`). Each stage fails alone: a failed
 explanation skips the epoch (every monitored score NaN, ``<prefix>skipped`` = 1); a failed discovery
 stage leaves the rest of the epoch logged, its own keys NaN (the fit's peak suspicion stays) and
 ``discovery/<prefix>skipped`` = 1. Every rank runs the same steps in the same order (the gathers, the
@@ -195,15 +195,14 @@ class EpochRunner:
         prefix = self.prefix(end.trained)
         outcome = EpochOutcome(epoch, host.step, prefix, end.trained, {}, self.settings.methods.method)
         outcome.started = end.started
-        method, *compared = self.settings.methods.names
+        method = self.settings.methods.method
         records, error = self._explain(end, prepared, (method,))
         discovery = self._run_discovery(end, prepared) if error is None else None
-        if error is None and compared:  # the compared methods last: the budget knows this end's cost
+        if error is None and len(plan.methods) > 1:  # the compared methods last: the budget knows this end's cost
             spent = time.perf_counter() - end.started
             end.plan = from_rank_zero(self.budget.admit_compared(plan, fitting, spent, end.work.seconds))
-            end.work.scored = end.plan.scored
-            more, error = self._explain(end, prepared, tuple(compared))
-            records.update(more)
+            compared, error = self._explain(end, prepared, end.plan.methods[1:])
+            records.update(compared)
         if error is None:
             self._score(end, prepared, records, outcome)
             self._discover(end, prepared, outcome, discovery)

@@ -57,13 +57,12 @@ class ProbeSettings:
         probe_seed: seed of the draw; the selection is kept in checkpoints.
         explain_batch_size: probes per explain call (bounds memory).
         max_overhead: the callback's time budget as a fraction of the training time (0.05: 5 %), per
-            epoch and over the fit: over it, the compared methods' perturbation scores are computed on fewer
-            epochs, then the explained method's, and the discovery stage run on fewer epochs last, planned from
-            the second epoch end on (every method's maps every epoch); over the fit, the explained method's
-            scores and then the compared methods' wait while the fit's total would pass it (the compared
-            methods' are decided last at each epoch end, from its seconds so far: at the first, their cost is
-            predicted from the explained method's); said in the log and in ``<prefix>budget/...`` scalars
-            (:mod:`.budget`); None: everything every epoch.
+            epoch and over the fit: over it, the compared methods are explained on fewer epochs, then the
+            perturbation scores computed on fewer epochs, and the discovery stage run on fewer epochs last,
+            planned from the second epoch end on; over the fit, the scores and then the compared methods wait
+            while the fit's total would pass it (the compared methods are decided last at each epoch end, from
+            its seconds so far: at the first, their cost is predicted from the explained method's); said in the
+            log and in ``<prefix>budget/...`` scalars (:mod:`.budget`); None: everything every epoch.
         image_key, label_key: the keys of a mapping dataset item (MONAI, HF datasets) holding the
             image and the label; None: the first common name the item has (``image``,
             ``pixel_values``, ``img``, ``images``; ``label``, ``labels``, ``target``, ``targets``,

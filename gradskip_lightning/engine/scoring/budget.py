@@ -3,12 +3,12 @@
 With ``max_overhead`` (e.g. 0.05: 5 % of the training time) the callback measures each training
 epoch (first batch start to validation start, or to the epoch end without validation) and its own
 time at the epoch end (explaining, scoring, discovery, rendering, logging, files). When over budget
-it thins the work, cheapest loss first: the compared methods' perturbation scores are computed every n-th
-explained epoch, then the explained method's (insertion/deletion, the violation test) every m-th, and only
-when even n = m = :data:`MAX_STRIDE` does not fit is the discovery stage run at every d-th of its epochs (the
-scores are a trend that a missed point barely changes; discovery is the alarm, and an alarm an epoch late
-costs an epoch of learning the shortcut); every method's maps and overlays, and drift, stay every epoch
-(they cost a forward and a backward of the probes, the scores tens of forwards). A thinned part runs on an epoch of
+it thins the work, cheapest loss first: the compared methods are explained every n-th explained
+epoch, then the explained method's perturbation scores (insertion/deletion, the violation test) are
+computed every m-th explained epoch, and only when even n = m = :data:`MAX_STRIDE` does not fit is
+the discovery stage run at every d-th of its epochs (the scores are a trend that a missed point barely
+changes; discovery is the alarm, and an alarm an epoch late costs an epoch of learning the shortcut);
+the explained method's maps, drift and overlays stay every epoch. A thinned part runs on an epoch of
 its own where it can (the most valuable due part first, :data:`PARTS` reversed), so no epoch end
 carries them all.
 
@@ -17,12 +17,12 @@ next (first calls; a young model, whose discovery tests go further: the main con
 the discovery and three times the fixed seconds of the next), and a stride planned from them would skip the
 alarm at the second epoch end, where a shortcut is often first learned. The fit's account keeps the whole: the
 parts run in order of value (the explained method, discovery, then the compared methods), and while the fit's
-callback time would pass ``max_overhead`` of its training time, the explained method's scores due at an epoch
-end wait for a later one (planned before it, from the slowest of their last three costs; nothing waits before
-its costs are known), and so do the compared methods' scores (decided once the explained method and discovery
-have run, from this epoch end's seconds so far: at the first one, their cost is predicted as the explained
-method's scores each). Discovery never waits. It says so once in the log and every explained epoch in
-``<prefix>budget/...`` scalars, never silently. ``trainer.validate()`` always does everything.
+callback time would pass ``max_overhead`` of its training time, the scores due at an epoch end wait for a later
+one (planned before it, from the slowest of their last three costs; nothing waits before its costs are known),
+and so do the compared methods (decided once the explained method and discovery have run, from this epoch end's
+seconds so far: at the first one, their cost is predicted as the explained method's maps and scores each). Discovery
+never waits. It says so once in the log and every explained epoch in ``<prefix>budget/...`` scalars, never silently.
+``trainer.validate()`` always does everything.
 """
 
 from __future__ import annotations
@@ -54,11 +54,13 @@ class Plan:
     """What one epoch end computes.
 
     Attributes:
-        scored: the methods whose perturbation scores are computed (every method's maps are).
+        methods: the methods explained (the explained one first).
+        scored: the methods whose perturbation scores are computed.
         discovery: whether the discovery stage runs.
         discovery_due: whether its own schedule had it at this epoch (its stride counts these epochs).
     """
 
+    methods: tuple[str, ...]
     scored: frozenset[str]
     discovery: bool = False
     discovery_due: bool = False
@@ -73,14 +75,14 @@ class TimeBudget:
         method: the explained method; compared: the comparison methods.
         discovery_every: the discovery stage's own period in explained epochs (None: the stage is off).
 
-    The costs are the last measured seconds of each part (:meth:`record`): ``fixed`` (every method's
-    maps, rendering, logging, files), ``scores`` (the explained method's perturbation scores), ``compared``
-    (the compared methods') and ``discovery``. The strides (:attr:`every`) fit
+    The costs are the last measured seconds of each part (:meth:`record`): ``fixed`` (the explained
+    method's maps, rendering, logging, files), ``scores`` (its perturbation scores), ``compared``
+    (the compared methods' maps and scores) and ``discovery``. The strides (:attr:`every`) fit
     fixed + scores / m + compared / n + discovery / (discovery_every x d) <= max_overhead x training
     seconds, the most valuable part's stride the smallest that fits: d first, then m, then n. Over the fit,
     a due scores part waits while the callback's seconds so far plus this epoch end's planned ones would
-    exceed max_overhead x the training seconds so far (:meth:`plan`), and the compared methods' due scores wait
-    while the seconds so far, this epoch end's included, plus theirs would (:meth:`admit_compared`).
+    exceed max_overhead x the training seconds so far (:meth:`plan`), and due compared methods wait while
+    the seconds so far, this epoch end's included, plus theirs would (:meth:`admit_compared`).
     """
 
     def __init__(
@@ -115,7 +117,7 @@ class TimeBudget:
 
     @property
     def compared_every(self) -> int:
-        """Every how many explained epochs the compared methods' perturbation scores are computed."""
+        """Every how many explained epochs the compared methods are explained."""
         return self.every.get("compared", 1)
 
     @property
@@ -148,8 +150,9 @@ class TimeBudget:
         """The work of this epoch end: everything without a budget, outside fit, or before costs are known.
 
         ``discovery_due``: the discovery stage's own schedule has it at this epoch."""
+        every = (self.method, *self.compared)
         if self.max_overhead is None or not fitting:
-            return Plan(frozenset((self.method, *self.compared)), discovery_due, discovery_due)
+            return Plan(every, frozenset(every), discovery_due, discovery_due)
         offered = [p for p in self.parts if p != "discovery" or discovery_due]
         due = [p for p in offered if self._since[p] + 1 >= self.every[p]]
         thinned = [p for p in due if self.every[p] > 1]
@@ -157,7 +160,7 @@ class TimeBudget:
         runs = self._within_fit(runs)
         compared = self.compared if "compared" in runs else ()
         scored = {*compared, *((self.method,) if "scores" in runs else ())}
-        return Plan(frozenset(scored), "discovery" in runs, discovery_due)
+        return Plan((self.method, *compared), frozenset(scored), "discovery" in runs, discovery_due)
 
     def _within_fit(self, runs: set[Part]) -> set[Part]:
         """``runs`` less its scores part while the fit's callback seconds with it would pass max_overhead x the
@@ -171,31 +174,30 @@ class TimeBudget:
         allowance = self.max_overhead * self._fit_train - self._fit_spent - slowest["fixed"]
         if sum(slowest[p] for p in runs - {"compared"}) <= allowance:
             return runs
-        self._say_waiting(f"{self.method}'s scores")
+        self._say_waiting("the scores")
         return runs - {"scores"}
 
     def admit_compared(self, plan: Plan, fitting: bool, spent: float, seconds: Mapping[str, float]) -> Plan:
-        """``plan``, less the compared methods' scores while the fit's account cannot hold them, decided once this
-        epoch end's explained method and discovery have run (``spent`` seconds so far, ``seconds`` its parts as in
+        """``plan``, less its compared methods while the fit's account cannot hold them, decided once this epoch
+        end's explained method and discovery have run (``spent`` seconds so far, ``seconds`` its parts as in
         :meth:`record`).
 
-        The compared methods' scores cost the most of their last three runs; before a first run, the explained
-        method's scores on this epoch end, once per compared method (the same probes, scored the same way, with
-        the starts it made), which also stands for their cost in the strides until they run. Their maps and the
-        report that follows cost the most of the last three ``fixed`` seconds.
+        The compared methods cost the most of their last three runs; before a first run, the explained method's
+        maps and scores on this epoch end, once per compared method (the same probes and scores; a compared
+        method's maps cost no more than GradSkip's), which also stands for their cost in the strides until they
+        run. The report that follows costs the most of its last three.
         """
-        compared = plan.scored & set(self.compared)
-        if self.max_overhead is None or not fitting or not self._fit_train > 0 or not compared:
+        if self.max_overhead is None or not fitting or not self._fit_train > 0 or len(plan.methods) < 2:
             return plan
         if "compared" not in self._costs:  # the prediction stands for their cost (the strides' too) until they run
             own = seconds.get(f"{self.method}/scores", max(self._costs.get("scores", [0.0])))
-            self._costs["compared"] = [len(self.compared) * own]
+            self._costs["compared"] = [len(self.compared) * (seconds.get(f"{self.method}/maps", 0.0) + own)]
         cost = max(self._costs["compared"])
-        rest = max(self._costs.get("fixed", [0.0]))  # overstates: the explained method's maps already ran
-        if self._fit_spent + spent + cost + rest <= self.max_overhead * self._fit_train:
+        report = max(self._costs.get("report", [0.0]))
+        if self._fit_spent + spent + cost + report <= self.max_overhead * self._fit_train:
             return plan
-        self._say_waiting(f"the scores of the compared methods {sorted(compared)}")
-        return Plan(plan.scored - compared, plan.discovery, plan.discovery_due)
+        self._say_waiting(f"the compared methods {list(self.compared)}")
+        return Plan((self.method,), plan.scored - set(self.compared), plan.discovery, plan.discovery_due)
 
     def _say_waiting(self, what: str) -> None:
         """Say once in the fit that a part waits for the fit's account."""
@@ -216,13 +218,15 @@ class TimeBudget:
             return
         self._fit_spent += total
         ran: dict[Part, bool] = {
-            "compared": any(name in plan.scored for name in self.compared),
+            "compared": any(name in plan.methods for name in self.compared),
             "discovery": plan.discovery,
             "scores": self.method in plan.scored,
         }
         parts: dict[str, float] = {}
         if ran["compared"]:
-            parts["compared"] = sum(seconds.get(f"{name}/scores", 0.0) for name in self.compared)
+            parts["compared"] = sum(
+                seconds.get(f"{name}/maps", 0.0) + seconds.get(f"{name}/scores", 0.0) for name in self.compared
+            )
         if ran["discovery"]:
             parts["discovery"] = seconds.get("discovery", 0.0)
         if ran["scores"]:
@@ -233,6 +237,7 @@ class TimeBudget:
             elif part != "discovery" or plan.discovery_due:
                 self._since[part] += 1
         parts["fixed"] = max(0.0, total - sum(parts.values()))  # maps, rendering, logging, files
+        parts["report"] = seconds.get("report", 0.0)  # within fixed: what follows the compared methods
         for name, cost in parts.items():
             self._costs[name] = [*self._costs.get(name, [])[-2:], cost]
         train = self.train_seconds
@@ -269,8 +274,7 @@ class TimeBudget:
 
     def _described(self) -> str:
         what = {
-            "compared": f"the compared methods' {list(self.compared)} perturbation scores are computed every {{}} "
-            "explained epoch(s)",
+            "compared": f"the compared methods {list(self.compared)} are explained every {{}} explained epoch(s)",
             "discovery": "the discovery stage runs at every {} of its epochs",
             "scores": f"{self.method}'s perturbation scores are computed every {{}} explained epoch(s)",
         }

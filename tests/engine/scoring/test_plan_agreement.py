@@ -32,9 +32,9 @@ def _rank(rank: int, port: int, out: str) -> None:
         compared = 0.2 if rank == 0 else 2.0
         for _ in range(2):  # the strides are planned from the second epoch end
             budget.record(first, total=1.0 + compared, seconds={"gradskip/scores": 0.5, "rollout/scores": compared})
-        own = sorted(budget.plan(fitting=True).scored)
+        own = budget.plan(fitting=True).methods
         agreed = from_rank_zero(budget.plan(fitting=True))
-        Path(out, f"rank{rank}.json").write_text(json.dumps({"own": own, "agreed": sorted(agreed.scored)}))
+        Path(out, f"rank{rank}.json").write_text(json.dumps({"own": own, "agreed": agreed.methods}))
     finally:
         dist.destroy_process_group()
 
