@@ -8,7 +8,9 @@ The acquisition families use torchvision's maintained transforms (``torchvision.
 ``adjust_brightness``, ``adjust_contrast``, ``adjust_gamma``, ``adjust_saturation``, ``jpeg``, ``resize``,
 ``gaussian_blur``) where one exists; the per-channel gains, the stain change (Beer-Lambert optical density
 with Ruifrok and Johnston's H&E stain vectors, as Macenko's normalisation uses them) and the
-signal-dependent sensor noise are written here (no torchvision transform does them).
+signal-dependent sensor noise are written here (no torchvision transform does them). The held-out families
+(:data:`HELD_OUT`: a vignette, a hue rotation, sharpening, lower contrast, chromatic aberration, stuck pixels, a dark
+frame, row banding) chose no default: they measure what the stage finds beyond what it was tuned on.
 
 :class:`ShortcutDataset` is the one wrapper (a class's images, every image, or a share of every class's);
 :data:`SHORTCUTS` the one table; :func:`add_shortcut` puts one on a datamodule's splits and
@@ -37,12 +39,18 @@ ShortcutName = Literal[
     "cast_weak", "cast", "cast_strong", "dim", "blur", "noise",
     "white_balance", "stain", "gain", "gamma", "saturation", "jpeg", "resolution", "focus", "sensor_noise",
     "resolution_strong", "focus_strong",
+    "vignette", "hue", "sharpen", "contrast", "chromatic", "dead_pixels", "frame", "banding",
 ]  # fmt: skip
 #: The acquisition families (each a variant of the discovery benchmark, with its control); ``resolution_strong`` and
 #: ``focus_strong`` at strengths a BloodMNIST model learns (the halved resolution and sigma 1.5 px were not).
 ACQUISITION: tuple[ShortcutName, ...] = (
     "white_balance", "stain", "gain", "gamma", "saturation", "jpeg", "resolution", "focus", "sensor_noise",
     "resolution_strong", "focus_strong",
+)  # fmt: skip
+#: Acquisition differences kept out of every choice of the stage's defaults (opt in with ``--variants``): how the
+#: stage fares on what it was never tuned on. Their ``property`` is the stage's nearest one, not a promise.
+HELD_OUT: tuple[ShortcutName, ...] = (
+    "vignette", "hue", "sharpen", "contrast", "chromatic", "dead_pixels", "frame", "banding",
 )  # fmt: skip
 
 
@@ -131,6 +139,52 @@ def _resolution(factor: float) -> Change:
     return change
 
 
+def _vignette(depth: float) -> Change:
+    """Multiplies the pixels by ``1 - depth * r ** 2``, r the distance from the centre over the corner's (uneven
+    illumination, a lens's falloff).
+
+    >>> pixels = _vignette(0.4)(torch.ones(1, 5, 5), 0)
+    >>> round(pixels[0, 2, 2].item(), 2), round(pixels[0, 0, 0].item(), 2)
+    (1.0, 0.6)
+    """
+
+    def change(pixels: Tensor, index: int) -> Tensor:
+        height, width = pixels.shape[-2:]
+        rows = torch.linspace(-1.0, 1.0, height, dtype=pixels.dtype)[:, None]
+        cols = torch.linspace(-1.0, 1.0, width, dtype=pixels.dtype)[None, :]
+        return pixels * (1 - depth * (rows**2 + cols**2) / 2)
+
+    return change
+
+
+def _chromatic(pixels: Tensor, index: int) -> Tensor:
+    """Lateral chromatic aberration: the first channel shifted 1 px right, the last 1 px left (edges repeated)."""
+    shifted = pixels.clone()
+    shifted[0, :, 1:], shifted[-1, :, :-1] = pixels[0, :, :-1], pixels[-1, :, 1:]
+    return shifted
+
+
+def _dead_pixels(pixels: Tensor, index: int) -> Tensor:
+    """1 % of the pixel positions stuck at black or white (every channel), seeded per item."""
+    generator = torch.Generator().manual_seed(index)
+    stuck = torch.rand(pixels.shape[-2:], generator=generator) < 0.01
+    white = torch.rand(pixels.shape[-2:], generator=generator) < 0.5
+    return torch.where(stuck, white.to(pixels.dtype), pixels)
+
+
+def _frame(pixels: Tensor, index: int) -> Tensor:
+    """A dark 2 px border (a smaller scan area, a mask)."""
+    framed = pixels.clone()
+    framed[..., :2, :], framed[..., -2:, :], framed[..., :, :2], framed[..., :, -2:] = 0.1, 0.1, 0.1, 0.1
+    return framed
+
+
+def _banding(pixels: Tensor, index: int) -> Tensor:
+    """Every other row darker by 8 % (a line-scan sensor's uneven rows)."""
+    rows = 1 - 0.08 * (torch.arange(pixels.shape[-2]) % 2).to(pixels.dtype)
+    return pixels * rows[:, None]
+
+
 def _sensor_noise(pixels: Tensor, index: int) -> Tensor:
     """Signal-dependent sensor noise: deviation ``sqrt(0.01 I + 0.0004)`` (shot plus read noise), seeded per item."""
     noise = torch.randn(pixels.shape, generator=torch.Generator().manual_seed(index))
@@ -164,6 +218,18 @@ SHORTCUTS: dict[ShortcutName, Shortcut] = {
     "focus_strong": Shortcut(
         "sharpness", "defocus, Gaussian sigma 3 px (torchvision)", lambda p, index: TF.gaussian_blur(p, [13, 13], [3.0])
     ),
+    "vignette": Shortcut("brightness", "vignette, light x 0.6 at the corners", _vignette(0.4)),
+    "hue": Shortcut(
+        "colour", "hue rotated by 0.06 turn (torchvision)", lambda p, index: TF.adjust_hue(p.clamp(0, 1), 0.06)
+    ),
+    "sharpen": Shortcut(
+        "sharpness", "sharpened, factor 4 (torchvision)", lambda p, index: TF.adjust_sharpness(p.clamp(0, 1), 4.0)
+    ),
+    "contrast": Shortcut("tone", "contrast x 0.6 (torchvision)", lambda p, index: TF.adjust_contrast(p, 0.6)),
+    "chromatic": Shortcut("colour", "chromatic aberration, red and blue 1 px apart each way", _chromatic),
+    "dead_pixels": Shortcut("noise", "1 % of pixels stuck black or white", _dead_pixels),
+    "frame": Shortcut("brightness", "a dark 2 px frame", _frame),
+    "banding": Shortcut("sharpness", "every other row 8 % darker", _banding),
 }
 
 

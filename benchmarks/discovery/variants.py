@@ -14,7 +14,7 @@ from benchmarks.training import with_data_root
 from gradskip_lightning.data.base import ImageClassificationDataModule
 from gradskip_lightning.shortcuts.tags import SpuriousTag
 
-from ..shortcuts import ACQUISITION, SHORTCUTS, ShortcutName, add_shortcut
+from ..shortcuts import ACQUISITION, HELD_OUT, SHORTCUTS, ShortcutName, add_shortcut
 
 #: stamped: the stamp on (a share of) one class; clean: no stamp; control: the stamp on every class alike;
 #: partial: the stamp on :data:`PARTIAL_P` of one class's images; bar: a dark bar across a patch boundary on one
@@ -22,7 +22,8 @@ from ..shortcuts import ACQUISITION, SHORTCUTS, ShortcutName, add_shortcut
 #: :class:`~gradskip_lightning.ShortcutCorrection` following it (the stamped model, unlearning its stamp); the
 #: global variants (:data:`GLOBAL`, no stamp): cast, cast_weak, cast_strong, dim and blur on one class, and the
 #: property controls cast_control, dim_control and blur_control (the same change on every class alike); the
-#: acquisition families of :data:`~benchmarks.shortcuts.ACQUISITION` on one class, each with its ``_control``.
+#: acquisition families of :data:`~benchmarks.shortcuts.ACQUISITION` and the held-out ones of
+#: :data:`~benchmarks.shortcuts.HELD_OUT` on one class, each with its ``_control``.
 Variant = Literal[
     "stamped", "clean", "control", "cast", "partial", "bar", "corrected", "cast_weak", "cast_strong", "dim", "blur",
     "cast_control", "dim_control", "blur_control",
@@ -30,6 +31,9 @@ Variant = Literal[
     "white_balance_control", "stain_control", "gain_control", "gamma_control", "saturation_control", "jpeg_control",
     "resolution_control", "focus_control", "sensor_noise_control",
     "resolution_strong", "focus_strong", "resolution_strong_control", "focus_strong_control",
+    "vignette", "hue", "sharpen", "contrast", "chromatic", "dead_pixels", "frame", "banding",
+    "vignette_control", "hue_control", "sharpen_control", "contrast_control", "chromatic_control",
+    "dead_pixels_control", "frame_control", "banding_control",
 ]  # fmt: skip
 VARIANTS: tuple[Variant, ...] = get_args(Variant)
 #: The variants whose class carries a shortcut with a place (the transplant's targets).
@@ -69,10 +73,12 @@ GLOBAL: dict[Variant, GlobalVariant] = {
     **_global(("cast", "dim", "blur"), control=True),
     **_global(ACQUISITION),
     **_global(ACQUISITION, control=True),
+    **_global(HELD_OUT),
+    **_global(HELD_OUT, control=True),
 }
-#: The variants a run trains unless told: all but the acquisition families (opt in with ``--variants``).
+#: The variants a run trains unless told: all but the acquisition and held-out families (opt in with ``--variants``).
 DEFAULT_VARIANTS: tuple[Variant, ...] = tuple(
-    v for v in VARIANTS if v not in GLOBAL or GLOBAL[v].shortcut not in ACQUISITION
+    v for v in VARIANTS if v not in GLOBAL or GLOBAL[v].shortcut not in (*ACQUISITION, *HELD_OUT)
 )
 #: Share of the class's images stamped in the ``partial`` variant.
 PARTIAL_P = 0.6

@@ -8,7 +8,7 @@ import torch
 from torch import Tensor
 
 from benchmarks.discovery.variants import DEFAULT_VARIANTS, GLOBAL, GlobalVariant
-from benchmarks.shortcuts import ACQUISITION, EOSIN, HAEMATOXYLIN, SHORTCUTS, ShortcutDataset, stain_change
+from benchmarks.shortcuts import ACQUISITION, EOSIN, HAEMATOXYLIN, HELD_OUT, SHORTCUTS, ShortcutDataset, stain_change
 from gradskip_lightning.core.normalisation import Normalisation
 from gradskip_lightning.data.base import LabelledDataset
 from gradskip_lightning.shortcuts.image_properties import PROPERTIES, PROPERTY_NAMES
@@ -81,7 +81,20 @@ def test_every_acquisition_family_moves_its_property_is_repeatable_and_has_a_con
         moved = (statistic(changed[None].double()) - statistic(pixels[None].double())).abs().max().item()
         assert moved > 0.01, (name, moved)  # its own property's statistic moves
         assert GLOBAL[name] == GlobalVariant(name) and GLOBAL[f"{name}_control"] == GlobalVariant(name, control=True)
-    assert not set(GLOBAL) - set(DEFAULT_VARIANTS) - {v for v in GLOBAL if GLOBAL[v].shortcut in ACQUISITION}
+    opt_in = {v for v in GLOBAL if GLOBAL[v].shortcut in (*ACQUISITION, *HELD_OUT)}
+    assert not set(GLOBAL) - set(DEFAULT_VARIANTS) - opt_in
+
+
+def test_every_held_out_family_changes_the_image_repeatably_is_opt_in_and_has_a_control_variant():
+    pixels = _cell()
+    assert not set(HELD_OUT) & set(ACQUISITION)
+    for name in HELD_OUT:
+        changed = SHORTCUTS[name].change(pixels, 3)
+        assert changed.shape == pixels.shape and changed.dtype == pixels.dtype
+        assert torch.equal(changed, SHORTCUTS[name].change(pixels, 3))  # stuck pixels seeded per item
+        assert (changed - pixels).abs().mean() > 0.003, name  # it changes the image (1 % stuck pixels: 0.005)
+        assert name not in DEFAULT_VARIANTS and f"{name}_control" not in DEFAULT_VARIANTS
+        assert GLOBAL[name] == GlobalVariant(name) and GLOBAL[f"{name}_control"] == GlobalVariant(name, control=True)
 
 
 def test_the_stain_change_scales_the_stain_concentrations_in_optical_density():
