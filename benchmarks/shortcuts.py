@@ -226,7 +226,7 @@ SHORTCUTS: dict[ShortcutName, Shortcut] = {
         "sharpness", "sharpened, factor 4 (torchvision)", lambda p, index: TF.adjust_sharpness(p.clamp(0, 1), 4.0)
     ),
     "contrast": Shortcut("tone", "contrast x 0.6 (torchvision)", lambda p, index: TF.adjust_contrast(p, 0.6)),
-    "chromatic": Shortcut("colour", "chromatic aberration, red and blue 1 px apart each way", _chromatic),
+    "chromatic": Shortcut("colour", "chromatic aberration, red 1 px right and blue 1 px left", _chromatic),
     "dead_pixels": Shortcut("noise", "1 % of pixels stuck black or white", _dead_pixels),
     "frame": Shortcut("brightness", "a dark 2 px frame", _frame),
     "banding": Shortcut("sharpness", "every other row 8 % darker", _banding),
