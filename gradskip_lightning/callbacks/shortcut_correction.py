@@ -57,8 +57,9 @@ from gradskip_lightning.shortcuts.artifacts import (
     paste_share,
     restore_artifact,
 )
+from gradskip_lightning.shortcuts.correction_transfers import CORRECTION_TRANSFERS
 from gradskip_lightning.shortcuts.discovery_transplant import constant_pixels
-from gradskip_lightning.shortcuts.image_properties import PROPERTIES, PropertyName
+from gradskip_lightning.shortcuts.image_properties import PROPERTIES, PROPERTY_NAMES, PropertyName
 from gradskip_lightning.shortcuts.input_gradient import input_gradient_penalty
 from gradskip_lightning.shortcuts.regions import Region, patch_pixels
 from gradskip_lightning.shortcuts.tags import SpuriousTag
@@ -81,13 +82,19 @@ CORRECTION_VALUES: dict[str, str] = {
     "erased_share/class_<k>": "share of class k's training images of the epoch that had its patch taken off first "
     "(`erase`; 1 unless a batch held class k only)",
     "box/top/class_<k>": "the corrected box of class k in pixels: top row (also left, bottom, right; exclusive)",
-    "<property>/pasted_share/class_<k>": "a corrected global property of class k (colour, brightness, sharpness, "
-    "noise, compression, signature): share of the epoch's training images given class k's statistics of it",
+    "<property>/pasted_share/class_<k>": f"a corrected global property of class k ({', '.join(PROPERTY_NAMES)}): "
+    "share of the epoch's training images given class k's statistics of it",
     "<property>/erased_share/class_<k>": "the same for a corrected global property: share of class k's training "
     "images given another class's image's statistic first (`erase`)",
     "<property>/<statistic>/class_<k>": "the statistic that correction gives, mean over class k's donors, in pixel "
-    "units (colour: `alpha`, `beta` and the channels' medians `red`, `green`, `blue`; brightness: `luminance`; "
-    "sharpness: `high_share`; noise: `sigma`; compression: `blockiness`; signature: all of them but `blockiness`)",
+    "units (colour: `alpha`, `beta` and the channels' medians `red`, `green`, `blue`; signature: those of colour, "
+    "brightness, sharpness, noise, registration and stripes; "
+    + "; ".join(
+        f"{name}: {', '.join(f'`{s}`' for s in PROPERTIES[name].statistics)}"
+        for name in PROPERTY_NAMES
+        if name not in CORRECTION_TRANSFERS
+    )
+    + ")",  # fmt: skip
     "accuracy": "share of the epoch's validation images (every rank's) the model gets right (multi-label: every "
     "label), from the validation step's `logits` or one more forward of each validation batch",
     "accuracy_change": "`accuracy` minus the last one measured before the first running correction began (NaN "
@@ -195,9 +202,9 @@ class ShortcutCorrection(Callback):
     the same as without it). Once a shortcut is corrected, each training batch gets, in ``on_train_batch_start`` and in
     place (the tensors Lightning then hands to ``training_step``), the artifact on each image with probability ``p``,
     whatever its class: a patch pasted at its place, or (a flagged global property) the image given one of the class's
-    probes' statistics of that property (colour, brightness, sharpness, noise, compression, or the signature: all at
-    once; colour and the signature by the stage's transfer or an additive one, half and half:
-    :mod:`~gradskip_lightning.shortcuts.correction_transfers`). With
+    probes' statistics of that property (one of :data:`~gradskip_lightning.shortcuts.image_properties.PROPERTIES`, the
+    signature all of its parts at once; colour and the signature by the stage's transfer or an additive one, half and
+    half: :mod:`~gradskip_lightning.shortcuts.correction_transfers`). With
     ``erase`` (the default) the artifact is first taken off every image of its class in the batch: each gets, drawn from
     the batch's images of other classes (as they came, before any correction), one's pixels at the artifact's place or
     one's statistic of the property; then the artifact is as common on every class (``p``) and says nothing about the

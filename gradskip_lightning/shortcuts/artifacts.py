@@ -10,9 +10,9 @@ classes) has there instead. Two kinds
   (:meth:`PatchPaste.from_tag`) or a flagged class's discovery hotspot with the class's own pixels there
   (:meth:`PatchPaste.from_hotspot`);
 - :class:`PropertyPaste`, a shortcut with no place (a class's colour, brightness, sharpness, noise, compression,
-  tone or whole image-wide signature): each image is given a donor's statistic of the property by the transfer
-  the discovery stage tests with (:mod:`gradskip_lightning.shortcuts.image_properties`), in the stage's pixel space; for
-  colour and the signature, half of the images by an additive one instead
+  tone, channel registration, stripes or whole image-wide signature): each image is given a donor's statistic of
+  the property by the transfer the discovery stage tests with (:mod:`gradskip_lightning.shortcuts.image_properties`),
+  in the stage's pixel space; for colour and the signature, half of the images by an additive one instead
   (:mod:`gradskip_lightning.shortcuts.correction_transfers`: the stage cannot tell a cast from a gain).
 
 :class:`~.core.ShortcutCorrection` turns a discovery into artifacts (:func:`~.core.artifact_for`,

@@ -9,13 +9,14 @@ balance the same way (0.24-0.34), each unlearning its own kind only (docs/result
 say which kind made the shortcut, so a correction gives each image one of the two, drawn half and half:
 
 - the stage's multiplicative transfer (``colour``: the α and β medians; ``signature``: those and the luminance
-  median, after the noise and the sharpness);
+  median, after the registration, noise, sharpness and stripes);
 - an additive one: each channel shifted by the difference of its median from the donor's (``colour``: that
   difference without its luminance, Rec. 601; ``signature``: all of it, which carries the colour and the
-  brightness at once, after the noise and the sharpness).
+  brightness at once, after the registration, noise, sharpness and stripes).
 
 The statistics of ``colour`` are then ``alpha, beta, red, green, blue`` (red, green, blue: the channels'
-medians), of ``signature`` the stage's five (α, β, luminance, high-frequency share, noise) and the three
+medians), of ``signature`` the stage's thirteen (α, β, luminance, high-frequency share, noise, the two channels'
+displacements, the row and column patterns) and the three
 medians. Every other property is the stage's own (:data:`~.image_properties.PROPERTIES`), one added there
 included.
 """
@@ -27,6 +28,7 @@ from torch import Tensor
 
 from .image_properties import (
     PROPERTIES,
+    SIGNATURE_PARTS,
     Draws,
     GlobalProperty,
     PropertyName,
@@ -85,19 +87,20 @@ def corrected_colour_transfer(pixels: Tensor, targets: Tensor, draws: Draws = No
 
 
 def corrected_signature_statistic(pixels: Tensor) -> Tensor:
-    """(B, 8): the stage's signature (the α, β and luminance medians, the high-frequency share, the noise) and the
+    """(B, 16): the stage's signature (:func:`~.image_properties.signature_statistic`, 13) and the
     channels' medians of RGB pixels (B, 3, H, W)."""
     return torch.cat([signature_statistic(pixels), channel_medians(pixels)], dim=1)
 
 
 def corrected_signature_transfer(pixels: Tensor, targets: Tensor, draws: Draws = None) -> Tensor:
-    """RGB pixels (B, 3, H, W) given ``targets`` (B, 8) of :func:`corrected_signature_statistic`: the noise, the
-    sharpness, then each image the stage's colour and brightness or the channels' whole median offset, half and
-    half (the noise's draws and the choice from ``draws``)."""
+    """RGB pixels (B, 3, H, W) given ``targets`` (B, 16) of :func:`corrected_signature_statistic`: the registration,
+    noise, sharpness and stripes, then each image the stage's colour and brightness or the channels' whole median
+    offset, half and half (the noise's draws and the choice from ``draws``)."""
     stage = len(PROPERTIES["signature"].statistics)
     parts, medians = signature_parts(targets[:, :stage]), targets[:, stage:]
-    for name in ("noise", "sharpness"):
-        pixels = PROPERTIES[name].transfer(pixels, parts[name], draws)
+    for name in SIGNATURE_PARTS:
+        if name not in ("colour", "brightness"):
+            pixels = PROPERTIES[name].transfer(pixels, parts[name], draws)
     multiplicative = brightness_transfer(colour_transfer(pixels, parts["colour"]), parts["brightness"])
     return _either(multiplicative, median_offset(pixels, medians, False), draws)
 

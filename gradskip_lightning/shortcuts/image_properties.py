@@ -59,10 +59,26 @@ image shows. Means and spreads flagged classes of clean models whose objects or 
   In dark-field or fluorescence images the brightest pixels are the objects, not the background: there the
   statistic is content; hence RGB only (a greyscale X-ray, CT or MRI image's brightest pixels are anatomy),
   though the statistic and the transfer take any channel count.
+- ``registration`` (3 channels): how far the first and the last channel are displaced from the middle one (x and y,
+  pixels; :func:`channel_displacement`: the peak of the cross-correlation of the channels' edge strengths, refined
+  to a fraction of a pixel), about 0 in any in-register image whatever it shows; the transfer moves the two channels
+  by the difference (a phase ramp in the Fourier domain, edges repeated), to about a tenth of a pixel. A lens's
+  lateral chromatic aberration or a scanner's channels out of step move it; no statistic of one channel's values
+  sees it. A radial aberration (the channels magnified differently) averages to no displacement: not this statistic.
+- ``stripes``: a pattern along the image's rows or columns, from Y: how much brighter the even rows are than the odd
+  ones (``2 (m_even - m_odd) / (m_even + m_odd)``, signed), the same for columns, and the shares of the energy in a
+  finer pattern of rows and of columns (one value per line, at :data:`STRIPE_FREQUENCY` cycles per pixel or more,
+  below the alternation's 0.5); the transfer gives the alternation by a gain on even lines against odd ones (a line
+  sensor's uneven gains; exact), and the finer patterns by a gain on their frequencies (the image's own phase).
+  The alternation is signed because which lines are the darker ones is what a model reads: on one banded BloodMNIST
+  model a gain on the recipient's own alternation (an energy share, its sign as often the wrong one) flipped 22-47 %
+  of the recipients the banding itself flips 93 % of, the signed alternation 100 % (docs/results/discovery.md).
+  The finer patterns keep the recipient's phase: a stripe of 4 px period is given at the wrong offset as often as
+  not (found by the signature, not alone).
 - ``signature`` (3 channels): the image-wide signature, every statistic above but the blockiness and the tone
-  at once (α, β, Y's median, the high-frequency share, the noise estimate); the transfer applies noise,
-  sharpness, colour and brightness in turn (brightness last: it is exact, the others to within what the later
-  transfers move them).
+  at once (α, β, Y's median, the high-frequency share, the noise estimate, the channels' displacements, the stripes);
+  the transfer applies registration, noise, sharpness, stripes, colour and brightness in turn (brightness last: it
+  is exact, the others to within what the later transfers move them).
   Acquisition (a stain, a white balance, a gain) moves several statistics at once, and a model may need all of
   them: giving one at a time then flips nothing. Compression stays a property of its own: JPEG-encoding the
   recipients together with the other transfers flipped a young planted-shapes model's recipients to a class
@@ -97,7 +113,9 @@ __all__ = [
     "luminance",
 ]
 
-PropertyName = Literal["colour", "brightness", "sharpness", "noise", "compression", "tone", "signature"]
+PropertyName = Literal[
+    "colour", "brightness", "sharpness", "noise", "compression", "tone", "registration", "stripes", "signature"
+]
 PROPERTY_NAMES: tuple[PropertyName, ...] = get_args(PropertyName)
 
 #: Spatial frequency (cycles per pixel) from which ``sharpness`` counts energy as high: a defocus takes energy from
@@ -124,6 +142,15 @@ MAX_GAMMA = 5.0
 TONE_FLOOR = 1e-4
 #: The smallest LMS value before the logarithm of ``colour`` (black pixels).
 LMS_FLOOR = 1e-4
+#: The largest displacement (pixels, each axis) ``registration`` searches for between two channels.
+MAX_SHIFT = 3
+#: Replicated border (pixels) around a channel that the ``registration`` transfer moves, so that no edge wraps round.
+SHIFT_BORDER = 4
+#: Spatial frequency (cycles per pixel) from which ``stripes`` counts a row's or a column's pattern.
+STRIPE_FREQUENCY = 0.25
+#: The largest factor ``stripes`` multiplies a finer pattern by (one the image barely has cannot be raised much).
+MAX_STRIPE_GAIN = 16.0
+_ALTERNATION_ROUNDS = 4  # rows and columns given their alternation in turn: the coupling shrinks to rounding
 
 _RGB_TO_LMS = torch.tensor(
     [[0.3811, 0.5783, 0.0402], [0.1967, 0.7244, 0.0782], [0.0241, 0.1288, 0.8444]], dtype=torch.float64
@@ -282,9 +309,9 @@ def luminance(pixels: Tensor) -> Tensor:
 # ----------------------------------------------------------------------------- colour
 
 
-def _check_rgb(pixels: Tensor) -> None:
+def _check_rgb(pixels: Tensor, name: PropertyName = "colour") -> None:
     if pixels.shape[1] != 3:
-        raise ValueError(f"colour needs RGB images (3 channels); got {pixels.shape[1]}")
+        raise ValueError(f"{name} needs RGB images (3 channels); got {pixels.shape[1]}")
 
 
 def _to_lab(pixels: Tensor) -> Tensor:
@@ -559,18 +586,200 @@ def tone_transfer(pixels: Tensor, targets: Tensor, draws: Draws = None) -> Tenso
     return pixels.clamp(min=0.0) ** power.clamp(1 / MAX_GAMMA, MAX_GAMMA)[:, None, None, None]
 
 
+# ----------------------------------------------------------------------------- registration
+
+
+def _edge_strength(values: Tensor) -> Tensor:
+    """(B, H, W): the gradient magnitude of images (B, H, W) (central differences, edges repeated)."""
+    padded = F.pad(values[:, None], (1, 1, 1, 1), mode="replicate")[:, 0]
+    across = (padded[:, 1:-1, 2:] - padded[:, 1:-1, :-2]) / 2
+    down = (padded[:, 2:, 1:-1] - padded[:, :-2, 1:-1]) / 2
+    return (across.square() + down.square()).sqrt()
+
+
+def _vertex(before: Tensor, peak: Tensor, after: Tensor) -> Tensor:
+    """(B,) the offset in [-0.5, 0.5] of the vertex of the parabola through three neighbouring values (B,) each from
+    the middle one; 0 where they do not curve down."""
+    curvature = before - 2 * peak + after
+    safe = torch.where(curvature < 0, curvature, -1.0)
+    return torch.where(curvature < 0, (before - after) / (2 * safe), 0.0).clamp(-0.5, 0.5)
+
+
+def channel_displacement(moving: Tensor, reference: Tensor) -> Tensor:
+    """(B, 2): the displacement (x to the right, y down; pixels) of images ``moving`` (B, H, W) from ``reference``
+    (B, H, W): the peak of the circular cross-correlation of their edge strengths (mean removed), searched
+    within :data:`MAX_SHIFT` px and refined to a fraction of a pixel by a parabola on each axis; 0 where either has
+    no edge. Edge strengths, not values: a channel may be dark where another is bright (a colour edge).
+
+    Example:
+        >>> square = torch.zeros(1, 16, 16, dtype=torch.float64)
+        >>> square[:, 5:10, 5:10] = 1.0
+        >>> channel_displacement(square.roll(1, dims=2), square).tolist()  # one pixel to the right
+        [[1.0, 0.0]]
+    """
+    height, width = moving.shape[1:]
+    edges = [_edge_strength(values) for values in (moving, reference)]
+    edges = [values - values.mean(dim=(1, 2), keepdim=True) for values in edges]
+    correlation = torch.fft.ifft2(torch.fft.fft2(edges[0]) * torch.fft.fft2(edges[1]).conj()).real  # [b, dy, dx]
+    shifts = torch.arange(-MAX_SHIFT, MAX_SHIFT + 1, device=moving.device)
+    near = correlation[:, shifts % height][:, :, shifts % width].flatten(1)  # (B, (2M + 1)^2)
+    best = near.argmax(dim=1)
+    row, col = shifts[best // len(shifts)], shifts[best % len(shifts)]
+    image = torch.arange(len(moving), device=moving.device)
+
+    def at(down: int, across: int) -> Tensor:
+        return correlation[image, (row + down) % height, (col + across) % width]
+
+    peak = at(0, 0)
+    offset = torch.stack([col + _vertex(at(0, -1), peak, at(0, 1)), row + _vertex(at(-1, 0), peak, at(1, 0))], dim=1)
+    flat = (edges[0].abs().amax(dim=(1, 2)) == 0) | (edges[1].abs().amax(dim=(1, 2)) == 0)
+    return torch.where(flat[:, None], 0.0, offset.to(moving.dtype))
+
+
+def registration_statistic(pixels: Tensor) -> Tensor:
+    """(B, 4): the displacements (x, y; pixels) of the first channel and of the last from the middle one, of RGB
+    pixels (B, 3, H, W) (:func:`channel_displacement`); about 0 where the channels are in register.
+
+    Example:
+        >>> grey = torch.full((1, 3, 16, 16), 0.8, dtype=torch.float64)
+        >>> grey[:, :, 4:11, 5:10] = 0.3  # a dark cell, in register
+        >>> aberrated = registration_transfer(grey, torch.tensor([[1.0, 0.0, -1.0, 0.0]], dtype=torch.float64))
+        >>> [round(value, 1) + 0.0 for value in registration_statistic(aberrated)[0].tolist()]  # red right, blue left
+        [1.0, 0.0, -1.0, 0.0]
+    """
+    _check_rgb(pixels, "registration")
+    count = len(pixels)
+    shifts = channel_displacement(torch.cat([pixels[:, 0], pixels[:, 2]]), pixels[:, 1].repeat(2, 1, 1))  # (2B, 2)
+    return torch.cat([shifts[:count], shifts[count:]], dim=1)
+
+
+def _moved(values: Tensor, shift: Tensor) -> Tensor:
+    """Images (B, H, W) moved by ``shift`` (B, 2) (x, y; pixels, any fraction): a phase ramp in the Fourier domain of
+    the images with :data:`SHIFT_BORDER` px of their edges repeated round them, cropped back."""
+    border = SHIFT_BORDER
+    padded = F.pad(values[:, None], (border,) * 4, mode="replicate")[:, 0]
+    rows = torch.fft.fftfreq(padded.shape[1], dtype=values.dtype, device=values.device)[:, None]
+    cols = torch.fft.fftfreq(padded.shape[2], dtype=values.dtype, device=values.device)[None, :]
+    ramp = torch.exp(-2j * math.pi * (cols * shift[:, 0, None, None] + rows * shift[:, 1, None, None]))
+    return torch.fft.ifft2(torch.fft.fft2(padded) * ramp).real[:, border:-border, border:-border]
+
+
+def registration_transfer(pixels: Tensor, targets: Tensor, draws: Draws = None) -> Tensor:
+    """RGB pixels (B, 3, H, W) whose first and last channels are displaced from the middle one by ``targets`` (B, 4):
+    each moved by its target less its measured displacement (:func:`_moved`, at most :data:`MAX_SHIFT` px each way);
+    the middle channel stays."""
+    change = (targets - registration_statistic(pixels)).clamp(-MAX_SHIFT, MAX_SHIFT)
+    count = len(pixels)
+    outer = _moved(torch.cat([pixels[:, 0], pixels[:, 2]]), torch.cat([change[:, :2], change[:, 2:]]))  # (2B, H, W)
+    return torch.stack([outer[:count], pixels[:, 1], outer[count:]], dim=1)
+
+
+# ----------------------------------------------------------------------------- stripes
+
+
+def _alternation(lines: Tensor) -> Tensor:
+    """(...,): ``2 (m_even - m_odd) / (m_even + m_odd)`` of line means (..., L); 0 where both means are 0."""
+    even, odd = lines[..., 0::2].mean(dim=-1), lines[..., 1::2].mean(dim=-1)
+    total = even + odd
+    return torch.where(total > 0, 2 * (even - odd) / torch.where(total > 0, total, 1.0), 0.0)
+
+
+def _alternation_gain(lines: Tensor, target: Tensor) -> Tensor:
+    """(B,) the ``a`` whose gains ``1 + a`` on even lines and ``1 - a`` on odd ones give line means (B, L) the
+    alternation ``target`` (B,): ``a = (t S - 2 D) / (2 S - t D)`` with S and D the sum and difference of the two
+    parities' means (exact; within [-0.9, 0.9])."""
+    even, odd = lines[:, 0::2].mean(dim=1), lines[:, 1::2].mean(dim=1)
+    total, difference = even + odd, even - odd
+    denominator = 2 * total - target * difference
+    safe = torch.where(denominator != 0, denominator, 1.0)
+    return torch.where(denominator != 0, (target * total - 2 * difference) / safe, 0.0).clamp(-0.9, 0.9)
+
+
+def _parity_signs(length: int, like: Tensor) -> Tensor:
+    """(L,): +1 on even lines, -1 on odd ones."""
+    return 1 - 2 * (torch.arange(length, device=like.device) % 2).to(like.dtype)
+
+
+def _pattern_band(length: int, like: Tensor) -> Tensor:
+    """(L,) bool: the frequencies of a line profile of ``length`` from :data:`STRIPE_FREQUENCY` cycles per pixel up to,
+    not including, the alternation's 0.5."""
+    frequencies = torch.fft.fftfreq(length, device=like.device, dtype=torch.float64).abs()
+    return (frequencies >= STRIPE_FREQUENCY) & (frequencies < 0.5)
+
+
+def _pattern_energies(values: Tensor) -> tuple[Tensor, Tensor]:
+    """The energies of images (B, H, W) in a finer pattern of rows and of columns, (B, 2), and in all (B,), as the 2-D
+    Fourier transform has them: a pattern of rows is the row means' profile (the bins without horizontal frequency),
+    ``|F[k, 0]|^2 = W^2 |fft(row means)[k]|^2``, and all of it ``H W sum (Y - mean)^2`` (Parseval)."""
+    height, width = values.shape[1:]
+    patterns = []
+    for lines, across in ((values.mean(dim=2), width), (values.mean(dim=1), height)):
+        band = _pattern_band(lines.shape[1], lines)
+        patterns.append(across**2 * torch.fft.fft(lines).abs().square()[:, band].sum(dim=1))
+    total = height * width * (values - values.mean(dim=(1, 2), keepdim=True)).square().sum(dim=(1, 2))
+    return torch.stack(patterns, dim=1), total
+
+
+def stripes_statistic(pixels: Tensor) -> Tensor:
+    """(B, 4) of pixels (B, C, H, W), from their luminance: how much brighter the even rows are than the odd ones
+    (``2 (m_even - m_odd) / (m_even + m_odd)``, signed), the same for columns, and the shares of the energy (mean
+    removed) in a finer pattern of rows and of columns (one value per line, at :data:`STRIPE_FREQUENCY` cycles per
+    pixel or more, below 0.5); 0 for a flat image.
+
+    Example:
+        >>> banded = 0.5 + 0.1 * (torch.arange(8) % 2 == 0).double()[:, None].expand(8, 8)  # even rows brighter
+        >>> [round(value, 3) for value in stripes_statistic(banded[None, None])[0].tolist()]  # 2 x 0.1 / 1.1
+        [0.182, 0.0, 0.0, 0.0]
+    """
+    values = luminance(pixels)
+    patterns, total = _pattern_energies(values)
+    shares = torch.where(total[:, None] > 0, patterns / torch.where(total > 0, total, 1.0)[:, None], 0.0)
+    return torch.cat([_alternation(values.mean(dim=2))[:, None], _alternation(values.mean(dim=1))[:, None], shares], 1)
+
+
+def stripes_transfer(pixels: Tensor, targets: Tensor, draws: Draws = None) -> Tensor:
+    """Pixels (B, C, H, W) whose stripes statistics are ``targets`` (B, 4): the rows' and the columns' alternation by
+    a gain on even lines against odd ones (:func:`_alternation_gain`; a line sensor's uneven gains; rows and columns
+    in turn, :data:`_ALTERNATION_ROUNDS` times), then each finer pattern multiplied by one gain per image (exact:
+    with energies E_k in the two patterns and E_o elsewhere, ``g_k^2 E_k = t_k E_o / (1 - t_1 - t_2)``; at most
+    :data:`MAX_STRIPE_GAIN`; 1 for an image without the pattern): every channel's line means' profile in the band,
+    times ``g - 1``, added to its lines. The finer patterns keep each frequency's phase: the image's own."""
+    values = luminance(pixels)
+    height, width = values.shape[1:]
+    rows, cols = torch.ones_like(values[:, :, 0]), torch.ones_like(values[:, 0])  # (B, H), (B, W) line gains
+    for _ in range(_ALTERNATION_ROUNDS):  # each line's gain moves the other direction's alternation a little
+        row_gain = 1 + _alternation_gain(values.mean(dim=2), targets[:, 0])[:, None] * _parity_signs(height, values)
+        values, rows = values * row_gain[:, :, None], rows * row_gain
+        col_gain = 1 + _alternation_gain(values.mean(dim=1), targets[:, 1])[:, None] * _parity_signs(width, values)
+        values, cols = values * col_gain[:, None, :], cols * col_gain
+    pixels = pixels * rows[:, None, :, None] * cols[:, None, None, :]
+    patterns, total = _pattern_energies(values)
+    elsewhere = total - patterns.sum(dim=1)
+    shares = targets[:, 2:].clamp(0.0, 1.0)
+    wanted = shares * (elsewhere / (1 - shares.sum(dim=1)).clamp(min=1e-12))[:, None]
+    gains = torch.where(patterns > 0, (wanted / torch.where(patterns > 0, patterns, 1.0)).sqrt(), 1.0)
+    extra = gains.clamp(max=MAX_STRIPE_GAIN) - 1  # (B, 2)
+    for k, (dim, length) in enumerate(((3, height), (2, width))):
+        profile = torch.fft.fft(pixels.mean(dim=dim)) * _pattern_band(length, pixels)  # (B, C, L) in the band
+        pattern = extra[:, k, None, None] * torch.fft.ifft(profile).real
+        pixels = pixels + pattern.unsqueeze(dim)
+    return pixels
+
+
 # ----------------------------------------------------------------------------- signature
 
-#: The properties the signature gives, in the order of its transfer: noise before sharpness (noise added or
-#: smoothed away moves the high-frequency share; the sharpness transfer then moves the noise level little),
-#: colour and brightness last (exact, and they barely move the others).
-SIGNATURE_PARTS: tuple[PropertyName, ...] = ("noise", "sharpness", "colour", "brightness")
+#: The properties the signature gives, in the order of its transfer: the channels' registration first (a shift
+#: moves no other statistic much), noise before sharpness (noise added or smoothed away moves the high-frequency
+#: share; the sharpness transfer then moves the noise level little), the stripes after the sharpness (whose gain on
+#: every high frequency would scale them again), colour and brightness last (exact, and they barely move the others).
+SIGNATURE_PARTS: tuple[PropertyName, ...] = ("registration", "noise", "sharpness", "stripes", "colour", "brightness")
 #: Its statistics' order.
-_SIGNATURE_ORDER: tuple[PropertyName, ...] = ("colour", "brightness", "sharpness", "noise")
+_SIGNATURE_ORDER: tuple[PropertyName, ...] = ("colour", "brightness", "sharpness", "noise", "registration", "stripes")
 
 
 def signature_statistic(pixels: Tensor) -> Tensor:
-    """(B, 5): the colour, brightness, sharpness and noise statistics of RGB pixels (B, 3, H, W), side by side.
+    """(B, 13): the colour, brightness, sharpness, noise, registration and stripes statistics of RGB pixels
+    (B, 3, H, W), side by side.
 
     Example:
         >>> generator = torch.Generator().manual_seed(0)
@@ -581,20 +790,20 @@ def signature_statistic(pixels: Tensor) -> Tensor:
         >>> torch.allclose(reached[:, :4], wanted[:, :4], atol=0.005)  # the noise estimate: lowered by the defocus
         True
     """
-    _check_rgb(pixels)
+    _check_rgb(pixels, "signature")
     return torch.cat([PROPERTIES[name].statistic(pixels) for name in _SIGNATURE_ORDER], dim=1)
 
 
 def signature_parts(signature: Tensor) -> dict[PropertyName, Tensor]:
-    """The columns of ``signature`` (B, 5) (:func:`signature_statistic`) by property: (B, S) each."""
+    """The columns of ``signature`` (B, 13) (:func:`signature_statistic`) by property: (B, S) each."""
     sizes = [len(PROPERTIES[name].statistics) for name in _SIGNATURE_ORDER]
     return dict(zip(_SIGNATURE_ORDER, signature.split(sizes, dim=1), strict=True))
 
 
 def signature_transfer(pixels: Tensor, targets: Tensor, draws: Draws = None) -> Tensor:
-    """RGB pixels (B, 3, H, W) given the signature ``targets`` (B, 5): each part's transfer in the order of
+    """RGB pixels (B, 3, H, W) given the signature ``targets`` (B, 13): each part's transfer in the order of
     :data:`SIGNATURE_PARTS`."""
-    _check_rgb(pixels)
+    _check_rgb(pixels, "signature")
     parts = signature_parts(targets)
     for name in SIGNATURE_PARTS:
         pixels = PROPERTIES[name].transfer(pixels, parts[name], draws)
@@ -615,8 +824,19 @@ PROPERTIES: dict[PropertyName, GlobalProperty] = {
                                   compression_statistic, compression_transfer),
     "tone": GlobalProperty("tone", "background tone (the brightest pixels' density, given by a gamma)",
                            ("background_density",), 3, tone_statistic, tone_transfer),
+    "registration": GlobalProperty(
+        "registration", "channel registration (the red and blue channels' displacement from the green)",
+        ("red_dx", "red_dy", "blue_dx", "blue_dy"), 3, registration_statistic, registration_transfer,
+    ),
+    "stripes": GlobalProperty(
+        "stripes", "stripes (a fine pattern of rows or of columns)",
+        ("row_alternation", "column_alternation", "row_pattern", "column_pattern"), None, stripes_statistic,
+        stripes_transfer,
+    ),
     "signature": GlobalProperty(
-        "signature", "image-wide signature (colour, brightness, sharpness and noise at once)",
-        ("alpha", "beta", "luminance", "high_share", "sigma"), 3, signature_statistic, signature_transfer,
+        "signature", "image-wide signature (colour, brightness, sharpness, noise, registration and stripes at once)",
+        ("alpha", "beta", "luminance", "high_share", "sigma", "red_dx", "red_dy", "blue_dx", "blue_dy",
+         "row_alternation", "column_alternation", "row_pattern", "column_pattern"),
+        3, signature_statistic, signature_transfer,
     ),
 }  # fmt: skip

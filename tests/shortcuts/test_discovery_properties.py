@@ -172,7 +172,7 @@ def test_known_logits_skip_the_unchanged_forward_and_the_result_is_reproducible(
     model = CountingModel(CastModel())
     given = discover_properties(model, images, classes, 3, space=_space(images), alert_threshold=0.5, seed=1,
                                 logits=CastModel()(images))  # fmt: skip
-    assert first.transfers == given.transfers and model.images == 2 * 7 * 3 * 16  # 7 properties, signature included
+    assert first.transfers == given.transfers and model.images == 2 * 9 * 3 * 16  # 9 properties, signature included
 
 
 def test_with_two_classes_the_control_takes_the_recipients_own_class():
@@ -212,12 +212,12 @@ def test_the_p_value_is_the_sign_test_of_the_flips_against_the_control_bonferron
 
 
 def test_a_large_excess_on_few_recipients_is_not_flagged():
-    images, classes = cast_case(per_class=3)  # 6 recipients of class 2's colour: 2 ** -6 x 21 tests > 0.05
+    images, classes = cast_case(per_class=3)  # 6 recipients of class 2's colour: 2 ** -6 x 27 tests > 0.05
     found = discover_properties(CastModel(), images, classes, 3, space=_space(images), alert_threshold=0.5)
     cast = found.transfers["colour"][2]
     assert cast.recipients == 6 and cast.suspicion == 1.0 and cast.p_value == 2.0**-6
-    # colour and signature both 2 ** -6, the smallest of 21: Holm gives both 21 x 2 ** -6
-    assert found.p_value["colour"][2].item() == pytest.approx(21 * 2.0**-6) and not found.flagged["colour"].any()
+    # colour and signature both 2 ** -6, the smallest of 27: Holm gives both 27 x 2 ** -6
+    assert found.p_value["colour"][2].item() == pytest.approx(27 * 2.0**-6) and not found.flagged["colour"].any()
     assert discover_properties(CastModel(), images, classes, 3, space=_space(images), alert_threshold=0.5,
                                alpha=0.95).flagged["colour"].tolist() == [False, False, True]  # fmt: skip
 
@@ -299,7 +299,7 @@ def test_colour_on_greyscale_probes_is_refused_when_named_and_left_out_by_defaul
     with pytest.raises(ValueError, match="properties has 'colour', which needs 3-channel images; the images have 1"):
         discover_properties(model, grey, classes, 3, ["colour", "noise"], space=space, alert_threshold=0.5)
     found = discover_properties(model, grey, classes, 3, space=space, alert_threshold=0.5)
-    assert tuple(found.transfers) == ("brightness", "sharpness", "noise", "compression")
+    assert tuple(found.transfers) == ("brightness", "sharpness", "noise", "compression", "stripes")
 
 
 class StainModel(CastModel):
@@ -322,15 +322,15 @@ def test_a_shortcut_on_two_axes_is_found_by_the_signature_alone_and_its_main_axi
     signature = found.transfers["signature"][2]
     assert signature.flip_rate == 1.0 and signature.control_flip_rate == 0.0 and signature.recipients == 16
     assert found.flagged["signature"].tolist() == [False, False, True]
-    for name in ("colour", "brightness", "sharpness", "noise", "compression", "tone"):  # one axis at a time: nothing
+    for name in ("colour", "brightness", "sharpness", "noise", "compression", "tone", "registration", "stripes"):
         assert found.transfers[name][2].flip_rate == 0.0 and not found.flagged[name].any(), name
-    assert found.p_value["signature"][2].item() == pytest.approx(7 * 3 * 2.0**-16)  # Holm, the smallest of 21
+    assert found.p_value["signature"][2].item() == pytest.approx(9 * 3 * 2.0**-16)  # Holm, the smallest of 27
     axis = found.axis(2)
     assert axis is not None and axis[1] == 0.0  # no single axis carries any of it
     _, text = property_alert_text(found, "signature", 2, ["left", "right", "stained"], 0)
     assert f"The axis that carries most of it: {axis[0]} (its transfer alone gives 0% of the signature's" in text
     assert "excess: the rest needs several properties at once)" in text
-    assert found.axis(0) is None  # nothing to name: its signature's suspicion is 0
+    assert found.axis(1) is None  # nothing to name: its signature's suspicion is 0
     casts, _ = cast_case()
     cast = discover_properties(CastModel(), casts, classes, 3, space=_space(casts), alert_threshold=0.5)
     assert cast.flagged["signature"].tolist() == cast.flagged["colour"].tolist() == [False, False, True]
