@@ -34,6 +34,8 @@ Variant = Literal[
     "vignette", "hue", "sharpen", "contrast", "chromatic", "dead_pixels", "frame", "banding",
     "vignette_control", "hue_control", "sharpen_control", "contrast_control", "chromatic_control",
     "dead_pixels_control", "frame_control", "banding_control",
+    "radial_chromatic", "column_stripes", "interlace", "column_noise",
+    "radial_chromatic_control", "column_stripes_control", "interlace_control", "column_noise_control",
 ]  # fmt: skip
 VARIANTS: tuple[Variant, ...] = get_args(Variant)
 #: The variants whose class carries a shortcut with a place (the transplant's targets).
