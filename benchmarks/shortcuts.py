@@ -11,8 +11,9 @@ The acquisition families use torchvision's maintained transforms (``torchvision.
 with Ruifrok and Johnston's H&E stain vectors, as Macenko's normalisation uses them) and the
 signal-dependent sensor noise are written here (no torchvision transform does them). The held-out families
 (:data:`HELD_OUT`: a vignette, a hue rotation, sharpening, lower contrast, stuck pixels, a dark frame, a radial
-chromatic aberration, column stripes, interlacing, column fixed-pattern noise) chose no default: they measure what the
-stage finds beyond what it was tuned on.
+chromatic aberration, column stripes, interlacing, column fixed-pattern noise, and stronger versions of the radial
+aberration, the interlacing and the column noise, which a BloodMNIST model learns) chose no default: they measure what
+the stage finds beyond what it was tuned on.
 
 :class:`ShortcutDataset` is the one wrapper (a class's images, every image, or a share of every class's);
 :data:`SHORTCUTS` the one table; :func:`add_shortcut` puts one on a datamodule's splits and
@@ -44,6 +45,7 @@ ShortcutName = Literal[
     "resolution_strong", "focus_strong",
     "vignette", "hue", "sharpen", "contrast", "chromatic", "dead_pixels", "frame", "banding",
     "radial_chromatic", "column_stripes", "interlace", "column_noise",
+    "radial_chromatic_strong", "interlace_strong", "column_noise_strong",
 ]  # fmt: skip
 #: The acquisition families (each a variant of the discovery benchmark, with its control); ``resolution_strong`` and
 #: ``focus_strong`` at strengths a BloodMNIST model learns (the halved resolution and sigma 1.5 px were not).
@@ -58,6 +60,7 @@ ACQUISITION: tuple[ShortcutName, ...] = (
 HELD_OUT: tuple[ShortcutName, ...] = (
     "vignette", "hue", "sharpen", "contrast", "dead_pixels", "frame",
     "radial_chromatic", "column_stripes", "interlace", "column_noise",
+    "radial_chromatic_strong", "interlace_strong", "column_noise_strong",
 )  # fmt: skip
 
 
@@ -171,20 +174,24 @@ def _chromatic(pixels: Tensor, index: int) -> Tensor:
     return shifted
 
 
-def _radial_chromatic(pixels: Tensor, index: int) -> Tensor:
-    """Lateral chromatic aberration as a lens makes it: the first channel magnified by 6 % about the centre, the last
-    shrunk by 6 % (bilinear, edges repeated: torch's ``grid_sample``; torchvision's ``affine`` fills the border
-    instead), so that the channels part more the farther from the centre (0.8 px at the edges of 28 px) and not at
-    all in the middle."""
-    height, width = pixels.shape[-2:]
-    rows = torch.linspace(-1.0, 1.0, height, dtype=pixels.dtype)[:, None].expand(height, width)
-    cols = torch.linspace(-1.0, 1.0, width, dtype=pixels.dtype)[None, :].expand(height, width)
-    moved = pixels.clone()
-    for channel, scale in ((0, 1.06), (len(pixels) - 1, 0.94)):
-        grid = torch.stack([cols, rows], dim=-1)[None] / scale  # where each output pixel samples the input
-        moved[channel] = F.grid_sample(pixels[None, channel : channel + 1], grid, mode="bilinear",
-                                       padding_mode="border", align_corners=True)[0, 0]  # fmt: skip
-    return moved
+def _radial_chromatic(magnification: float) -> Change:
+    """Lateral chromatic aberration as a lens makes it: the first channel magnified by ``magnification`` about the
+    centre, the last shrunk by as much (bilinear, edges repeated: torch's ``grid_sample``; torchvision's ``affine``
+    fills the border instead), so that the channels part more the farther from the centre (at 6 %, 0.8 px at the
+    edges of 28 px) and not at all in the middle."""
+
+    def change(pixels: Tensor, index: int) -> Tensor:
+        height, width = pixels.shape[-2:]
+        rows = torch.linspace(-1.0, 1.0, height, dtype=pixels.dtype)[:, None].expand(height, width)
+        cols = torch.linspace(-1.0, 1.0, width, dtype=pixels.dtype)[None, :].expand(height, width)
+        moved = pixels.clone()
+        for channel, scale in ((0, 1 + magnification), (len(pixels) - 1, 1 - magnification)):
+            grid = torch.stack([cols, rows], dim=-1)[None] / scale  # where each output pixel samples the input
+            moved[channel] = F.grid_sample(pixels[None, channel : channel + 1], grid, mode="bilinear",
+                                           padding_mode="border", align_corners=True)[0, 0]  # fmt: skip
+        return moved
+
+    return change
 
 
 def _column_stripes(pixels: Tensor, index: int) -> Tensor:
@@ -193,18 +200,28 @@ def _column_stripes(pixels: Tensor, index: int) -> Tensor:
     return pixels * columns
 
 
-def _interlace(pixels: Tensor, index: int) -> Tensor:
-    """The odd rows moved 1 px right (edges repeated): interlaced fields, or a bidirectional scan out of step."""
-    shifted = pixels.clone()
-    shifted[..., 1::2, 1:] = pixels[..., 1::2, :-1]
-    return shifted
+def _interlace(shift: int) -> Change:
+    """The odd rows moved ``shift`` px right (edges repeated): interlaced fields, or a bidirectional scan out of
+    step."""
+
+    def change(pixels: Tensor, index: int) -> Tensor:
+        shifted = pixels.clone()
+        shifted[..., 1::2, shift:] = pixels[..., 1::2, :-shift]
+        shifted[..., 1::2, :shift] = pixels[..., 1::2, :1]
+        return shifted
+
+    return change
 
 
-def _column_noise(pixels: Tensor, index: int) -> Tensor:
-    """Fixed-pattern noise: every column's gain off by a draw of deviation 4 %, the same draws for every image (one
+def _column_noise(deviation: float) -> Change:
+    """Fixed-pattern noise: every column's gain off by a draw of ``deviation``, the same draws for every image (one
     sensor's columns)."""
-    gains = 1 + 0.04 * torch.randn(pixels.shape[-1], generator=torch.Generator().manual_seed(2026))
-    return pixels * gains.to(pixels.dtype)
+
+    def change(pixels: Tensor, index: int) -> Tensor:
+        gains = 1 + deviation * torch.randn(pixels.shape[-1], generator=torch.Generator().manual_seed(2026))
+        return pixels * gains.to(pixels.dtype)
+
+    return change
 
 
 def _dead_pixels(pixels: Tensor, index: int) -> Tensor:
@@ -274,11 +291,18 @@ SHORTCUTS: dict[ShortcutName, Shortcut] = {
     "frame": Shortcut("brightness", "a dark 2 px frame", _frame),
     "banding": Shortcut("stripes", "every other row 8 % darker", _banding),
     "radial_chromatic": Shortcut(
-        "registration", "radial chromatic aberration, red x 1.06 and blue x 0.94", _radial_chromatic
+        "registration", "radial chromatic aberration, red x 1.06 and blue x 0.94", _radial_chromatic(0.06)
     ),
     "column_stripes": Shortcut("stripes", "every 4th column 10 % darker", _column_stripes),
-    "interlace": Shortcut("stripes", "odd rows 1 px right", _interlace),
-    "column_noise": Shortcut("stripes", "fixed-pattern noise, column gains of deviation 4 %", _column_noise),
+    "interlace": Shortcut("stripes", "odd rows 1 px right", _interlace(1)),
+    "column_noise": Shortcut("stripes", "fixed-pattern noise, column gains of deviation 4 %", _column_noise(0.04)),
+    "radial_chromatic_strong": Shortcut(
+        "registration", "radial chromatic aberration, red x 1.12 and blue x 0.88", _radial_chromatic(0.12)
+    ),
+    "interlace_strong": Shortcut("stripes", "odd rows 2 px right", _interlace(2)),
+    "column_noise_strong": Shortcut(
+        "stripes", "fixed-pattern noise, column gains of deviation 10 %", _column_noise(0.1)
+    ),
 }
 
 

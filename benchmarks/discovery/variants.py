@@ -36,6 +36,8 @@ Variant = Literal[
     "dead_pixels_control", "frame_control", "banding_control",
     "radial_chromatic", "column_stripes", "interlace", "column_noise",
     "radial_chromatic_control", "column_stripes_control", "interlace_control", "column_noise_control",
+    "radial_chromatic_strong", "interlace_strong", "column_noise_strong",
+    "radial_chromatic_strong_control", "interlace_strong_control", "column_noise_strong_control",
 ]  # fmt: skip
 VARIANTS: tuple[Variant, ...] = get_args(Variant)
 #: The variants whose class carries a shortcut with a place (the transplant's targets).
