@@ -194,10 +194,20 @@ def _radial_chromatic(magnification: float) -> Change:
     return change
 
 
-def _column_stripes(pixels: Tensor, index: int) -> Tensor:
-    """Every 4th column 10 % darker (a line sensor's stitched segments: a pattern of 4 px period)."""
-    columns = 1 - 0.1 * (torch.arange(pixels.shape[-1]) % 4 == 3).to(pixels.dtype)
-    return pixels * columns
+def _dark_lines(period: int, depth: float, columns: bool = False) -> Change:
+    """The last row (or column) of every ``period`` darker by ``depth`` (a line sensor's uneven rows; its stitched
+    segments).
+
+    >>> [round(value, 2) for value in _dark_lines(2, 0.08)(torch.ones(1, 3, 2), 0)[0, :, 0].tolist()]  # odd rows
+    [1.0, 0.92, 1.0]
+    """
+
+    def change(pixels: Tensor, index: int) -> Tensor:
+        length = pixels.shape[-1 if columns else -2]
+        gains = 1 - depth * (torch.arange(length) % period == period - 1).to(pixels.dtype)
+        return pixels * (gains if columns else gains[:, None])
+
+    return change
 
 
 def _interlace(shift: int) -> Change:
@@ -237,12 +247,6 @@ def _frame(pixels: Tensor, index: int) -> Tensor:
     framed = pixels.clone()
     framed[..., :2, :], framed[..., -2:, :], framed[..., :, :2], framed[..., :, -2:] = 0.1, 0.1, 0.1, 0.1
     return framed
-
-
-def _banding(pixels: Tensor, index: int) -> Tensor:
-    """Every other row darker by 8 % (a line-scan sensor's uneven rows)."""
-    rows = 1 - 0.08 * (torch.arange(pixels.shape[-2]) % 2).to(pixels.dtype)
-    return pixels * rows[:, None]
 
 
 def _sensor_noise(pixels: Tensor, index: int) -> Tensor:
@@ -289,11 +293,11 @@ SHORTCUTS: dict[ShortcutName, Shortcut] = {
     "chromatic": Shortcut("registration", "chromatic aberration, red 1 px right and blue 1 px left", _chromatic),
     "dead_pixels": Shortcut("noise", "1 % of pixels stuck black or white", _dead_pixels),
     "frame": Shortcut("brightness", "a dark 2 px frame", _frame),
-    "banding": Shortcut("stripes", "every other row 8 % darker", _banding),
+    "banding": Shortcut("stripes", "every other row 8 % darker", _dark_lines(2, 0.08)),
     "radial_chromatic": Shortcut(
         "registration", "radial chromatic aberration, red x 1.06 and blue x 0.94", _radial_chromatic(0.06)
     ),
-    "column_stripes": Shortcut("stripes", "every 4th column 10 % darker", _column_stripes),
+    "column_stripes": Shortcut("stripes", "every 4th column 10 % darker", _dark_lines(4, 0.1, columns=True)),
     "interlace": Shortcut("stripes", "odd rows 1 px right", _interlace(1)),
     "column_noise": Shortcut("stripes", "fixed-pattern noise, column gains of deviation 4 %", _column_noise(0.04)),
     "radial_chromatic_strong": Shortcut(

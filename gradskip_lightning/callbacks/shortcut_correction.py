@@ -57,7 +57,7 @@ from gradskip_lightning.shortcuts.artifacts import (
     paste_share,
     restore_artifact,
 )
-from gradskip_lightning.shortcuts.correction_transfers import CORRECTION_TRANSFERS
+from gradskip_lightning.shortcuts.correction_transfers import correction_property
 from gradskip_lightning.shortcuts.discovery_transplant import constant_pixels
 from gradskip_lightning.shortcuts.image_properties import PROPERTIES, PROPERTY_NAMES, PropertyName
 from gradskip_lightning.shortcuts.input_gradient import input_gradient_penalty
@@ -87,12 +87,9 @@ CORRECTION_VALUES: dict[str, str] = {
     "<property>/erased_share/class_<k>": "the same for a corrected global property: share of class k's training "
     "images given another class's image's statistic first (`erase`)",
     "<property>/<statistic>/class_<k>": "the statistic that correction gives, mean over class k's donors, in pixel "
-    "units (colour: `alpha`, `beta` and the channels' medians `red`, `green`, `blue`; signature: those of colour, "
-    "brightness, sharpness, noise, registration and stripes; "
+    "units (`red`, `green`, `blue`: the channels' medians; "
     + "; ".join(
-        f"{name}: {', '.join(f'`{s}`' for s in PROPERTIES[name].statistics)}"
-        for name in PROPERTY_NAMES
-        if name not in CORRECTION_TRANSFERS
+        f"{name}: {', '.join(f'`{s}`' for s in correction_property(name).statistics)}" for name in PROPERTY_NAMES
     )
     + ")",  # fmt: skip
     "accuracy": "share of the epoch's validation images (every rank's) the model gets right (multi-label: every "

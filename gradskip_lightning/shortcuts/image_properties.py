@@ -677,9 +677,14 @@ def registration_transfer(pixels: Tensor, targets: Tensor, draws: Draws = None) 
 # ----------------------------------------------------------------------------- stripes
 
 
+def _parity_means(lines: Tensor) -> tuple[Tensor, Tensor]:
+    """The means (...,) of the even and of the odd entries of line means (..., L)."""
+    return lines[..., 0::2].mean(dim=-1), lines[..., 1::2].mean(dim=-1)
+
+
 def _alternation(lines: Tensor) -> Tensor:
     """(...,): ``2 (m_even - m_odd) / (m_even + m_odd)`` of line means (..., L); 0 where both means are 0."""
-    even, odd = lines[..., 0::2].mean(dim=-1), lines[..., 1::2].mean(dim=-1)
+    even, odd = _parity_means(lines)
     total = even + odd
     return torch.where(total > 0, 2 * (even - odd) / torch.where(total > 0, total, 1.0), 0.0)
 
@@ -688,7 +693,7 @@ def _alternation_gain(lines: Tensor, target: Tensor) -> Tensor:
     """(B,) the ``a`` whose gains ``1 + a`` on even lines and ``1 - a`` on odd ones give line means (B, L) the
     alternation ``target`` (B,): ``a = (t S - 2 D) / (2 S - t D)`` with S and D the sum and difference of the two
     parities' means (exact; within [-0.9, 0.9])."""
-    even, odd = lines[:, 0::2].mean(dim=1), lines[:, 1::2].mean(dim=1)
+    even, odd = _parity_means(lines)
     total, difference = even + odd, even - odd
     denominator = 2 * total - target * difference
     safe = torch.where(denominator != 0, denominator, 1.0)
