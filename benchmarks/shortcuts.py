@@ -298,12 +298,12 @@ SHORTCUTS: dict[ShortcutName, Shortcut] = {
         "registration", "radial chromatic aberration, red x 1.06 and blue x 0.94", _radial_chromatic(0.06)
     ),
     "column_stripes": Shortcut("stripes", "every 4th column 10 % darker", _dark_lines(4, 0.1, columns=True)),
-    "interlace": Shortcut("stripes", "odd rows 1 px right", _interlace(1)),
+    "interlace": Shortcut("interlacing", "odd rows 1 px right", _interlace(1)),
     "column_noise": Shortcut("stripes", "fixed-pattern noise, column gains of deviation 4 %", _column_noise(0.04)),
     "radial_chromatic_strong": Shortcut(
         "registration", "radial chromatic aberration, red x 1.12 and blue x 0.88", _radial_chromatic(0.12)
     ),
-    "interlace_strong": Shortcut("stripes", "odd rows 2 px right", _interlace(2)),
+    "interlace_strong": Shortcut("interlacing", "odd rows 2 px right", _interlace(2)),
     "column_noise_strong": Shortcut(
         "stripes", "fixed-pattern noise, column gains of deviation 10 %", _column_noise(0.1)
     ),

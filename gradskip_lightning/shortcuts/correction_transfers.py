@@ -9,16 +9,15 @@ balance the same way (0.24-0.34), each unlearning its own kind only (docs/result
 say which kind made the shortcut, so a correction gives each image one of the two, drawn half and half:
 
 - the stage's multiplicative transfer (``colour``: the α and β medians; ``signature``: those and the luminance
-  median, after the registration, noise, sharpness and stripes);
+  median, after the registration, interlacing, noise, sharpness and stripes);
 - an additive one: each channel shifted by the difference of its median from the donor's (``colour``: that
   difference without its luminance, Rec. 601; ``signature``: all of it, which carries the colour and the
-  brightness at once, after the registration, noise, sharpness and stripes).
+  brightness at once, after the registration, interlacing, noise, sharpness and stripes).
 
 The statistics of ``colour`` are then ``alpha, beta, red, green, blue`` (red, green, blue: the channels'
-medians), of ``signature`` the stage's thirteen (α, β, luminance, high-frequency share, noise, the two channels'
-displacements, the row and column patterns) and the three
-medians. Every other property is the stage's own (:data:`~.image_properties.PROPERTIES`), one added there
-included.
+medians), of ``signature`` the stage's seventeen (α, β, luminance, high-frequency share, noise, the two channels'
+displacements and magnifications, the row and column patterns, the fields' displacements) and the three medians.
+Every other property is the stage's own (:data:`~.image_properties.PROPERTIES`), one added there included.
 """
 
 from __future__ import annotations
@@ -87,15 +86,15 @@ def corrected_colour_transfer(pixels: Tensor, targets: Tensor, draws: Draws = No
 
 
 def corrected_signature_statistic(pixels: Tensor) -> Tensor:
-    """(B, 16): the stage's signature (:func:`~.image_properties.signature_statistic`, 13) and the
+    """(B, 20): the stage's signature (:func:`~.image_properties.signature_statistic`, 17) and the
     channels' medians of RGB pixels (B, 3, H, W)."""
     return torch.cat([signature_statistic(pixels), channel_medians(pixels)], dim=1)
 
 
 def corrected_signature_transfer(pixels: Tensor, targets: Tensor, draws: Draws = None) -> Tensor:
-    """RGB pixels (B, 3, H, W) given ``targets`` (B, 16) of :func:`corrected_signature_statistic`: the registration,
-    noise, sharpness and stripes, then each image the stage's colour and brightness or the channels' whole median
-    offset, half and half (the noise's draws and the choice from ``draws``)."""
+    """RGB pixels (B, 3, H, W) given ``targets`` (B, 20) of :func:`corrected_signature_statistic`: the registration,
+    interlacing, noise, sharpness and stripes, then each image the stage's colour and brightness or the channels'
+    whole median offset, half and half (the noise's draws and the choice from ``draws``)."""
     stage = len(PROPERTIES["signature"].statistics)
     parts, medians = signature_parts(targets[:, :stage]), targets[:, stage:]
     for name in SIGNATURE_PARTS:

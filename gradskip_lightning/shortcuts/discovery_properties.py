@@ -30,10 +30,11 @@ flagged for p when its adjusted p-value is at most ``alpha`` and its suspicion a
 the hotspot test.
 
 The signature first: with ``signature`` among the properties, every class's signature (all its statistics at
-once) is tested first, and a class whose signature test stops at its first look (under half the suspicion that
-flags) is not tested for the properties the signature gives: those tests are skipped (NaN rates, p-value 1,
-``skipped``). The signature gives each of those statistics too, so a shortcut carried by one of them flips
-recipients under it as well; the single tests then name the axis of a class whose signature shows an effect.
+once) is tested first, and a class whose signature's suspicion stays under the floor (``alert_threshold``; a test
+stopped at its first look included) is not tested for the properties the signature gives: those tests are skipped
+(NaN rates, p-value 1, ``skipped``). The signature gives each of those statistics too, so a shortcut carried by one
+of them flips recipients under it as well; the single tests then name the axis of a class whose signature reaches
+the floor.
 ``compression`` and ``tone``, which the signature does not give, are tested for every class. On a model without a
 global shortcut this runs three tests per class instead of one per property.
 
@@ -115,7 +116,7 @@ class PropertyTransfer:
         examples: the first recipients before and after (not compared; None when skipped).
         stopped: its first look gave under half the suspicion that flags, so it stopped there (before forwarding
             the control arm when its flip rate alone was under it).
-        skipped: not run, because the class's signature test stopped at its first look (rates NaN).
+        skipped: not run, because the class's signature's suspicion stayed under the floor (rates NaN).
     """
 
     name: PropertyName
@@ -317,7 +318,7 @@ def _transfer_test(
 
 
 def _skipped(name: PropertyName, target: int, statistics: Tensor, classes: Tensor) -> PropertyTransfer:
-    """The test of one property of class ``target`` not run (its signature stopped at the first look): no
+    """The test of one property of class ``target`` not run (its signature stayed under the floor): no
     recipients, NaN rates, p-value 1, its separability (from the probes' ``statistics`` (P, S))."""
     apart = separability(statistics, classes, target)
     return PropertyTransfer(name, target, 0, math.nan, math.nan, apart, 1.0, skipped=True)
@@ -385,9 +386,9 @@ def discover_properties(
     once unchanged (unless ``logits`` gives them), then per property and class two transferred copies
     of each recipient (P + 2 x properties x sum over classes of recipients images, at most; a test whose
     ``first_look`` recipients show no excess stops there, and with ``signature`` among the properties a class
-    whose signature test stops is not tested for the properties the signature gives: on a model with no global
-    shortcut, about 3 x ``first_look`` images per class, the signature's, the compression's and the tone's first
-    looks).
+    whose signature's suspicion stays under ``alert_threshold`` is not tested for the properties the signature gives:
+    on a model with no global shortcut, about 3 x ``first_look`` images per class, the signature's, the
+    compression's and the tone's first looks).
     The noise transfer's draws are each recipient's own (:class:`~.image_properties.ImageSeeds`, from ``seed``, the
     class and the arm): the transfers are the same on every process for the same probes and seed, whatever
     ``batch_size`` and ``first_look``.
@@ -409,8 +410,9 @@ def discover_properties(
         logits: (P, K) the model's logits of the unchanged ``images``, when known.
         first_look: recipients measured first (None: every one at once, and every test runs); a test whose first
             ones give a suspicion under half of ``alert_threshold`` stops there: its rates are theirs, its p-value 1
-            (it cannot fire, and claims nothing in the Holm family); where that test is a class's signature, the
-            properties the signature gives (:data:`~.image_properties.SIGNATURE_PARTS`) are skipped for the class.
+            (it cannot fire, and claims nothing in the Holm family); and a class whose signature's suspicion is under
+            ``alert_threshold`` is not tested for the properties the signature gives
+            (:data:`~.image_properties.SIGNATURE_PARTS`).
 
     Example:
         >>> from gradskip_lightning.core.normalisation import Normalisation
@@ -461,12 +463,14 @@ def discover_properties(
             futile_below=alert_threshold / 2,
         )  # fmt: skip
 
-    # the signature first: a class whose every statistic at once flips nothing at the first look is not tested
-    # for those statistics one at a time (:func:`_skipped`)
+    # the signature first: a class whose every statistic at once stays under the floor is not tested for those
+    # statistics one at a time (:func:`_skipped`)
     signature = tuple(test(label, "signature") for label in range(num_classes)) if "signature" in chosen else None
 
     def skipped(name: PropertyName, label: int) -> bool:  # compression and tone are not in it: always tested
-        return signature is not None and name in SIGNATURE_PARTS and signature[label].stopped
+        if signature is None or first_look is None or name not in SIGNATURE_PARTS:
+            return False
+        return not signature[label].suspicion >= alert_threshold  # NaN (no recipients) included
 
     transfers = {
         name: signature if name == "signature" and signature is not None else tuple(

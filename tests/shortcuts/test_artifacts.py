@@ -187,7 +187,8 @@ def reaches(name: str, given: torch.Tensor, wanted: torch.Tensor, within: float)
     statistic = correction_property(name).statistic(given)
     blocky = torch.tensor(["blockiness" == s for s in correction_property(name).statistics])
     upwards = (statistic[:, blocky] >= wanted[:, blocky] - 0.03).all(dim=1)
-    shifts = torch.tensor([s in PROPERTIES["registration"].statistics for s in correction_property(name).statistics])
+    geometry = (*PROPERTIES["registration"].statistics, *PROPERTIES["interlacing"].statistics)
+    shifts = torch.tensor([s in geometry for s in correction_property(name).statistics])
     statistic, wanted = statistic[:, ~blocky & ~shifts], wanted[:, ~blocky & ~shifts]
     if name not in CORRECTION_TRANSFERS:
         return upwards & ((statistic - wanted).abs() <= within).all(dim=1)
@@ -207,9 +208,11 @@ def test_an_image_given_a_property_has_the_drawn_donors_statistic_to_rounding(ch
     donors, recipients, space = _property_images(channels)
     names = [name for name in PROPERTY_NAMES if PROPERTIES[name].applies(channels)]
     assert names == (
-        list(PROPERTY_NAMES) if channels == 3 else ["brightness", "sharpness", "noise", "compression", "stripes"]
+        list(PROPERTY_NAMES)
+        if channels == 3
+        else ["brightness", "sharpness", "noise", "compression", "stripes", "interlacing"]
     )
-    for name in (name for name in names if name != "registration"):  # displacements: see reaches()
+    for name in (name for name in names if name not in ("registration", "interlacing")):  # see reaches()
         statistic = correction_property(name).statistic
         paste = PropertyPaste.from_probes(2, name, donors, space)
         assert torch.equal(paste.statistics, statistic(space.pixels(donors)))  # the donors' statistic

@@ -77,7 +77,9 @@ def test_a_model_reading_a_colour_cast_is_flagged_for_colour_on_that_class_only(
     images, classes = cast_case()
     model = CastModel()
     assert (model(images).argmax(dim=1) == classes).all()
-    found = discover_properties(model, images, classes, 3, space=_space(images), alert_threshold=0.5)
+    # every recipient: every test runs, the single properties of classes whose signature shows nothing too
+    found = discover_properties(model, images, classes, 3, space=_space(images), alert_threshold=0.5,
+                                first_look=None)  # fmt: skip
     colour = found.transfers["colour"][2]
     assert colour.recipients == 16 and colour.flip_rate == 1.0 and colour.control_flip_rate == 0.0
     assert colour.separability == 1.0  # the cast alone separates class 2
@@ -119,6 +121,31 @@ def test_a_test_whose_first_recipients_show_no_excess_stops_there_and_a_shortcut
             discover_properties(model, images, classes, 3, space=_space(images), alert_threshold=0.5, first_look=bad)
 
 
+class LeftCastModel(CastModel):
+    """Class 2 iff reddish (as :class:`CastModel`) and brighter on the left: the cast flips class 0's probes (bright on
+    the left) and not class 1's; otherwise the left/right rule."""
+
+    def __call__(self, images: Tensor) -> Tensor:
+        pixels = images * STD[0] + MEAN[0]
+        left = pixels[:, :, :, : SIDE // 2].mean(dim=(1, 2, 3)) > pixels[:, :, :, SIDE // 2 :].mean(dim=(1, 2, 3))
+        red = ((pixels[:, 0] - pixels[:, 2]).mean(dim=(1, 2)) > 0.1) & left
+        return torch.where(torch.stack([~red & left, ~red & ~left, red], dim=1), 5.0, -5.0).to(images.dtype)
+
+
+def test_the_single_properties_of_a_class_run_only_where_its_signature_reaches_the_floor():
+    images, classes = cast_case(per_class=16)
+    model = LeftCastModel()
+    assert (model(images).argmax(dim=1) == classes).all()
+    for floor, tested in ((0.5, True), (0.6, False)):  # the signature's suspicion: 0.5, half its recipients flip
+        found = discover_properties(model, images, classes, 3, space=_space(images), alert_threshold=floor)
+        signature = found.transfers["signature"][2]
+        assert not signature.stopped and signature.suspicion == 0.5 and signature.recipients == 32
+        colour = found.transfers["colour"][2]
+        assert colour.skipped != tested and found.flagged["colour"].tolist() == [False, False, tested], floor
+        assert tested == (colour.suspicion == 0.5)  # measured where it runs; NaN where skipped
+        assert not found.transfers["compression"][2].skipped  # not in the signature: always tested
+
+
 def test_a_class_whose_signature_shows_nothing_is_not_tested_one_property_at_a_time():
     images, classes = cast_case(per_class=16)  # 32 recipients a class: the first look (16) can stop a test
     model = CountingModel(CastModel())
@@ -141,7 +168,8 @@ def test_a_class_whose_signature_shows_nothing_is_not_tested_one_property_at_a_t
 
 def test_a_model_reading_the_objects_is_not_flagged():
     images, classes = cast_case()
-    found = discover_properties(ObjectModel(), images, classes, 3, space=_space(images), alert_threshold=0.3)
+    found = discover_properties(ObjectModel(), images, classes, 3, space=_space(images), alert_threshold=0.3,
+                                first_look=None)  # fmt: skip
     assert found.transfers["colour"][2].separability == 1.0  # the data still has the cast ...
     for name in PROPERTY_NAMES:  # ... but the model does not read it
         assert not found.flagged[name].any(), (name, found.suspicion[name])
@@ -172,7 +200,9 @@ def test_known_logits_skip_the_unchanged_forward_and_the_result_is_reproducible(
     model = CountingModel(CastModel())
     given = discover_properties(model, images, classes, 3, space=_space(images), alert_threshold=0.5, seed=1,
                                 logits=CastModel()(images))  # fmt: skip
-    assert first.transfers == given.transfers and model.images == 2 * 9 * 3 * 16  # 9 properties, signature included
+    arms = [1 if math.isnan(t.control_flip_rate) else 2 for row in given.transfers.values() for t in row]
+    recipients = [t.recipients for row in given.transfers.values() for t in row]
+    assert first.transfers == given.transfers and model.images == sum(a * r for a, r in zip(arms, recipients))
 
 
 def test_with_two_classes_the_control_takes_the_recipients_own_class():
@@ -216,8 +246,8 @@ def test_a_large_excess_on_few_recipients_is_not_flagged():
     found = discover_properties(CastModel(), images, classes, 3, space=_space(images), alert_threshold=0.5)
     cast = found.transfers["colour"][2]
     assert cast.recipients == 6 and cast.suspicion == 1.0 and cast.p_value == 2.0**-6
-    # colour and signature both 2 ** -6, the smallest of 27: Holm gives both 27 x 2 ** -6
-    assert found.p_value["colour"][2].item() == pytest.approx(27 * 2.0**-6) and not found.flagged["colour"].any()
+    # colour and signature both 2 ** -6, the smallest of 30 (10 properties x 3 classes): Holm gives both 30 x 2 ** -6
+    assert found.p_value["colour"][2].item() == pytest.approx(30 * 2.0**-6) and not found.flagged["colour"].any()
     assert discover_properties(CastModel(), images, classes, 3, space=_space(images), alert_threshold=0.5,
                                alpha=0.95).flagged["colour"].tolist() == [False, False, True]  # fmt: skip
 
@@ -299,7 +329,7 @@ def test_colour_on_greyscale_probes_is_refused_when_named_and_left_out_by_defaul
     with pytest.raises(ValueError, match="properties has 'colour', which needs 3-channel images; the images have 1"):
         discover_properties(model, grey, classes, 3, ["colour", "noise"], space=space, alert_threshold=0.5)
     found = discover_properties(model, grey, classes, 3, space=space, alert_threshold=0.5)
-    assert tuple(found.transfers) == ("brightness", "sharpness", "noise", "compression", "stripes")
+    assert tuple(found.transfers) == ("brightness", "sharpness", "noise", "compression", "stripes", "interlacing")
 
 
 class StainModel(CastModel):
@@ -322,9 +352,10 @@ def test_a_shortcut_on_two_axes_is_found_by_the_signature_alone_and_its_main_axi
     signature = found.transfers["signature"][2]
     assert signature.flip_rate == 1.0 and signature.control_flip_rate == 0.0 and signature.recipients == 16
     assert found.flagged["signature"].tolist() == [False, False, True]
-    for name in ("colour", "brightness", "sharpness", "noise", "compression", "tone", "registration", "stripes"):
+    for name in ("colour", "brightness", "sharpness", "noise", "compression", "tone", "registration", "stripes",
+                 "interlacing"):  # fmt: skip
         assert found.transfers[name][2].flip_rate == 0.0 and not found.flagged[name].any(), name
-    assert found.p_value["signature"][2].item() == pytest.approx(9 * 3 * 2.0**-16)  # Holm, the smallest of 27
+    assert found.p_value["signature"][2].item() == pytest.approx(10 * 3 * 2.0**-16)  # Holm, the smallest of 30
     axis = found.axis(2)
     assert axis is not None and axis[1] == 0.0  # no single axis carries any of it
     _, text = property_alert_text(found, "signature", 2, ["left", "right", "stained"], 0)

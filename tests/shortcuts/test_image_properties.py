@@ -18,8 +18,11 @@ from gradskip_lightning.shortcuts.image_properties import (
     PROPERTY_NAMES,
     PixelSpace,
     brightness_transfer,
+    channel_magnification,
     colour_statistic,
     colour_transfer,
+    interlacing_statistic,
+    interlacing_transfer,
     luminance,
     noise_statistic,
     noise_transfer,
@@ -46,8 +49,11 @@ def test_the_registry_matches_the_literal_and_every_statistic_has_its_names():
     assert (
         tuple(PROPERTIES)
         == PROPERTY_NAMES
-        == ("colour", "brightness", "sharpness", "noise", "compression", "tone", "registration", "stripes", "signature")
-    )
+        == (
+            "colour", "brightness", "sharpness", "noise", "compression", "tone", "registration", "stripes",
+            "interlacing", "signature",
+        )
+    )  # fmt: skip
     pixels = textured(3)
     for name, prop in PROPERTIES.items():
         assert prop.name == name and prop.statistic(pixels).shape == (3, len(prop.statistics))
@@ -61,10 +67,14 @@ def in_register(count: int, side: int = 28, seed: int = 0) -> Tensor:
     return smooth * torch.tensor([1.0, 0.9, 0.7], dtype=torch.float64)[:, None, None] + 0.1
 
 
-#: Columns of the signature that are the channels' displacements (meaningless on :func:`textured`'s independent
-#: channels, which share no edges): tested on :func:`in_register` images instead.
-_REGISTRATION_COLUMNS = [
-    PROPERTIES["signature"].statistics.index(name) for name in PROPERTIES["registration"].statistics
+#: The properties measured from edges that the channels or the rows share (meaningless on :func:`textured`'s
+#: independent channels and pixels): tested on :func:`in_register` images instead.
+_GEOMETRY = ("registration", "interlacing")
+#: Their columns in the signature.
+_GEOMETRY_COLUMNS = [
+    PROPERTIES["signature"].statistics.index(statistic)
+    for name in _GEOMETRY
+    for statistic in PROPERTIES[name].statistics
 ]
 
 
@@ -74,12 +84,12 @@ _REGISTRATION_COLUMNS = [
         (n, c)
         for n in PROPERTY_NAMES
         for c in (3, 1)
-        if PROPERTIES[n].applies(c) and n not in ("compression", "registration")
+        if PROPERTIES[n].applies(c) and n not in ("compression", *_GEOMETRY)
     ],
 )
 def test_every_transfer_gives_the_recipients_the_donors_statistics(name, channels):
-    """Compression, one-sided and on a grid of qualities, and registration, which needs channels that share edges,
-    have their own tests."""
+    """Compression, one-sided and on a grid of qualities, and registration and interlacing, which need edges that
+    channels or rows share, have their own tests."""
     prop = PROPERTIES[name]
     pixels = textured(6, channels)
     recipients, donors = pixels[:3], pixels[3:]
@@ -87,7 +97,7 @@ def test_every_transfer_gives_the_recipients_the_donors_statistics(name, channel
     given = prop.transfer(recipients, targets, torch.Generator().manual_seed(0))
     assert given.shape == recipients.shape
     # the signature's parts move each other a little (its brightness, last, stays exact)
-    kept = [k for k in range(targets.shape[1]) if name != "signature" or k not in _REGISTRATION_COLUMNS]
+    kept = [k for k in range(targets.shape[1]) if name != "signature" or k not in _GEOMETRY_COLUMNS]
     reached, wanted = prop.statistic(given)[:, kept], targets[:, kept]
     assert torch.allclose(reached, wanted, atol=0.1 if name == "signature" else 1e-4, rtol=0)
     if name == "signature":
@@ -103,20 +113,67 @@ def test_registration_measures_how_far_the_outer_channels_are_moved_and_moves_th
     aberrated[:, 0, :, 1:], aberrated[:, 2, :, :-1] = images[:, 0, :, :-1], images[:, 2, :, 1:]  # red right, blue left
     torch.testing.assert_close(
         registration_statistic(aberrated),
-        torch.tensor([[1.0, 0.0, -1.0, 0.0]] * 4, dtype=torch.float64),
+        torch.tensor([[1.0, 0.0, -1.0, 0.0, 0.0, 0.0]] * 4, dtype=torch.float64),
         atol=0.05,
         rtol=0,
     )
     targets = torch.tensor(
         [[0.5, -0.25, -1.5, 1.0], [0.0, 0.0, 0.0, 0.0], [2.0, 1.0, 0.3, 0.0], [-1.0, 1.0, 1.0, -1.0]]
     )
+    targets = torch.cat([targets, torch.zeros(4, 2)], dim=1)
     given = registration_transfer(images, targets.double())
     torch.testing.assert_close(
         registration_statistic(given), targets.double(), atol=0.15, rtol=0
     )  # to a tenth of a px or so
     torch.testing.assert_close(given[:, 1], images[:, 1])  # the middle channel stays
-    back = registration_transfer(aberrated, torch.zeros(4, 4, dtype=torch.float64))
+    back = registration_transfer(aberrated, torch.zeros(4, 6, dtype=torch.float64))
     assert (back - images)[:, :, 2:-2, 2:-2].abs().max() < 0.05  # undone, but at the repeated edges
+
+
+def _magnified(images: Tensor, channel: int, factor: float) -> Tensor:
+    """``images`` (B, 3, H, W) with one channel magnified by ``factor`` about the centre (bilinear, edges repeated),
+    as a lens's radial (lateral) chromatic aberration does."""
+    side = images.shape[-1]
+    axis = torch.linspace(-1.0, 1.0, side, dtype=images.dtype)
+    grid = torch.stack(torch.meshgrid(axis, axis, indexing="xy"), dim=-1)[None].expand(len(images), -1, -1, -1)
+    moved = images.clone()
+    moved[:, channel] = F.grid_sample(images[:, channel, None], grid / factor, padding_mode="border",
+                                      align_corners=True)[:, 0]  # fmt: skip
+    return moved
+
+
+def test_registration_measures_how_much_larger_the_outer_channels_show_the_content_and_gives_it():
+    images = in_register(4, side=32)
+    assert registration_statistic(images)[:, 4:].abs().max() < 0.01  # the same size
+    aberrated = _magnified(_magnified(images, 0, 1.12), 2, 0.88)  # red 12 % larger, blue 12 % smaller
+    measured = registration_statistic(aberrated)
+    torch.testing.assert_close(measured[:, 4:], torch.tensor([[0.12, -0.12]] * 4, dtype=torch.float64), atol=0.04,
+                               rtol=0)  # fmt: skip
+    shifted = images.roll(2, dims=-1)  # a displacement alone is no magnification
+    assert channel_magnification(shifted[:, 0], images[:, 1]).abs().max() < 0.01
+    given = registration_transfer(images, measured)
+    reached = registration_statistic(given)
+    torch.testing.assert_close(reached[:, 4:], measured[:, 4:], atol=0.03, rtol=0)
+    torch.testing.assert_close(reached[:, :4], measured[:, :4], atol=0.15, rtol=0)  # as the displacement's test
+    inner = (slice(None), slice(None), slice(6, -6), slice(6, -6))  # away from the repeated edges
+    # about the aberration itself: a fifth of the difference is left (the magnification's and displacement's errors)
+    assert (given - aberrated)[inner].abs().mean() < 0.25 * (images - aberrated)[inner].abs().mean()
+
+
+def test_interlacing_measures_how_far_the_odd_rows_and_columns_are_moved_and_moves_them_there():
+    images = in_register(4)
+    assert interlacing_statistic(images).abs().max() < 0.1  # one pass: a tenth of a pixel at most
+    interlaced = images.clone()
+    interlaced[:, :, 1::2, 2:] = images[:, :, 1::2, :-2]  # the odd rows 2 px right (a video's second field)
+    interlaced[:, :, 1::2, :2] = images[:, :, 1::2, :1]
+    torch.testing.assert_close(
+        interlacing_statistic(interlaced), torch.tensor([[2.0, 0.0]] * 4, dtype=torch.float64), atol=0.1, rtol=0
+    )
+    given = interlacing_transfer(images, interlacing_statistic(interlaced))
+    assert (given - interlaced)[..., 3:].abs().max() < 0.02  # the same rows moved, but at the repeated edge
+    targets = torch.tensor([[0.5, 0.0], [0.0, 0.0], [-2.0, 0.0], [0.0, 1.5]], dtype=torch.float64)  # one way each
+    torch.testing.assert_close(interlacing_statistic(interlacing_transfer(images, targets)), targets, atol=0.15, rtol=0)
+    torch.testing.assert_close(interlacing_transfer(images, targets)[:, :, 0::2, 0::2], images[:, :, 0::2, 0::2])
 
 
 def test_stripes_measure_even_rows_against_odd_ones_and_finer_patterns_and_reach_them():
