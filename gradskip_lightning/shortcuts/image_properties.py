@@ -742,15 +742,20 @@ def registration_statistic(pixels: Tensor) -> Tensor:
     )
 
 
-def _moved(values: Tensor, shift: Tensor) -> Tensor:
-    """Images (B, H, W) moved by ``shift`` (B, 2) (x, y; pixels, any fraction): a phase ramp in the Fourier domain of
-    the images with :data:`SHIFT_BORDER` px of their edges repeated round them, cropped back."""
+def _shifted_lines(values: Tensor, shift: Tensor) -> Tensor:
+    """Lines (B, L, W) moved ``shift`` (B,) px to the right (any fraction): a phase ramp in the Fourier domain of each
+    line with :data:`SHIFT_BORDER` px of its ends repeated, cropped back."""
     border = SHIFT_BORDER
-    padded = F.pad(values[:, None], (border,) * 4, mode="replicate")[:, 0]
-    rows = torch.fft.fftfreq(padded.shape[1], dtype=values.dtype, device=values.device)[:, None]
-    cols = torch.fft.fftfreq(padded.shape[2], dtype=values.dtype, device=values.device)[None, :]
-    ramp = torch.exp(-2j * math.pi * (cols * shift[:, 0, None, None] + rows * shift[:, 1, None, None]))
-    return torch.fft.ifft2(torch.fft.fft2(padded) * ramp).real[:, border:-border, border:-border]
+    padded = F.pad(values, (border, border), mode="replicate")
+    frequencies = torch.fft.rfftfreq(padded.shape[-1], dtype=values.dtype, device=values.device)
+    ramp = torch.exp(-2j * math.pi * frequencies * shift[:, None, None])
+    return torch.fft.irfft(torch.fft.rfft(padded) * ramp, n=padded.shape[-1])[..., border:-border]
+
+
+def _moved(values: Tensor, shift: Tensor) -> Tensor:
+    """Images (B, H, W) moved by ``shift`` (B, 2) (x, y; pixels, any fraction): their rows, then their columns
+    (:func:`_shifted_lines`)."""
+    return _shifted_lines(_shifted_lines(values, shift[:, 0]).mT, shift[:, 1]).mT
 
 
 def registration_transfer(pixels: Tensor, targets: Tensor, draws: Draws = None) -> Tensor:
@@ -887,12 +892,10 @@ def _row_displacement(values: Tensor) -> Tensor:
 
 
 def _fields_moved(pixels: Tensor, shift: Tensor) -> Tensor:
-    """Pixels (B, C, H, W) whose odd rows are moved ``shift`` (B,) px to the right (:func:`_moved`, edges repeated)."""
+    """Pixels (B, C, H, W) whose odd rows are moved ``shift`` (B,) px to the right (:func:`_shifted_lines`)."""
     odd = pixels[:, :, 1::2]
-    channels = pixels.shape[1]
-    across = torch.stack([shift, torch.zeros_like(shift)], dim=1).repeat_interleave(channels, dim=0)  # (B C, 2)
     moved = pixels.clone()
-    moved[:, :, 1::2] = _moved(odd.flatten(0, 1), across).view_as(odd)
+    moved[:, :, 1::2] = _shifted_lines(odd.flatten(0, 1), shift.repeat_interleave(pixels.shape[1])).view_as(odd)
     return moved
 
 
