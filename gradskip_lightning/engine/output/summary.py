@@ -57,6 +57,7 @@ class SummarySink:
     class_names: list[str] = field(default_factory=list, init=False)
     flagged: dict[tuple[int, str], tuple[int, Path]] = field(default_factory=dict, init=False)
     latest: dict[str, tuple[int, float]] = field(default_factory=dict, init=False)
+    discovered: int | None = field(default=None, init=False)  # the last epoch the discovery stage logged
 
     def log(self, report: EpochReport, sheet: ProbeSheet) -> None:
         if key(None, self.prefix, "epoch") not in report.scalars:  # validate()'s keys: <prefix>validate/...
@@ -66,6 +67,8 @@ class SummarySink:
         for name, value in report.scalars.items():  # each value's last epoch: a budget thins the scores
             if value == value:  # not NaN
                 self.latest[name] = (report.epoch, value)
+        if any(name.startswith(key("discovery", self.prefix, "")) for name in report.scalars):
+            self.discovered = report.epoch
         self.regions, self.class_names = list(sheet.regions), list(sheet.class_names)
         for (label, what), image in flagged_pictures(report, self.prefix).items():
             path = write_png(self.folder / "flagged" / f"class_{label}_{what}_epoch_{report.epoch:04d}.png", image)
@@ -95,8 +98,9 @@ class SummarySink:
             for (label, what), (epoch, path) in sorted(self.flagged.items()):
                 called = self.class_names[label] if label < len(self.class_names) else str(label)
                 lines.append(f"    class {label} ({called}), {what}, from epoch {epoch}: {path}")
-        elif any(k.startswith(key("discovery", self.prefix, "")) for k in last.scalars):
-            lines.append("  flagged classes (discovery): none")
+        elif self.discovered is not None:
+            since = "" if self.discovered == last.epoch else f" (the stage last ran after epoch {self.discovered})"
+            lines.append(f"  flagged classes (discovery): none{since}")
         return "\n".join(lines)
 
     def finish(self) -> None:

@@ -259,3 +259,16 @@ def test_the_summary_names_flagged_classes_with_their_pictures(tmp_path, caplog)
         f"    class 1 (dog), hotspot, from epoch 1: {hotspot}",
     ]
     assert sink.text() in caplog.text
+
+
+def test_the_summary_says_when_the_discovery_stage_last_ran_if_not_at_the_last_epoch(tmp_path):
+    sheet = ProbeSheet([0], ["a"], np.zeros(1, np.int64), ["cat", "dog"], np.zeros((1, 8, 8, 3), np.uint8))
+    sink = SummarySink(tmp_path, P)
+    assert sink.text() == ""
+    sink.log(EpochReport(0, 3, {f"{P}epoch": 0.0}), sheet)  # no discovery stage: nothing said of it
+    assert "discovery" not in sink.text()
+    for epoch in (1, 2):
+        sink.log(EpochReport(epoch, 3, {f"{P}epoch": float(epoch), f"discovery/{P}flagged": 0.0}), sheet)
+    assert sink.text().splitlines()[-1] == "  flagged classes (discovery): none"
+    sink.log(EpochReport(3, 3, {f"{P}epoch": 3.0}), sheet)  # a budget left the stage out of the last epoch end
+    assert sink.text().splitlines()[-1] == "  flagged classes (discovery): none (the stage last ran after epoch 2)"
