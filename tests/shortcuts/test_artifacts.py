@@ -182,8 +182,9 @@ def reaches(name: str, given: torch.Tensor, wanted: torch.Tensor, within: float)
     exactly for a property the correction gives as the stage does; for colour and the signature, by either of its
     two transfers (the stage's parts, or the channels' medians: colour's up to the same shift on every channel).
     Blockiness, on a grid of JPEG qualities and only upwards, is reached when at least ``wanted`` less 0.03; the
-    channels' displacements, meaningless on these images' independent channels (no shared edge), are not compared
-    (``tests/shortcuts/test_image_properties.py`` tests them on channels in register)."""
+    channels' displacements and magnifications and the fields' displacements, meaningless on these images'
+    independent channels and pixels (no shared edge), are not compared (``tests/shortcuts/test_image_properties.py``
+    tests them on images whose channels and rows share their structure)."""
     statistic = correction_property(name).statistic(given)
     blocky = torch.tensor(["blockiness" == s for s in correction_property(name).statistics])
     upwards = (statistic[:, blocky] >= wanted[:, blocky] - 0.03).all(dim=1)
