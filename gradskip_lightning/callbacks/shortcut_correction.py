@@ -89,7 +89,7 @@ CORRECTION_VALUES: dict[str, str] = {
     "<property>/<statistic>/class_<k>": "the statistic that correction gives, mean over class k's donors, in pixel "
     "units (`red`, `green`, `blue`: the channels' medians; "
     + "; ".join(
-        f"{name}: {', '.join(f'`{s}`' for s in correction_property(name).statistics)}" for name in PROPERTY_NAMES
+        f"{name}: {', '.join(f'`{s}`' for s in correction_property(name).summary_names)}" for name in PROPERTY_NAMES
     )
     + ")",  # fmt: skip
     "accuracy": "share of the epoch's validation images (every rank's) the model gets right (multi-label: every "

@@ -303,9 +303,12 @@ class PropertyPaste:
         _check_target(self.target)
         check_choice(self.name, PROPERTY_NAMES, "name")
         prop = correction_property(self.name)
-        if self.statistics.ndim != 2 or len(self.statistics) == 0 or self.statistics.shape[1] != len(prop.statistics):
+        named = len(prop.statistics)  # then a line profile's H + W, which the transfer checks against the images
+        size = self.statistics.shape[1] if self.statistics.ndim == 2 else -1
+        if not len(self.statistics) or not (size > named if prop.lines else size == named):
+            what = f"the {prop.statistics}" + (" and a line profile" if prop.lines else "")
             raise ValueError(
-                f"statistics must be (n >= 1, {len(prop.statistics)}): the {prop.statistics} of each donor; got "
+                f"statistics must be (n >= 1, {named}{' + H + W' if prop.lines else ''}): {what} of each donor; got "
                 f"{tuple(self.statistics.shape)}"
             )
         _check_applies(self.name, self.channels)
@@ -368,9 +371,9 @@ class PropertyPaste:
         return f"giving {images} its {correction_property(self.name).what}"
 
     def scalars(self) -> dict[str, float]:
-        """The donors' mean of each of the property's statistics (``alpha``, ``luminance``, ...), in pixel units."""
-        means = self.statistics.mean(dim=0).tolist()
-        return dict(zip(correction_property(self.name).statistics, means, strict=True))
+        """The donors' mean of each of the property's statistics (``alpha``, ``luminance``, ...), in pixel units (a
+        line property's: the deviation of their mean profile, :meth:`GlobalProperty.summary`)."""
+        return correction_property(self.name).summary(self.statistics)
 
     def state_dict(self) -> dict[str, Any]:
         norm, low, high = self.space.normalisation, self.space.low.clone(), self.space.high.clone()

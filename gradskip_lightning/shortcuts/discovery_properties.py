@@ -343,7 +343,7 @@ def chosen_properties(
 
     Example:
         >>> chosen_properties(None, 1), chosen_properties(["noise"], 3)
-        (('brightness', 'sharpness', 'noise', 'compression', 'stripes', 'interlacing'), ('noise',))
+        (('brightness', 'sharpness', 'noise', 'compression', 'stripes', 'interlacing', 'fixed_pattern'), ('noise',))
     """
     if properties is None:
         return tuple(name for name in PROPERTY_NAMES if channels is None or PROPERTIES[name].applies(channels))

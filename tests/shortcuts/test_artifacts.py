@@ -181,15 +181,17 @@ def reaches(name: str, given: torch.Tensor, wanted: torch.Tensor, within: float)
     """(B,) bool: which images (pixels (B, C, H, W)) reached ``wanted`` (B, S) of ``name``'s correction statistic:
     exactly for a property the correction gives as the stage does; for colour and the signature, by either of its
     two transfers (the stage's parts, or the channels' medians: colour's up to the same shift on every channel).
-    Blockiness, on a grid of JPEG qualities and only upwards, is reached when at least ``wanted`` less 0.03; the
-    channels' displacements and magnifications and the fields' displacements, meaningless on these images'
-    independent channels and pixels (no shared edge), are not compared (``tests/shortcuts/test_image_properties.py``
-    tests them on images whose channels and rows share their structure)."""
+    Blockiness, on a grid of JPEG qualities and only upwards, is reached when at least ``wanted`` less 0.03; a line
+    profile (``fixed_pattern``'s) is compared number by number; the channels' displacements and magnifications and
+    the fields' displacements, meaningless on these images' independent channels and pixels (no shared edge), are not
+    compared (``tests/shortcuts/test_image_properties.py`` tests them on images whose channels and rows share their
+    structure)."""
     statistic = correction_property(name).statistic(given)
-    blocky = torch.tensor(["blockiness" == s for s in correction_property(name).statistics])
+    names = correction_property(name).statistics
+    blocky = torch.tensor(["blockiness" == s for s in names] + [False] * (statistic.shape[1] - len(names)))
     upwards = (statistic[:, blocky] >= wanted[:, blocky] - 0.03).all(dim=1)
     geometry = (*PROPERTIES["registration"].statistics, *PROPERTIES["interlacing"].statistics)
-    shifts = torch.tensor([s in geometry for s in correction_property(name).statistics])
+    shifts = torch.tensor([s in geometry for s in names] + [False] * (statistic.shape[1] - len(names)))
     statistic, wanted = statistic[:, ~blocky & ~shifts], wanted[:, ~blocky & ~shifts]
     if name not in CORRECTION_TRANSFERS:
         return upwards & ((statistic - wanted).abs() <= within).all(dim=1)
@@ -211,7 +213,7 @@ def test_an_image_given_a_property_has_the_drawn_donors_statistic_to_rounding(ch
     assert names == (
         list(PROPERTY_NAMES)
         if channels == 3
-        else ["brightness", "sharpness", "noise", "compression", "stripes", "interlacing"]
+        else ["brightness", "sharpness", "noise", "compression", "stripes", "interlacing", "fixed_pattern"]
     )
     for name in (name for name in names if name not in ("registration", "interlacing")):  # see reaches()
         statistic = correction_property(name).statistic
@@ -257,6 +259,12 @@ def test_colour_does_not_apply_to_greyscale_images_and_an_artifact_fits_its_chan
         PropertyPaste(0, "brightness", torch.zeros(2, 2, dtype=torch.float64), space)
     with pytest.raises(ValueError, match="colour needs 3-channel images; the images have 1"):
         PropertyPaste(0, "colour", torch.zeros(2, 5, dtype=torch.float64), space)  # restored into a greyscale space
+    sensor = PropertyPaste.from_probes(0, "fixed_pattern", donors, space)  # one number per row and column: 32
+    with pytest.raises(ValueError, match=r"fixed_pattern's targets are one number per row and per column, \(B, 16\) "
+                                         r"for 8 x 8 images; got \(2, 32\)"):  # fmt: skip
+        sensor.apply(torch.zeros(2, 1, 8, 8), torch.Generator())
+    with pytest.raises(ValueError, match=r"statistics must be \(n >= 1, 0 \+ H \+ W\): the \(\) and a line profile"):
+        PropertyPaste(0, "fixed_pattern", torch.zeros(2, 0, dtype=torch.float64), space)
 
 
 def test_a_property_artifact_draws_from_its_generator_only():
@@ -283,6 +291,10 @@ def test_a_property_artifact_says_what_it_gives_and_logs_its_donors_mean_statist
     names = ("alpha", "beta", "red", "green", "blue")
     assert colour.scalars() == {name: means[i].item() for i, name in enumerate(names)}
     assert means[0] > 0.04 and means[1] > 0.005  # the cast's chromaticity: yellow-blue and red-green, 0 for grey
+    sensor = PropertyPaste.from_probes(2, "fixed_pattern", donors, space)
+    profile = sensor.statistics.mean(dim=0)  # (32,): the donors' mean line profile
+    assert sensor.scalars() == {"deviation": pytest.approx(profile.square().mean().sqrt().item())}
+    assert 0.005 < sensor.scalars()["deviation"] < 0.1  # smooth textures' lines: a few % apart
 
 
 def test_a_property_artifact_round_trips_through_a_weights_only_checkpoint(tmp_path):

@@ -51,12 +51,13 @@ def test_the_registry_matches_the_literal_and_every_statistic_has_its_names():
         == PROPERTY_NAMES
         == (
             "colour", "brightness", "sharpness", "noise", "compression", "tone", "registration", "stripes",
-            "interlacing", "signature",
+            "interlacing", "fixed_pattern", "signature",
         )
     )  # fmt: skip
-    pixels = textured(3)
+    pixels = textured(3)[..., :20]  # 28 x 20: a line property's size is the image's H + W
     for name, prop in PROPERTIES.items():
-        assert prop.name == name and prop.statistic(pixels).shape == (3, len(prop.statistics))
+        size = 48 if name == "fixed_pattern" else len(prop.statistics)
+        assert prop.name == name and prop.size(28, 20) == size and prop.statistic(pixels).shape == (3, size)
 
 
 def in_register(count: int, side: int = 28, seed: int = 0) -> Tensor:

@@ -140,7 +140,7 @@ def test_a_failed_property_transfer_fails_the_stage_alone(tmp_path, monkeypatch)
 
 def test_the_default_takes_every_property_that_applies_and_a_named_one_must_apply():
     assert DiscoveryStage().properties_for(3) == PROPERTY_NAMES
-    greyscale = ("brightness", "sharpness", "noise", "compression", "stripes", "interlacing")  # no colour, tone, ...
+    greyscale = ("brightness", "sharpness", "noise", "compression", "stripes", "interlacing", "fixed_pattern")
     assert DiscoveryStage().properties_for(1) == greyscale
     assert DiscoveryStage(properties=["noise", "colour"]).properties == ("noise", "colour")  # a YAML list
     assert DiscoveryStage(properties=()).properties_for(3) == ()
