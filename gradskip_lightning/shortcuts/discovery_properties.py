@@ -35,8 +35,8 @@ stopped at its first look included) is not tested for the properties the signatu
 (NaN rates, p-value 1, ``skipped``). The signature gives each of those statistics too, so a shortcut carried by one
 of them flips recipients under it as well; the single tests then name the axis of a class whose signature reaches
 the floor.
-``compression`` and ``tone``, which the signature does not give, are tested for every class. On a model without a
-global shortcut this runs three tests per class instead of one per property.
+``compression``, ``tone`` and ``fixed_pattern``, which the signature does not give, are tested for every class. On a
+model without a global shortcut this runs four tests per class instead of one per property.
 
 Why (docs/discovery.md, *Global properties*: planted shapes and BloodMNIST, clean models and models with a
 colour cast or a darkening on one class): the flips a class's statistics cause are the evidence, as the
@@ -387,8 +387,8 @@ def discover_properties(
     of each recipient (P + 2 x properties x sum over classes of recipients images, at most; a test whose
     ``first_look`` recipients show no excess stops there, and with ``signature`` among the properties a class
     whose signature's suspicion stays under ``alert_threshold`` is not tested for the properties the signature gives:
-    on a model with no global shortcut, about 3 x ``first_look`` images per class, the signature's, the
-    compression's and the tone's first looks).
+    on a model with no global shortcut, about 4 x ``first_look`` images per class, the first looks of the signature,
+    the compression, the tone and the fixed pattern).
     The noise transfer's draws are each recipient's own (:class:`~.image_properties.ImageSeeds`, from ``seed``, the
     class and the arm): the transfers are the same on every process for the same probes and seed, whatever
     ``batch_size`` and ``first_look``.
