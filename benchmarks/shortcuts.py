@@ -1,9 +1,8 @@
 """Shortcuts with no place, shared by the ``discovery`` and ``properties`` benchmarks: a change of every pixel
 of one class's images (a colour cast, a darkening, a blur, extra noise, and the acquisition families: white
 balance, a stain change, gain, gamma, saturation, JPEG, a lower resolution, defocus, sensor noise, a chromatic
-aberration, row banding, a radial chromatic aberration, interlacing, column fixed-pattern noise), made in
-pixel space ([0, 1] units) under the datamodule's normalisation, on its training, validation and test images
-alike.
+aberration, row banding, a radial chromatic aberration, interlacing, column fixed-pattern noise), made in pixel
+space ([0, 1] units) under the datamodule's normalisation, on its training, validation and test images alike.
 
 The acquisition families use torchvision's maintained transforms (``torchvision.transforms.v2.functional``:
 ``adjust_brightness``, ``adjust_contrast``, ``adjust_gamma``, ``adjust_saturation``, ``jpeg``, ``resize``,
@@ -58,7 +57,8 @@ ACQUISITION: tuple[ShortcutName, ...] = (
 #: chromatic aberration and the banding were held out until the stage missed them; they chose ``registration`` and
 #: ``stripes`` and are acquisition families now, as are the radial aberration, the interlacing and the column
 #: fixed-pattern noise, which chose the channels' magnification, ``interlacing`` and ``fixed_pattern``; the column
-#: stripes were added to hold out ``stripes``.)
+#: stripes were added to hold out ``stripes``. The hue rotation chose ``hue``, which the stage tests only when
+#: named: at its defaults it is still held out.)
 HELD_OUT: tuple[ShortcutName, ...] = (
     "vignette", "hue", "sharpen", "contrast", "dead_pixels", "frame", "column_stripes",
 )  # fmt: skip
@@ -284,7 +284,7 @@ SHORTCUTS: dict[ShortcutName, Shortcut] = {
     ),
     "vignette": Shortcut("brightness", "vignette, light x 0.6 at the corners", _vignette(0.4)),
     "hue": Shortcut(
-        "colour", "hue rotated by 0.06 turn (torchvision)", lambda p, index: TF.adjust_hue(p.clamp(0, 1), 0.06)
+        "hue", "hue rotated by 0.06 turn (torchvision)", lambda p, index: TF.adjust_hue(p.clamp(0, 1), 0.06)
     ),
     "sharpen": Shortcut(
         "sharpness", "sharpened, factor 4 (torchvision)", lambda p, index: TF.adjust_sharpness(p.clamp(0, 1), 4.0)

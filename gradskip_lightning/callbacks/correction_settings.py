@@ -16,7 +16,7 @@ from gradskip_lightning.core.normalisation import Normalisation
 from gradskip_lightning.core.validation import check_choice
 from gradskip_lightning.engine.settings import check_log_prefix, positive
 from gradskip_lightning.shortcuts.discovery_properties import chosen_properties
-from gradskip_lightning.shortcuts.image_properties import PropertyName
+from gradskip_lightning.shortcuts.image_properties import PROPERTY_NAMES, PropertyName
 from gradskip_lightning.shortcuts.tags import SpuriousTag
 
 __all__ = ["ACCURACY_DROP_ACTIONS", "UNLEARNING", "AccuracyDrop", "CorrectionSettings", "DropAction", "Unlearning"]
@@ -170,5 +170,6 @@ class CorrectionSettings:
 
     @property
     def corrected_properties(self) -> tuple[PropertyName, ...]:
-        """The global properties the discovery may get corrected, by name (``properties``; None: every one)."""
-        return chosen_properties(self.properties, option="properties")
+        """The global properties the discovery may get corrected, by name (``properties``; None: every one, ``hue``
+        included: it is flagged only where the discovery was told to test it)."""
+        return PROPERTY_NAMES if self.properties is None else chosen_properties(self.properties, option="properties")

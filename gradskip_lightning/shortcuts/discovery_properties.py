@@ -35,8 +35,9 @@ stopped at its first look included) is not tested for the properties the signatu
 (NaN rates, p-value 1, ``skipped``). The signature gives each of those statistics too, so a shortcut carried by one
 of them flips recipients under it as well; the single tests then name the axis of a class whose signature reaches
 the floor.
-``compression``, ``tone`` and ``fixed_pattern``, which the signature does not give, are tested for every class. On a
-model without a global shortcut this runs four tests per class instead of one per property.
+``compression``, ``tone`` and ``fixed_pattern`` (and ``hue``, when named), which the signature does not give, are
+tested for every class. On a model without a global shortcut this runs four tests per class instead of one per
+property.
 
 Why (docs/discovery.md, *Global properties*: planted shapes and BloodMNIST, clean models and models with a
 colour cast or a darkening on one class): the flips a class's statistics cause are the evidence, as the
@@ -338,15 +339,20 @@ def chosen_properties(
     properties: Sequence[str] | None, channels: int | None = None, option: str = "properties"
 ) -> tuple[PropertyName, ...]:
     """The names of ``properties``, each known and named once, as :data:`~.image_properties.PropertyName`; None:
-    every property that applies to ``channels`` (all without). With ``channels``, a named property that does not
-    apply to images of that many channels is a ValueError; messages name ``option``.
+    every property tested by default (``by_default``: all but ``hue``) that applies to ``channels`` (all without).
+    With ``channels``, a named property that does not apply to images of that many channels is a ValueError; messages
+    name ``option``.
 
     Example:
         >>> chosen_properties(None, 1), chosen_properties(["noise"], 3)
         (('brightness', 'sharpness', 'noise', 'compression', 'stripes', 'interlacing', 'fixed_pattern'), ('noise',))
     """
     if properties is None:
-        return tuple(name for name in PROPERTY_NAMES if channels is None or PROPERTIES[name].applies(channels))
+        return tuple(
+            name
+            for name in PROPERTY_NAMES
+            if PROPERTIES[name].by_default and (channels is None or PROPERTIES[name].applies(channels))
+        )
     if isinstance(properties, str) or not isinstance(properties, Sequence):
         raise TypeError(f"{option} must be None or a list of names from {PROPERTY_NAMES}; got {properties!r}")
     chosen: list[PropertyName] = []
@@ -388,7 +394,7 @@ def discover_properties(
     ``first_look`` recipients show no excess stops there, and with ``signature`` among the properties a class
     whose signature's suspicion stays under ``alert_threshold`` is not tested for the properties the signature gives:
     on a model with no global shortcut, about 4 x ``first_look`` images per class, the first looks of the signature,
-    the compression, the tone and the fixed pattern).
+    the compression, the tone and the fixed pattern, and the hue's when named).
     The noise transfer's draws are each recipient's own (:class:`~.image_properties.ImageSeeds`, from ``seed``, the
     class and the arm): the transfers are the same on every process for the same probes and seed, whatever
     ``batch_size`` and ``first_look``.
@@ -399,7 +405,7 @@ def discover_properties(
         classes: (P,) their classes in [0, num_classes).
         num_classes: K.
         properties: names from :data:`~.image_properties.PROPERTIES` that apply to the images' channels (None:
-            every one that does).
+            every one that does and is tested by default, :func:`chosen_properties`).
         space: the images' :class:`~.image_properties.PixelSpace`.
         alert_threshold: suspicion at or above which a class is flagged (with its p-value), in [0, 1].
         alpha: adjusted p-value at or below which a class is flagged (with its suspicion), in (0, 1]: the

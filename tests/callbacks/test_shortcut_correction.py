@@ -482,7 +482,7 @@ def test_a_loss_correction_refuses_a_precision_it_cannot_scale(tmp_path):
         (dict(image_key=""), ValueError, "image_key must be a non-empty string"),
         (dict(label_key=""), ValueError, "label_key must be a non-empty string"),
         (dict(erase=1), TypeError, "erase must be True or False, got 1"),
-        (dict(properties=["hue"]), ValueError, r"properties must be one of \('colour'"),
+        (dict(properties=["sparkle"]), ValueError, r"properties must be one of \('colour'"),
         (dict(properties="colour"), TypeError, "properties must be None or a list of names"),
         (dict(normalisation={"mean": (0.5,), "std": (0.0,)}), ValueError, "std must be positive"),
         (dict(accuracy_tolerance=1.0), ValueError, r"accuracy_tolerance must be a share .* in \[0, 1\), got 1"),

@@ -20,7 +20,13 @@ from gradskip_lightning.shortcuts.discovery_properties import (
     separability,
 )
 from gradskip_lightning.shortcuts.discovery_transplant import MIN_TESTED_PROBES
-from gradskip_lightning.shortcuts.image_properties import PROPERTY_NAMES, PixelSpace, noise_statistic
+from gradskip_lightning.shortcuts.image_properties import (
+    PROPERTY_NAMES,
+    PixelSpace,
+    hue_statistic,
+    hue_transfer,
+    noise_statistic,
+)
 
 #: The probes' normalisation: pixels = inputs * STD + MEAN.
 MEAN, STD = (0.5, 0.5, 0.5), (0.25, 0.25, 0.25)
@@ -168,8 +174,8 @@ def test_a_class_whose_signature_shows_nothing_is_not_tested_one_property_at_a_t
 
 def test_a_model_reading_the_objects_is_not_flagged():
     images, classes = cast_case()
-    found = discover_properties(ObjectModel(), images, classes, 3, space=_space(images), alert_threshold=0.3,
-                                first_look=None)  # fmt: skip
+    found = discover_properties(ObjectModel(), images, classes, 3, PROPERTY_NAMES, space=_space(images),
+                                alert_threshold=0.3, first_look=None)  # every property, hue too  # fmt: skip
     assert found.transfers["colour"][2].separability == 1.0  # the data still has the cast ...
     for name in PROPERTY_NAMES:  # ... but the model does not read it
         assert not found.flagged[name].any(), (name, found.suspicion[name])
@@ -300,7 +306,7 @@ def test_the_suspicion_is_the_flip_rate_beyond_the_control():
 @pytest.mark.parametrize(
     ("change", "error", "match"),
     [
-        ({"properties": ["hue"]}, ValueError, "properties must be one of"),
+        ({"properties": ["sparkle"]}, ValueError, "properties must be one of"),
         ({"properties": ["colour", "colour"]}, ValueError, "twice"),
         ({"alert_threshold": 1.5}, ValueError, "alert_threshold"),
         ({"alpha": 0.0}, ValueError, r"alpha must be in \(0, 1\]"),
@@ -446,3 +452,38 @@ def test_a_model_reading_one_sensor_s_column_gains_is_flagged_for_the_fixed_patt
     # the stripes' finer pattern is the recipient's own, scaled: its share, not the sensor's gains
     assert found.transfers["stripes"][2].suspicion < 0.5 and not found.flagged["stripes"].any()
     assert found.transfers["signature"][2].suspicion < 0.5 and not found.flagged["signature"].any()
+
+
+class HueModel(CastModel):
+    """Class 2 iff its stained object's hue is negative (turns, :func:`hue_statistic`; the others' purple: 0.47);
+    otherwise the left/right rule."""
+
+    def __call__(self, images: Tensor) -> Tensor:
+        pixels = images * STD[0] + MEAN[0]
+        read = hue_statistic(pixels.double())[:, 0] < 0
+        left = pixels[:, :, :, : SIDE // 2].mean(dim=(1, 2, 3)) > pixels[:, :, :, SIDE // 2 :].mean(dim=(1, 2, 3))
+        return torch.where(torch.stack([~read & left, ~read & ~left, read], dim=1), 5.0, -5.0).to(images.dtype)
+
+
+def test_a_model_reading_a_hue_rotation_is_flagged_for_hue_not_for_the_colour_medians():
+    images, classes = cast_case(cast=False)
+    pixels = images * STD[0] + MEAN[0]
+    stained = torch.zeros(len(pixels), 1, SIDE, SIDE, dtype=torch.bool)
+    stained[..., 4:9, 5:11] = True  # a purple object on a pale grey background, a third of the image
+    purple = torch.tensor([0.55, 0.35, 0.6])[:, None, None]  # hue 0.47 turn; class 2's turned 0.15 on, to -0.38
+    pixels = torch.where(stained, purple + 0.05 * (pixels - 0.5), pixels)
+    pixels[classes == 2] = hue_transfer(
+        pixels[classes == 2].double(), torch.full((8, 1), -0.38, dtype=torch.float64)
+    ).float()
+    images = (pixels - MEAN[0]) / STD[0]
+    model = HueModel()
+    assert (model(images).argmax(dim=1) == classes).all()
+    default = discover_properties(model, images, classes, 3, space=_space(images), alert_threshold=0.5)
+    assert "hue" not in default.transfers  # tested only when named
+    found = discover_properties(model, images, classes, 3, ["colour", "hue"], space=_space(images),
+                                alert_threshold=0.5)  # fmt: skip
+    hue = found.transfers["hue"][2]
+    assert hue.recipients == 16 and hue.flip_rate == 1.0 and hue.control_flip_rate == 0.0
+    assert found.flagged["hue"].tolist() == [False, False, True]
+    # the medians of α and β are the background's, which a hue rotation of the object leaves where it was
+    assert found.transfers["colour"][2].flip_rate == 0.0 and not found.flagged["colour"].any()

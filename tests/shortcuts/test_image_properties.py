@@ -50,7 +50,7 @@ def test_the_registry_matches_the_literal_and_every_statistic_has_its_names():
         tuple(PROPERTIES)
         == PROPERTY_NAMES
         == (
-            "colour", "brightness", "sharpness", "noise", "compression", "tone", "registration", "stripes",
+            "colour", "hue", "brightness", "sharpness", "noise", "compression", "tone", "registration", "stripes",
             "interlacing", "fixed_pattern", "signature",
         )
     )  # fmt: skip
@@ -341,8 +341,8 @@ def test_the_noise_transfer_is_seeded():
 
 def test_colour_needs_three_channels_and_the_others_take_any():
     assert not PROPERTIES["colour"].applies(1) and PROPERTIES["colour"].applies(3)
-    assert all(PROPERTIES[name].applies(1) and PROPERTIES[name].applies(4) for name in PROPERTY_NAMES[1:4])
-    assert not PROPERTIES["signature"].applies(1)  # it holds the colour
+    assert all(PROPERTIES[name].applies(1) and PROPERTIES[name].applies(4) for name in PROPERTY_NAMES[2:5])
+    assert not PROPERTIES["signature"].applies(1) and not PROPERTIES["hue"].applies(1)  # they hold the colour
     with pytest.raises(ValueError, match="colour needs RGB images"):
         colour_statistic(textured(1, channels=1))
     assert torch.equal(luminance(textured(1, channels=1)), textured(1, channels=1)[:, 0])
