@@ -105,7 +105,9 @@ def test_a_test_whose_first_recipients_show_no_excess_stops_there_and_a_shortcut
     measured = {name: [t.recipients for t in found.transfers[name]] for name in ("colour", "brightness")}
     assert measured["colour"][2] == 32 and found.transfers["colour"][2].flip_rate == 1.0  # the cast: in full
     assert found.flagged["colour"].tolist() == [False, False, True]
-    assert measured["brightness"] == [16, 16, 16]  # nothing to find: the first look (8 of each other class)
+    assert measured["brightness"] == [8, 8, 8]  # none of the early look's recipients flipped (4 of each other class)
+    # class 0's colour flips half its recipients to class 0, as its control does: stopped at the first look (16)
+    assert measured["colour"][:2] == [16, 8] and found.transfers["colour"][0].control_flip_rate == 0.5
     assert all(t.p_value == 1.0 for t in found.transfers["brightness"])  # a stopped test claims nothing
     # its flips alone were under half the floor: no control forwarded, its suspicion the most the excess can be
     assert all(
