@@ -402,8 +402,9 @@ def discover_properties(
     of each recipient (P + 2 x properties x sum over classes of recipients images, at most; a test whose
     ``first_look`` recipients show no excess stops there, and with ``signature`` among the properties a class
     whose signature's suspicion stays under ``alert_threshold`` is not tested for the properties the signature gives:
-    on a model with no global shortcut, about 4 x ``first_look`` images per class, the first looks of the signature,
-    the compression, the tone and the fixed pattern, and the hue's when named).
+    on a model with no global shortcut, at most 4 x ``first_look`` images per class, the first looks of the signature,
+    the compression, the tone and the fixed pattern, and the hue's when named; :data:`EARLY_LOOK` each where none of
+    those flips).
     The noise transfer's draws are each recipient's own (:class:`~.image_properties.ImageSeeds`, from ``seed``, the
     class and the arm): the transfers are the same on every process for the same probes and seed, whatever
     ``batch_size`` and ``first_look``.
