@@ -427,9 +427,8 @@ def discover_properties(
         first_look: recipients measured first (None: every one at once, and every test runs); a test whose first
             ones give a suspicion under half of ``alert_threshold`` stops there, as one does whose first
             :data:`EARLY_LOOK` flip none: its rates are theirs, its p-value 1 (it cannot fire, and claims nothing in
-            the Holm family); and a class whose signature's suspicion is under
-            ``alert_threshold`` is not tested for the properties the signature gives
-            (:data:`~.image_properties.SIGNATURE_PARTS`).
+            the Holm family); and a class whose signature's suspicion is under ``alert_threshold`` is not tested for
+            the properties the signature gives (:data:`~.image_properties.SIGNATURE_PARTS`).
 
     Example:
         >>> from gradskip_lightning.core.normalisation import Normalisation
@@ -484,7 +483,7 @@ def discover_properties(
     # statistics one at a time (:func:`_skipped`)
     signature = tuple(test(label, "signature") for label in range(num_classes)) if "signature" in chosen else None
 
-    def skipped(name: PropertyName, label: int) -> bool:  # compression and tone are not in it: always tested
+    def skipped(name: PropertyName, label: int) -> bool:  # those the signature does not give: always tested
         if signature is None or first_look is None or name not in SIGNATURE_PARTS:
             return False
         return not signature[label].suspicion >= alert_threshold  # NaN (no recipients) included

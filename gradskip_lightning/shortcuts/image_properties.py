@@ -98,17 +98,17 @@ image shows. Means and spreads flagged classes of clean models whose objects or 
   H + W numbers, the only property whose size is the image's (``lines``). The transfer multiplies every channel's
   lines by ``(1 + target) / (1 + own)`` (rows, then columns, :data:`_LINE_ROUNDS` times: the statistic within 1e-5
   of the target on textures). The pattern itself is what moves, phase included: ``stripes``' finer-pattern shares
-  say how much of it there is, and a gain on the recipient's own pattern gave a model that had learned one sensor's
-  column gains no flips (its pattern is the sensor's, not a share). Not in the signature, so tested for every class:
-  given in the signature too, a donor's profile found the same sensor's gains there, but the signature then lost two
-  learned flags it had found (a radial aberration's, a halved saturation's) on the same weights; given together with
-  the tone and the compression (one more joint test, as a gate), it halved the tone's flips on a white balance and
-  the pattern's on the sensor (0.61 to 0.30, 0.45 to 0.23).
-- ``signature`` (3 channels): the image-wide signature, every statistic above but the blockiness and the tone
-  at once (α, β, Y's median, the high-frequency share, the noise estimate, the channels' displacements and
-  magnifications, the stripes, the fields' displacements); the transfer applies registration, interlacing, noise,
-  sharpness, stripes, colour and brightness in turn (brightness last: it is exact, the others to within what the
-  later transfers move them).
+  say how much of it there is, and a gain on the recipient's own pattern gave two models that had learned one
+  sensor's column gains a suspicion of 0.02 (its pattern is the sensor's, not a share). Not in the signature, so
+  tested for every class: given in the signature too, a donor's profile found the same sensor's gains there, but the
+  signature then lost two learned flags it had found (a radial aberration's, a halved saturation's) on the same
+  weights; given together with the tone and the compression (one more joint test, as a gate), it halved the tone's
+  flips on a white balance and the pattern's on the sensor (0.61 to 0.30, 0.45 to 0.23).
+- ``signature`` (3 channels): the image-wide signature, every statistic above but the hue, the blockiness, the tone
+  and the fixed pattern at once (α, β, Y's median, the high-frequency share, the noise estimate, the channels'
+  displacements and magnifications, the stripes, the fields' displacements); the transfer applies registration,
+  interlacing, noise, sharpness, stripes, colour and brightness in turn (brightness last: it is exact, the others to
+  within what the later transfers move them).
   Acquisition (a stain, a white balance, a gain) moves several statistics at once, and a model may need all of
   them: giving one at a time then flips nothing. Compression stays a property of its own: JPEG-encoding the
   recipients together with the other transfers flipped a young planted-shapes model's recipients to a class
@@ -724,6 +724,14 @@ def _edge_strength(values: Tensor) -> Tensor:
     return (across.square() + down.square()).sqrt()
 
 
+def _centred(strengths: list[Tensor]) -> tuple[list[Tensor], Tensor]:
+    """Edge strengths (B, H, W) of two sets of images, each less its image's mean, and (B,) bool: where either image
+    has no edge (a cross-correlation of a flat image has no peak)."""
+    centred = [values - values.mean(dim=(1, 2), keepdim=True) for values in strengths]
+    flat = (centred[0].abs().amax(dim=(1, 2)) == 0) | (centred[1].abs().amax(dim=(1, 2)) == 0)
+    return centred, flat
+
+
 def _vertex(before: Tensor, peak: Tensor, after: Tensor) -> Tensor:
     """(B,) the offset in [-0.5, 0.5] of the vertex of the parabola through three neighbouring values (B,) each from
     the middle one; 0 where they do not curve down."""
@@ -745,8 +753,7 @@ def channel_displacement(moving: Tensor, reference: Tensor) -> Tensor:
         [[1.0, 0.0]]
     """
     height, width = moving.shape[1:]
-    edges = [_edge_strength(values) for values in (moving, reference)]
-    edges = [values - values.mean(dim=(1, 2), keepdim=True) for values in edges]
+    edges, flat = _centred([_edge_strength(values) for values in (moving, reference)])
     correlation = torch.fft.ifft2(torch.fft.fft2(edges[0]) * torch.fft.fft2(edges[1]).conj()).real  # [b, dy, dx]
     shifts = torch.arange(-MAX_SHIFT, MAX_SHIFT + 1, device=moving.device)
     near = correlation[:, shifts % height][:, :, shifts % width].flatten(1)  # (B, (2M + 1)^2)
@@ -759,7 +766,6 @@ def channel_displacement(moving: Tensor, reference: Tensor) -> Tensor:
 
     peak = at(0, 0)
     offset = torch.stack([col + _vertex(at(0, -1), peak, at(0, 1)), row + _vertex(at(-1, 0), peak, at(1, 0))], dim=1)
-    flat = (edges[0].abs().amax(dim=(1, 2)) == 0) | (edges[1].abs().amax(dim=(1, 2)) == 0)
     return torch.where(flat[:, None], 0.0, offset.to(moving.dtype))
 
 
@@ -767,11 +773,8 @@ def _shift_along_lines(moving: Tensor, reference: Tensor) -> Tensor:
     """(B,): how far images ``moving`` (B, L, W) are displaced to the right of ``reference`` (B, L, W), in pixels: the
     peak of the circular cross-correlation of their horizontal edge strengths (mean removed), summed over the L
     lines, searched within :data:`MAX_SHIFT` px and refined by a parabola; 0 where either has no edge."""
-    edges = []
-    for values in (moving, reference):
-        padded = F.pad(values, (1, 1), mode="replicate")
-        strength = (padded[..., 2:] - padded[..., :-2]).abs()
-        edges.append(strength - strength.mean(dim=(1, 2), keepdim=True))
+    padded = [F.pad(values, (1, 1), mode="replicate") for values in (moving, reference)]
+    edges, flat = _centred([(values[..., 2:] - values[..., :-2]).abs() for values in padded])
     correlation = torch.fft.ifft(torch.fft.fft(edges[0]) * torch.fft.fft(edges[1]).conj()).real.sum(dim=1)  # (B, lag)
     width = moving.shape[2]
     shifts = torch.arange(-MAX_SHIFT, MAX_SHIFT + 1, device=moving.device)
@@ -779,7 +782,6 @@ def _shift_along_lines(moving: Tensor, reference: Tensor) -> Tensor:
     image = torch.arange(len(moving), device=moving.device)
     peak = correlation[image, best % width]
     offset = best + _vertex(correlation[image, (best - 1) % width], peak, correlation[image, (best + 1) % width])
-    flat = (edges[0].abs().amax(dim=(1, 2)) == 0) | (edges[1].abs().amax(dim=(1, 2)) == 0)
     return torch.where(flat, 0.0, offset.to(moving.dtype))
 
 
