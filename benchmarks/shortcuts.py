@@ -1,16 +1,18 @@
 """Shortcuts with no place, shared by the ``discovery`` and ``properties`` benchmarks: a change of every pixel
 of one class's images (a colour cast, a darkening, a blur, extra noise, and the acquisition families: white
 balance, a stain change, gain, gamma, saturation, JPEG, a lower resolution, defocus, sensor noise, a chromatic
-aberration, row banding, a radial chromatic aberration, interlacing, column fixed-pattern noise), made in pixel
-space ([0, 1] units) under the datamodule's normalisation, on its training, validation and test images alike.
+aberration, row banding, a radial chromatic aberration, interlacing, column fixed-pattern noise, uneven
+illumination), made in pixel space ([0, 1] units) under the datamodule's normalisation, on its training, validation
+and test images alike.
 
-The acquisition families use torchvision's maintained transforms (``torchvision.transforms.v2.functional``:
-``adjust_brightness``, ``adjust_contrast``, ``adjust_gamma``, ``adjust_saturation``, ``jpeg``, ``resize``,
-``gaussian_blur``) where one exists; the per-channel gains, the stain change (Beer-Lambert optical density
-with Ruifrok and Johnston's H&E stain vectors, as Macenko's normalisation uses them) and the
-signal-dependent sensor noise are written here (no torchvision transform does them). The held-out families
-(:data:`HELD_OUT`: a vignette, a hue rotation, sharpening, lower contrast, stuck pixels, a dark frame, column
-stripes) chose no default: they measure what the stage finds beyond what it was tuned on.
+The families use torchvision's maintained transforms (``torchvision.transforms.v2.functional``: ``adjust_brightness``,
+``adjust_contrast``, ``adjust_gamma``, ``adjust_saturation``, ``adjust_hue``, ``jpeg``, ``resize``, ``gaussian_blur``,
+``resized_crop``, ``posterize``) where one exists; the per-channel gains, the stain change (Beer-Lambert optical density
+with Ruifrok and Johnston's H&E stain vectors, as Macenko's normalisation uses them), the signal-dependent sensor noise,
+the illumination's slope and the motion blur are written here (no torchvision transform does them). The held-out
+families (:data:`HELD_OUT`: a vignette, a hue rotation, sharpening, lower contrast, stuck pixels, a dark frame, column
+stripes, a higher magnification, a motion blur, a lower bit depth) chose no default: they measure what the stage finds
+beyond what it was tuned on.
 
 :class:`ShortcutDataset` is the one wrapper (a class's images, every image, or a share of every class's);
 :data:`SHORTCUTS` the one table; :func:`add_shortcut` puts one on a datamodule's splits and
@@ -43,6 +45,8 @@ ShortcutName = Literal[
     "vignette", "hue", "sharpen", "contrast", "chromatic", "dead_pixels", "frame", "banding",
     "radial_chromatic", "column_stripes", "interlace", "column_noise",
     "radial_chromatic_strong", "interlace_strong", "column_noise_strong",
+    "illumination", "zoom", "motion_blur", "posterize",
+    "illumination_strong", "zoom_strong", "motion_blur_strong", "posterize_strong",
 ]  # fmt: skip
 #: The acquisition families (each a variant of the discovery benchmark, with its control); ``resolution_strong`` and
 #: ``focus_strong`` at strengths a BloodMNIST model learns (the halved resolution and sigma 1.5 px were not).
@@ -50,7 +54,7 @@ ACQUISITION: tuple[ShortcutName, ...] = (
     "white_balance", "stain", "gain", "gamma", "saturation", "jpeg", "resolution", "focus", "sensor_noise",
     "resolution_strong", "focus_strong", "chromatic", "banding",
     "radial_chromatic", "interlace", "radial_chromatic_strong", "interlace_strong",
-    "column_noise", "column_noise_strong",
+    "column_noise", "column_noise_strong", "illumination", "illumination_strong",
 )  # fmt: skip
 #: Acquisition differences kept out of every choice of the stage's defaults (opt in with ``--variants``): how the
 #: stage fares on what it was never tuned on. Their ``property`` is the stage's nearest one, not a promise. (The
@@ -58,9 +62,11 @@ ACQUISITION: tuple[ShortcutName, ...] = (
 #: ``stripes`` and are acquisition families now, as are the radial aberration, the interlacing and the column
 #: fixed-pattern noise, which chose the channels' magnification, ``interlacing`` and ``fixed_pattern``; the column
 #: stripes were added to hold out ``stripes``. The hue rotation chose ``hue``, which the stage tests only when
-#: named: at its defaults it is still held out.)
+#: named: at its defaults it is still held out. The uneven illumination, held out with the magnification, the
+#: motion blur and the bit depth, chose ``illumination``.)
 HELD_OUT: tuple[ShortcutName, ...] = (
     "vignette", "hue", "sharpen", "contrast", "dead_pixels", "frame", "column_stripes",
+    "zoom", "motion_blur", "posterize", "zoom_strong", "motion_blur_strong", "posterize_strong",
 )  # fmt: skip
 
 
@@ -163,6 +169,57 @@ def _vignette(depth: float) -> Change:
         rows = torch.linspace(-1.0, 1.0, height, dtype=pixels.dtype)[:, None]
         cols = torch.linspace(-1.0, 1.0, width, dtype=pixels.dtype)[None, :]
         return pixels * (1 - depth * (rows**2 + cols**2) / 2)
+
+    return change
+
+
+def _illumination(tilt: float) -> Change:
+    """Multiplies the pixels by ``1 + tilt * x``, x from -1 at the left edge to 1 at the right (a lamp off the
+    optical axis: one side lit more, the mean kept).
+
+    >>> [round(v, 2) for v in _illumination(0.2)(torch.ones(1, 1, 3), 0)[0, 0].tolist()]
+    [0.8, 1.0, 1.2]
+    """
+
+    def change(pixels: Tensor, index: int) -> Tensor:
+        return pixels * (1 + tilt * torch.linspace(-1.0, 1.0, pixels.shape[-1], dtype=pixels.dtype))
+
+    return change
+
+
+def _zoom(magnification: float) -> Change:
+    """A higher magnification: the centre ``1 / magnification`` of the image resized to the whole (antialiased;
+    torchvision's ``resized_crop``)."""
+
+    def change(pixels: Tensor, index: int) -> Tensor:
+        height, width = pixels.shape[-2:]
+        crop_h, crop_w = round(height / magnification), round(width / magnification)
+        top, left = (height - crop_h) // 2, (width - crop_w) // 2
+        return TF.resized_crop(pixels, top, left, crop_h, crop_w, [height, width], antialias=True)
+
+    return change
+
+
+def _motion_blur(length: int) -> Change:
+    """The mean of ``length`` px along each row (a stage moving during the exposure; edges repeated).
+
+    >>> _motion_blur(3)(torch.tensor([[[0.0, 3.0, 0.0]]]), 0).tolist()
+    [[[1.0, 1.0, 1.0]]]
+    """
+
+    def change(pixels: Tensor, index: int) -> Tensor:
+        padded = F.pad(pixels[None], ((length - 1) // 2, length // 2, 0, 0), mode="replicate")[0]
+        return padded.unfold(-1, length, 1).mean(-1)
+
+    return change
+
+
+def _posterize(bits: int) -> Change:
+    """Keeps ``bits`` bits of each 8-bit channel (a camera of lower bit depth; torchvision's ``posterize``)."""
+
+    def change(pixels: Tensor, index: int) -> Tensor:
+        levels = (pixels.clamp(0, 1) * 255).round().to(torch.uint8)
+        return TF.posterize(levels, bits).to(pixels.dtype) / 255
 
     return change
 
@@ -309,6 +366,18 @@ SHORTCUTS: dict[ShortcutName, Shortcut] = {
     "column_noise_strong": Shortcut(
         "fixed_pattern", "fixed-pattern noise, column gains of deviation 10 %", _column_noise(0.1)
     ),
+    "illumination": Shortcut(
+        "illumination", "uneven illumination, light x 0.8 at the left edge to x 1.2 at the right", _illumination(0.2)
+    ),
+    "zoom": Shortcut("sharpness", "magnified x 1.25 (torchvision resized_crop)", _zoom(1.25)),
+    "motion_blur": Shortcut("sharpness", "motion blur, 5 px along the rows", _motion_blur(5)),
+    "posterize": Shortcut("compression", "4 bits a channel (torchvision posterize)", _posterize(4)),
+    "illumination_strong": Shortcut(
+        "illumination", "uneven illumination, light x 0.65 at the left edge to x 1.35 at the right", _illumination(0.35)
+    ),
+    "zoom_strong": Shortcut("sharpness", "magnified x 1.5 (torchvision resized_crop)", _zoom(1.5)),
+    "motion_blur_strong": Shortcut("sharpness", "motion blur, 9 px along the rows", _motion_blur(9)),
+    "posterize_strong": Shortcut("compression", "3 bits a channel (torchvision posterize)", _posterize(3)),
 }
 
 

@@ -38,6 +38,10 @@ Variant = Literal[
     "radial_chromatic_control", "column_stripes_control", "interlace_control", "column_noise_control",
     "radial_chromatic_strong", "interlace_strong", "column_noise_strong",
     "radial_chromatic_strong_control", "interlace_strong_control", "column_noise_strong_control",
+    "illumination", "zoom", "motion_blur", "posterize",
+    "illumination_control", "zoom_control", "motion_blur_control", "posterize_control",
+    "illumination_strong", "zoom_strong", "motion_blur_strong", "posterize_strong",
+    "illumination_strong_control", "zoom_strong_control", "motion_blur_strong_control", "posterize_strong_control",
 ]  # fmt: skip
 VARIANTS: tuple[Variant, ...] = get_args(Variant)
 #: The variants whose class carries a shortcut with a place (the transplant's targets).

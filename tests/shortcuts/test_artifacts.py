@@ -213,7 +213,16 @@ def test_an_image_given_a_property_has_the_drawn_donors_statistic_to_rounding(ch
     assert names == (
         list(PROPERTY_NAMES)
         if channels == 3
-        else ["brightness", "sharpness", "noise", "compression", "stripes", "interlacing", "fixed_pattern"]
+        else [
+            "brightness",
+            "sharpness",
+            "noise",
+            "compression",
+            "stripes",
+            "interlacing",
+            "fixed_pattern",
+            "illumination",
+        ]
     )
     for name in (name for name in names if name not in ("registration", "interlacing")):  # see reaches()
         statistic = correction_property(name).statistic

@@ -25,6 +25,7 @@ from gradskip_lightning.shortcuts.image_properties import (
     PixelSpace,
     hue_statistic,
     hue_transfer,
+    illumination_statistic,
     noise_statistic,
 )
 
@@ -105,9 +106,9 @@ def test_a_test_whose_first_recipients_show_no_excess_stops_there_and_a_shortcut
     measured = {name: [t.recipients for t in found.transfers[name]] for name in ("colour", "brightness")}
     assert measured["colour"][2] == 32 and found.transfers["colour"][2].flip_rate == 1.0  # the cast: in full
     assert found.flagged["colour"].tolist() == [False, False, True]
-    assert measured["brightness"] == [8, 8, 8]  # none of the early look's recipients flipped (4 of each other class)
+    assert measured["brightness"] == [6, 6, 6]  # none of the early look's recipients flipped (3 of each other class)
     # class 0's colour flips half its recipients to class 0, as its control does: stopped at the first look (16)
-    assert measured["colour"][:2] == [16, 8] and found.transfers["colour"][0].control_flip_rate == 0.5
+    assert measured["colour"][:2] == [16, 6] and found.transfers["colour"][0].control_flip_rate == 0.5
     assert all(t.p_value == 1.0 for t in found.transfers["brightness"])  # a stopped test claims nothing
     # its flips alone were under half the floor: no control forwarded, its suspicion the most the excess can be
     assert all(
@@ -174,14 +175,18 @@ def test_a_class_whose_signature_shows_nothing_is_not_tested_one_property_at_a_t
     assert full.flagged["colour"].tolist() == found.flagged["colour"].tolist()
 
 
-def test_a_model_reading_the_objects_is_not_flagged():
+def test_a_model_reading_the_objects_is_not_flagged_but_objects_on_one_side_read_as_uneven_illumination():
+    """The toy's objects are one half of the image brighter than the other, as a lamp off the axis makes it: the
+    illumination's slopes carry them (a limit of that property: a class whose objects sit to one side)."""
     images, classes = cast_case()
     found = discover_properties(ObjectModel(), images, classes, 3, PROPERTY_NAMES, space=_space(images),
                                 alert_threshold=0.3, first_look=None)  # every property, hue too  # fmt: skip
     assert found.transfers["colour"][2].separability == 1.0  # the data still has the cast ...
-    for name in PROPERTY_NAMES:  # ... but the model does not read it
+    for name in (name for name in PROPERTY_NAMES if name != "illumination"):  # ... but the model does not read it
         assert not found.flagged[name].any(), (name, found.suspicion[name])
         assert max(t.flip_rate for t in found.transfers[name]) < 0.2, name
+    assert found.flagged["illumination"].all()
+    assert [t.flip_rate for t in found.transfers["illumination"]] == [1.0, 1.0, 1.0]
 
 
 def test_recipients_and_forwards_are_counted_and_examples_kept():
@@ -254,8 +259,8 @@ def test_a_large_excess_on_few_recipients_is_not_flagged():
     found = discover_properties(CastModel(), images, classes, 3, space=_space(images), alert_threshold=0.5)
     cast = found.transfers["colour"][2]
     assert cast.recipients == 6 and cast.suspicion == 1.0 and cast.p_value == 2.0**-6
-    # colour and signature both 2 ** -6, the smallest of 33 (11 properties x 3 classes): Holm gives both 33 x 2 ** -6
-    assert found.p_value["colour"][2].item() == pytest.approx(33 * 2.0**-6) and not found.flagged["colour"].any()
+    # colour and signature both 2 ** -6, the smallest of 36 (12 properties x 3 classes): Holm gives both 36 x 2 ** -6
+    assert found.p_value["colour"][2].item() == pytest.approx(36 * 2.0**-6) and not found.flagged["colour"].any()
     assert discover_properties(CastModel(), images, classes, 3, space=_space(images), alert_threshold=0.5,
                                alpha=0.95).flagged["colour"].tolist() == [False, False, True]  # fmt: skip
 
@@ -338,7 +343,7 @@ def test_colour_on_greyscale_probes_is_refused_when_named_and_left_out_by_defaul
         discover_properties(model, grey, classes, 3, ["colour", "noise"], space=space, alert_threshold=0.5)
     found = discover_properties(model, grey, classes, 3, space=space, alert_threshold=0.5)
     assert tuple(found.transfers) == (
-        "brightness", "sharpness", "noise", "compression", "stripes", "interlacing", "fixed_pattern",
+        "brightness", "sharpness", "noise", "compression", "stripes", "interlacing", "fixed_pattern", "illumination",
     )  # fmt: skip
 
 
@@ -363,9 +368,9 @@ def test_a_shortcut_on_two_axes_is_found_by_the_signature_alone_and_its_main_axi
     assert signature.flip_rate == 1.0 and signature.control_flip_rate == 0.0 and signature.recipients == 16
     assert found.flagged["signature"].tolist() == [False, False, True]
     for name in ("colour", "brightness", "sharpness", "noise", "compression", "tone", "registration", "stripes",
-                 "interlacing", "fixed_pattern"):  # fmt: skip
+                 "interlacing", "fixed_pattern", "illumination"):  # fmt: skip
         assert found.transfers[name][2].flip_rate == 0.0 and not found.flagged[name].any(), name
-    assert found.p_value["signature"][2].item() == pytest.approx(11 * 3 * 2.0**-16)  # Holm, the smallest of 33
+    assert found.p_value["signature"][2].item() == pytest.approx(12 * 3 * 2.0**-16)  # Holm, the smallest of 36
     axis = found.axis(2)
     assert axis is not None and axis[1] == 0.0  # no single axis carries any of it
     _, text = property_alert_text(found, "signature", 2, ["left", "right", "stained"], 0)
@@ -489,3 +494,40 @@ def test_a_model_reading_a_hue_rotation_is_flagged_for_hue_not_for_the_colour_me
     assert found.flagged["hue"].tolist() == [False, False, True]
     # the medians of α and β are the background's, which a hue rotation of the object leaves where it was
     assert found.transfers["colour"][2].flip_rate == 0.0 and not found.flagged["colour"].any()
+
+
+class LampModel:
+    """Class 2 iff the light falls from the left edge to the right (:func:`illumination_statistic`'s x slope under
+    -0.1); otherwise class 0 if the image's centre is brighter than the whole image, else class 1."""
+
+    def __call__(self, images: Tensor) -> Tensor:
+        pixels = images * STD[0] + MEAN[0]
+        lit = illumination_statistic(pixels.double())[:, 0] < -0.1
+        quarter = SIDE // 4
+        centre = pixels[:, :, quarter:-quarter, quarter:-quarter].mean(dim=(1, 2, 3))
+        bright = centre > pixels.mean(dim=(1, 2, 3))
+        return torch.where(torch.stack([~lit & bright, ~lit & ~bright, lit], dim=1), 5.0, -5.0).to(images.dtype)
+
+
+def test_a_model_reading_a_lamp_off_the_axis_is_flagged_for_the_illumination_not_the_brightness():
+    generator = torch.Generator().manual_seed(0)
+    classes = torch.arange(3).repeat_interleave(8)
+    pixels = 0.4 + 0.15 * torch.rand(len(classes), 1, SIDE, SIDE, generator=generator).expand(-1, 3, -1, -1)
+    quarter = SIDE // 4
+    centre = pixels[:, :, quarter:-quarter, quarter:-quarter]
+    centre += torch.where(classes == 1, -0.15, 0.15)[:, None, None, None]  # the objects: a bright or dark centre
+    x = torch.linspace(-1.0, 1.0, SIDE)
+    pixels[classes == 2] *= 1 - 0.3 * x  # a lamp off the axis: 30 % more light at the left edge, 30 % less at the right
+    images = (pixels - MEAN[0]) / STD[0]
+    model = LampModel()
+    assert (model(images).argmax(dim=1) == classes).all()
+    found = discover_properties(model, images, classes, 3, space=_space(images), alert_threshold=0.5)
+    lamp = found.transfers["illumination"][2]
+    assert lamp.recipients == 16 and lamp.flip_rate == 1.0 and lamp.control_flip_rate == 0.0
+    assert found.flagged["illumination"].tolist() == [False, False, True]
+    # the signature (the median brightness within it) does not carry the slope, so its single tests do not run
+    assert found.transfers["signature"][2].flip_rate == 0.0 and not found.flagged["signature"].any()
+    assert found.transfers["brightness"][2].skipped
+    # the fine line profiles carry part of it: their Fourier series sees a 16 px ramp as a sawtooth, whose finer
+    # harmonics a 28 px BloodMNIST image keeps less of (the fixed pattern's suspicion there: 0.13 at most)
+    assert found.transfers["fixed_pattern"][2].flip_rate < lamp.flip_rate

@@ -21,6 +21,8 @@ from gradskip_lightning.shortcuts.image_properties import (
     channel_magnification,
     colour_statistic,
     colour_transfer,
+    illumination_statistic,
+    illumination_transfer,
     interlacing_statistic,
     interlacing_transfer,
     luminance,
@@ -51,7 +53,7 @@ def test_the_registry_matches_the_literal_and_every_statistic_has_its_names():
         == PROPERTY_NAMES
         == (
             "colour", "hue", "brightness", "sharpness", "noise", "compression", "tone", "registration", "stripes",
-            "interlacing", "fixed_pattern", "signature",
+            "interlacing", "fixed_pattern", "illumination", "signature",
         )
     )  # fmt: skip
     pixels = textured(3)[..., :20]  # 28 x 20: a line property's size is the image's H + W
@@ -175,6 +177,23 @@ def test_interlacing_measures_how_far_the_odd_rows_and_columns_are_moved_and_mov
     targets = torch.tensor([[0.5, 0.0], [0.0, 0.0], [-2.0, 0.0], [0.0, 1.5]], dtype=torch.float64)  # one way each
     torch.testing.assert_close(interlacing_statistic(interlacing_transfer(images, targets)), targets, atol=0.15, rtol=0)
     torch.testing.assert_close(interlacing_transfer(images, targets)[:, :, 0::2, 0::2], images[:, :, 0::2, 0::2])
+
+
+def test_illumination_is_the_slope_of_the_light_across_the_field_and_its_transfer_is_a_gain():
+    pixels = textured(4)
+    x = torch.linspace(-1.0, 1.0, 28, dtype=torch.float64)
+    lit = pixels * (1 + 0.35 * x)  # 35 % more light at the right edge than in the middle, 35 % less at the left
+    slopes = illumination_statistic(lit) - illumination_statistic(pixels)
+    assert torch.allclose(slopes[:, 0], torch.full((4,), 0.35, dtype=torch.float64), atol=0.02)
+    assert slopes[:, 1].abs().max() < 0.01  # nothing from top to bottom
+    vignette = 1 - 0.15 * (x[:, None].square() + x.square())  # symmetric: no slope
+    assert illumination_statistic(pixels * vignette).sub(illumination_statistic(pixels)).abs().max() < 0.01
+    given = illumination_transfer(pixels, illumination_statistic(lit))
+    assert torch.allclose(illumination_statistic(given), illumination_statistic(lit), atol=1e-6)
+    assert torch.allclose(given / pixels, (given / pixels)[:, :1], atol=1e-12)  # one gain for every channel
+    off_centre = torch.full((1, 3, 28, 28), 0.8, dtype=torch.float64)
+    off_centre[..., 10:18, 2:10] = 0.3  # a dark object on the left: content reads as a slope too
+    assert 0.08 < illumination_statistic(off_centre)[0, 0] < 0.1  # as 9 % more light at the right edge would
 
 
 def test_stripes_measure_even_rows_against_odd_ones_and_finer_patterns_and_reach_them():

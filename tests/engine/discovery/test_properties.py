@@ -141,7 +141,9 @@ def test_a_failed_property_transfer_fails_the_stage_alone(tmp_path, monkeypatch)
 def test_the_default_takes_every_property_that_applies_and_a_named_one_must_apply():
     assert DiscoveryStage().properties_for(3) == tuple(name for name in PROPERTY_NAMES if name != "hue")  # named only
     assert DiscoveryStage(properties=["hue"]).properties_for(3) == ("hue",)
-    greyscale = ("brightness", "sharpness", "noise", "compression", "stripes", "interlacing", "fixed_pattern")
+    greyscale = (
+        "brightness", "sharpness", "noise", "compression", "stripes", "interlacing", "fixed_pattern", "illumination",
+    )  # fmt: skip
     assert DiscoveryStage().properties_for(1) == greyscale
     assert DiscoveryStage(properties=["noise", "colour"]).properties == ("noise", "colour")  # a YAML list
     assert DiscoveryStage(properties=()).properties_for(3) == ()
