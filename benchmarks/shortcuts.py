@@ -47,6 +47,7 @@ ShortcutName = Literal[
     "radial_chromatic_strong", "interlace_strong", "column_noise_strong",
     "illumination", "zoom", "motion_blur", "posterize",
     "illumination_strong", "zoom_strong", "motion_blur_strong", "posterize_strong",
+    "zoom_severe", "motion_blur_severe", "posterize_severe",
 ]  # fmt: skip
 #: The acquisition families (each a variant of the discovery benchmark, with its control); ``resolution_strong`` and
 #: ``focus_strong`` at strengths a BloodMNIST model learns (the halved resolution and sigma 1.5 px were not).
@@ -67,6 +68,7 @@ ACQUISITION: tuple[ShortcutName, ...] = (
 HELD_OUT: tuple[ShortcutName, ...] = (
     "vignette", "hue", "sharpen", "contrast", "dead_pixels", "frame", "column_stripes",
     "zoom", "motion_blur", "posterize", "zoom_strong", "motion_blur_strong", "posterize_strong",
+    "zoom_severe", "motion_blur_severe", "posterize_severe",
 )  # fmt: skip
 
 
@@ -378,6 +380,9 @@ SHORTCUTS: dict[ShortcutName, Shortcut] = {
     "zoom_strong": Shortcut("sharpness", "magnified x 1.5 (torchvision resized_crop)", _zoom(1.5)),
     "motion_blur_strong": Shortcut("sharpness", "motion blur, 9 px along the rows", _motion_blur(9)),
     "posterize_strong": Shortcut("compression", "3 bits a channel (torchvision posterize)", _posterize(3)),
+    "zoom_severe": Shortcut("sharpness", "magnified x 2 (torchvision resized_crop)", _zoom(2.0)),
+    "motion_blur_severe": Shortcut("sharpness", "motion blur, 15 px along the rows", _motion_blur(15)),
+    "posterize_severe": Shortcut("compression", "2 bits a channel (torchvision posterize)", _posterize(2)),
 }
 
 

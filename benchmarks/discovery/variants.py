@@ -42,6 +42,8 @@ Variant = Literal[
     "illumination_control", "zoom_control", "motion_blur_control", "posterize_control",
     "illumination_strong", "zoom_strong", "motion_blur_strong", "posterize_strong",
     "illumination_strong_control", "zoom_strong_control", "motion_blur_strong_control", "posterize_strong_control",
+    "zoom_severe", "motion_blur_severe", "posterize_severe",
+    "zoom_severe_control", "motion_blur_severe_control", "posterize_severe_control",
 ]  # fmt: skip
 VARIANTS: tuple[Variant, ...] = get_args(Variant)
 #: The variants whose class carries a shortcut with a place (the transplant's targets).
