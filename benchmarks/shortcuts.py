@@ -136,14 +136,15 @@ def stain_change(scales: tuple[float, float]) -> Change:
     return change
 
 
+def _eight_bit(pixels: Tensor, encode: Callable[[Tensor], Tensor]) -> Tensor:
+    """``encode`` applied to the pixels as 8-bit levels (uint8), back in [0, 1] units."""
+    levels = (pixels.clamp(0, 1) * 255).round().to(torch.uint8)
+    return encode(levels).to(pixels.dtype) / 255
+
+
 def _jpeg(quality: int) -> Change:
     """Encodes the pixels as a JPEG of ``quality`` and decodes them (8 bits; torchvision's ``jpeg``)."""
-
-    def change(pixels: Tensor, index: int) -> Tensor:
-        levels = (pixels.clamp(0, 1) * 255).round().to(torch.uint8)
-        return TF.jpeg(levels, quality).to(pixels.dtype) / 255
-
-    return change
+    return lambda pixels, index: _eight_bit(pixels, lambda levels: TF.jpeg(levels, quality))
 
 
 def _resolution(factor: float) -> Change:
@@ -218,12 +219,7 @@ def _motion_blur(length: int) -> Change:
 
 def _posterize(bits: int) -> Change:
     """Keeps ``bits`` bits of each 8-bit channel (a camera of lower bit depth; torchvision's ``posterize``)."""
-
-    def change(pixels: Tensor, index: int) -> Tensor:
-        levels = (pixels.clamp(0, 1) * 255).round().to(torch.uint8)
-        return TF.posterize(levels, bits).to(pixels.dtype) / 255
-
-    return change
+    return lambda pixels, index: _eight_bit(pixels, lambda levels: TF.posterize(levels, bits))
 
 
 def _chromatic(pixels: Tensor, index: int) -> Tensor:
