@@ -107,12 +107,12 @@ image shows. Means and spreads flagged classes of clean models whose objects or 
 - ``illumination``: how unevenly the field is lit, a lamp or condenser off the optical axis: the least-squares slopes of
   Y over its mean, less 1, against x and y (from -1 at the left and top edge to 1 at the right and bottom); the transfer
   multiplies every channel by ``1 + dx x + dy y`` (``d`` what is missing, :data:`_ILLUMINATION_ROUNDS` times: within
-  1e-3 of the target on BloodMNIST). BloodMNIST's classes (cells in the middle; 800 validation images) have mean slopes
-  within 0.02 of 0 from left to right and -0.07 to 0 from top to bottom (its images are a little brighter at the top),
-  standard deviations 0.04-0.09; light 35 % stronger on one side than in the middle reads 0.40. The medians and the fine
-  line profiles leave a slope out, and a vignette (symmetric) has none. Content on one side of the image (an object
-  always to the left) reads as a slope too. Not in the signature, so tested for every class: given there too, it found
-  the same slope but lost a learned radial aberration's and a halved saturation's flags on the same weights.
+  0.0011 of the target on BloodMNIST). BloodMNIST's classes (cells in the middle; 800 validation images) have mean
+  slopes within 0.02 of 0 from left to right and -0.07 to 0 from top to bottom (its images are a little brighter at the
+  top), standard deviations 0.04-0.09; light 35 % stronger on one side than in the middle reads 0.40. The medians and
+  the fine line profiles leave a slope out, and a vignette (symmetric) has none. Content on one side of the image (an
+  object always to the left) reads as a slope too. Not in the signature, so tested for every class: given there too, it
+  found the same slope but lost a learned radial aberration's and a halved saturation's flags on the same weights.
 - ``signature`` (3 channels): the image-wide signature, every statistic above but the hue, the blockiness, the tone, the
   fixed pattern and the illumination at once (α, β, Y's median, the high-frequency share, the noise estimate, the
   channels' displacements and magnifications, the stripes, the fields' displacements); the transfer applies
@@ -821,12 +821,16 @@ def _halves(length: int) -> tuple[slice, slice]:
     return slice(length - length // 2, None), slice(None, length // 2)
 
 
+def _coordinates(height: int, width: int, like: Tensor) -> tuple[Tensor, Tensor]:
+    """x (left -1 to right 1) and y (top -1 to bottom 1) of every pixel, (H, W) each."""
+    y = torch.linspace(-1.0, 1.0, height, dtype=like.dtype, device=like.device)[:, None].expand(height, width)
+    x = torch.linspace(-1.0, 1.0, width, dtype=like.dtype, device=like.device)[None, :].expand(height, width)
+    return x, y
+
+
 def _magnified(values: Tensor, factor: Tensor) -> Tensor:
     """Images (B, H, W) magnified by ``factor`` (B,) about their centres (bilinear, edges repeated)."""
-    height, width = values.shape[1:]
-    rows = torch.linspace(-1.0, 1.0, height, dtype=values.dtype, device=values.device)
-    cols = torch.linspace(-1.0, 1.0, width, dtype=values.dtype, device=values.device)
-    grid = torch.stack(torch.meshgrid(cols, rows, indexing="xy"), dim=-1)  # (H, W, 2): x, y of each output pixel
+    grid = torch.stack(_coordinates(values.shape[1], values.shape[2], values), dim=-1)  # (H, W, 2): x, y of each pixel
     sampled = grid[None] / factor[:, None, None, None]  # where each output pixel takes its value from
     return F.grid_sample(values[:, None], sampled, mode="bilinear", padding_mode="border", align_corners=True)[:, 0]
 
@@ -1095,13 +1099,6 @@ def fixed_pattern_transfer(pixels: Tensor, targets: Tensor, draws: Draws = None)
 
 
 # ----------------------------------------------------------------------------- illumination
-
-
-def _coordinates(height: int, width: int, like: Tensor) -> tuple[Tensor, Tensor]:
-    """x (left -1 to right 1) and y (top -1 to bottom 1) of every pixel, (H, W) each."""
-    y = torch.linspace(-1.0, 1.0, height, dtype=like.dtype, device=like.device)[:, None].expand(height, width)
-    x = torch.linspace(-1.0, 1.0, width, dtype=like.dtype, device=like.device)[None, :].expand(height, width)
-    return x, y
 
 
 def illumination_statistic(pixels: Tensor) -> Tensor:

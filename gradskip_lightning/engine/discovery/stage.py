@@ -11,9 +11,9 @@ class's peak suspicion so far, kept in checkpoints), the class-mean map grid and
 strategies are images (:mod:`.images`), and a newly flagged class raises an alert. The global property
 transplants (``properties``: :mod:`.properties`) give the other classes' probes each class's colour,
 brightness, sharpness, noise, channel registration, stripes and interlacing statistics all at once (its signature)
-and, where that shows an effect, one at a time, and its compression (JPEG blockiness), tone (the background's density)
-and fixed pattern (each row's and column's own brightness), and its hue when named, with their own suspicion, keys,
-pictures and alerts.
+and, where that shows an effect, one at a time, and its compression (JPEG blockiness), tone (the background's density),
+fixed pattern (each row's and column's own brightness) and illumination (the light's slope across the field), and its
+hue when named, with their own suspicion, keys, pictures and alerts.
 
 DDP: each rank explains its shard (:func:`~.distributed.shard_positions`, padded so every rank runs
 as many forwards), the summary syncs in ``compute()`` (sums and every map, so strategies see the
