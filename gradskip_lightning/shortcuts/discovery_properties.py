@@ -69,8 +69,9 @@ from gradskip_lightning.core.validation import check_choice, check_class_targets
 from gradskip_lightning.metrics.perturbation import ACTIVATIONS, Activation
 
 from .discovery_transplant import FIRST_LOOK, MIN_TESTED_PROBES, check_first_look, interleaved, predicted_as, sign_test
-from .image_properties import PROPERTIES, PROPERTY_NAMES, SIGNATURE_PARTS, ImageSeeds, PixelSpace, PropertyName
+from .image_properties import PROPERTIES, PROPERTY_NAMES, SIGNATURE_PARTS, PixelSpace, PropertyName
 from .multiplicity import holm
+from .probe_transfers import CONTROL, TEST, ProbeTransfers
 
 __all__ = [
     "chosen_properties",
@@ -79,7 +80,6 @@ __all__ = [
     "TransferExamples",
     "discover_properties",
     "property_suspicion",
-    "separability",
 ]
 
 #: Recipients kept per class and property as pictures (before and after the transfer).
@@ -187,87 +187,30 @@ def property_suspicion(flip_rate: float, control_flip_rate: float) -> float:
     return max(0.0, flip_rate - control_flip_rate)
 
 
-def separability(statistics: Tensor, classes: Tensor, target: int) -> float:
-    """AUROC (ties one half) of minus the distance of each probe's statistics (P, S) to class ``target``'s mean
-    (leave one out for its own probes), in units of the pooled within-class deviation, telling class
-    ``target`` from the rest; NaN with fewer than 2 probes of the class or none of another.
-
-    Example:
-        >>> statistics = torch.tensor([[0.0], [0.1], [1.0], [1.2], [0.05]], dtype=torch.float64)
-        >>> separability(statistics, torch.tensor([0, 0, 1, 1, 1]), 0)  # probe 4 lies on class 0's mean
-        0.6666666666666666
-    """
-    inside = classes == target
-    count = int(inside.sum())
-    if count < 2 or count == len(classes):
-        return math.nan
-    labels, group = classes.unique(return_inverse=True)
-    sizes = torch.bincount(group, minlength=len(labels)).to(statistics)
-    means = statistics.new_zeros(len(labels), statistics.shape[1]).index_add_(0, group, statistics) / sizes[:, None]
-    dof = int((sizes - 1).sum())
-    spread = ((statistics - means[group]).square().sum(dim=0) / max(dof, 1)).sqrt()
-    scaled = statistics / torch.where(spread > 0, spread, 1.0)
-    total = scaled[inside].sum(dim=0)
-    centres = total.expand_as(scaled).clone()
-    centres[inside] = (total - scaled[inside]) / (count - 1)
-    centres[~inside] = total / count
-    score = -(scaled - centres).norm(dim=1)
-    difference = score[inside][:, None] - score[~inside][None, :]
-    return float(((difference > 0).double() + 0.5 * (difference == 0).double()).mean())
-
-
-def _control_donors(classes: Tensor, recipients: Tensor, target: int) -> Tensor:
-    """(n,) the control donor (a position) of each recipient (n,), -1 where there is none: the i-th recipient takes
-    the (i mod m)-th of the m probes of a third class, or (none: two classes) of its own class but itself.
-
-    Example:
-        >>> _control_donors(torch.tensor([0, 0, 1, 2, 2]), torch.tensor([0, 1, 2]), 2).tolist()
-        [2, 2, 0]
-    """
-    own = classes[recipients]
-    third = (classes[None] != target) & (classes[None] != own[:, None])  # (n, P)
-    positions = torch.arange(len(classes), device=classes.device)
-    same = (classes[None] == own[:, None]) & (positions[None] != recipients[:, None])
-    candidates = torch.where(third.any(dim=1, keepdim=True), third, same)
-    counts = candidates.sum(dim=1)
-    turn = torch.arange(len(recipients), device=classes.device) % counts.clamp(min=1) + 1
-    chosen = (candidates & (candidates.cumsum(dim=1) == turn[:, None])).int().argmax(dim=1)
-    return torch.where(counts > 0, chosen, -1)
-
-
 def _transfer_test(
     model: Callable[[Tensor], Tensor],
-    images: Tensor,
-    classes: Tensor,
+    probes: ProbeTransfers,
     target: int,
     name: PropertyName,
     *,
-    space: PixelSpace,
-    pixels: Tensor,
-    statistics: Tensor,
     logits: Tensor,
     batch_size: int,
     activation: Activation,
-    seed: int,
     first_look: int | None,
     futile_below: float,
 ) -> PropertyTransfer:
-    """One class's transfer test of one property, with the probes' pixels and statistics computed once; with
-    ``first_look``, stopped after that many recipients when their suspicion is below ``futile_below``."""
-    transfer = PROPERTIES[name].transfer
-    device = images.device
-    apart = separability(statistics, classes, target)
+    """One class's transfer test of one property, the probes' side (statistics, pairings, transfers) from
+    ``probes``; with ``first_look``, stopped after that many recipients when their suspicion is below
+    ``futile_below``."""
+    classes = probes.classes
+    apart = probes.separability(name, target)
     donors, others = (classes == target).nonzero()[:, 0], (classes != target).nonzero()[:, 0]
     eligible = others[~predicted_as(logits[others], target, activation)] if len(donors) else others[:0]
     eligible = interleaved(eligible, classes)
     count = len(eligible)
     if not count:
         return PropertyTransfer(name, target, 0, math.nan, math.nan, apart)
-    donor = donors[torch.arange(count, device=device) % len(donors)]
-    control = _control_donors(classes, eligible, target)
-    generator = torch.Generator().manual_seed(seed * 1_000_003 + target)
-    # each recipient's draws its own (test arm, control arm), whatever the chunks and the first look
-    seeds = torch.randint(2**62, (2, count), generator=generator)
+    control = probes.pairing(target).control[eligible]
     flips: list[Tensor] = []
     controls: list[Tensor] = []
     kept: list[Tensor] = []
@@ -283,32 +226,29 @@ def _transfer_test(
         return out
 
     def control_arm(start: int, end: int) -> Tensor:
-        has_control = control[start:end] >= 0
-        chosen = eligible[start:end][has_control]
-        drawn = ImageSeeds(seeds[1, start:end][has_control.cpu()])
-        return transfer(pixels[chosen], statistics[control[start:end][has_control]], drawn)
+        return probes.transferred(name, target, CONTROL, eligible[start:end][control[start:end] >= 0])
 
     stopped = False
     with torch.no_grad():
         for start, end in zip(starts, [*starts[1:], count], strict=True):
             if start == early < look and not bool(torch.cat(flips).any()):  # none of the first recipients flipped
                 stopped = True
-                eligible, donor, control = eligible[:early], donor[:early], control[:early]
+                eligible, control = eligible[:early], control[:early]
                 break
             if start == look:  # the first look is measured: stop, or measure its controls and stop, or go on
                 stopped = _looks_futile(flips, [], futile_below)  # the flip rate alone: the most the excess can be
                 if not stopped:
                     looked = [(a, b) for a, b in zip(starts, [*starts[1:], count]) if a < look]
-                    arms = [forward(space.inputs(control_arm(a, b), images.dtype)) for a, b in looked]
+                    arms = [forward(control_arm(a, b)) for a, b in looked]
                     controls = [predicted_as(out, target, activation) for out in arms]
                     stopped = _looks_futile(flips, controls, futile_below)
                 if stopped:
-                    eligible, donor, control = eligible[:look], donor[:look], control[:look]
+                    eligible, control = eligible[:look], control[:look]
                     break
             chunk = eligible[start:end]
-            given = transfer(pixels[chunk], statistics[donor[start:end]], ImageSeeds(seeds[0, start:end]))
+            given = probes.transferred(name, target, TEST, chunk)
             controlled = given[:0] if first and start < look else control_arm(start, end)
-            inputs = space.inputs(torch.cat([given, controlled]), images.dtype)
+            inputs = torch.cat([given, controlled])
             flipped = predicted_as(out := forward(inputs), target, activation)
             flips.append(flipped[: len(chunk)])
             controls.append(flipped[len(chunk) :])
@@ -329,11 +269,10 @@ def _transfer_test(
     return PropertyTransfer(name, target, count, flip_rate, control_rate, apart, p_value, examples, stopped)
 
 
-def _skipped(name: PropertyName, target: int, statistics: Tensor, classes: Tensor) -> PropertyTransfer:
+def _skipped(name: PropertyName, target: int, probes: ProbeTransfers) -> PropertyTransfer:
     """The test of one property of class ``target`` not run (its signature stayed under the floor): no
-    recipients, NaN rates, p-value 1, its separability (from the probes' ``statistics`` (P, S))."""
-    apart = separability(statistics, classes, target)
-    return PropertyTransfer(name, target, 0, math.nan, math.nan, apart, 1.0, skipped=True)
+    recipients, NaN rates, p-value 1, its separability."""
+    return PropertyTransfer(name, target, 0, math.nan, math.nan, probes.separability(name, target), 1.0, skipped=True)
 
 
 def _looks_futile(flips: list[Tensor], controls: list[Tensor], below: float) -> bool:
@@ -399,6 +338,7 @@ def discover_properties(
     seed: int = 0,
     logits: Tensor | None = None,
     first_look: int | None = FIRST_LOOK,
+    probes: ProbeTransfers | None = None,
 ) -> PropertyDiscovery:
     """Every class's transfer test of every property in ``properties``, its suspicion and flag.
 
@@ -412,7 +352,8 @@ def discover_properties(
     each where none of those flips).
     The noise transfer's draws are each recipient's own (:class:`~.image_properties.ImageSeeds`, from ``seed``, the
     class and the arm): the transfers are the same on every process for the same probes and seed, whatever
-    ``batch_size`` and ``first_look``.
+    ``batch_size``, ``first_look`` and the model's predictions (:mod:`.probe_transfers`); given ``probes`` from an
+    earlier call on the same probes, they are reused, not computed again.
 
     Args:
         model: images (B, C, H, W) -> logits (B, K), in eval mode (the mode is left as it is).
@@ -434,6 +375,9 @@ def discover_properties(
             :data:`EARLY_LOOK` flip none: its rates are theirs, its p-value 1 (it cannot fire, and claims nothing in
             the Holm family); and a class whose signature's suspicion is under ``alert_threshold`` is not tested for
             the properties the signature gives (:data:`~.image_properties.SIGNATURE_PARTS`).
+        probes: the :class:`~.probe_transfers.ProbeTransfers` of these ``images``, ``classes``, ``space`` and
+            ``seed`` kept from an earlier call (filled by this one; a fit's later epoch ends reuse it), None: a new
+            one; built for other probes, a ValueError.
 
     Example:
         >>> from gradskip_lightning.core.normalisation import Normalisation
@@ -468,20 +412,21 @@ def discover_properties(
     if not 0 < alpha <= 1:
         raise ValueError(f"alpha must be in (0, 1]; got {alpha}")
     classes = classes.to(images.device)
+    if probes is None:
+        probes = ProbeTransfers(images, classes, space, seed)
+    elif not probes.holds(images, classes, space, seed):
+        raise ValueError("probes (ProbeTransfers) were built for other images, classes, pixel space or seed")
     with torch.no_grad():
         if logits is None:
             logits = torch.cat(
                 [model(images[start : start + batch_size]) for start in range(0, len(images), batch_size)]
             )
         check_logits(model, logits, len(images))
-        pixels = space.pixels(images)
-    statistics = {name: PROPERTIES[name].statistic(pixels) for name in chosen}
 
     def test(label: int, name: PropertyName) -> PropertyTransfer:
         return _transfer_test(
-            model, images, classes, label, name, space=space, pixels=pixels, statistics=statistics[name],
-            logits=logits, batch_size=batch_size, activation=activation, seed=seed, first_look=first_look,
-            futile_below=alert_threshold / 2,
+            model, probes, label, name, logits=logits, batch_size=batch_size, activation=activation,
+            first_look=first_look, futile_below=alert_threshold / 2,
         )  # fmt: skip
 
     # the signature first: a class whose every statistic at once stays under the floor is not tested for those
@@ -495,7 +440,7 @@ def discover_properties(
 
     transfers = {
         name: signature if name == "signature" and signature is not None else tuple(
-            _skipped(name, label, statistics[name], classes) if skipped(name, label) else test(label, name)
+            _skipped(name, label, probes) if skipped(name, label) else test(label, name)
             for label in range(num_classes)
         )
         for name in chosen

@@ -18,10 +18,11 @@ from gradskip_lightning import Normalisation
 from gradskip_lightning.metrics import CountingModel
 from gradskip_lightning.shortcuts import DiscoverySettings, summarise_classes
 from gradskip_lightning.shortcuts.discovery import ShortcutTest, discover
-from gradskip_lightning.shortcuts.discovery_properties import discover_properties, separability
+from gradskip_lightning.shortcuts.discovery_properties import discover_properties
 from gradskip_lightning.shortcuts.discovery_transplant import FIRST_LOOK
 from gradskip_lightning.shortcuts.distinct_forward import DistinctForward
 from gradskip_lightning.shortcuts.image_properties import PROPERTIES, PixelSpace
+from gradskip_lightning.shortcuts.probe_transfers import separability
 from tests.shortcuts.test_discovery import PATCH, SIDE, StampModel, partial_stamp_case, stamp_case
 from tests.shortcuts.test_discovery_properties import MEAN, STD, cast_case
 

@@ -17,7 +17,6 @@ from gradskip_lightning.shortcuts.discovery_properties import (
     PropertyTransfer,
     discover_properties,
     property_suspicion,
-    separability,
 )
 from gradskip_lightning.shortcuts.discovery_transplant import MIN_TESTED_PROBES
 from gradskip_lightning.shortcuts.image_properties import (
@@ -287,20 +286,6 @@ def test_multi_label_flips_are_a_sigmoid_above_one_half():
     found = discover_properties(model, images, classes, 3, ["colour"], space=_space(images), alert_threshold=0.5,
                                 activation="sigmoid")  # fmt: skip
     assert found.transfers["colour"][2].flip_rate == 1.0 and found.transfers["colour"][0].recipients == 16
-
-
-def test_separability_is_one_for_separated_classes_and_about_one_half_for_the_same_distribution():
-    generator = torch.Generator().manual_seed(0)
-    classes = torch.arange(2).repeat_interleave(200)
-    same = torch.randn(400, 2, generator=generator, dtype=torch.float64)
-    shifted = same + 10 * classes[:, None]
-    assert separability(shifted, classes, 1) == 1.0 and separability(shifted, classes, 0) == 1.0
-    assert abs(separability(same, classes, 1) - 0.5) < 0.1
-    assert separability(same * torch.tensor([1.0, 1e6], dtype=torch.float64), classes, 1) == pytest.approx(
-        separability(same, classes, 1)
-    )  # in units of each statistic's within-class spread
-    assert math.isnan(separability(same[:201], classes[:201], 1))  # one probe of class 1
-    assert math.isnan(separability(same[:200], classes[:200], 0))  # no other class
 
 
 def test_the_suspicion_is_the_flip_rate_beyond_the_control():

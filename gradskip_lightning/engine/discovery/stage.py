@@ -48,6 +48,7 @@ from gradskip_lightning.shortcuts import ClassMapSummary, Discovery, DiscoverySe
 from gradskip_lightning.shortcuts.discovery_properties import PropertyDiscovery, chosen_properties, discover_properties
 from gradskip_lightning.shortcuts.distinct_forward import DistinctForward
 from gradskip_lightning.shortcuts.image_properties import PixelSpace, PropertyName
+from gradskip_lightning.shortcuts.probe_transfers import ProbeTransfers
 
 __all__ = ["DiscoveryStage", "Discoverer", "Discovered", "StageRun", "discovery_scalars", "usable_maps", "CLASS_VALUES"]
 
@@ -272,6 +273,8 @@ class Discoverer:
         self.source = ProbeSource(None, per_class, seed, keys, "discovery.probes_per_class")
         self.pixel_source = ProbeSource(None, 0, seed, keys, "discovery.pixel_probes_per_class")
         self._pixels: tuple[ProbeSet, PixelSample] | None = None  # the drawn images, on the stage's device
+        #: The property tests' probe side (statistics, pairings, transferred images), kept over the fit.
+        self.transfers: ProbeTransfers | None = None
         self.alerted: set[int] = set()
         self.peak: list[float] = []  # per class, NaN until a finite suspicion
         self.alerted_properties: set[tuple[str, int]] = set()
@@ -290,6 +293,13 @@ class Discoverer:
         if self._pixels is None or self._pixels[0] is not drawn or self._pixels[1].images.device != device:
             self._pixels = (drawn, PixelSample(drawn.images.clone().to(device), drawn.labels.to(device)))
         return self._pixels[1]
+
+    def _transfers_for(self, images: Tensor, labels: Tensor, space: PixelSpace, seed: int) -> ProbeTransfers:
+        """The property tests' statistics and transfers of these probes, kept from the last run when it had the same
+        probes (and space and seed): the probes' transfers are computed once a fit."""
+        if self.transfers is None or not self.transfers.holds(images, labels, space, seed):
+            self.transfers = ProbeTransfers(images, labels, space, seed)
+        return self.transfers
 
     @property
     def drawn(self) -> bool:
@@ -330,7 +340,7 @@ class Discoverer:
         """A new fit: draw again, alert again, peaks afresh."""
         self.source.reset()
         self.pixel_source.reset()
-        self._pixels = None
+        self._pixels, self.transfers = None, None
         self.alerted, self.alerted_properties = set(), set()
         self.peak, self.property_peak = [], {}
 
@@ -407,11 +417,12 @@ class Discoverer:
             )
             names = self.settings.properties_for(explainer.in_chans)
             try:  # the same probes and seed on every rank: it fails on all or none, with no collective inside
+                space, seed = PixelSpace.of(images, normalisation), self.settings.seed
                 properties = None if not names else discover_properties(
-                    forward, images, labels, explainer.num_classes, names,
-                    space=PixelSpace.of(images, normalisation), alert_threshold=self.settings.property_alert_threshold,
-                    alpha=self.settings.alpha, batch_size=self.settings.batch_size, activation=activation,
-                    seed=self.settings.seed,
+                    forward, images, labels, explainer.num_classes, names, space=space,
+                    alert_threshold=self.settings.property_alert_threshold, alpha=self.settings.alpha,
+                    batch_size=self.settings.batch_size, activation=activation, seed=seed,
+                    probes=self._transfers_for(images, labels, space, seed),
                 )  # fmt: skip
             except Exception as err:  # noqa: BLE001 - isolation, as the explanation
                 return StageRun(None, f"discovery (global properties): {type(err).__name__}: {err}")

@@ -43,12 +43,25 @@ def _callback(**discovery) -> GradSkipCallback:
     )
 
 
+class KeptTransfers(Callback):
+    """Records, after each epoch end of ``callback`` (listed after it), the stage's kept property transfers: the
+    object and its bytes."""
+
+    def __init__(self, callback: GradSkipCallback) -> None:
+        self.callback, self.kept = callback, []
+
+    def on_validation_epoch_end(self, trainer, pl_module) -> None:
+        transfers = self.callback.monitor.runner.discoverer.transfers
+        self.kept.append((id(transfers), None if transfers is None else transfers.kept_bytes))
+
+
 def _train(root, stamped: bool, seed: int = TRAIN_SEED, **kwargs):
     """EPOCHS of the tiny ViT on TRAIN_SIZE planted-shapes images, the stamp on every class-1 image (or none)."""
     seed_everything(seed)
     tag = SpuriousTag(STAMP_CLASS, p_in=1.0 if stamped else 0.0, p_out=0.0, pattern=CHECKERBOARD, position=(8, 8))
     callback = _callback()
-    trainer = tiny_trainer(root, max_epochs=EPOCHS, callbacks=[callback], num_sanity_val_steps=0, **kwargs)
+    callbacks = [callback, KeptTransfers(callback)]
+    trainer = tiny_trainer(root, max_epochs=EPOCHS, callbacks=callbacks, num_sanity_val_steps=0, **kwargs)
     module = tiny_module(seed)
     module.hparams.lr = 3e-3
     trainer.fit(module, datamodule=tiny_data(tag=tag, train_size=TRAIN_SIZE, val_size=64, batch_size=32, seed=seed))
@@ -103,6 +116,14 @@ def test_a_clean_model_raises_no_alarm_at_the_default_threshold(tmp_path, recwar
     suspicion = [float(trainer.callback_metrics[f"{D}suspicion/class_{c}"]) for c in range(4)]
     assert max(s for s in suspicion if not math.isnan(s)) < DiscoveryStage().alert_threshold
     assert not [w for w in recwarn if "may use a shortcut" in str(w.message)]
+
+
+def test_the_property_tests_transfer_each_probe_once_a_fit(stamped):
+    trainer, _, _ = stamped
+    (recorder,) = [c for c in trainer.callbacks if isinstance(c, KeptTransfers)]
+    assert len(recorder.kept) == EPOCHS and len({kept for kept, _ in recorder.kept}) == 1  # one for the fit
+    grown = [after - before for (_, before), (_, after) in zip(recorder.kept, recorder.kept[1:])]
+    assert recorder.kept[0][1] > 0 and sum(grown) < recorder.kept[0][1]  # later epoch ends transfer little anew
 
 
 def test_the_discovery_probes_are_kept_in_the_checkpoint_and_restored(stamped):
