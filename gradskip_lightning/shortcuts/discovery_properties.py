@@ -69,6 +69,7 @@ from gradskip_lightning.core.validation import check_choice, check_class_targets
 from gradskip_lightning.metrics.perturbation import ACTIVATIONS, Activation
 
 from .discovery_transplant import FIRST_LOOK, MIN_TESTED_PROBES, check_first_look, interleaved, predicted_as, sign_test
+from .distinct_forward import DistinctForward
 from .image_properties import PROPERTIES, PROPERTY_NAMES, SIGNATURE_PARTS, PixelSpace, PropertyName
 from .multiplicity import holm
 from .probe_transfers import CONTROL, TEST, ProbeTransfers
@@ -204,9 +205,8 @@ def _transfer_test(
     ``futile_below``."""
     classes = probes.classes
     apart = probes.separability(name, target)
-    donors, others = (classes == target).nonzero()[:, 0], (classes != target).nonzero()[:, 0]
-    eligible = others[~predicted_as(logits[others], target, activation)] if len(donors) else others[:0]
-    eligible = interleaved(eligible, classes)
+    donors = (classes == target).nonzero()[:, 0]
+    eligible = _recipients(classes, logits, target, activation)
     count = len(eligible)
     if not count:
         return PropertyTransfer(name, target, 0, math.nan, math.nan, apart)
@@ -267,6 +267,43 @@ def _transfer_test(
         p_value = sign_test(int((paired & ~control_flips).sum()), int((control_flips & ~paired).sum()))
     examples = TransferExamples(kept[0], kept[1], logits[kept[0]].argmax(dim=1), kept[2])
     return PropertyTransfer(name, target, count, flip_rate, control_rate, apart, p_value, examples, stopped)
+
+
+def _recipients(classes: Tensor, logits: Tensor, target: int, activation: Activation) -> Tensor:
+    """(n,) class ``target``'s recipients, in the order a test takes them: the other classes' probes the model does not
+    already predict as ``target`` (their ``logits`` (P, K)), the classes in turn; none when ``target`` has no probe."""
+    others = (classes != target).nonzero()[:, 0]
+    if not bool((classes == target).any()):
+        return others[:0]
+    return interleaved(others[~predicted_as(logits[others], target, activation)], classes)
+
+
+def _forward_early_looks(
+    forward: DistinctForward,
+    probes: ProbeTransfers,
+    names: Sequence[PropertyName],
+    num_classes: int,
+    logits: Tensor,
+    *,
+    activation: Activation,
+    batch_size: int,
+    first_look: int,
+) -> None:
+    """Forward, through ``forward`` in full batches of ``batch_size``, the early look (the first :data:`EARLY_LOOK`
+    recipients' test arm, forwarded alone) of every class's test of each property in ``names`` that has one (more
+    recipients than ``first_look``): each test then finds those logits computed, and the stage pays a few full
+    batches instead of a small forward per test."""
+    batch: list[Tensor] = []
+    for name in names:
+        for target in range(num_classes):
+            recipients = _recipients(probes.classes, logits, target, activation)
+            if len(recipients) > first_look:
+                batch.extend(probes.transferred(name, target, TEST, recipients[: min(EARLY_LOOK, first_look)]))
+            while len(batch) >= batch_size:
+                forward(torch.stack(batch[:batch_size]))
+                batch = batch[batch_size:]
+    if batch:
+        forward(torch.stack(batch))
 
 
 def _skipped(name: PropertyName, target: int, probes: ProbeTransfers) -> PropertyTransfer:
@@ -423,18 +460,26 @@ def discover_properties(
             )
         check_logits(model, logits, len(images))
 
+    forward = model if isinstance(model, DistinctForward) else DistinctForward(model)
+    gated = "signature" in chosen and first_look is not None  # the signature's parts wait for the signature
+
     def test(label: int, name: PropertyName) -> PropertyTransfer:
         return _transfer_test(
-            model, probes, label, name, logits=logits, batch_size=batch_size, activation=activation,
+            forward, probes, label, name, logits=logits, batch_size=batch_size, activation=activation,
             first_look=first_look, futile_below=alert_threshold / 2,
         )  # fmt: skip
 
+    if first_look is not None:
+        with torch.no_grad():
+            always = [name for name in chosen if not (gated and name in SIGNATURE_PARTS)]
+            _forward_early_looks(forward, probes, always, num_classes, logits, activation=activation,
+                                 batch_size=batch_size, first_look=first_look)  # fmt: skip
     # the signature first: a class whose every statistic at once stays under the floor is not tested for those
     # statistics one at a time (:func:`_skipped`)
     signature = tuple(test(label, "signature") for label in range(num_classes)) if "signature" in chosen else None
 
     def skipped(name: PropertyName, label: int) -> bool:  # those the signature does not give: always tested
-        if signature is None or first_look is None or name not in SIGNATURE_PARTS:
+        if signature is None or not gated or name not in SIGNATURE_PARTS:
             return False
         return not signature[label].suspicion >= alert_threshold  # NaN (no recipients) included
 

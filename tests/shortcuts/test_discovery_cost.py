@@ -69,7 +69,6 @@ def test_one_forward_per_distinct_image_finds_the_same_as_every_forward():
     assert reused[1].transfers == plain[1].transfers
     for name in plain[1].p_value:
         assert torch.equal(reused[1].p_value[name], plain[1].p_value[name]), name
-    assert distinct.requested == counted.images
     assert distinct.forwarded <= counted.images - len(images)  # at least the probes' second forward saved
 
 

@@ -117,7 +117,8 @@ def test_a_test_whose_first_recipients_show_no_excess_stops_there_and_a_shortcut
         1 if math.isnan(t.control_flip_rate) else 2 for name in ("colour", "brightness") for t in found.transfers[name]
     ]
     recipients = [t.recipients for name in ("colour", "brightness") for t in found.transfers[name]]
-    assert model.images == len(images) + sum(a * r for a, r in zip(arms, recipients, strict=True))
+    # each distinct image once: a class's control arm can give a recipient the very probe another class's test gives
+    assert model.images <= len(images) + sum(a * r for a, r in zip(arms, recipients, strict=True))
     assert arms.count(1) >= 3
     full = discover_properties(CastModel(), images, classes, 3, ["colour", "brightness"], space=_space(images),
                                alert_threshold=0.5, first_look=None)  # fmt: skip
@@ -195,8 +196,10 @@ def test_recipients_and_forwards_are_counted_and_examples_kept():
                                 alert_threshold=0.5, batch_size=10)  # fmt: skip
     recipients = sum(t.recipients for name in ("colour", "brightness") for t in found.transfers[name])
     assert recipients == 2 * 3 * 16  # no probe is predicted as another class
-    assert model.images == len(images) + 2 * recipients  # the probes once, then two arms per recipient
-    assert model.calls == math.ceil(24 / 10) + 2 * 3 * math.ceil(16 / 5)  # 5 recipients (10 images) a forward
+    # the probes once, then two arms per recipient, each distinct image once (with three classes, a class's control
+    # donor for a recipient is often the probe the third class's test gives it)
+    assert len(images) + recipients < model.images < len(images) + 2 * recipients
+    assert model.calls <= math.ceil(24 / 10) + 2 * 3 * math.ceil(16 / 5)  # at most a forward of 5 recipients' arms
     examples = found.transfers["colour"][2].examples
     assert examples is not None and examples.positions.tolist() == [0, 8, 1, 9]  # the other classes in turn
     assert examples.before.tolist() == [0, 1, 0, 1] and examples.after.tolist() == [2] * 4
@@ -214,7 +217,7 @@ def test_known_logits_skip_the_unchanged_forward_and_the_result_is_reproducible(
                                 logits=CastModel()(images))  # fmt: skip
     tests = [t for row in given.transfers.values() for t in row]  # one arm a recipient where the look stopped early
     forwarded = sum((1 if math.isnan(t.control_flip_rate) else 2) * t.recipients for t in tests)
-    assert first.transfers == given.transfers and model.images == forwarded
+    assert first.transfers == given.transfers and model.images <= forwarded  # each distinct image once
 
 
 def test_with_two_classes_the_control_takes_the_recipients_own_class():
