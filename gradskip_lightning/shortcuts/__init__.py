@@ -3,7 +3,8 @@
 :mod:`.discovery_maps`, :mod:`.discovery_strategies`, :mod:`.discovery_transplant`, the pixel sample's
 :mod:`.discovery_pixels`; their family-wise
 error control :mod:`.multiplicity`), image-wide
-properties and their transfer tests (:mod:`.image_properties`, :mod:`.discovery_properties`) and the
+properties and their transfer tests (:mod:`.image_properties`, :mod:`.discovery_properties`, the probes' side
+kept over a fit :mod:`.probe_transfers`) and the
 artifacts a correction pastes (:mod:`.artifacts`).
 
 Functions of tensors and callables (a model's forward), like :mod:`gradskip_lightning.metrics`: no

@@ -5,11 +5,15 @@ For a class k and a property p of :mod:`.image_properties`, the recipients are t
 classes that the model does not already predict as k. Each is given, by p's transfer in pixel space
 (:class:`~.image_properties.PixelSpace`), the statistics of
 
-- a class-k probe (donors in turn: recipient i gets class-k probe i mod n_k): ``flip_rate``, the share
-  of recipients then predicted as k;
+- a class-k probe (donors in turn over the other classes' probes, whatever the model predicts:
+  :mod:`.probe_transfers`): ``flip_rate``, the share of recipients then predicted as k;
 - (control) a probe of a third class, neither k nor the recipient's (in turn over those probes; with two
   classes, another probe of the recipient's own class): ``control_flip_rate``, how much changing p
   at all flips to k.
+
+A recipient's transferred images depend on the probes alone, so a fit computes them once
+(:class:`~.probe_transfers.ProbeTransfers`, kept by the stage between epoch ends); each distinct image goes
+through the model once a call, and every test's early look goes in full batches before the tests.
 
 ``separability`` is how well p's statistic alone tells class k's probes from the others': the AUROC of
 minus each probe's distance to the class-k probes' mean statistic (leaving the probe out of that mean
