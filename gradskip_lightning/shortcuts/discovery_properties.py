@@ -76,7 +76,7 @@ from .discovery_transplant import FIRST_LOOK, MIN_TESTED_PROBES, check_first_loo
 from .distinct_forward import DistinctForward
 from .image_properties import PROPERTIES, PROPERTY_NAMES, SIGNATURE_PARTS, PixelSpace, PropertyName
 from .multiplicity import holm
-from .probe_transfers import CONTROL, TEST, ProbeTransfers
+from .probe_transfers import ProbeTransfers
 
 __all__ = [
     "chosen_properties",
@@ -230,7 +230,7 @@ def _transfer_test(
         return out
 
     def control_arm(start: int, end: int) -> Tensor:
-        return probes.transferred(name, target, CONTROL, eligible[start:end][control[start:end] >= 0])
+        return probes.transferred(name, target, "control", eligible[start:end][control[start:end] >= 0])
 
     stopped = False
     with torch.no_grad():
@@ -250,7 +250,7 @@ def _transfer_test(
                     eligible, control = eligible[:look], control[:look]
                     break
             chunk = eligible[start:end]
-            given = probes.transferred(name, target, TEST, chunk)
+            given = probes.transferred(name, target, "test", chunk)
             controlled = given[:0] if first and start < look else control_arm(start, end)
             inputs = torch.cat([given, controlled])
             flipped = predicted_as(out := forward(inputs), target, activation)
@@ -297,12 +297,12 @@ def _forward_early_looks(
     recipients' test arm, forwarded alone) of every class's test of each property in ``names`` that has one (more
     recipients than ``first_look``): each test then finds those logits computed, and the stage pays a few full
     batches instead of a small forward per test."""
+    recipients = [_recipients(probes.classes, logits, target, activation) for target in range(num_classes)]
     batch: list[Tensor] = []
     for name in names:
-        for target in range(num_classes):
-            recipients = _recipients(probes.classes, logits, target, activation)
-            if len(recipients) > first_look:
-                batch.extend(probes.transferred(name, target, TEST, recipients[: min(EARLY_LOOK, first_look)]))
+        for target, taken in enumerate(recipients):
+            if len(taken) > first_look:
+                batch.extend(probes.transferred(name, target, "test", taken[: min(EARLY_LOOK, first_look)]))
             while len(batch) >= batch_size:
                 forward(torch.stack(batch[:batch_size]))
                 batch = batch[batch_size:]
@@ -383,7 +383,8 @@ def discover_properties(
 ) -> PropertyDiscovery:
     """Every class's transfer test of every property in ``properties``, its suspicion and flag.
 
-    All images go through ``model`` in chunks of ``batch_size`` under ``torch.no_grad()``: the probes
+    All images go through ``model`` in chunks of ``batch_size`` under ``torch.no_grad()``, each distinct image once
+    (:class:`~.distinct_forward.DistinctForward`; every test's early look first, in full chunks): the probes
     once unchanged (unless ``logits`` gives them), then per property and class two transferred copies
     of each recipient (P + 2 x properties x sum over classes of recipients images, at most; a test whose
     ``first_look`` recipients show no excess stops there, and with ``signature`` among the properties a class
@@ -457,14 +458,13 @@ def discover_properties(
         probes = ProbeTransfers(images, classes, space, seed)
     elif not probes.holds(images, classes, space, seed):
         raise ValueError("probes (ProbeTransfers) were built for other images, classes, pixel space or seed")
+    forward = model if isinstance(model, DistinctForward) else DistinctForward(model)  # each distinct image once
     with torch.no_grad():
         if logits is None:
             logits = torch.cat(
-                [model(images[start : start + batch_size]) for start in range(0, len(images), batch_size)]
+                [forward(images[start : start + batch_size]) for start in range(0, len(images), batch_size)]
             )
         check_logits(model, logits, len(images))
-
-    forward = model if isinstance(model, DistinctForward) else DistinctForward(model)
     gated = "signature" in chosen and first_look is not None  # the signature's parts wait for the signature
 
     def test(label: int, name: PropertyName) -> PropertyTransfer:

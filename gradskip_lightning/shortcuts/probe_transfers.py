@@ -16,6 +16,7 @@ transferred images are the same at every epoch end.
 from __future__ import annotations
 
 import math
+from typing import Literal, get_args
 
 import torch
 from torch import Tensor
@@ -23,13 +24,14 @@ from torch import Tensor
 from .discovery_transplant import interleaved
 from .image_properties import PROPERTIES, ImageSeeds, PixelSpace, PropertyName
 
-__all__ = ["MAX_KEPT_BYTES", "ProbeTransfers", "control_donors", "separability"]
+__all__ = ["ARMS", "MAX_KEPT_BYTES", "Arm", "ProbeTransfers", "control_donors", "separability"]
 
 #: The most bytes of transferred images a :class:`ProbeTransfers` keeps (past it, new ones are computed each time):
 #: 28 px RGB inputs take 9.4 kB each, so about 7,000 of them; a fit of the main config kept about 1,000.
 MAX_KEPT_BYTES = 64 * 2**20
-#: The two arms of a transfer test: the class's own statistics, and a third class's (the control).
-TEST, CONTROL = 0, 1
+#: An arm of a transfer test: a class-k donor's statistics ("test"), or a third class's ("control").
+Arm = Literal["test", "control"]
+ARMS: tuple[Arm, ...] = get_args(Arm)
 
 
 def separability(statistics: Tensor, classes: Tensor, target: int) -> float:
@@ -82,7 +84,7 @@ def control_donors(classes: Tensor, recipients: Tensor, target: int) -> Tensor:
 
 class _Pairing:
     """Class k's donors per probe position: ``donor`` (P,) and ``control`` (P,) (-1: none; k's own probes have
-    none), and each recipient's draws ``seeds`` (2, P) int64 on the CPU (test arm, control arm)."""
+    none), and each recipient's draws ``seeds`` (2, P) int64 on the CPU (per arm of :data:`ARMS`)."""
 
     def __init__(self, classes: Tensor, target: int, seed: int) -> None:
         donors = (classes == target).nonzero()[:, 0]
@@ -113,8 +115,8 @@ class ProbeTransfers:
         >>> images = torch.rand(6, 3, 8, 8, generator=torch.Generator().manual_seed(0))
         >>> classes = torch.tensor([0, 0, 1, 1, 2, 2])
         >>> probes = ProbeTransfers(images, classes, PixelSpace.of(images, Normalisation((0.0,), (1.0,))), seed=0)
-        >>> given = probes.transferred("noise", 0, TEST, torch.tensor([2, 4]))  # class 0's noise on two recipients
-        >>> torch.equal(given, probes.transferred("noise", 0, TEST, torch.tensor([2, 4]))), probes.kept_bytes
+        >>> given = probes.transferred("noise", 0, "test", torch.tensor([2, 4]))  # class 0's noise on two recipients
+        >>> torch.equal(given, probes.transferred("noise", 0, "test", torch.tensor([2, 4]))), probes.kept_bytes
         (True, 1536)
     """
 
@@ -127,7 +129,7 @@ class ProbeTransfers:
         self._statistics: dict[PropertyName, Tensor] = {}
         self._separability: dict[tuple[PropertyName, int], float] = {}
         self._pairings: dict[int, _Pairing] = {}
-        self._transferred: dict[tuple[PropertyName, int, int, int], Tensor] = {}
+        self._transferred: dict[tuple[PropertyName, int, Arm, int], Tensor] = {}
 
     def holds(self, images: Tensor, classes: Tensor, space: PixelSpace, seed: int) -> bool:
         """Whether it was built for these probes, pixel space and seed."""
@@ -160,12 +162,15 @@ class ProbeTransfers:
             self._pairings[target] = _Pairing(self.classes, target, self.seed)
         return self._pairings[target]
 
-    def transferred(self, name: PropertyName, target: int, arm: int, recipients: Tensor) -> Tensor:
+    def transferred(self, name: PropertyName, target: int, arm: Arm, recipients: Tensor) -> Tensor:
         """(n, C, H, W) model inputs: the ``recipients`` (n,) positions given property ``name``'s statistics of their
-        donors for class ``target`` in ``arm`` (:data:`TEST`: a class-``target`` probe; :data:`CONTROL`: a third
-        class's, each recipient with one), clamped to the pixel space, in the probes' dtype."""
+        donors for class ``target`` in ``arm`` ("test": a class-``target`` probe; "control": a third class's),
+        clamped to the pixel space, in the probes' dtype. A recipient without a donor in that arm is a ValueError."""
         pairing = self.pairing(target)
-        donors = pairing.donor if arm == TEST else pairing.control
+        donors = pairing.donor if arm == "test" else pairing.control
+        orphans = recipients[donors[recipients] < 0]
+        if len(orphans):
+            raise ValueError(f"probes {orphans.tolist()} have no {arm} donor for class {target}")
         wanted = recipients.tolist()
         if not wanted:
             return self.images[:0]
@@ -173,7 +178,7 @@ class ProbeTransfers:
         computed: dict[int, Tensor] = {}
         if missing:
             chosen = torch.tensor(missing, device=self.pixels.device)
-            draws = ImageSeeds(pairing.seeds[arm, chosen.cpu()])
+            draws = ImageSeeds(pairing.seeds[ARMS.index(arm), chosen.cpu()])
             given = PROPERTIES[name].transfer(self.pixels[chosen], self.statistics(name)[donors[chosen]], draws)
             inputs = self.space.inputs(given, self.images.dtype)
             computed = dict(zip(missing, inputs, strict=True))

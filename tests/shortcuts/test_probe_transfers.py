@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from gradskip_lightning.shortcuts.discovery_properties import discover_properties
-from gradskip_lightning.shortcuts.probe_transfers import CONTROL, TEST, ProbeTransfers, separability
+from gradskip_lightning.shortcuts.probe_transfers import ARMS, ProbeTransfers, separability
 from tests.shortcuts.test_discovery_properties import CastModel, ObjectModel, _space, cast_case
 
 
@@ -39,16 +39,18 @@ def test_separability_is_one_for_separated_classes_and_about_one_half_for_the_sa
 
 def test_a_recipients_transfers_are_its_own_whatever_else_is_transferred_with_it():
     images, classes = cast_case()
-    together = _probes(images, classes).transferred("signature", 2, TEST, torch.tensor([0, 8, 1, 9]))
-    alone = _probes(images, classes).transferred("signature", 2, TEST, torch.tensor([1]))
+    together = _probes(images, classes).transferred("signature", 2, "test", torch.tensor([0, 8, 1, 9]))
+    alone = _probes(images, classes).transferred("signature", 2, "test", torch.tensor([1]))
     torch.testing.assert_close(together[2], alone[0], rtol=0, atol=1e-6)  # the noise drawn for it included
     pairing = _probes(images, classes).pairing(2)
     assert pairing.donor[classes != 2].tolist() == [16 + j % 8 for j in [0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9,
                                                                           11, 13, 15]]  # fmt: skip  # in turn
     assert (pairing.donor[classes == 2] == -1).all() and (classes[pairing.control[classes != 2]] != 2).all()
     noise = _probes(images, classes)
-    test, control = (noise.transferred("noise", 2, arm, torch.tensor([0])) for arm in (TEST, CONTROL))
+    test, control = (noise.transferred("noise", 2, arm, torch.tensor([0])) for arm in ARMS)
     assert not torch.equal(test, control)  # each arm its own donor and draws
+    with pytest.raises(ValueError, match="no test donor for class 2"):
+        noise.transferred("noise", 2, "test", torch.tensor([0, 16]))  # probe 16 is of class 2
 
 
 def test_a_later_call_on_the_same_probes_transfers_nothing_again_and_finds_what_a_fresh_one_finds():
