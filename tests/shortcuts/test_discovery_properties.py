@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 
 import pytest
+import scipy.stats
 import torch
 from torch import Tensor
 
@@ -14,8 +15,10 @@ from gradskip_lightning.core.normalisation import Normalisation
 from gradskip_lightning.engine.discovery.properties import property_alert_text
 from gradskip_lightning.metrics import CountingModel
 from gradskip_lightning.shortcuts.discovery_properties import (
+    FUTILITY_CONFIDENCE,
     PropertyTransfer,
     discover_properties,
+    flip_rate_upper_bound,
     property_suspicion,
 )
 from gradskip_lightning.shortcuts.discovery_transplant import MIN_TESTED_PROBES
@@ -109,7 +112,7 @@ def test_a_test_whose_first_recipients_show_no_excess_stops_there_and_a_shortcut
     # class 0's colour flips half its recipients to class 0, as its control does: stopped at the first look (16)
     assert measured["colour"][:2] == [16, 6] and found.transfers["colour"][0].control_flip_rate == 0.5
     assert all(t.p_value == 1.0 for t in found.transfers["brightness"])  # a stopped test claims nothing
-    # its flips alone were under half the floor: no control forwarded, its suspicion the most the excess can be
+    # its flips alone could not reach the floor: no control forwarded, its suspicion the most the excess can be
     assert all(
         math.isnan(t.control_flip_rate) and t.suspicion == t.flip_rate < 0.25 for t in found.transfers["brightness"]
     )
@@ -289,6 +292,13 @@ def test_multi_label_flips_are_a_sigmoid_above_one_half():
     found = discover_properties(model, images, classes, 3, ["colour"], space=_space(images), alert_threshold=0.5,
                                 activation="sigmoid")  # fmt: skip
     assert found.transfers["colour"][2].flip_rate == 1.0 and found.transfers["colour"][0].recipients == 16
+
+
+@pytest.mark.parametrize(("flips", "count"), [(0, 6), (1, 6), (3, 16), (4, 16), (8, 16), (15, 16), (30, 56)])
+def test_a_first_looks_bound_is_the_clopper_pearson_upper_bound(flips, count):
+    expected = scipy.stats.beta.ppf(FUTILITY_CONFIDENCE, flips + 1, count - flips)  # the binomial's exact bound
+    assert flip_rate_upper_bound(flips, count) == pytest.approx(expected, abs=1e-9)
+    assert flip_rate_upper_bound(count, count) == 1.0
 
 
 def test_the_suspicion_is_the_flip_rate_beyond_the_control():
