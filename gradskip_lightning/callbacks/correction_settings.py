@@ -170,6 +170,5 @@ class CorrectionSettings:
 
     @property
     def corrected_properties(self) -> tuple[PropertyName, ...]:
-        """The global properties the discovery may get corrected, by name (``properties``; None: every one, ``hue``
-        included: it is flagged only where the discovery was told to test it)."""
+        """The global properties the discovery may get corrected, by name (``properties``; None: every one)."""
         return PROPERTY_NAMES if self.properties is None else chosen_properties(self.properties, option="properties")

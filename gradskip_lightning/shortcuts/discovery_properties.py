@@ -39,9 +39,9 @@ stopped at its first look included) is not tested for the properties the signatu
 (NaN rates, p-value 1, ``skipped``). The signature gives each of those statistics too, so a shortcut carried by one
 of them flips recipients under it as well; the single tests then name the axis of a class whose signature reaches
 the floor.
-``compression``, ``tone``, ``fixed_pattern`` and ``illumination`` (and ``hue``, when named), which the signature does
-not give, are tested for every class. On a model without a global shortcut this runs five tests per class instead of
-one per property.
+``hue``, ``compression``, ``tone``, ``fixed_pattern`` and ``illumination``, which the signature does not give, are
+tested for every class. On a model without a global shortcut this runs six tests per class instead of one per
+property.
 
 Why (docs/discovery.md, *Global properties*: planted shapes and BloodMNIST, clean models and models with a
 colour cast or a darkening on one class): the flips a class's statistics cause are the evidence, as the
@@ -357,7 +357,7 @@ def chosen_properties(
     properties: Sequence[str] | None, channels: int | None = None, option: str = "properties"
 ) -> tuple[PropertyName, ...]:
     """The names of ``properties``, each known and named once, as :data:`~.image_properties.PropertyName`; None:
-    every property tested by default (``by_default``: all but ``hue``) that applies to ``channels`` (all without).
+    every property that applies to ``channels`` (all without).
     With ``channels``, a named property that does not apply to images of that many channels is a ValueError; messages
     name ``option``.
 
@@ -369,11 +369,7 @@ def chosen_properties(
         ('noise',)
     """
     if properties is None:
-        return tuple(
-            name
-            for name in PROPERTY_NAMES
-            if PROPERTIES[name].by_default and (channels is None or PROPERTIES[name].applies(channels))
-        )
+        return tuple(name for name in PROPERTY_NAMES if channels is None or PROPERTIES[name].applies(channels))
     if isinstance(properties, str) or not isinstance(properties, Sequence):
         raise TypeError(f"{option} must be None or a list of names from {PROPERTY_NAMES}; got {properties!r}")
     chosen: list[PropertyName] = []
@@ -416,8 +412,8 @@ def discover_properties(
     of each recipient (P + 2 x properties x sum over classes of recipients images, at most; a test whose
     ``first_look`` recipients show no excess stops there, and with ``signature`` among the properties a class
     whose signature's suspicion stays under ``alert_threshold`` is not tested for the properties the signature gives:
-    on a model with no global shortcut, at most 5 x ``first_look`` images per class, the first looks of the signature,
-    the compression, the tone, the fixed pattern and the illumination, and the hue's when named; :data:`EARLY_LOOK`
+    on a model with no global shortcut, at most 6 x ``first_look`` images per class, the first looks of the signature,
+    the hue, the compression, the tone, the fixed pattern and the illumination; :data:`EARLY_LOOK`
     each where none of those flips).
     The noise transfer's draws are each recipient's own (:class:`~.image_properties.ImageSeeds`, from ``seed``, the
     class and the arm): the transfers are the same on every process for the same probes and seed, whatever

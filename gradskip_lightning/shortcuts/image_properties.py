@@ -20,9 +20,9 @@ otherwise (the channel itself for greyscale).
   :data:`HUE_POWER`, the most chromatic pixels' hue (in a stained slide, the cells'); the transfer rotates every
   pixel's chroma about grey by the difference (exact). A hue rotation barely moves the medians ``colour`` reads,
   which sit on the pale background. Not in the signature: given there, the chroma's rotation to a donor's hue lost
-  a halved saturation's three learned flags and two of a white balance's, on the same weights. Not tested unless
-  named (``by_default``): where the classes' objects differ by their colour (planted shapes), a class's hue is what
-  the class is, and it flagged clean and control models' classes.
+  a halved saturation's three learned flags and two of a white balance's, on the same weights. Where the classes'
+  objects differ by their colour (planted shapes: a class is its square's colour), a class's hue is what the class
+  is and a model rightly reads it: leave ``hue`` out of the properties named there.
 - ``brightness``: the median of Y; the transfer adds the same change to every channel.
 
 What most pixels share, not what the object adds or how much the image varies: acquisition (a stain, a
@@ -292,7 +292,6 @@ class GlobalProperty:
         statistic: pixels (B, C, H, W) -> (B, S) float64.
         transfer: (pixels (B, C, H, W), targets (B, S), draws) -> pixels (B, C, H, W) float64.
         lines: its statistic ends in a line profile, one number per row and per column of the image (H + W more).
-        by_default: tested when the properties to test are not named (``hue`` is not: it must be named).
     """
 
     name: PropertyName
@@ -302,7 +301,6 @@ class GlobalProperty:
     statistic: Callable[[Tensor], Tensor]
     transfer: Callable[[Tensor, Tensor, Draws], Tensor]
     lines: bool = False
-    by_default: bool = True
 
     def applies(self, channels: int) -> bool:
         """Whether images of ``channels`` channels have this property."""
@@ -1195,9 +1193,7 @@ def signature_transfer(pixels: Tensor, targets: Tensor, draws: Draws = None) -> 
 #: Every property, by name.
 PROPERTIES: dict[PropertyName, GlobalProperty] = {
     "colour": GlobalProperty("colour", "colour statistics", ("alpha", "beta"), 3, colour_statistic, colour_transfer),
-    "hue": GlobalProperty(
-        "hue", "hue (of the most chromatic pixels)", ("angle",), 3, hue_statistic, hue_transfer, by_default=False
-    ),
+    "hue": GlobalProperty("hue", "hue (of the most chromatic pixels)", ("angle",), 3, hue_statistic, hue_transfer),
     "brightness": GlobalProperty("brightness", "brightness", ("luminance",), None, brightness_statistic,
                                  brightness_transfer),
     "sharpness": GlobalProperty(

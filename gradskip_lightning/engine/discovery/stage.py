@@ -11,9 +11,9 @@ class's peak suspicion so far, kept in checkpoints), the class-mean map grid and
 strategies are images (:mod:`.images`), and a newly flagged class raises an alert. The global property
 transplants (``properties``: :mod:`.properties`) give the other classes' probes each class's colour,
 brightness, sharpness, noise, channel registration, stripes and interlacing statistics all at once (its signature)
-and, where that shows an effect, one at a time, and its compression (JPEG blockiness), tone (the background's density),
-fixed pattern (each row's and column's own brightness) and illumination (the light's slope across the field), and its
-hue when named, with their own suspicion, keys, pictures and alerts.
+and, where that shows an effect, one at a time, and its hue (the most chromatic pixels'), compression (JPEG
+blockiness), tone (the background's density), fixed pattern (each row's and column's own brightness) and illumination
+(the light's slope across the field), with their own suspicion, keys, pictures and alerts.
 
 DDP: each rank explains its shard (:func:`~.distributed.shard_positions`, padded so every rank runs
 as many forwards), the summary syncs in ``compute()`` (sums and every map, so strategies see the
@@ -85,8 +85,8 @@ class DiscoveryStage(DiscoverySettings):
             than the callback's is explained for the discovery probes only (with its default options).
         properties: the image-wide properties whose transfer each class is tested with (names of
             :data:`~gradskip_lightning.shortcuts.image_properties.PROPERTIES`); None: all that apply to the
-            model's channels (colour, tone, registration and signature need 3) but ``hue``, which must be named (it
-            flags classes whose objects differ by their colour); ``()``: none.
+            model's channels (colour, hue, tone, registration and signature need 3); ``()``: none. Where the
+            classes' objects differ by their colour, name them without ``hue``: a class's hue is then the class.
         property_alert_threshold: property suspicion at or above which a (class, property) is flagged (with its
             p-value at most ``alpha``: the sign test of the flips, Holm over the epoch's (class, property) tests),
             in [0, 1]: the effect-size floor, set by the properties benchmark.

@@ -139,7 +139,7 @@ def test_a_failed_property_transfer_fails_the_stage_alone(tmp_path, monkeypatch)
 
 
 def test_the_default_takes_every_property_that_applies_and_a_named_one_must_apply():
-    assert DiscoveryStage().properties_for(3) == tuple(name for name in PROPERTY_NAMES if name != "hue")  # named only
+    assert DiscoveryStage().properties_for(3) == PROPERTY_NAMES
     assert DiscoveryStage(properties=["hue"]).properties_for(3) == ("hue",)
     greyscale = (
         "brightness", "sharpness", "noise", "compression", "stripes", "interlacing", "fixed_pattern", "illumination",
