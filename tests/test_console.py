@@ -49,7 +49,7 @@ def test_one_line_per_epoch_with_the_epoch_metrics_and_the_callbacks_scores(tmp_
         assert not any(k.endswith("_step") for k in shown)
         for name, text in shown.items():
             assert abs(float(text) - expected[name]) <= 5e-4 * max(1.0, abs(expected[name])), (name, text)
-        assert 0.0 < float(match[4]) < 600.0
+        assert 0.0 <= float(match[4]) < 600.0  # one decimal: two tiny batches can print 0.0 s on a fast machine
     assert snapshots.epochs[0]["val/loss"] != snapshots.epochs[2]["val/loss"]  # each line has its own epoch's values
 
 
