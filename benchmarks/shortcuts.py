@@ -47,7 +47,7 @@ ShortcutName = Literal[
     "radial_chromatic_strong", "interlace_strong", "column_noise_strong",
     "illumination", "zoom", "motion_blur", "posterize",
     "illumination_strong", "zoom_strong", "motion_blur_strong", "posterize_strong",
-    "zoom_severe", "motion_blur_severe", "posterize_severe",
+    "zoom_severe", "motion_blur_severe", "posterize_severe", "motion_blur_extreme",
 ]  # fmt: skip
 #: The acquisition families (each a variant of the discovery benchmark, with its control); ``resolution_strong`` and
 #: ``focus_strong`` at strengths a BloodMNIST model learns (the halved resolution and sigma 1.5 px were not).
@@ -67,7 +67,7 @@ ACQUISITION: tuple[ShortcutName, ...] = (
 HELD_OUT: tuple[ShortcutName, ...] = (
     "vignette", "sharpen", "contrast", "dead_pixels", "frame", "column_stripes",
     "zoom", "motion_blur", "posterize", "zoom_strong", "motion_blur_strong", "posterize_strong",
-    "zoom_severe", "motion_blur_severe", "posterize_severe",
+    "zoom_severe", "motion_blur_severe", "posterize_severe", "motion_blur_extreme",
 )  # fmt: skip
 
 
@@ -377,6 +377,7 @@ SHORTCUTS: dict[ShortcutName, Shortcut] = {
     "posterize_strong": Shortcut("compression", "3 bits a channel (torchvision posterize)", _posterize(3)),
     "zoom_severe": Shortcut("sharpness", "magnified x 2 (torchvision resized_crop)", _zoom(2.0)),
     "motion_blur_severe": Shortcut("sharpness", "motion blur, 15 px along the rows", _motion_blur(15)),
+    "motion_blur_extreme": Shortcut("sharpness", "motion blur, 21 px along the rows", _motion_blur(21)),
     "posterize_severe": Shortcut("compression", "2 bits a channel (torchvision posterize)", _posterize(2)),
 }
 
