@@ -292,6 +292,7 @@ class GlobalProperty:
         statistic: pixels (B, C, H, W) -> (B, S) float64.
         transfer: (pixels (B, C, H, W), targets (B, S), draws) -> pixels (B, C, H, W) float64.
         lines: its statistic ends in a line profile, one number per row and per column of the image (H + W more).
+        angle: its statistics are angles in turns (period 1), averaged and compared on the circle.
     """
 
     name: PropertyName
@@ -301,6 +302,7 @@ class GlobalProperty:
     statistic: Callable[[Tensor], Tensor]
     transfer: Callable[[Tensor, Tensor, Draws], Tensor]
     lines: bool = False
+    angle: bool = False
 
     def applies(self, channels: int) -> bool:
         """Whether images of ``channels`` channels have this property."""
@@ -324,7 +326,7 @@ class GlobalProperty:
             >>> PROPERTIES["fixed_pattern"].summary(profiles)  # the mean profile (0.1, -0.1, 0.2, -0.2)
             {'deviation': 0.15811388300841897}
         """
-        means = statistics.mean(dim=0)
+        means = circular_mean(statistics) if self.angle else statistics.mean(dim=0)
         named = dict(zip(self.statistics, means[: len(self.statistics)].tolist(), strict=True))
         if self.lines:
             named[LINE_DEVIATION] = float(means[len(self.statistics) :].square().mean().sqrt())
@@ -458,6 +460,28 @@ def _chroma(lab: Tensor) -> Tensor:
 def _hue_angle(chroma: Tensor) -> Tensor:
     """(B,): the angle (turns, in (-0.5, 0.5]) of the chroma (B, n) summed with weights ``|c| ** HUE_POWER``."""
     return torch.angle((chroma.abs() ** HUE_POWER * chroma).sum(dim=1)) / (2 * math.pi)
+
+
+def circular_mean(angles: Tensor) -> Tensor:
+    """(S,): the circular mean of angles (n, S) in turns, in (-0.5, 0.5].
+
+    Example:
+        >>> circular_mean(torch.tensor([[0.49], [-0.49]], dtype=torch.float64)).abs().tolist()  # not 0
+        [0.5]
+    """
+    turned = 2 * math.pi * angles
+    return torch.atan2(turned.sin().mean(dim=0), turned.cos().mean(dim=0)) / (2 * math.pi)
+
+
+def centred_angles(angles: Tensor) -> Tensor:
+    """Angles (n, S) in turns less their :func:`circular_mean`, wrapped to [-0.5, 0.5): a line on which angles
+    within half a turn of their mean keep their distances (a hue's branch cut falls far from them).
+
+    Example:
+        >>> centred_angles(torch.tensor([[0.49], [-0.49]], dtype=torch.float64)).flatten().tolist()
+        [-0.010000000000000009, 0.010000000000000009]
+    """
+    return torch.remainder(angles - circular_mean(angles) + 0.5, 1.0) - 0.5
 
 
 def hue_statistic(pixels: Tensor) -> Tensor:
@@ -1193,7 +1217,9 @@ def signature_transfer(pixels: Tensor, targets: Tensor, draws: Draws = None) -> 
 #: Every property, by name.
 PROPERTIES: dict[PropertyName, GlobalProperty] = {
     "colour": GlobalProperty("colour", "colour statistics", ("alpha", "beta"), 3, colour_statistic, colour_transfer),
-    "hue": GlobalProperty("hue", "hue (of the most chromatic pixels)", ("angle",), 3, hue_statistic, hue_transfer),
+    "hue": GlobalProperty(
+        "hue", "hue (of the most chromatic pixels)", ("angle",), 3, hue_statistic, hue_transfer, angle=True
+    ),
     "brightness": GlobalProperty("brightness", "brightness", ("luminance",), None, brightness_statistic,
                                  brightness_transfer),
     "sharpness": GlobalProperty(

@@ -22,7 +22,7 @@ import torch
 from torch import Tensor
 
 from .discovery_transplant import interleaved
-from .image_properties import PROPERTIES, ImageSeeds, PixelSpace, PropertyName
+from .image_properties import PROPERTIES, ImageSeeds, PixelSpace, PropertyName, centred_angles
 
 __all__ = ["ARMS", "MAX_KEPT_BYTES", "Arm", "ProbeTransfers", "control_donors", "separability"]
 
@@ -151,9 +151,13 @@ class ProbeTransfers:
         return self._statistics[name]
 
     def separability(self, name: PropertyName, target: int) -> float:
-        """:func:`separability` of class ``target`` by property ``name``'s statistics."""
+        """:func:`separability` of class ``target`` by property ``name``'s statistics (an angle's centred on the
+        probes' circular mean: :func:`~.image_properties.centred_angles`)."""
         if (name, target) not in self._separability:
-            self._separability[name, target] = separability(self.statistics(name), self.classes, target)
+            statistics = self.statistics(name)
+            if PROPERTIES[name].angle:
+                statistics = centred_angles(statistics)
+            self._separability[name, target] = separability(statistics, self.classes, target)
         return self._separability[name, target]
 
     def pairing(self, target: int) -> _Pairing:

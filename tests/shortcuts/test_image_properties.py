@@ -388,3 +388,10 @@ def test_without_a_normalisation_each_channels_range_becomes_zero_to_one():
     assert space.pixels(images).tolist() == [[[[0.0, 1.0]], [[0.0, 1.0]]]]
     with pytest.raises(ValueError, match="3 values of mean and std, but the images have 2 channels"):
         PixelSpace.of(images, Normalisation((0.5,) * 3, (0.5,) * 3))
+
+
+def test_a_hue_summary_is_the_circular_mean_of_the_angles():
+    hues = torch.tensor([[0.49], [-0.49], [0.47]], dtype=torch.float64)  # around the cut at 0.5 turn
+    summary = PROPERTIES["hue"].summary(hues)["angle"]
+    assert summary == pytest.approx(0.49)  # 0.49, 0.51 and 0.47 on the circle; not 0.157, the linear mean
+    assert PROPERTIES["brightness"].summary(hues)["luminance"] == pytest.approx(hues.mean().item())

@@ -11,8 +11,9 @@ import pytest
 import torch
 
 from gradskip_lightning.shortcuts.discovery_properties import discover_properties
+from gradskip_lightning.shortcuts.image_properties import hue_statistic, hue_transfer
 from gradskip_lightning.shortcuts.probe_transfers import ARMS, ProbeTransfers, separability
-from tests.shortcuts.test_discovery_properties import CastModel, ObjectModel, _space, cast_case
+from tests.shortcuts.test_discovery_properties import MEAN, STD, CastModel, ObjectModel, _space, cast_case
 
 
 def _probes(images: torch.Tensor, classes: torch.Tensor, **kwargs) -> ProbeTransfers:
@@ -35,6 +36,21 @@ def test_separability_is_one_for_separated_classes_and_about_one_half_for_the_sa
     )  # in units of each statistic's within-class spread
     assert math.isnan(separability(same[:201], classes[:201], 1))  # one probe of class 1
     assert math.isnan(separability(same[:200], classes[:200], 0))  # no other class
+
+
+def test_the_hue_separability_is_the_same_on_either_side_of_the_angles_cut():
+    """Hues are angles: a class whose hues straddle 0.5 turn (-0.5) is as far from the others as one turned away."""
+    images, classes = cast_case(cast=False)
+    pixels = (images * STD[0] + MEAN[0]).double()
+    jitter = 0.004 * torch.arange(len(classes), dtype=torch.float64) % 0.012
+    found = []
+    for start in (0.47, 0.1):  # class 2 at 0.51 (reads -0.49) and at 0.14
+        hues = torch.remainder(start + 0.02 * classes + jitter + 0.5, 1.0) - 0.5
+        turned = hue_transfer(pixels, hues[:, None]).float()
+        assert torch.allclose(hue_statistic(turned.double())[:, 0], hues.double(), atol=1e-4)
+        probes = _probes((turned - MEAN[0]) / STD[0], classes)
+        found.append([probes.separability("hue", target) for target in range(3)])
+    assert found[0] == pytest.approx(found[1]) and found[0][2] == 1.0  # class 2 lies beyond the others either way
 
 
 def test_a_recipients_transfers_are_its_own_whatever_else_is_transferred_with_it():
