@@ -473,6 +473,11 @@ def circular_mean(angles: Tensor) -> Tensor:
     return torch.atan2(turned.sin().mean(dim=0), turned.cos().mean(dim=0)) / (2 * math.pi)
 
 
+def _wrapped(turns: Tensor) -> Tensor:
+    """Angle differences in turns wrapped to [-0.5, 0.5): the shorter way round."""
+    return torch.remainder(turns + 0.5, 1.0) - 0.5
+
+
 def centred_angles(angles: Tensor) -> Tensor:
     """Angles (n, S) in turns less their :func:`circular_mean`, wrapped to [-0.5, 0.5): a line on which angles
     within half a turn of their mean keep their distances (a hue's branch cut falls far from them).
@@ -481,7 +486,7 @@ def centred_angles(angles: Tensor) -> Tensor:
         >>> centred_angles(torch.tensor([[0.49], [-0.49]], dtype=torch.float64)).flatten().tolist()
         [-0.010000000000000009, 0.010000000000000009]
     """
-    return torch.remainder(angles - circular_mean(angles) + 0.5, 1.0) - 0.5
+    return _wrapped(angles - circular_mean(angles))
 
 
 def hue_statistic(pixels: Tensor) -> Tensor:
@@ -504,7 +509,7 @@ def hue_transfer(pixels: Tensor, targets: Tensor, draws: Draws = None) -> Tensor
     _check_rgb(pixels, "hue")
     lab = _to_lab(pixels)
     chroma = _chroma(lab)
-    turn = torch.remainder(targets[:, 0] - _hue_angle(chroma) + 0.5, 1.0) - 0.5
+    turn = _wrapped(targets[:, 0] - _hue_angle(chroma))
     rotated = chroma * torch.exp(2j * math.pi * turn)[:, None]
     return _from_lab(torch.stack([lab[:, 0], rotated.real, rotated.imag], dim=1), pixels.shape)
 
