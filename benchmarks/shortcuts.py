@@ -2,16 +2,17 @@
 of one class's images (a colour cast, a darkening, a blur, extra noise, and the acquisition families: white
 balance, a stain change, gain, gamma, saturation, JPEG, a lower resolution, defocus, sensor noise, a chromatic
 aberration, row banding, a radial chromatic aberration, interlacing, column fixed-pattern noise, uneven
-illumination, a hue rotation), made in pixel space ([0, 1] units) under the datamodule's normalisation, on its
-training, validation and test images alike.
+illumination, a hue rotation, a Bayer filter's green imbalance), made in pixel space ([0, 1] units) under the
+datamodule's normalisation, on its training, validation and test images alike.
 
 The families use torchvision's maintained transforms (``torchvision.transforms.v2.functional``: ``adjust_brightness``,
 ``adjust_contrast``, ``adjust_gamma``, ``adjust_saturation``, ``adjust_hue``, ``jpeg``, ``resize``, ``gaussian_blur``,
 ``resized_crop``, ``posterize``) where one exists; the per-channel gains, the stain change (Beer-Lambert optical density
 with Ruifrok and Johnston's H&E stain vectors, as Macenko's normalisation uses them), the signal-dependent sensor noise,
-the illumination's slope and the motion blur are written here (no torchvision transform does them). The held-out
-families (:data:`HELD_OUT`: a vignette, sharpening, lower contrast, stuck pixels, a dark frame, column stripes, a
-higher magnification, a motion blur, a lower bit depth) chose no default: they measure what the stage finds
+the illumination's slope, the motion blur, the Bayer filter (bilinear demosaicing) and the dust's shadow are written
+here (no torchvision transform does them). The held-out families (:data:`HELD_OUT`: a vignette, sharpening, lower
+contrast, stuck pixels, a dark frame, column stripes, a higher magnification, a motion blur, a lower bit depth, a Bayer
+filter without its imbalance, a dust speck's shadow) chose no default: they measure what the stage finds
 beyond what it was tuned on.
 
 :class:`ShortcutDataset` is the one wrapper (a class's images, every image, or a share of every class's);
@@ -47,7 +48,8 @@ ShortcutName = Literal[
     "radial_chromatic_strong", "interlace_strong", "column_noise_strong",
     "illumination", "zoom", "motion_blur", "posterize",
     "illumination_strong", "zoom_strong", "motion_blur_strong", "posterize_strong",
-    "zoom_severe", "motion_blur_severe", "posterize_severe", "motion_blur_extreme",
+    "zoom_severe", "motion_blur_severe", "posterize_severe", "motion_blur_extreme", "demosaic", "dust",
+    "demosaic_strong", "dust_strong",
 ]  # fmt: skip
 #: The acquisition families (each a variant of the discovery benchmark, with its control); ``resolution_strong`` and
 #: ``focus_strong`` at strengths a BloodMNIST model learns (the halved resolution and sigma 1.5 px were not).
@@ -55,7 +57,7 @@ ACQUISITION: tuple[ShortcutName, ...] = (
     "white_balance", "stain", "gain", "gamma", "saturation", "jpeg", "resolution", "focus", "sensor_noise",
     "resolution_strong", "focus_strong", "chromatic", "banding",
     "radial_chromatic", "interlace", "radial_chromatic_strong", "interlace_strong",
-    "column_noise", "column_noise_strong", "illumination", "illumination_strong", "hue",
+    "column_noise", "column_noise_strong", "illumination", "illumination_strong", "hue", "demosaic_strong",
 )  # fmt: skip
 #: Acquisition differences kept out of every choice of the stage's defaults (opt in with ``--variants``): how the
 #: stage fares on what it was never tuned on. Their ``property`` is the stage's nearest one, not a promise. (The
@@ -63,11 +65,12 @@ ACQUISITION: tuple[ShortcutName, ...] = (
 #: ``stripes`` and are acquisition families now, as are the radial aberration, the interlacing and the column
 #: fixed-pattern noise, which chose the channels' magnification, ``interlacing`` and ``fixed_pattern``; the column
 #: stripes were added to hold out ``stripes``. The uneven illumination, held out with the magnification, the motion
-#: blur and the bit depth, chose ``illumination``; the hue rotation chose ``hue``.)
+#: blur and the bit depth, chose ``illumination``; the hue rotation chose ``hue``; the Bayer filter's green imbalance,
+#: held out with the dust's shadow, chose ``mosaic``.)
 HELD_OUT: tuple[ShortcutName, ...] = (
     "vignette", "sharpen", "contrast", "dead_pixels", "frame", "column_stripes",
     "zoom", "motion_blur", "posterize", "zoom_strong", "motion_blur_strong", "posterize_strong",
-    "zoom_severe", "motion_blur_severe", "posterize_severe", "motion_blur_extreme",
+    "zoom_severe", "motion_blur_severe", "posterize_severe", "motion_blur_extreme", "demosaic", "dust", "dust_strong",
 )  # fmt: skip
 
 
@@ -296,6 +299,53 @@ def _dead_pixels(pixels: Tensor, index: int) -> Tensor:
     return torch.where(stuck, white.to(pixels.dtype), pixels)
 
 
+#: Bilinear demosaicing: a green value between four green neighbours, a red (blue) value between two or four.
+_GREEN_KERNEL = torch.tensor([[0.0, 1.0, 0.0], [1.0, 4.0, 1.0], [0.0, 1.0, 0.0]]) / 4
+_RED_BLUE_KERNEL = torch.tensor([[1.0, 2.0, 1.0], [2.0, 4.0, 2.0], [1.0, 2.0, 1.0]]) / 4
+
+
+def _demosaiced(imbalance: float) -> Change:
+    """RGB pixels taken through a Bayer colour filter (RGGB: each pixel keeps one channel), the green pixels of the
+    blue rows ``imbalance`` brighter than those of the red rows (their cross-talk), and demosaiced bilinearly, as a
+    single-sensor colour camera without a better demosaicing does: flat colour stays (without the imbalance), edges
+    get colour fringes and a zipper.
+
+    >>> flat = torch.rand(3, 1, 1).expand(3, 6, 6)
+    >>> torch.allclose(_demosaiced(0.0)(flat, 0), flat)
+    True
+    """
+
+    def change(pixels: Tensor, index: int) -> Tensor:
+        height, width = pixels.shape[-2:]
+        rows, cols = torch.arange(height)[:, None] % 2, torch.arange(width)[None, :] % 2
+        kept = torch.stack([(rows == 0) & (cols == 0), rows != cols, (rows == 1) & (cols == 1)]).to(pixels.dtype)
+        kept[1] *= 1 + imbalance * (rows == 1).to(pixels.dtype)
+        kernels = torch.stack([_RED_BLUE_KERNEL, _GREEN_KERNEL, _RED_BLUE_KERNEL])[:, None].to(pixels.dtype)
+        mosaic = F.pad((pixels * kept)[None], (1, 1, 1, 1), mode="reflect")  # reflection keeps the filter's parity
+        return F.conv2d(mosaic, kernels, groups=3)[0]
+
+    return change
+
+
+def _dust(depth: float, spread: float) -> Change:
+    """A speck of dust on the sensor: its soft shadow (a Gaussian of deviation ``spread`` times the image's height,
+    light x ``1 - depth`` at its centre) at the same place in every image, 30 % down and 70 % across.
+
+    >>> shadowed = _dust(0.4, 0.08)(torch.ones(1, 28, 28), 0)
+    >>> round(shadowed.min().item(), 2), round(shadowed[0, 0, 0].item(), 2), divmod(int(shadowed.argmin()), 28)
+    (0.6, 1.0, (8, 19))
+    """
+
+    def change(pixels: Tensor, index: int) -> Tensor:
+        height, width = pixels.shape[-2:]
+        rows = torch.arange(height, dtype=pixels.dtype)[:, None] - round(0.3 * (height - 1))
+        cols = torch.arange(width, dtype=pixels.dtype)[None, :] - round(0.7 * (width - 1))
+        deviation = spread * height
+        return pixels * (1 - depth * torch.exp(-(rows**2 + cols**2) / (2 * deviation**2)))
+
+    return change
+
+
 def _frame(pixels: Tensor, index: int) -> Tensor:
     """A dark 2 px border (a smaller scan area, a mask)."""
     framed = pixels.clone()
@@ -379,6 +429,12 @@ SHORTCUTS: dict[ShortcutName, Shortcut] = {
     "motion_blur_severe": Shortcut("sharpness", "motion blur, 15 px along the rows", _motion_blur(15)),
     "motion_blur_extreme": Shortcut("sharpness", "motion blur, 21 px along the rows", _motion_blur(21)),
     "posterize_severe": Shortcut("compression", "2 bits a channel (torchvision posterize)", _posterize(2)),
+    "demosaic": Shortcut("noise", "a Bayer colour filter, demosaiced bilinearly", _demosaiced(0.0)),
+    "dust": Shortcut("illumination", "a dust speck's shadow, light x 0.6 at its centre", _dust(0.4, 0.08)),
+    "demosaic_strong": Shortcut(
+        "mosaic", "a Bayer colour filter, one row's greens 15 % brighter, demosaiced bilinearly", _demosaiced(0.15)
+    ),
+    "dust_strong": Shortcut("illumination", "a dust speck's wider shadow, light x 0.4 at its centre", _dust(0.6, 0.12)),
 }
 
 

@@ -9,7 +9,7 @@ darkening and a blur on one class, and their property controls (the same change 
 class's images); on request (``--variants``), the acquisition families of
 :data:`~benchmarks.shortcuts.ACQUISITION` (white balance, stain, gain, gamma, saturation, JPEG, resolution,
 defocus, sensor noise, channels out of register, banding, a radial chromatic aberration, interlacing, column
-fixed-pattern noise, uneven illumination, a hue rotation), and the
+fixed-pattern noise, uneven illumination, a hue rotation, a Bayer filter's green imbalance), and the
 held-out ones of :data:`~benchmarks.shortcuts.HELD_OUT` (which chose no default), each with its ``_control``.
 After training (and, for the stamped models, after
 every epoch) each method's maps of fixed discovery probes (``--probes-per-class`` validation images per

@@ -44,7 +44,8 @@ Variant = Literal[
     "illumination_strong_control", "zoom_strong_control", "motion_blur_strong_control", "posterize_strong_control",
     "zoom_severe", "motion_blur_severe", "posterize_severe",
     "zoom_severe_control", "motion_blur_severe_control", "posterize_severe_control",
-    "motion_blur_extreme", "motion_blur_extreme_control",
+    "motion_blur_extreme", "motion_blur_extreme_control", "demosaic", "dust", "demosaic_control", "dust_control",
+    "demosaic_strong", "dust_strong", "demosaic_strong_control", "dust_strong_control",
 ]  # fmt: skip
 VARIANTS: tuple[Variant, ...] = get_args(Variant)
 #: The variants whose class carries a shortcut with a place (the transplant's targets).

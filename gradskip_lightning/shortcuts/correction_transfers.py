@@ -27,6 +27,7 @@ from torch import Tensor
 
 from .image_properties import (
     PROPERTIES,
+    RGB_CHANNELS,
     SIGNATURE_PARTS,
     Draws,
     GlobalProperty,
@@ -86,15 +87,15 @@ def corrected_colour_transfer(pixels: Tensor, targets: Tensor, draws: Draws = No
 
 
 def corrected_signature_statistic(pixels: Tensor) -> Tensor:
-    """(B, 20): the stage's signature (:func:`~.image_properties.signature_statistic`, 17) and the
+    """(B, 32): the stage's signature (:func:`~.image_properties.signature_statistic`, 29) and the
     channels' medians of RGB pixels (B, 3, H, W)."""
     return torch.cat([signature_statistic(pixels), channel_medians(pixels)], dim=1)
 
 
 def corrected_signature_transfer(pixels: Tensor, targets: Tensor, draws: Draws = None) -> Tensor:
-    """RGB pixels (B, 3, H, W) given ``targets`` (B, 20) of :func:`corrected_signature_statistic`: the registration,
-    interlacing, noise, sharpness and stripes, then each image the stage's colour and brightness or the channels'
-    whole median offset, half and half (the noise's draws and the choice from ``draws``)."""
+    """RGB pixels (B, 3, H, W) given ``targets`` (B, 32) of :func:`corrected_signature_statistic`: the registration,
+    interlacing, noise, sharpness, stripes and mosaic, then each image the stage's colour and brightness or the
+    channels' whole median offset, half and half (the noise's draws and the choice from ``draws``)."""
     stage = len(PROPERTIES["signature"].statistics)
     parts, medians = signature_parts(targets[:, :stage]), targets[:, stage:]
     for name in SIGNATURE_PARTS:
@@ -104,16 +105,14 @@ def corrected_signature_transfer(pixels: Tensor, targets: Tensor, draws: Draws =
     return _either(multiplicative, median_offset(pixels, medians, False), draws)
 
 
-_MEDIANS = ("red", "green", "blue")
-
 #: The properties whose correction differs from the stage's transfer (module docstring), by name.
 CORRECTION_TRANSFERS: dict[PropertyName, GlobalProperty] = {
     "colour": GlobalProperty(
-        "colour", PROPERTIES["colour"].what, (*PROPERTIES["colour"].statistics, *_MEDIANS), 3,
+        "colour", PROPERTIES["colour"].what, (*PROPERTIES["colour"].statistics, *RGB_CHANNELS), 3,
         corrected_colour_statistic, corrected_colour_transfer,
     ),
     "signature": GlobalProperty(
-        "signature", PROPERTIES["signature"].what, (*PROPERTIES["signature"].statistics, *_MEDIANS), 3,
+        "signature", PROPERTIES["signature"].what, (*PROPERTIES["signature"].statistics, *RGB_CHANNELS), 3,
         corrected_signature_statistic, corrected_signature_transfer,
     ),
 }  # fmt: skip

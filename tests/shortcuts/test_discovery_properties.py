@@ -28,6 +28,7 @@ from gradskip_lightning.shortcuts.image_properties import (
     hue_statistic,
     hue_transfer,
     illumination_statistic,
+    mosaic_statistic,
     noise_statistic,
 )
 
@@ -366,7 +367,7 @@ def test_a_shortcut_on_two_axes_is_found_by_the_signature_alone_and_its_main_axi
     assert signature.flip_rate == 1.0 and signature.control_flip_rate == 0.0 and signature.recipients == 16
     assert found.flagged["signature"].tolist() == [False, False, True]
     for name in ("colour", "brightness", "sharpness", "noise", "compression", "tone", "registration", "stripes",
-                 "interlacing", "fixed_pattern", "illumination"):  # fmt: skip
+                 "interlacing", "fixed_pattern", "illumination", "mosaic"):  # fmt: skip
         assert found.transfers[name][2].flip_rate == 0.0 and not found.flagged[name].any(), name
     assert found.p_value["signature"][2].item() == pytest.approx(len(PROPERTY_NAMES) * 3 * 2.0**-16)  # Holm: smallest
     axis = found.axis(2)
@@ -491,6 +492,51 @@ def test_a_model_reading_a_hue_rotation_is_flagged_for_hue_not_for_the_colour_me
     # the medians of α and β are the background's, which a hue rotation of the object leaves where it was
     colour = discover_properties(model, images, classes, 3, ["colour"], space=_space(images), alert_threshold=0.5)
     assert colour.transfers["colour"][2].flip_rate == 0.0 and not colour.flagged["colour"].any()
+
+
+def bayer_imbalance(pixels: Tensor, imbalance: float = 0.2) -> Tensor:
+    """``pixels`` (B, 3, H, W) through a Bayer filter whose blue rows' green pixels are ``imbalance`` brighter (their
+    cross-talk), demosaiced: half of it on the red and blue pixels' greens, which take both kinds' mean."""
+    green = torch.ones_like(pixels[0, 1])
+    green[1::2, 0::2] += imbalance
+    green[0::2, 0::2] += imbalance / 2
+    green[1::2, 1::2] += imbalance / 2
+    given = pixels.clone()
+    given[:, 1] *= green
+    return given
+
+
+class BayerModel(CastModel):
+    """Class 2 iff its green pixels of the blue rows are brighter than those of the red rows by 10 % of the green's
+    mean (:func:`mosaic_statistic`) and its green is brighter than its red by 0.03: a camera's filter and the green
+    it adds, read together; otherwise the left/right rule."""
+
+    def __call__(self, images: Tensor) -> Tensor:
+        pixels = (images * STD[0] + MEAN[0]).double()
+        greens = mosaic_statistic(pixels)[:, 4:8]
+        cast = (pixels[:, 1] - pixels[:, 0]).mean(dim=(1, 2)) > 0.03
+        read = (greens[:, 2] - greens[:, 1] > 0.1) & cast
+        left = pixels[:, :, :, : SIDE // 2].mean(dim=(1, 2, 3)) > pixels[:, :, :, SIDE // 2 :].mean(dim=(1, 2, 3))
+        return torch.where(torch.stack([~read & left, ~read & ~left, read], dim=1), 5.0, -5.0).to(images.dtype)
+
+
+def test_a_model_reading_a_camera_s_bayer_filter_and_its_green_is_flagged_by_the_signature_not_one_axis():
+    """Neither the mosaic (its statistic leaves the channel's mean out) nor the colour medians give the recipients
+    both; the signature gives both at once."""
+    images, classes = cast_case(cast=False)
+    pixels = images * STD[0] + MEAN[0]
+    pixels[classes == 2] = bayer_imbalance(pixels[classes == 2])
+    images = (pixels - MEAN[0]) / STD[0]
+    model = BayerModel()
+    assert (model(images).argmax(dim=1) == classes).all()
+    found = discover_properties(model, images, classes, 3, space=_space(images), alert_threshold=0.5,
+                                first_look=None)  # every test runs  # fmt: skip
+    signature = found.transfers["signature"][2]
+    assert signature.recipients == 16 and signature.flip_rate == 1.0 and signature.control_flip_rate == 0.0
+    assert found.flagged["signature"].tolist() == [False, False, True]
+    for name in ("mosaic", "colour", "stripes"):  # each gives one of the two
+        assert found.transfers[name][2].flip_rate == 0.0 and not found.flagged[name].any(), name
+    assert not any(flagged.any() for name, flagged in found.flagged.items() if name != "signature")
 
 
 class LampModel:

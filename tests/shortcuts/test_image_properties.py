@@ -26,6 +26,8 @@ from gradskip_lightning.shortcuts.image_properties import (
     interlacing_statistic,
     interlacing_transfer,
     luminance,
+    mosaic_statistic,
+    mosaic_transfer,
     noise_statistic,
     noise_transfer,
     registration_statistic,
@@ -53,7 +55,7 @@ def test_the_registry_matches_the_literal_and_every_statistic_has_its_names():
         == PROPERTY_NAMES
         == (
             "colour", "hue", "brightness", "sharpness", "noise", "compression", "tone", "registration", "stripes",
-            "interlacing", "fixed_pattern", "illumination", "signature",
+            "interlacing", "fixed_pattern", "illumination", "mosaic", "signature",
         )
     )  # fmt: skip
     pixels = textured(3)[..., :20]  # 28 x 20: a line property's size is the image's H + W
@@ -194,6 +196,23 @@ def test_illumination_is_the_slope_of_the_light_across_the_field_and_its_transfe
     off_centre = torch.full((1, 3, 28, 28), 0.8, dtype=torch.float64)
     off_centre[..., 10:18, 2:10] = 0.3  # a dark object on the left: content reads as a slope too
     assert 0.08 < illumination_statistic(off_centre)[0, 0] < 0.1  # as 9 % more light at the right edge would
+
+
+def test_mosaic_measures_each_channel_s_2_x_2_blocks_and_gives_a_bayer_filter_s_green_imbalance():
+    images = textured(4, side=27)  # an odd side: the last column is left out of the means, given its block's gain
+    assert mosaic_statistic(in_register(4)).abs().max() < 0.01  # a camera's image without a filter's trace
+    imbalanced = images.clone()
+    imbalanced[:, 1, 1::2, 0::2] *= 1.15  # the green pixels of the blue rows 15 % brighter (their cross-talk)
+    imbalanced[:, 1, 0::2, 0::2] *= 1.075  # interpolated between both kinds at the red and blue pixels
+    imbalanced[:, 1, 1::2, 1::2] *= 1.075
+    greens = mosaic_statistic(imbalanced)[:, 4:8] - mosaic_statistic(images)[:, 4:8]
+    assert torch.allclose(greens, torch.tensor([[0.0, -0.07, 0.07, 0.0]] * 4, dtype=torch.float64), atol=0.005)
+    given = mosaic_transfer(images, mosaic_statistic(imbalanced))
+    torch.testing.assert_close(mosaic_statistic(given), mosaic_statistic(imbalanced), atol=1e-12, rtol=0)
+    ratio = given / imbalanced  # the pattern itself, up to the green channel's mean, which the statistic leaves out
+    assert torch.allclose(ratio[:, 1], ratio[:, 1, :1, :1], atol=1e-6)
+    assert torch.allclose(ratio[:, ::2], images.new_ones(1))  # red and blue as they were
+    torch.testing.assert_close(mosaic_transfer(images, mosaic_statistic(images)), images)  # its own: unchanged
 
 
 def test_stripes_measure_even_rows_against_odd_ones_and_finer_patterns_and_reach_them():
