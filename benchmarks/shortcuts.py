@@ -429,7 +429,7 @@ SHORTCUTS: dict[ShortcutName, Shortcut] = {
     "motion_blur_severe": Shortcut("sharpness", "motion blur, 15 px along the rows", _motion_blur(15)),
     "motion_blur_extreme": Shortcut("sharpness", "motion blur, 21 px along the rows", _motion_blur(21)),
     "posterize_severe": Shortcut("compression", "2 bits a channel (torchvision posterize)", _posterize(2)),
-    "demosaic": Shortcut("noise", "a Bayer colour filter, demosaiced bilinearly", _demosaiced(0.0)),
+    "demosaic": Shortcut("mosaic", "a Bayer colour filter, demosaiced bilinearly", _demosaiced(0.0)),
     "dust": Shortcut("illumination", "a dust speck's shadow, light x 0.6 at its centre", _dust(0.4, 0.08)),
     "demosaic_strong": Shortcut(
         "mosaic", "a Bayer colour filter, one row's greens 15 % brighter, demosaiced bilinearly", _demosaiced(0.15)

@@ -116,13 +116,14 @@ image shows. Means and spreads flagged classes of clean models whose objects or 
 - ``mosaic`` (3 channels): a colour camera's filter mosaic: each channel's mean over each pixel of the image's 2 x 2
   blocks (even or odd row, even or odd column) over the channel's mean, less 1, 12 numbers; about 0 in any image
   taken without one's trace (BloodMNIST's 1,712 validation images: class means within 0.002 of 0, standard deviations
-  0.005 at most), 0.07 either way for the green of a Bayer filter
-  whose blue rows' green pixels are 15 % brighter (their cross-talk) once demosaiced. The transfer multiplies each
-  pixel of a channel's blocks by ``(1 + target) / (1 + own)`` (exact; within [1 / :data:`MAX_MOSAIC_GAIN`,
-  :data:`MAX_MOSAIC_GAIN`]). Relative to the channel's mean, it leaves the colour to ``colour``: three BloodMNIST models
-  that had learned that filter on one class read the pattern and the green it adds together: at their 7 learned epoch
-  ends the pattern alone flipped 0-23 % of the recipients (the filter itself 46-89 % at 4 of them), the signature
-  without it 0-68 %, the signature with it 79-98 % (beyond the control's flips, every recipient).
+  0.005 at most), 0.07 either way for the green of a Bayer filter whose blue rows' green pixels are 15 % brighter
+  (their cross-talk) once demosaiced. The transfer multiplies each pixel of a channel's blocks by
+  ``(1 + target) / (1 + own)`` (exact; within [1 / :data:`MAX_MOSAIC_GAIN`, :data:`MAX_MOSAIC_GAIN`]). Relative to the
+  channel's mean, it leaves the colour to ``colour``: three BloodMNIST models that had learned that filter on one class
+  read the pattern and the green it adds together: at their 7 learned epoch ends the pattern alone flipped 0-23 % of
+  the recipients (the filter itself 46-89 % at 4 of them), the signature without it 0-68 %, the signature with it
+  79-98 % (beyond the control's flips, every recipient). Hence part of the signature, not tested alone for every
+  class.
 - ``signature`` (3 channels): the image-wide signature, every statistic above but the hue, the blockiness, the tone, the
   fixed pattern and the illumination at once (α, β, Y's median, the high-frequency share, the noise estimate, the
   channels' displacements and magnifications, the stripes, the fields' displacements, the mosaic); the transfer applies
