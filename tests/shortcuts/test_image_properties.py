@@ -37,6 +37,7 @@ from gradskip_lightning.shortcuts.image_properties import (
     stripes_statistic,
     stripes_transfer,
 )
+from tests.shortcuts.test_discovery_properties import bayer_imbalance
 
 
 def textured(count: int, channels: int = 3, side: int = 28, seed: int = 0) -> Tensor:
@@ -201,10 +202,7 @@ def test_illumination_is_the_slope_of_the_light_across_the_field_and_its_transfe
 def test_mosaic_measures_each_channel_s_2_x_2_blocks_and_gives_a_bayer_filter_s_green_imbalance():
     images = textured(4, side=27)  # an odd side: the last column is left out of the means, given its block's gain
     assert mosaic_statistic(in_register(4)).abs().max() < 0.01  # a camera's image without a filter's trace
-    imbalanced = images.clone()
-    imbalanced[:, 1, 1::2, 0::2] *= 1.15  # the green pixels of the blue rows 15 % brighter (their cross-talk)
-    imbalanced[:, 1, 0::2, 0::2] *= 1.075  # interpolated between both kinds at the red and blue pixels
-    imbalanced[:, 1, 1::2, 1::2] *= 1.075
+    imbalanced = bayer_imbalance(images, 0.15)  # the green pixels of the blue rows 15 % brighter, demosaiced
     greens = mosaic_statistic(imbalanced)[:, 4:8] - mosaic_statistic(images)[:, 4:8]
     assert torch.allclose(greens, torch.tensor([[0.0, -0.07, 0.07, 0.0]] * 4, dtype=torch.float64), atol=0.005)
     given = mosaic_transfer(images, mosaic_statistic(imbalanced))

@@ -10,10 +10,11 @@ a p-value (one Holm over every test). The scalars go in the
 class's peak suspicion so far, kept in checkpoints), the class-mean map grid and a flagged class's
 strategies are images (:mod:`.images`), and a newly flagged class raises an alert. The global property
 transplants (``properties``: :mod:`.properties`) give the other classes' probes each class's colour,
-brightness, sharpness, noise, channel registration, stripes and interlacing statistics all at once (its signature)
-and, where that shows an effect, one at a time, and its hue (the most chromatic pixels'), compression (JPEG
-blockiness), tone (the background's density), fixed pattern (each row's and column's own brightness) and illumination
-(the light's slope across the field), with their own suspicion, keys, pictures and alerts.
+brightness, sharpness, noise, channel registration, stripes, interlacing and colour filter mosaic statistics all at
+once (its signature) and, where that shows an effect, one at a time, and its hue (the most chromatic pixels'),
+compression (JPEG blockiness), tone (the background's density), fixed pattern (each row's and column's own
+brightness) and illumination (the light's slope across the field), with their own suspicion, keys, pictures and
+alerts.
 
 DDP: each rank explains its shard (:func:`~.distributed.shard_positions`, padded so every rank runs
 as many forwards), the summary syncs in ``compute()`` (sums and every map, so strategies see the
